@@ -1,0 +1,45 @@
+# stableline: `make run` starts a broker, `make test` runs the whole suite.
+# Both create .venv and install what they need from PyPI on first use.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DATA_DIR ?= ./stableline-data
+
+.PHONY: run test bench lint format proto clean
+
+$(VENV)/.base-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.all-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,spark]"
+	touch $(VENV)/.base-installed $@
+
+run: $(VENV)/.base-installed
+	$(PY) -m stableline serve --data-dir $(DATA_DIR)
+
+test: $(VENV)/.all-installed
+	$(PY) -m pytest
+
+bench: $(VENV)/.all-installed
+	$(PY) scripts/bench_ledger.py
+	$(PY) scripts/bench_e2e.py
+
+lint: $(VENV)/.all-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.all-installed
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+proto: $(VENV)/.all-installed
+	$(PY) scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

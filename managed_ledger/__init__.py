@@ -1,0 +1,34 @@
+"""Storage engine: append-only ledgers with group commit, cursors, retention."""
+
+from managed_ledger.config import ManagedLedgerConfig
+from managed_ledger.cursor import ManagedCursor
+from managed_ledger.entry import Entry, EntryHeader, EntryType, TxnId
+from managed_ledger.errors import (
+    CorruptEntryError,
+    CursorNotFoundError,
+    EntryTooLargeError,
+    LedgerClosedError,
+    ManagedLedgerError,
+)
+from managed_ledger.ledger import ManagedLedger
+from managed_ledger.metadata import MetadataStore
+from managed_ledger.position import EARLIEST, LATEST, Position
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "CorruptEntryError",
+    "CursorNotFoundError",
+    "Entry",
+    "EntryHeader",
+    "EntryTooLargeError",
+    "EntryType",
+    "LedgerClosedError",
+    "ManagedCursor",
+    "ManagedLedger",
+    "ManagedLedgerConfig",
+    "ManagedLedgerError",
+    "MetadataStore",
+    "Position",
+    "TxnId",
+]

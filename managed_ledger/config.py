@@ -1,0 +1,32 @@
+"""Limits and policies of a managed ledger. Every buffer has a named bound here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedLedgerConfig:
+    # Rollover: a ledger is closed and a new one opened past any of these.
+    max_entries_per_ledger: int = 50_000
+    max_ledger_size_bytes: int = 256 * MIB
+    max_ledger_age_s: float = 4 * 3600.0
+    # Durability: an append is acknowledged only after fdatasync when True.
+    fsync: bool = True
+    # One entry (a client batch) may not exceed this many payload bytes.
+    max_entry_size_bytes: int = 5 * MIB + 64 * 1024
+    # Group commit: at most this many bytes share one write + fsync.
+    max_group_commit_bytes: int = 8 * MIB
+    # Back-pressure: appends wait while this many bytes are queued for the writer.
+    max_pending_bytes: int = 64 * MIB
+    # Recently appended entries kept in memory for tailing readers.
+    cache_size_bytes: int = 64 * MIB
+    # Cursor positions are written to the metadata store at most this often.
+    cursor_flush_interval_s: float = 0.05
+    # Individually acknowledged positions above mark-delete that are persisted;
+    # beyond this a crash redelivers the rest (at-least-once still holds).
+    max_persisted_acked_positions: int = 100_000
+    # Ledgers consumed by every cursor are kept at least this long.
+    retention_time_s: float = 0.0

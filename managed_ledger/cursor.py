@@ -1,0 +1,121 @@
+"""A durable cursor: how far a subscription has consumed a topic.
+
+State: the mark-delete position (everything at or before it is acknowledged), the
+positions acknowledged individually above it, and the subscription's properties
+(type, isolation level), which are fixed when the cursor is created. The read
+position is where the dispatcher reads next; it is not persisted (after a restart
+reading resumes after mark-delete, skipping what was individually acknowledged).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedList
+
+from managed_ledger.position import Position
+
+if TYPE_CHECKING:
+    from managed_ledger.ledger import ManagedLedger
+
+
+class ManagedCursor:
+    def __init__(
+        self,
+        ledger: ManagedLedger,
+        name: str,
+        mark_delete: Position,
+        properties: dict[str, str],
+        individually_acked: list[Position] | None = None,
+    ):
+        self.ledger = ledger
+        self.name = name
+        self.mark_delete = mark_delete
+        self.properties = properties
+        self.individually_acked: SortedList = SortedList(individually_acked or ())
+        self.read_position = mark_delete.next_in_ledger()
+        self._advance_mark_delete()
+
+    # ------------------------------------------------------------ acks
+
+    def is_acked(self, position: Position) -> bool:
+        return position <= self.mark_delete or position in self.individually_acked
+
+    def ack(self, positions: list[Position]) -> int:
+        """Acknowledge positions individually; returns how many were newly acked."""
+        newly = 0
+        for position in positions:
+            if position > self.mark_delete and position not in self.individually_acked:
+                self.individually_acked.add(position)
+                newly += 1
+        if newly:
+            self._advance_mark_delete()
+            self.ledger.cursor_changed(self.name)
+        return newly
+
+    def ack_cumulative(self, position: Position) -> None:
+        """Acknowledge everything at or before position."""
+        if position <= self.mark_delete:
+            return
+        self.mark_delete = position
+        index = self.individually_acked.bisect_right(position)
+        del self.individually_acked[:index]
+        self._advance_mark_delete()
+        self.ledger.cursor_changed(self.name)
+
+    def _advance_mark_delete(self) -> None:
+        acked = self.individually_acked
+        while acked:
+            following = self.ledger.first_position_after(self.mark_delete)
+            if following is None or acked[0] != following:
+                break
+            self.mark_delete = acked.pop(0)
+        if self.read_position <= self.mark_delete:
+            self.read_position = self.mark_delete.next_in_ledger()
+
+    # ------------------------------------------------------------ positions
+
+    def reset(self, mark_delete: Position) -> None:
+        """Seek: everything after mark_delete becomes unacknowledged again."""
+        self.mark_delete = mark_delete
+        self.individually_acked.clear()
+        self.read_position = mark_delete.next_in_ledger()
+        self.ledger.cursor_changed(self.name)
+
+    def rewind(self) -> None:
+        """Read again from the first unacknowledged position."""
+        self.read_position = self.mark_delete.next_in_ledger()
+
+    @property
+    def backlog(self) -> int:
+        """Entries after mark-delete up to the LAC that are not acknowledged."""
+        lac = self.ledger.last_confirmed
+        total = self.ledger.count_entries(self.mark_delete, lac)
+        acked_within = self.individually_acked.bisect_right(lac)
+        return max(total - acked_within, 0)
+
+    # ------------------------------------------------------------ persistence
+
+    def to_json(self) -> bytes:
+        limit = self.ledger.config.max_persisted_acked_positions
+        acked = [[p.ledger_id, p.entry_id] for p in self.individually_acked[:limit]]
+        return json.dumps(
+            {
+                "mark_delete": [self.mark_delete.ledger_id, self.mark_delete.entry_id],
+                "acked": acked,
+                "properties": self.properties,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, ledger: ManagedLedger, name: str, raw: bytes) -> ManagedCursor:
+        data = json.loads(raw)
+        return cls(
+            ledger,
+            name,
+            Position(*data["mark_delete"]),
+            data["properties"],
+            [Position(*p) for p in data["acked"]],
+        )

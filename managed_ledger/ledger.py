@@ -1,0 +1,508 @@
+"""A topic's log: an ordered list of ledgers, appended to with group commit.
+
+Promises:
+- `append` returns a position only after the entry's bytes are durable (fsync
+  policy permitting); positions are assigned in append order and never reused.
+- The last add confirmed (LAC) only moves forward, and only over durable entries.
+- Reads return CRC-checked entries in position order, from the cache when they
+  are recent, from the segment files otherwise.
+- Retention deletes only whole closed ledgers that every cursor has consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sortedcontainers import SortedDict
+
+from managed_ledger.cache import EntryCache
+from managed_ledger.config import ManagedLedgerConfig
+from managed_ledger.cursor import ManagedCursor
+from managed_ledger.entry import Entry, EntryHeader
+from managed_ledger.errors import EntryTooLargeError, LedgerClosedError, ManagedLedgerError
+from managed_ledger.framing import FRAME_SIZE, encode_frame
+from managed_ledger.metadata import MetadataStore
+from managed_ledger.position import EARLIEST, Position
+from managed_ledger.segment import Segment, delete_files
+
+log = logging.getLogger(__name__)
+
+LEDGERS_DB = b"ledgers"
+CURSORS_DB = b"cursors"
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    ledger_id: int
+    entries: int
+    size: int
+    created_ms: int
+    closed: bool
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.ledger_id,
+            "entries": self.entries,
+            "size": self.size,
+            "created_ms": self.created_ms,
+            "closed": self.closed,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> LedgerInfo:
+        return cls(data["id"], data["entries"], data["size"], data["created_ms"], data["closed"])
+
+
+@dataclass(slots=True)
+class _PendingAppend:
+    header: EntryHeader
+    frame: bytes
+    payload: bytes
+    future: asyncio.Future
+
+
+class ManagedLedger:
+    """Use `await ManagedLedger.open(...)`; one instance per topic per process."""
+
+    def __init__(self, name: str, directory: Path, store: MetadataStore, config: ManagedLedgerConfig):
+        self.name = name
+        self.directory = directory
+        self.store = store
+        self.config = config
+        self._ledgers: SortedDict[int, LedgerInfo] = SortedDict()
+        self._segments: dict[int, Segment] = {}
+        self._current: Segment | None = None
+        self._next_ledger_id = 0
+        self.last_confirmed = EARLIEST
+        self.cache = EntryCache(config.cache_size_bytes)
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._pending: deque[_PendingAppend] = deque()
+        self._pending_bytes = 0
+        self._space_available = asyncio.Event()
+        self._writer: asyncio.Task | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._ledger_deleted_listeners: list[Callable[[int], None]] = []
+        self._dirty_cursors: set[str] = set()
+        self._cursor_flush: asyncio.TimerHandle | None = None
+        self._closed = False
+        self.entries_added = 0
+        self.bytes_added = 0
+
+    # ------------------------------------------------------------ open / close
+
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        directory: Path,
+        store: MetadataStore,
+        config: ManagedLedgerConfig | None = None,
+    ) -> ManagedLedger:
+        ledger = cls(name, directory, store, config or ManagedLedgerConfig())
+        await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
+        return ledger
+
+    def _recover(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        meta = self.store.get_json(LEDGERS_DB, self.name) or {"next_ledger_id": 0, "ledgers": []}
+        self._next_ledger_id = meta["next_ledger_id"]
+        for data in meta["ledgers"]:
+            info = LedgerInfo.from_json(data)
+            if not info.closed:
+                # The ledger that was open when the process stopped: scan it and
+                # cut what a crash may have torn.
+                segment = Segment.recover(info.ledger_id, self._path(info.ledger_id))
+                info.entries, info.size, info.closed = segment.entry_count, segment.size, True
+            if info.entries == 0:
+                delete_files(self._path(info.ledger_id))
+                continue
+            self._ledgers[info.ledger_id] = info
+        known = {self._path(ledger_id).name for ledger_id in self._ledgers}
+        for path in self.directory.glob("*.log"):
+            if path.name not in known and int(path.stem, 16) < self._next_ledger_id:
+                log.warning("%s: removing orphan ledger file %s", self.name, path.name)
+                delete_files(path)
+        if self._ledgers:
+            last = self._ledgers.peekitem(-1)[1]
+            self.last_confirmed = Position(last.ledger_id, last.entries - 1)
+        self._start_new_ledger()
+        if not self._ledgers or self.last_confirmed == EARLIEST:
+            self.last_confirmed = Position(self._current.ledger_id, -1)
+        for key, value in self.store.scan_prefix(CURSORS_DB, self._cursor_prefix()):
+            cursor = ManagedCursor.from_json(self, key[len(self._cursor_prefix()) :], value)
+            self.cursors[cursor.name] = cursor
+
+    def _path(self, ledger_id: int) -> Path:
+        return self.directory / f"{ledger_id:016x}.log"
+
+    def _start_new_ledger(self) -> None:
+        ledger_id = self._next_ledger_id
+        self._next_ledger_id += 1
+        segment = Segment.create(ledger_id, self._path(ledger_id))
+        self._segments[ledger_id] = segment
+        self._ledgers[ledger_id] = LedgerInfo(ledger_id, 0, 0, int(time.time() * 1000), False)
+        self._current = segment
+        self._persist_ledger_list()
+
+    def _persist_ledger_list(self) -> None:
+        self.store.put_json(
+            LEDGERS_DB,
+            self.name,
+            {
+                "next_ledger_id": self._next_ledger_id,
+                "ledgers": [info.to_json() for info in self._ledgers.values()],
+            },
+        )
+        self.store.sync()
+
+    async def close(self) -> None:
+        """Finish pending appends, close the current ledger, persist cursors."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+        self._flush_cursors()
+        if self._cursor_flush is not None:
+            self._cursor_flush.cancel()
+        await asyncio.get_running_loop().run_in_executor(None, self._close_segments)
+
+    def _close_segments(self) -> None:
+        current = self._current
+        if current is not None:
+            current.close()
+            info = self._ledgers[current.ledger_id]
+            info.entries, info.size, info.closed = current.entry_count, current.size, True
+            self._persist_ledger_list()
+        for segment in self._segments.values():
+            segment.release()
+
+    async def delete(self) -> None:
+        """Close and remove every ledger file, cursor and piece of metadata."""
+        await self.close()
+        for ledger_id in list(self._ledgers):
+            delete_files(self._path(ledger_id))
+        self.store.delete(LEDGERS_DB, self.name)
+        self.store.delete_prefix(CURSORS_DB, self._cursor_prefix())
+        self.store.sync()
+        self.cache.clear()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------ append
+
+    async def append(self, header: EntryHeader, payload: bytes) -> Position:
+        """Append one entry; returns its position once it is durable."""
+        if self._closed:
+            raise LedgerClosedError(f"{self.name} is closed")
+        if len(payload) > self.config.max_entry_size_bytes:
+            raise EntryTooLargeError(
+                f"entry of {len(payload)} bytes exceeds the limit of "
+                f"{self.config.max_entry_size_bytes} bytes"
+            )
+        while self._pending_bytes > self.config.max_pending_bytes:
+            self._space_available.clear()
+            await self._space_available.wait()
+            if self._closed:
+                raise LedgerClosedError(f"{self.name} is closed")
+        header_bytes = header.encode()
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append(_PendingAppend(header, header_bytes, payload, future))
+        self._pending_bytes += len(payload) + len(header_bytes) + FRAME_SIZE
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop(), name=f"writer:{self.name}")
+        return await future
+
+    def _should_roll_over(self) -> bool:
+        current = self._current
+        info = self._ledgers[current.ledger_id]
+        return current.entry_count > 0 and (
+            current.entry_count >= self.config.max_entries_per_ledger
+            or current.size >= self.config.max_ledger_size_bytes
+            or time.time() * 1000 - info.created_ms >= self.config.max_ledger_age_s * 1000
+        )
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            if self._should_roll_over():
+                await loop.run_in_executor(None, self._roll_over)
+            batch: list[_PendingAppend] = []
+            frames: list[bytes] = []
+            batch_bytes = 0
+            room = self.config.max_entries_per_ledger - self._current.entry_count
+            while (
+                self._pending
+                and len(batch) < room
+                and (not batch or batch_bytes < self.config.max_group_commit_bytes)
+            ):
+                pending = self._pending.popleft()
+                frame = encode_frame(pending.frame, pending.payload)
+                batch.append(pending)
+                frames.append(frame)
+                batch_bytes += len(frame)
+            segment = self._current
+            first_entry_id = segment.entry_count
+            try:
+                await loop.run_in_executor(None, segment.write, frames, self.config.fsync)
+            except OSError as error:
+                # Offsets were not published, so the next write lands on the same
+                # offset and overwrites whatever part of this one reached the disk.
+                log.error("%s: append failed: %s", self.name, error)
+                failure = ManagedLedgerError(f"append to {self.name} failed: {error}")
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(failure)
+                self._release_pending(batch_bytes)
+                continue
+            segment.commit_offsets([len(frame) for frame in frames])
+            ledger_id = segment.ledger_id
+            for index, pending in enumerate(batch):
+                position = Position(ledger_id, first_entry_id + index)
+                self.cache.put(Entry(position, pending.header, pending.payload))
+                if not pending.future.done():
+                    pending.future.set_result(position)
+            new_lac = Position(ledger_id, first_entry_id + len(batch) - 1)
+            assert new_lac > self.last_confirmed, (new_lac, self.last_confirmed)
+            self.last_confirmed = new_lac
+            self.entries_added += len(batch)
+            self.bytes_added += batch_bytes
+            self._release_pending(batch_bytes)
+            self._notify()
+
+    def _release_pending(self, batch_bytes: int) -> None:
+        self._pending_bytes -= batch_bytes
+        if self._pending_bytes <= self.config.max_pending_bytes:
+            self._space_available.set()
+
+    def _roll_over(self) -> None:
+        old = self._current
+        old.close()
+        info = self._ledgers[old.ledger_id]
+        info.entries, info.size, info.closed = old.entry_count, old.size, True
+        self._start_new_ledger()
+        log.info("%s: rolled over from ledger %d to %d", self.name, old.ledger_id, self._current.ledger_id)
+
+    # ------------------------------------------------------------ listeners
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` every time the LAC moves."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def add_ledger_deleted_listener(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(ledger_id)` when retention deletes a ledger."""
+        self._ledger_deleted_listeners.append(callback)
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            callback()
+
+    # ------------------------------------------------------------ reads
+
+    def _entry_count(self, ledger_id: int) -> int:
+        if self._current is not None and ledger_id == self._current.ledger_id:
+            return self._current.entry_count
+        info = self._ledgers.get(ledger_id)
+        return info.entries if info is not None else 0
+
+    def _segment(self, ledger_id: int) -> Segment:
+        segment = self._segments.get(ledger_id)
+        if segment is None:
+            segment = Segment.open_closed(ledger_id, self._path(ledger_id))
+            self._segments[ledger_id] = segment
+        return segment
+
+    def read(self, start: Position, max_entries: int, bound: Position | None = None) -> list[Entry]:
+        """Up to max_entries entries at positions >= start and <= bound (default LAC)."""
+        bound = self.last_confirmed if bound is None else min(bound, self.last_confirmed)
+        result: list[Entry] = []
+        if max_entries <= 0 or start > bound:
+            return result
+        for ledger_id in self._ledgers.irange(minimum=max(start.ledger_id, 0)):
+            if ledger_id > bound.ledger_id:
+                break
+            count = self._entry_count(ledger_id)
+            first = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
+            last = count - 1
+            if ledger_id == bound.ledger_id:
+                last = min(last, bound.entry_id)
+            last = min(last, first + (max_entries - len(result)) - 1)
+            if first > last:
+                continue
+            self._read_ledger(ledger_id, first, last, result)
+            if len(result) >= max_entries:
+                break
+        return result
+
+    def _read_ledger(self, ledger_id: int, first: int, last: int, into: list[Entry]) -> None:
+        cache = self.cache
+        entry_id = first
+        while entry_id <= last:
+            cached = cache.get(ledger_id, entry_id)
+            if cached is None:
+                break
+            into.append(cached)
+            entry_id += 1
+        if entry_id <= last:
+            raw = self._segment(ledger_id).read(entry_id, last)
+            for offset, (header, payload) in enumerate(raw):
+                position = Position(ledger_id, entry_id + offset)
+                into.append(Entry(position, EntryHeader.decode(header), payload))
+
+    def first_position_after(self, position: Position) -> Position | None:
+        """The first existing entry after `position`, or None when there is none yet."""
+        for ledger_id in self._ledgers.irange(minimum=max(position.ledger_id, 0)):
+            first = position.entry_id + 1 if ledger_id == position.ledger_id else 0
+            if first < self._entry_count(ledger_id):
+                return Position(ledger_id, first)
+        return None
+
+    def first_position(self) -> Position:
+        """The position just before the oldest retained entry (an 'earliest' start)."""
+        first_ledger = self._ledgers.peekitem(0)[0]
+        return Position(first_ledger, -1)
+
+    def count_entries(self, after: Position, upto: Position) -> int:
+        """How many entries lie in (after, upto]."""
+        if upto <= after:
+            return 0
+        total = 0
+        for ledger_id in self._ledgers.irange(max(after.ledger_id, 0), upto.ledger_id):
+            count = self._entry_count(ledger_id)
+            low = after.entry_id + 1 if ledger_id == after.ledger_id else 0
+            high = min(count - 1, upto.entry_id) if ledger_id == upto.ledger_id else count - 1
+            if high >= low:
+                total += high - low + 1
+        return total
+
+    def find_position_by_time(self, timestamp_ms: int) -> Position:
+        """The position just before the first entry published at or after timestamp_ms."""
+        previous = self.first_position()
+        for ledger_id in self._ledgers:
+            count = self._entry_count(ledger_id)
+            if count == 0:
+                continue
+            low, high = 0, count
+            while low < high:
+                middle = (low + high) // 2
+                entry = self.read(Position(ledger_id, middle), 1)[0]
+                if entry.header.publish_time_ms < timestamp_ms:
+                    low = middle + 1
+                else:
+                    high = middle
+            if low < count:
+                return Position(ledger_id, low - 1) if low > 0 else previous
+            previous = Position(ledger_id, count - 1)
+        return previous
+
+    # ------------------------------------------------------------ cursors
+
+    def _cursor_prefix(self) -> str:
+        return f"{self.name}\x00"
+
+    def open_cursor(
+        self, name: str, start_at_earliest: bool, properties: dict[str, str] | None = None
+    ) -> tuple[ManagedCursor, bool]:
+        """Open (or create) a durable cursor; returns (cursor, created)."""
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            return cursor, False
+        mark_delete = self.first_position() if start_at_earliest else self.last_confirmed
+        cursor = ManagedCursor(self, name, mark_delete, dict(properties or {}))
+        self.cursors[name] = cursor
+        self._write_cursors([name])
+        return cursor, True
+
+    def delete_cursor(self, name: str) -> None:
+        self.cursors.pop(name, None)
+        self._dirty_cursors.discard(name)
+        self.store.delete(CURSORS_DB, self._cursor_prefix() + name)
+        self.trim()
+
+    def cursor_changed(self, name: str) -> None:
+        self._dirty_cursors.add(name)
+        if self._cursor_flush is None and not self._closed:
+            loop = asyncio.get_running_loop()
+            self._cursor_flush = loop.call_later(
+                self.config.cursor_flush_interval_s, self._flush_cursors
+            )
+
+    def _flush_cursors(self) -> None:
+        self._cursor_flush = None
+        names, self._dirty_cursors = list(self._dirty_cursors), set()
+        self._write_cursors(names)
+        self.trim()
+
+    def _write_cursors(self, names: list[str]) -> None:
+        prefix = self._cursor_prefix()
+        puts = {prefix + n: self.cursors[n].to_json() for n in names if n in self.cursors}
+        if puts:
+            self.store.write_many(CURSORS_DB, puts)
+
+    # ------------------------------------------------------------ retention
+
+    def trim(self) -> list[int]:
+        """Delete closed ledgers consumed by every cursor; returns the deleted ids."""
+        if not self.cursors or self._closed:
+            return []
+        slowest = min(cursor.mark_delete for cursor in self.cursors.values())
+        now_ms = time.time() * 1000
+        deleted = []
+        for ledger_id, info in list(self._ledgers.items()):
+            if self._current is not None and ledger_id == self._current.ledger_id:
+                break
+            if slowest < Position(ledger_id, info.entries - 1):
+                break
+            if now_ms - info.created_ms < self.config.retention_time_s * 1000:
+                break
+            deleted.append(ledger_id)
+        for ledger_id in deleted:
+            del self._ledgers[ledger_id]
+            segment = self._segments.pop(ledger_id, None)
+            if segment is not None:
+                segment.release()
+            delete_files(self._path(ledger_id))
+            self.cache.drop_ledger(ledger_id)
+        if deleted:
+            self._persist_ledger_list()
+            log.info("%s: retention deleted ledgers %s", self.name, deleted)
+            for ledger_id in deleted:
+                for callback in self._ledger_deleted_listeners:
+                    callback(ledger_id)
+        return deleted
+
+    # ------------------------------------------------------------ stats
+
+    def ledger_infos(self) -> list[LedgerInfo]:
+        infos = []
+        for info in self._ledgers.values():
+            if self._current is not None and info.ledger_id == self._current.ledger_id:
+                info = LedgerInfo(
+                    info.ledger_id, self._current.entry_count, self._current.size, info.created_ms, False
+                )
+            infos.append(info)
+        return infos
+
+    @property
+    def current_ledger_id(self) -> int:
+        return self._current.ledger_id
+
+    @property
+    def total_size(self) -> int:
+        return sum(info.size for info in self.ledger_infos())
+
+    @property
+    def total_entries(self) -> int:
+        return sum(info.entries for info in self.ledger_infos())

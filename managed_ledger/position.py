@@ -1,0 +1,34 @@
+"""Positions in a topic's log: (ledger_id, entry_id), totally ordered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    ledger_id: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        ledger, _, entry = text.partition(":")
+        try:
+            return cls(int(ledger), int(entry))
+        except ValueError:
+            raise ValueError(f"not a position {text!r}: expected 'ledger_id:entry_id'") from None
+
+    def next_in_ledger(self) -> Position:
+        return Position(self.ledger_id, self.entry_id + 1)
+
+
+# Before every entry of every ledger; the mark-delete position of a cursor that has
+# acknowledged nothing yet.
+EARLIEST = Position(-1, -1)
+# After every entry that will ever exist.
+LATEST = Position(_MAX, _MAX)

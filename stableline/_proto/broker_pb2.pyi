@@ -1,0 +1,361 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENTRY_TYPE_DATA: _ClassVar[EntryType]
+    ENTRY_TYPE_TXN_COMMIT: _ClassVar[EntryType]
+    ENTRY_TYPE_TXN_ABORT: _ClassVar[EntryType]
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBSCRIPTION_TYPE_EXCLUSIVE: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_SHARED: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_FAILOVER: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_KEY_SHARED: _ClassVar[SubscriptionType]
+
+class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INITIAL_POSITION_LATEST: _ClassVar[InitialPosition]
+    INITIAL_POSITION_EARLIEST: _ClassVar[InitialPosition]
+
+class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ISOLATION_LEVEL_READ_COMMITTED: _ClassVar[IsolationLevel]
+    ISOLATION_LEVEL_READ_UNCOMMITTED: _ClassVar[IsolationLevel]
+ENTRY_TYPE_DATA: EntryType
+ENTRY_TYPE_TXN_COMMIT: EntryType
+ENTRY_TYPE_TXN_ABORT: EntryType
+SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType
+SUBSCRIPTION_TYPE_SHARED: SubscriptionType
+SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType
+SUBSCRIPTION_TYPE_KEY_SHARED: SubscriptionType
+INITIAL_POSITION_LATEST: InitialPosition
+INITIAL_POSITION_EARLIEST: InitialPosition
+ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel
+ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel
+
+class TxnId(_message.Message):
+    __slots__ = ("most_bits", "least_bits")
+    MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    most_bits: int
+    least_bits: int
+    def __init__(self, most_bits: _Optional[int] = ..., least_bits: _Optional[int] = ...) -> None: ...
+
+class Position(_message.Message):
+    __slots__ = ("ledger_id", "entry_id")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ...) -> None: ...
+
+class MessageIdData(_message.Message):
+    __slots__ = ("ledger_id", "entry_id", "batch_index")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    batch_index: int
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., batch_index: _Optional[int] = ...) -> None: ...
+
+class EntryMetadata(_message.Message):
+    __slots__ = ("type", "num_messages", "publish_time_ms", "producer_name", "sequence_id", "txn_id", "low_watermark")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    type: EntryType
+    num_messages: int
+    publish_time_ms: int
+    producer_name: str
+    sequence_id: int
+    txn_id: TxnId
+    low_watermark: int
+    def __init__(self, type: _Optional[_Union[EntryType, str]] = ..., num_messages: _Optional[int] = ..., publish_time_ms: _Optional[int] = ..., producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., low_watermark: _Optional[int] = ...) -> None: ...
+
+class SingleMessage(_message.Message):
+    __slots__ = ("payload", "partition_key", "properties", "event_time_ms", "has_partition_key")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    HAS_PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    partition_key: str
+    properties: _containers.ScalarMap[str, str]
+    event_time_ms: int
+    has_partition_key: bool
+    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., event_time_ms: _Optional[int] = ..., has_partition_key: _Optional[bool] = ...) -> None: ...
+
+class MessageBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[SingleMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[SingleMessage, _Mapping]]] = ...) -> None: ...
+
+class ProducerOpen(_message.Message):
+    __slots__ = ("topic", "producer_name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_name: str
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ...) -> None: ...
+
+class ProducerSend(_message.Message):
+    __slots__ = ("sequence_id", "metadata", "payload")
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    sequence_id: int
+    metadata: EntryMetadata
+    payload: bytes
+    def __init__(self, sequence_id: _Optional[int] = ..., metadata: _Optional[_Union[EntryMetadata, _Mapping]] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("open", "send")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    open: ProducerOpen
+    send: ProducerSend
+    def __init__(self, open: _Optional[_Union[ProducerOpen, _Mapping]] = ..., send: _Optional[_Union[ProducerSend, _Mapping]] = ...) -> None: ...
+
+class ProducerOpened(_message.Message):
+    __slots__ = ("topic", "producer_name", "max_message_size")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_name: str
+    max_message_size: int
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., max_message_size: _Optional[int] = ...) -> None: ...
+
+class SendReceipt(_message.Message):
+    __slots__ = ("sequence_id", "ledger_id", "entry_id")
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    sequence_id: int
+    ledger_id: int
+    entry_id: int
+    def __init__(self, sequence_id: _Optional[int] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ...) -> None: ...
+
+class SendError(_message.Message):
+    __slots__ = ("sequence_id", "code", "message")
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    sequence_id: int
+    code: str
+    message: str
+    def __init__(self, sequence_id: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("opened", "receipt", "error")
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    opened: ProducerOpened
+    receipt: SendReceipt
+    error: SendError
+    def __init__(self, opened: _Optional[_Union[ProducerOpened, _Mapping]] = ..., receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., error: _Optional[_Union[SendError, _Mapping]] = ...) -> None: ...
+
+class SubscribeOpen(_message.Message):
+    __slots__ = ("topic", "subscription", "type", "initial_position", "isolation_level", "consumer_name", "priority_level")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    type: SubscriptionType
+    initial_position: InitialPosition
+    isolation_level: IsolationLevel
+    consumer_name: str
+    priority_level: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ...) -> None: ...
+
+class Flow(_message.Message):
+    __slots__ = ("permits",)
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    permits: int
+    def __init__(self, permits: _Optional[int] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("request_id", "message_ids", "cumulative")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    message_ids: _containers.RepeatedCompositeFieldContainer[MessageIdData]
+    cumulative: bool
+    def __init__(self, request_id: _Optional[int] = ..., message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
+
+class Redeliver(_message.Message):
+    __slots__ = ("message_ids",)
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    message_ids: _containers.RepeatedCompositeFieldContainer[MessageIdData]
+    def __init__(self, message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ...) -> None: ...
+
+class Seek(_message.Message):
+    __slots__ = ("request_id", "message_id", "timestamp_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    message_id: MessageIdData
+    timestamp_ms: int
+    def __init__(self, request_id: _Optional[int] = ..., message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class Unsubscribe(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("subscribe", "flow", "ack", "redeliver", "seek", "unsubscribe")
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    REDELIVER_FIELD_NUMBER: _ClassVar[int]
+    SEEK_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    subscribe: SubscribeOpen
+    flow: Flow
+    ack: Ack
+    redeliver: Redeliver
+    seek: Seek
+    unsubscribe: Unsubscribe
+    def __init__(self, subscribe: _Optional[_Union[SubscribeOpen, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., redeliver: _Optional[_Union[Redeliver, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ...) -> None: ...
+
+class Subscribed(_message.Message):
+    __slots__ = ("topic", "subscription", "isolation_level")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    isolation_level: IsolationLevel
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+
+class EntryDelivery(_message.Message):
+    __slots__ = ("ledger_id", "entry_id", "metadata", "payload", "redelivery_count", "acked_batch_indexes")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACKED_BATCH_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    metadata: EntryMetadata
+    payload: bytes
+    redelivery_count: int
+    acked_batch_indexes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., metadata: _Optional[_Union[EntryMetadata, _Mapping]] = ..., payload: _Optional[bytes] = ..., redelivery_count: _Optional[int] = ..., acked_batch_indexes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Deliveries(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[EntryDelivery]
+    def __init__(self, entries: _Optional[_Iterable[_Union[EntryDelivery, _Mapping]]] = ...) -> None: ...
+
+class RequestDone(_message.Message):
+    __slots__ = ("request_id", "error_code", "error_message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error_code: str
+    error_message: str
+    def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ActiveConsumerChange(_message.Message):
+    __slots__ = ("is_active",)
+    IS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    is_active: bool
+    def __init__(self, is_active: _Optional[bool] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("subscribed", "deliveries", "done", "active_change")
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    subscribed: Subscribed
+    deliveries: Deliveries
+    done: RequestDone
+    active_change: ActiveConsumerChange
+    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., deliveries: _Optional[_Union[Deliveries, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., active_change: _Optional[_Union[ActiveConsumerChange, _Mapping]] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("topic", "start", "max_entries", "isolation_level", "max_wait_ms", "include_markers")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_MARKERS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    start: Position
+    max_entries: int
+    isolation_level: IsolationLevel
+    max_wait_ms: int
+    include_markers: bool
+    def __init__(self, topic: _Optional[str] = ..., start: _Optional[_Union[Position, _Mapping]] = ..., max_entries: _Optional[int] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., max_wait_ms: _Optional[int] = ..., include_markers: _Optional[bool] = ...) -> None: ...
+
+class AbortedTxn(_message.Message):
+    __slots__ = ("txn_id", "first_position")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_POSITION_FIELD_NUMBER: _ClassVar[int]
+    txn_id: TxnId
+    first_position: Position
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., first_position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("entries", "next_position", "bound", "aborted")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    BOUND_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[EntryDelivery]
+    next_position: Position
+    bound: Position
+    aborted: _containers.RepeatedCompositeFieldContainer[AbortedTxn]
+    def __init__(self, entries: _Optional[_Iterable[_Union[EntryDelivery, _Mapping]]] = ..., next_position: _Optional[_Union[Position, _Mapping]] = ..., bound: _Optional[_Union[Position, _Mapping]] = ..., aborted: _Optional[_Iterable[_Union[AbortedTxn, _Mapping]]] = ...) -> None: ...
+
+class GetLastMessageIdRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class GetLastMessageIdResponse(_message.Message):
+    __slots__ = ("last_confirmed_entry", "max_read_position")
+    LAST_CONFIRMED_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    MAX_READ_POSITION_FIELD_NUMBER: _ClassVar[int]
+    last_confirmed_entry: Position
+    max_read_position: Position
+    def __init__(self, last_confirmed_entry: _Optional[_Union[Position, _Mapping]] = ..., max_read_position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
