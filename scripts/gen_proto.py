@@ -17,7 +17,9 @@ OUTPUT_DIR = ROOT / "stableline" / "_proto"
 
 # Lines that only name the generator's version: a newer grpcio-tools must not
 # count as drift of our .proto files.
-VERSION_LINE = re.compile(r"(Protobuf Python Version|ValidateProtobufRuntimeVersion|GRPC_GENERATED_VERSION|^\s*\d+,\s*$|^\s*'',\s*$|^\s*\d+\s*,?\s*$)")
+VERSION_LINE = re.compile(
+    r"(Protobuf Python Version|ValidateProtobufRuntimeVersion|GRPC_GENERATED_VERSION|^\s*\d+,\s*$|^\s*'',\s*$|^\s*\d+\s*,?\s*$)"
+)
 
 
 def proto_files() -> list[Path]:
@@ -48,7 +50,9 @@ def generate(output_dir: Path) -> list[Path]:
             target.write_text(text)
             written.append(target)
         init = output_dir / "__init__.py"
-        init.write_text('"""Generated protobuf and gRPC modules; do not edit (scripts/gen_proto.py)."""\n')
+        init.write_text(
+            '"""Generated protobuf and gRPC modules; do not edit (scripts/gen_proto.py)."""\n'
+        )
         written.append(init)
         return written
 

@@ -1,0 +1,29 @@
+"""Subscriptions: cursors to consumers, isolation levels, permits, acks, redelivery."""
+
+from dispatcher.consumer import Consumer, ControlEvent, Delivery
+from dispatcher.errors import (
+    DispatcherError,
+    InvalidAckError,
+    IsolationLevelMismatchError,
+    SubscriptionBusyError,
+    SubscriptionClosedError,
+)
+from dispatcher.kinds import IsolationLevel, SubscriptionType
+from dispatcher.read_view import LogReadView, ReadView
+from dispatcher.subscription import Subscription
+
+__all__ = [
+    "Consumer",
+    "ControlEvent",
+    "Delivery",
+    "DispatcherError",
+    "InvalidAckError",
+    "IsolationLevel",
+    "IsolationLevelMismatchError",
+    "LogReadView",
+    "ReadView",
+    "Subscription",
+    "SubscriptionBusyError",
+    "SubscriptionClosedError",
+    "SubscriptionType",
+]

@@ -1,0 +1,21 @@
+"""Errors a subscription raises; the broker maps each to a gRPC status."""
+
+
+class DispatcherError(Exception):
+    """Base class of subscription errors."""
+
+
+class SubscriptionBusyError(DispatcherError):
+    """An Exclusive subscription already has a consumer."""
+
+
+class IsolationLevelMismatchError(DispatcherError):
+    """A consumer asked for another isolation level than the subscription's."""
+
+
+class InvalidAckError(DispatcherError):
+    """An acknowledgement names a message that does not exist or is not allowed."""
+
+
+class SubscriptionClosedError(DispatcherError):
+    """The subscription was unsubscribed or its topic closed."""

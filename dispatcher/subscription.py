@@ -1,0 +1,388 @@
+"""A subscription: a durable cursor, its consumers, and the task that feeds them.
+
+Promises:
+- Entries are delivered in log order (redeliveries first), only up to the read
+  view's bound, and each entry is delivered to one consumer at a time.
+- Entries the read view skips (markers, aborted transactions under
+  READ_COMMITTED) are acknowledged by the broker and never delivered.
+- A consumer receives entries only while it has permits (messages, not entries).
+- The dispatch task waits on an event that appends, commits, acks, permits and
+  consumer changes set: no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from sortedcontainers import SortedSet
+
+from dispatcher.consumer import Consumer, ControlEvent, Delivery
+from dispatcher.errors import (
+    InvalidAckError,
+    IsolationLevelMismatchError,
+    SubscriptionBusyError,
+    SubscriptionClosedError,
+)
+from dispatcher.kinds import IsolationLevel, SubscriptionType
+from dispatcher.read_view import ReadView
+from managed_ledger import Entry, ManagedCursor, Position
+
+log = logging.getLogger(__name__)
+
+# Entries read from the ledger in one pass of the dispatch loop.
+MAX_READ_ENTRIES = 500
+# Delivery counters kept for redelivered entries; oldest forgotten beyond this.
+MAX_TRACKED_REDELIVERIES = 100_000
+
+TYPE_PROPERTY = "type"
+ISOLATION_PROPERTY = "isolation_level"
+
+
+class Subscription:
+    def __init__(self, topic: str, cursor: ManagedCursor, view: ReadView):
+        self.topic = topic
+        self.cursor = cursor
+        self.name = cursor.name
+        self.view = view
+        self.isolation_level = IsolationLevel(
+            cursor.properties.get(ISOLATION_PROPERTY, IsolationLevel.READ_COMMITTED.value)
+        )
+        self.type = SubscriptionType(
+            cursor.properties.get(TYPE_PROPERTY, SubscriptionType.EXCLUSIVE.value)
+        )
+        self.consumers: list[Consumer] = []
+        # Entries to deliver again (nacked, or held by a consumer that left).
+        self._redeliver: SortedSet = SortedSet()
+        # Who holds each delivered, unacknowledged entry.
+        self._owner: dict[Position, Consumer] = {}
+        # Batch indexes acknowledged within entries not yet fully acknowledged.
+        self._partial_acks: dict[Position, set[int]] = {}
+        self._redelivery_counts: dict[Position, int] = {}
+        self._round_robin = 0
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self.messages_out = 0
+        self.bytes_out = 0
+        self.skipped_entries = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    @staticmethod
+    def properties_for(type_: SubscriptionType, level: IsolationLevel) -> dict[str, str]:
+        return {TYPE_PROPERTY: type_.value, ISOLATION_PROPERTY: level.value}
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"dispatch:{self.topic}:{self.name}")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for consumer in self.consumers:
+            consumer.outbox.put_nowait(ControlEvent("closed"))
+        self.consumers.clear()
+
+    def wake(self) -> None:
+        """The bound may have moved, or permits or redeliveries arrived."""
+        self._wakeup.set()
+
+    # ------------------------------------------------------------ consumers
+
+    def add_consumer(
+        self, consumer: Consumer, type_: SubscriptionType, level: IsolationLevel
+    ) -> None:
+        if self._closed:
+            raise SubscriptionClosedError(f"subscription {self.name!r} is closed")
+        if level is not self.isolation_level:
+            raise IsolationLevelMismatchError(
+                f"subscription {self.name!r} on {self.topic} reads {self.isolation_level.value}; "
+                f"a consumer asked for {level.value}. The level is fixed when a subscription "
+                "is created: use that level, or another subscription name"
+            )
+        if self.consumers and type_ is not self.type:
+            raise SubscriptionBusyError(
+                f"subscription {self.name!r} is {self.type.value} and has consumers; "
+                f"a {type_.value} consumer cannot join it"
+            )
+        if not self.consumers and type_ is not self.type:
+            self.type = type_
+            self.cursor.properties[TYPE_PROPERTY] = type_.value
+            self.cursor.ledger.cursor_changed(self.name)
+        if self.type is SubscriptionType.EXCLUSIVE and self.consumers:
+            raise SubscriptionBusyError(
+                f"exclusive subscription {self.name!r} on {self.topic} already has a consumer "
+                f"({self.consumers[0].name!r}); use a Shared or Failover subscription to "
+                "consume with several consumers"
+            )
+        previous_active = self.active_consumer
+        consumer.connected_since_ms = int(time.time() * 1000)
+        self.consumers.append(consumer)
+        self._announce_active(previous_active)
+        self.start()
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        previous_active = self.active_consumer
+        self.consumers.remove(consumer)
+        self._return_pending(consumer)
+        self._announce_active(previous_active)
+        self.wake()
+
+    @property
+    def active_consumer(self) -> Consumer | None:
+        """For Exclusive and Failover: the consumer that receives everything."""
+        if not self.consumers:
+            return None
+        if self.type is SubscriptionType.FAILOVER:
+            return min(self.consumers, key=lambda c: (c.priority_level, c.consumer_id))
+        return self.consumers[0]
+
+    def _announce_active(self, previous: Consumer | None) -> None:
+        if self.type is not SubscriptionType.FAILOVER:
+            return
+        active = self.active_consumer
+        if active is previous:
+            return
+        if previous is not None and previous in self.consumers:
+            # The old active consumer's unacknowledged entries go to the new one.
+            self._return_pending(previous)
+            previous.outbox.put_nowait(ControlEvent("active", False))
+        if active is not None:
+            active.outbox.put_nowait(ControlEvent("active", True))
+
+    def _return_pending(self, consumer: Consumer) -> None:
+        for position in consumer.pending:
+            self._owner.pop(position, None)
+            if not self.cursor.is_acked(position):
+                self._redeliver.add(position)
+        consumer.pending.clear()
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        if permits < 0:
+            raise ValueError(f"permits must be >= 0, got {permits}")
+        consumer.permits += permits
+        self.wake()
+
+    # ------------------------------------------------------------ acks
+
+    def _num_messages(self, position: Position) -> int:
+        owner = self._owner.get(position)
+        if owner is not None and position in owner.pending:
+            return owner.pending[position]
+        entries = self.cursor.ledger.read(position, 1, position)
+        if not entries or entries[0].position != position:
+            raise InvalidAckError(
+                f"message id {position}:* does not exist in {self.topic} "
+                f"(last entry is {self.cursor.ledger.last_confirmed})"
+            )
+        return entries[0].header.num_messages
+
+    def _check_batch_index(self, position: Position, batch_index: int, num: int) -> None:
+        if not -1 <= batch_index < num:
+            raise InvalidAckError(
+                f"message id {position}:{batch_index} does not exist in {self.topic}: "
+                f"entry {position} holds {num} message(s)"
+            )
+
+    def ack(self, message_ids: Iterable[tuple[Position, int]]) -> None:
+        """Individually acknowledge (position, batch_index) pairs; -1 means the whole entry.
+
+        Every id is checked before any takes effect, so a bad request changes nothing.
+        """
+        whole: list[Position] = []
+        partial: list[tuple[Position, int, int]] = []
+        for position, batch_index in message_ids:
+            if self.cursor.is_acked(position):
+                continue
+            num = self._num_messages(position)
+            self._check_batch_index(position, batch_index, num)
+            if batch_index == -1 or num == 1:
+                whole.append(position)
+            else:
+                partial.append((position, batch_index, num))
+        for position, batch_index, num in partial:
+            acked = self._partial_acks.setdefault(position, set())
+            acked.add(batch_index)
+            if len(acked) >= num:
+                whole.append(position)
+        self._ack_entries(whole)
+
+    def _ack_entries(self, positions: list[Position]) -> None:
+        for position in positions:
+            self._partial_acks.pop(position, None)
+            self._redelivery_counts.pop(position, None)
+            self._redeliver.discard(position)
+            owner = self._owner.pop(position, None)
+            if owner is not None:
+                owner.pending.pop(position, None)
+        if positions:
+            self.cursor.ack(positions)
+
+    def ack_cumulative(self, position: Position, batch_index: int) -> None:
+        if self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+            raise InvalidAckError(
+                f"cumulative acknowledgement is not allowed on {self.type.value} subscription "
+                f"{self.name!r}: acknowledge messages individually"
+            )
+        if self.cursor.is_acked(position):
+            return
+        num = self._num_messages(position)
+        self._check_batch_index(position, batch_index, num)
+        if batch_index == -1 or batch_index == num - 1:
+            upto = position
+        else:
+            # Acknowledge the entries before this one; within it, the indexes up to batch_index.
+            upto = Position(position.ledger_id, position.entry_id - 1)
+            self._partial_acks.setdefault(position, set()).update(range(batch_index + 1))
+        for held in [p for p in self._owner if p <= upto]:
+            owner = self._owner.pop(held)
+            owner.pending.pop(held, None)
+        for held in [p for p in self._partial_acks if p <= upto]:
+            del self._partial_acks[held]
+        for held in list(self._redeliver.irange(maximum=upto)):
+            self._redeliver.discard(held)
+        if upto > self.cursor.mark_delete:
+            self.cursor.ack_cumulative(upto)
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """Deliver again the given entries held by consumer (all it holds when None)."""
+        if positions is None:
+            self._return_pending(consumer)
+        else:
+            for position in positions:
+                if consumer.pending.pop(position, None) is not None:
+                    self._owner.pop(position, None)
+                    if not self.cursor.is_acked(position):
+                        self._redeliver.add(position)
+        self.wake()
+
+    def seek(self, mark_delete: Position) -> None:
+        """Reset the cursor so that reading resumes after mark_delete."""
+        self.cursor.reset(mark_delete)
+        self._redeliver.clear()
+        self._owner.clear()
+        self._partial_acks.clear()
+        for consumer in self.consumers:
+            consumer.pending.clear()
+            consumer.permits = 0
+        self.wake()
+
+    # ------------------------------------------------------------ dispatch
+
+    async def _run(self) -> None:
+        try:
+            while not self._closed:
+                self._wakeup.clear()
+                if not self._dispatch_once():
+                    await self._wakeup.wait()
+                else:
+                    # Let acks, flows and other subscriptions in between passes.
+                    await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("dispatcher of %s/%s failed", self.topic, self.name)
+            raise
+
+    def _next_consumer(self) -> Consumer | None:
+        if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            active = self.active_consumer
+            return active if active is not None and active.permits > 0 else None
+        count = len(self.consumers)
+        for step in range(count):
+            consumer = self.consumers[(self._round_robin + step) % count]
+            if consumer.permits > 0:
+                self._round_robin = (self._round_robin + step + 1) % count
+                return consumer
+        return None
+
+    def _dispatch_once(self) -> bool:
+        """One pass: deliver what permits allow. True when anything moved."""
+        if not self.consumers or self._next_consumer() is None:
+            return False
+        batches: dict[Consumer, list[Delivery]] = {}
+        progressed = self._dispatch_redeliveries(batches)
+        bound = self.view.bound()
+        cursor = self.cursor
+        while cursor.read_position <= bound:
+            entries = cursor.ledger.read(cursor.read_position, MAX_READ_ENTRIES, bound)
+            if not entries:
+                break
+            stopped = False
+            for entry in entries:
+                if not self._offer(entry, batches):
+                    stopped = True
+                    break
+                cursor.read_position = entry.position.next_in_ledger()
+                progressed = True
+            if stopped or len(entries) < MAX_READ_ENTRIES:
+                break
+        for consumer, deliveries in batches.items():
+            consumer.push(deliveries)
+        return progressed
+
+    def _dispatch_redeliveries(self, batches: dict[Consumer, list[Delivery]]) -> bool:
+        progressed = False
+        while self._redeliver:
+            position = self._redeliver[0]
+            entries = self.cursor.ledger.read(position, 1, position)
+            if not entries or entries[0].position != position:
+                self._redeliver.discard(position)  # deleted by retention or seek
+                continue
+            if not self._offer(entries[0], batches, redelivery=True):
+                break
+            self._redeliver.discard(position)
+            progressed = True
+        return progressed
+
+    def _offer(
+        self, entry: Entry, batches: dict[Consumer, list[Delivery]], redelivery: bool = False
+    ) -> bool:
+        """Deliver or skip one entry; False when no consumer can take it now."""
+        position = entry.position
+        if self.cursor.is_acked(position) or (not redelivery and position in self._owner):
+            return True
+        if self.view.should_skip(entry):
+            self.skipped_entries += 1
+            self._ack_entries([position])
+            return True
+        consumer = self._next_consumer()
+        if consumer is None:
+            return False
+        count = 0
+        if redelivery:
+            count = self._redelivery_counts.get(position, 0) + 1
+            if len(self._redelivery_counts) < MAX_TRACKED_REDELIVERIES:
+                self._redelivery_counts[position] = count
+        num = entry.header.num_messages
+        consumer.permits -= num
+        consumer.pending[position] = num
+        self._owner[position] = consumer
+        consumer.messages_out += num
+        consumer.bytes_out += entry.size
+        self.messages_out += num
+        self.bytes_out += entry.size
+        acked = tuple(sorted(self._partial_acks.get(position, ())))
+        batches.setdefault(consumer, []).append(Delivery(entry, count, acked))
+        return True
+
+    # ------------------------------------------------------------ stats
+
+    @property
+    def backlog(self) -> int:
+        return self.cursor.backlog
+
+    @property
+    def unacked_messages(self) -> int:
+        return sum(consumer.unacked_messages for consumer in self.consumers)

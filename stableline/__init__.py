@@ -1,0 +1,51 @@
+"""stableline: a message broker whose heart is the transaction buffer.
+
+The blocking client lives here; `stableline.aio` has the same names with async/await.
+"""
+
+from stableline._errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerUnavailable,
+    InvalidArgument,
+    InvalidMessageId,
+    InvalidTopicName,
+    IsolationLevelMismatch,
+    MessageTooBig,
+    NotReady,
+    StableLineError,
+    SubscriptionBusy,
+    Timeout,
+    TopicNotFound,
+    TransactionEnded,
+    TransactionNotFound,
+)
+from stableline._sync import Client, Consumer, Producer, Reader
+from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
+
+__all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
+    "BrokerUnavailable",
+    "Client",
+    "Consumer",
+    "ConsumerType",
+    "InitialPosition",
+    "InvalidArgument",
+    "InvalidMessageId",
+    "InvalidTopicName",
+    "IsolationLevel",
+    "IsolationLevelMismatch",
+    "Message",
+    "MessageId",
+    "MessageTooBig",
+    "NotReady",
+    "Producer",
+    "Reader",
+    "StableLineError",
+    "SubscriptionBusy",
+    "Timeout",
+    "TopicNotFound",
+    "TransactionEnded",
+    "TransactionNotFound",
+]

@@ -1,0 +1,3 @@
+from stableline.cli import main
+
+main()

@@ -1,0 +1,106 @@
+"""Typed client errors; every one derives from StableLineError."""
+
+from __future__ import annotations
+
+import grpc
+
+ERROR_METADATA_KEY = "stableline-error"
+
+
+class StableLineError(Exception):
+    """Base class of every error the client raises."""
+
+
+class Timeout(StableLineError):
+    """Nothing arrived, or the broker did not answer, within the time given."""
+
+
+class TopicNotFound(StableLineError):
+    """The topic does not exist."""
+
+
+class InvalidTopicName(StableLineError):
+    """The text is not a topic name."""
+
+
+class IsolationLevelMismatch(StableLineError):
+    """The subscription exists with another isolation level."""
+
+
+class SubscriptionBusy(StableLineError):
+    """The subscription cannot take this consumer (Exclusive taken, or other type)."""
+
+
+class TransactionEnded(StableLineError):
+    """Send, ack, commit or abort on a transaction that has already ended."""
+
+
+class TransactionNotFound(StableLineError):
+    """No transaction with that id is known to the coordinator."""
+
+
+class MessageTooBig(StableLineError):
+    """A message (or batch) exceeds the broker's max message size."""
+
+
+class InvalidMessageId(StableLineError):
+    """An acknowledgement or seek names a message that does not exist or is not allowed."""
+
+
+class NotReady(StableLineError):
+    """The topic or broker is not ready (starting, recovering or shutting down)."""
+
+
+class BrokerUnavailable(StableLineError):
+    """The broker cannot be reached or the connection broke."""
+
+
+class AuthenticationError(StableLineError):
+    """The broker did not accept the credentials (UNAUTHENTICATED)."""
+
+
+class AuthorizationError(StableLineError):
+    """The role may not do this (PERMISSION_DENIED)."""
+
+
+class InvalidArgument(StableLineError):
+    """The broker refused a request as malformed; the message says why."""
+
+
+CODES: dict[str, type[StableLineError]] = {
+    "TopicNotFound": TopicNotFound,
+    "InvalidTopicName": InvalidTopicName,
+    "IsolationLevelMismatch": IsolationLevelMismatch,
+    "SubscriptionBusy": SubscriptionBusy,
+    "TransactionEnded": TransactionEnded,
+    "TransactionNotFound": TransactionNotFound,
+    "MessageTooBig": MessageTooBig,
+    "InvalidAck": InvalidMessageId,
+    "NotReady": NotReady,
+    "SubscriptionClosed": NotReady,
+    "InvalidArgument": InvalidArgument,
+}
+
+STATUSES: dict[grpc.StatusCode, type[StableLineError]] = {
+    grpc.StatusCode.NOT_FOUND: TopicNotFound,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Timeout,
+    grpc.StatusCode.UNAVAILABLE: BrokerUnavailable,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
+    grpc.StatusCode.PERMISSION_DENIED: AuthorizationError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+}
+
+
+def from_code(code: str, message: str) -> StableLineError:
+    return CODES.get(code, StableLineError)(message)
+
+
+def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> StableLineError:
+    code = ""
+    for key, value in error.trailing_metadata() or ():
+        if key == ERROR_METADATA_KEY:
+            code = value
+    message = error.details() or str(error.code())
+    if code in CODES:
+        return CODES[code](message)
+    return STATUSES.get(error.code(), StableLineError)(message)

@@ -1,0 +1,20 @@
+"""The asyncio client: the same names as `stableline`, with async/await."""
+
+from stableline._errors import *  # noqa: F403  (the same typed errors)
+from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
+from stableline.aio._client import Client
+from stableline.aio._consumer import Consumer
+from stableline.aio._producer import Producer
+from stableline.aio._reader import Reader
+
+__all__ = [
+    "Client",
+    "Consumer",
+    "ConsumerType",
+    "InitialPosition",
+    "IsolationLevel",
+    "Message",
+    "MessageId",
+    "Producer",
+    "Reader",
+]

@@ -1,0 +1,127 @@
+"""The async client: one gRPC channel, factories for producers, consumers, readers."""
+
+from __future__ import annotations
+
+import contextlib
+
+import grpc
+
+from stableline._errors import from_rpc_error
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import broker_pb2_grpc
+from stableline._types import (
+    ConsumerType,
+    InitialPosition,
+    IsolationLevel,
+    MessageId,
+    parse_service_url,
+)
+from stableline.aio._consumer import Consumer
+from stableline.aio._producer import Producer
+from stableline.aio._reader import Reader
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+
+
+class Client:
+    """`async with Client("127.0.0.1:6650") as client: ...`"""
+
+    def __init__(self, service_url: str, operation_timeout_seconds: float = 30.0):
+        target, tls = parse_service_url(service_url)
+        self._channel = (
+            grpc.aio.secure_channel(
+                target, grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS
+            )
+            if tls
+            else grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        )
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._timeout = operation_timeout_seconds
+        self._closeables: list = []
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *_exc) -> None:
+        await self.close()
+
+    async def create_producer(
+        self,
+        topic: str,
+        producer_name: str | None = None,
+        batching_max_messages: int = 1000,
+        batching_max_publish_delay_ms: float = 1,
+    ) -> Producer:
+        producer = Producer(
+            self, topic, producer_name, batching_max_messages, batching_max_publish_delay_ms
+        )
+        await producer._open()
+        self._closeables.append(producer)
+        return producer
+
+    async def subscribe(
+        self,
+        topic: str,
+        subscription_name: str,
+        consumer_type: ConsumerType = ConsumerType.Exclusive,
+        initial_position: InitialPosition = InitialPosition.Latest,
+        isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED,
+        receiver_queue_size: int = 1000,
+        consumer_name: str | None = None,
+        ack_timeout_ms: int = 0,
+        negative_ack_redelivery_delay_ms: int = 60_000,
+        priority_level: int = 0,
+    ) -> Consumer:
+        consumer = Consumer(
+            self,
+            topic,
+            subscription_name,
+            consumer_type,
+            initial_position,
+            isolation_level,
+            receiver_queue_size,
+            consumer_name,
+            ack_timeout_ms,
+            negative_ack_redelivery_delay_ms,
+            priority_level,
+        )
+        await consumer._open()
+        self._closeables.append(consumer)
+        return consumer
+
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId = MessageId.earliest,
+        isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED,
+    ) -> Reader:
+        reader = Reader(self, topic, start_message_id, isolation_level)
+        await reader._open()
+        self._closeables.append(reader)
+        return reader
+
+    async def _get_last(self, topic: str, missing_ok: bool = False) -> pb.Position:
+        try:
+            response = await self._stub.GetLastMessageId(
+                pb.GetLastMessageIdRequest(topic=topic), timeout=self._timeout
+            )
+        except grpc.aio.AioRpcError as error:
+            if missing_ok and error.code() == grpc.StatusCode.NOT_FOUND:
+                return pb.Position(ledger_id=-1, entry_id=-1)
+            raise from_rpc_error(error) from None
+        return response.last_confirmed_entry
+
+    async def get_last_message_id(self, topic: str) -> MessageId:
+        last = await self._get_last(topic)
+        return MessageId(last.ledger_id, last.entry_id, -1)
+
+    async def close(self) -> None:
+        for closeable in reversed(self._closeables):
+            with contextlib.suppress(Exception):
+                await closeable.close()
+        self._closeables.clear()
+        await self._channel.close()

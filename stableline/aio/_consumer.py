@@ -1,0 +1,355 @@
+"""The async consumer: a Subscribe stream, a receiver queue, acks, nacks, seek."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from collections.abc import Iterable
+
+import grpc
+
+from stableline._errors import (
+    BrokerUnavailable,
+    StableLineError,
+    Timeout,
+    from_code,
+    from_rpc_error,
+)
+from stableline._proto import broker_pb2 as pb
+from stableline._types import (
+    ConsumerType,
+    InitialPosition,
+    IsolationLevel,
+    Message,
+    MessageId,
+    messages_of,
+)
+
+MessageOrId = Message | MessageId
+
+
+def _id_of(item: MessageOrId) -> MessageId:
+    if isinstance(item, Message):
+        return item.message_id()
+    if isinstance(item, MessageId):
+        return item
+    raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
+
+
+class Consumer:
+    def __init__(
+        self,
+        client,
+        topic: str,
+        subscription_name: str,
+        consumer_type: ConsumerType,
+        initial_position: InitialPosition,
+        isolation_level: IsolationLevel,
+        receiver_queue_size: int,
+        consumer_name: str | None,
+        ack_timeout_ms: int,
+        negative_ack_redelivery_delay_ms: int,
+        priority_level: int = 0,
+    ):
+        if receiver_queue_size < 1:
+            raise ValueError("receiver_queue_size must be >= 1")
+        if ack_timeout_ms < 0 or negative_ack_redelivery_delay_ms < 0:
+            raise ValueError("ack_timeout_ms and negative_ack_redelivery_delay_ms must be >= 0")
+        self._client = client
+        self._topic = topic
+        self._subscription = subscription_name
+        self._type = ConsumerType(consumer_type)
+        self._initial_position = InitialPosition(initial_position)
+        self._isolation = IsolationLevel.parse(isolation_level)
+        self._queue_size = receiver_queue_size
+        self._name = consumer_name or ""
+        self._ack_timeout_s = ack_timeout_ms / 1000
+        self._nack_delay_s = negative_ack_redelivery_delay_ms / 1000
+        self._priority = priority_level
+        self._queue: deque[Message] = deque()
+        self._arrived = asyncio.Event()
+        self._consumed_since_flow = 0
+        self._requests = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._discarding = False
+        self._unacked: dict[tuple[int, int], float] = {}
+        self._nacked: dict[tuple[int, int], float] = {}
+        self._timer: asyncio.Task | None = None
+        self._timer_wakeup = asyncio.Event()
+        self._call = None
+        self._receiver: asyncio.Task | None = None
+        self._failure: StableLineError | None = None
+        self._closed = False
+        self.is_active = True
+
+    # ------------------------------------------------------------ open
+
+    async def _open(self) -> None:
+        self._call = self._client._stub.Subscribe()
+        await self._call.write(
+            pb.SubscribeRequest(
+                subscribe=pb.SubscribeOpen(
+                    topic=self._topic,
+                    subscription=self._subscription,
+                    type=self._type.value,
+                    initial_position=self._initial_position.value,
+                    isolation_level=self._isolation.value,
+                    consumer_name=self._name,
+                    priority_level=self._priority,
+                )
+            )
+        )
+        try:
+            response = await self._call.read()
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
+            raise BrokerUnavailable(f"broker closed the subscribe stream for {self._topic}")
+        self._topic = response.subscribed.topic
+        self._receiver = asyncio.create_task(self._receive())
+        await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
+        if self._ack_timeout_s or self._nack_delay_s:
+            self._timer = asyncio.create_task(self._redelivery_timer())
+
+    def topic(self) -> str:
+        return self._topic
+
+    def subscription_name(self) -> str:
+        return self._subscription
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    break
+                kind = response.WhichOneof("response")
+                if kind == "deliveries":
+                    if self._discarding:
+                        continue
+                    for entry in response.deliveries.entries:
+                        self._queue.extend(messages_of(self._topic, entry))
+                    self._arrived.set()
+                elif kind == "done":
+                    future = self._waiting.pop(response.done.request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(response.done)
+                elif kind == "active_change":
+                    self.is_active = response.active_change.is_active
+            self._failure = BrokerUnavailable(f"subscribe stream to {self._topic} ended")
+        except grpc.aio.AioRpcError as error:
+            self._failure = from_rpc_error(error)
+        except asyncio.CancelledError:
+            self._failure = StableLineError("consumer closed")
+            raise
+        finally:
+            failure = self._failure or StableLineError("consumer closed")
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(failure)
+            self._waiting.clear()
+            self._arrived.set()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StableLineError(f"consumer of {self._subscription} is closed")
+
+    async def _write(self, request: pb.SubscribeRequest) -> None:
+        self._check_open()
+        if self._failure is not None:
+            raise self._failure
+        try:
+            await self._call.write(request)
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def _request(self, build) -> pb.RequestDone:
+        request_id = next(self._requests)
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        await self._write(build(request_id))
+        done = await future
+        if done.error_code:
+            raise from_code(done.error_code, done.error_message)
+        return done
+
+    # ------------------------------------------------------------ receive
+
+    def _take(self) -> Message:
+        message = self._queue.popleft()
+        self._consumed_since_flow += 1
+        if self._ack_timeout_s:
+            message_id = message.message_id()
+            self._unacked[(message_id.ledger_id, message_id.entry_id)] = (
+                time.monotonic() + self._ack_timeout_s
+            )
+        return message
+
+    async def _refill(self) -> None:
+        # Pulsar's rule: give the broker permits back once half the queue is consumed.
+        if self._consumed_since_flow >= max(self._queue_size // 2, 1):
+            permits, self._consumed_since_flow = self._consumed_since_flow, 0
+            await self._write(pb.SubscribeRequest(flow=pb.Flow(permits=permits)))
+
+    async def _wait_for_messages(self, timeout_s: float | None) -> bool:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._queue:
+            self._check_open()
+            if self._failure is not None:
+                raise self._failure
+            self._arrived.clear()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._arrived.wait()
+            except TimeoutError:
+                return bool(self._queue)
+        return True
+
+    async def receive(self, timeout_millis: int | None = None) -> Message:
+        timeout_s = None if timeout_millis is None else timeout_millis / 1000
+        if not await self._wait_for_messages(timeout_s):
+            raise Timeout(f"no message on {self._topic} within {timeout_millis} ms")
+        message = self._take()
+        await self._refill()
+        return message
+
+    async def batch_receive(
+        self, max_num_messages: int = 100, timeout_millis: int = 100
+    ) -> list[Message]:
+        await self._wait_for_messages(timeout_millis / 1000)
+        count = min(max_num_messages, len(self._queue))
+        messages = [self._take() for _ in range(count)]
+        if messages:
+            await self._refill()
+        return messages
+
+    # ------------------------------------------------------------ acks
+
+    def _forget(self, ids: Iterable[MessageId]) -> None:
+        if self._unacked:
+            for message_id in ids:
+                self._unacked.pop((message_id.ledger_id, message_id.entry_id), None)
+
+    async def acknowledge(self, message: MessageOrId | list[MessageOrId], txn=None) -> None:
+        """Acknowledge one message (or a list); raises InvalidMessageId for unknown ids."""
+        items = message if isinstance(message, list) else [message]
+        ids = [_id_of(item) for item in items]
+        if not ids:
+            return
+        await self._request(
+            lambda rid: pb.SubscribeRequest(
+                ack=pb.Ack(request_id=rid, message_ids=[i.to_proto() for i in ids])
+            )
+        )
+        self._forget(ids)
+
+    async def acknowledge_cumulative(self, message: MessageOrId) -> None:
+        message_id = _id_of(message)
+        await self._request(
+            lambda rid: pb.SubscribeRequest(
+                ack=pb.Ack(request_id=rid, message_ids=[message_id.to_proto()], cumulative=True)
+            )
+        )
+        if self._unacked:
+            for key in [
+                k for k in self._unacked if k <= (message_id.ledger_id, message_id.entry_id)
+            ]:
+                del self._unacked[key]
+
+    async def negative_acknowledge(self, message: MessageOrId) -> None:
+        """Ask for the message's entry again after negative_ack_redelivery_delay_ms."""
+        message_id = _id_of(message)
+        key = (message_id.ledger_id, message_id.entry_id)
+        self._unacked.pop(key, None)
+        if self._nack_delay_s == 0:
+            await self._redeliver([key])
+            return
+        self._nacked[key] = time.monotonic() + self._nack_delay_s
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._redelivery_timer())
+        self._timer_wakeup.set()
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        self._queue.clear()
+        self._unacked.clear()
+        await self._write(pb.SubscribeRequest(redeliver=pb.Redeliver()))
+
+    async def _redeliver(self, keys: list[tuple[int, int]]) -> None:
+        ids = [
+            pb.MessageIdData(ledger_id=ledger, entry_id=entry, batch_index=-1)
+            for ledger, entry in keys
+        ]
+        await self._write(pb.SubscribeRequest(redeliver=pb.Redeliver(message_ids=ids)))
+
+    async def _redelivery_timer(self) -> None:
+        """Redeliver nacked entries after their delay and unacked ones after ack timeout."""
+        while not self._closed:
+            now = time.monotonic()
+            due = [k for k, t in self._nacked.items() if t <= now]
+            due += [k for k, t in self._unacked.items() if t <= now]
+            for key in due:
+                self._nacked.pop(key, None)
+                self._unacked.pop(key, None)
+            if due:
+                with contextlib.suppress(StableLineError):
+                    await self._redeliver(sorted(set(due)))
+            deadlines = list(self._nacked.values()) + list(self._unacked.values())
+            wait = min(deadlines) - time.monotonic() if deadlines else None
+            self._timer_wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait if wait is None else max(wait, 0.001)):
+                    await self._timer_wakeup.wait()
+
+    # ------------------------------------------------------------ seek, close
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the subscription to a message id, or to a publish time in ms."""
+        if isinstance(target, MessageId):
+
+            def build(rid):
+                return pb.SubscribeRequest(
+                    seek=pb.Seek(request_id=rid, message_id=target.to_proto())
+                )
+        elif isinstance(target, int):
+
+            def build(rid):
+                return pb.SubscribeRequest(seek=pb.Seek(request_id=rid, timestamp_ms=target))
+        else:
+            raise TypeError("seek takes a MessageId or a timestamp in ms")
+        self._discarding = True
+        try:
+            await self._request(build)
+        finally:
+            # Everything that arrived before the answer was read before the seek.
+            self._discarding = False
+            self._queue.clear()
+            self._unacked.clear()
+            self._nacked.clear()
+            self._consumed_since_flow = 0
+        await self._write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
+
+    async def unsubscribe(self) -> None:
+        await self._request(
+            lambda rid: pb.SubscribeRequest(unsubscribe=pb.Unsubscribe(request_id=rid))
+        )
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._timer_wakeup.set()
+        for task in (self._timer, self._receiver):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._call is not None:
+            self._call.cancel()
+        self._arrived.set()

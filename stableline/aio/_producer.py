@@ -1,0 +1,253 @@
+"""The async producer: client-side batching over one Produce stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable
+
+import grpc
+
+from stableline._errors import (
+    BrokerUnavailable,
+    MessageTooBig,
+    StableLineError,
+    from_code,
+    from_rpc_error,
+)
+from stableline._proto import broker_pb2 as pb
+from stableline._types import MessageId
+from stableline.aio._batch import Batch
+
+# Batches sent and not yet acknowledged; send() waits past this.
+MAX_PENDING_BATCHES = 1000
+# A batch is sent once its payloads reach this many bytes.
+BATCHING_MAX_BYTES = 128 * 1024
+
+
+class Producer:
+    def __init__(
+        self,
+        client,
+        topic: str,
+        producer_name: str | None,
+        batching_max_messages: int,
+        batching_max_publish_delay_ms: float,
+    ):
+        if batching_max_messages < 1:
+            raise ValueError("batching_max_messages must be >= 1")
+        self._client = client
+        self._requested_topic = topic
+        self._name = producer_name or ""
+        self._max_messages = batching_max_messages
+        self._delay_s = max(batching_max_publish_delay_ms, 0) / 1000
+        self._sequence = itertools.count()
+        self._pending: dict[int, Batch] = {}
+        self._space = asyncio.Event()
+        self._space.set()
+        self._batch: Batch | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._call = None
+        self._receiver: asyncio.Task | None = None
+        self._failure: StableLineError | None = None
+        self._closed = False
+        self.topic = topic
+        self.max_message_size = 5 * 1024 * 1024
+        self._outgoing: asyncio.Queue = asyncio.Queue()
+        self._writer: asyncio.Task | None = None
+
+    async def _open(self) -> None:
+        self._call = self._client._stub.Produce()
+        await self._call.write(
+            pb.ProduceRequest(
+                open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
+            )
+        )
+        try:
+            response = await self._call.read()
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != "opened":
+            raise BrokerUnavailable(f"broker closed the produce stream for {self._requested_topic}")
+        self.topic = response.opened.topic
+        self._name = response.opened.producer_name
+        self.max_message_size = response.opened.max_message_size
+        self._receiver = asyncio.create_task(self._receive())
+        self._writer = asyncio.create_task(self._write_batches())
+
+    @property
+    def producer_name(self) -> str:
+        return self._name
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    break
+                kind = response.WhichOneof("response")
+                if kind == "receipt":
+                    receipt = response.receipt
+                    batch = self._pending.pop(receipt.sequence_id, None)
+                    if batch is None:
+                        continue
+                    self._space.set()
+                    for index, future in enumerate(batch.futures):
+                        if not future.done():
+                            future.set_result(MessageId(receipt.ledger_id, receipt.entry_id, index))
+                elif kind == "error":
+                    batch = self._pending.pop(response.error.sequence_id, None)
+                    if batch is None:
+                        continue
+                    self._space.set()
+                    error = from_code(response.error.code, response.error.message)
+                    for future in batch.futures:
+                        if not future.done():
+                            future.set_exception(error)
+            self._failure = BrokerUnavailable(f"produce stream to {self.topic} ended")
+        except grpc.aio.AioRpcError as error:
+            self._failure = from_rpc_error(error)
+        except asyncio.CancelledError:
+            self._failure = BrokerUnavailable("producer closed")
+            raise
+        finally:
+            failure = self._failure or BrokerUnavailable("producer closed")
+            for batch in self._pending.values():
+                for future in batch.futures:
+                    if not future.done():
+                        future.set_exception(failure)
+            self._pending.clear()
+            self._space.set()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StableLineError(f"producer for {self.topic} is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    def send_nowait(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        txn=None,
+        event_time_ms: int = 0,
+    ) -> asyncio.Future:
+        """Queue one message; the returned future resolves to its MessageId."""
+        self._check_open()
+        if not isinstance(content, bytes | bytearray | memoryview):
+            raise TypeError(f"content must be bytes, not {type(content).__name__}")
+        if len(content) > self.max_message_size:
+            raise MessageTooBig(
+                f"message of {len(content)} bytes exceeds the broker's max message size "
+                f"of {self.max_message_size} bytes"
+            )
+        txn_id = txn.id if txn is not None else None
+        future = asyncio.get_running_loop().create_future()
+        batch = self._batch
+        if batch is not None and (
+            batch.txn != txn_id or batch.size_bytes + len(content) > self.max_message_size
+        ):
+            self._flush_batch()
+            batch = None
+        if batch is None:
+            batch = self._batch = Batch(txn_id)
+            if self._delay_s > 0:
+                self._timer = asyncio.get_running_loop().call_later(
+                    self._delay_s, self._flush_batch
+                )
+        batch.add(bytes(content), properties, partition_key, event_time_ms, future)
+        if (
+            len(batch) >= self._max_messages
+            or batch.size_bytes >= BATCHING_MAX_BYTES
+            or self._delay_s == 0
+        ):
+            self._flush_batch()
+        return future
+
+    async def send(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        txn=None,
+        event_time_ms: int = 0,
+    ) -> MessageId:
+        while len(self._pending) >= MAX_PENDING_BATCHES and self._failure is None:
+            # Back-pressure: wait for the broker to catch up.
+            self._space.clear()
+            await self._space.wait()
+        return await self.send_nowait(content, properties, partition_key, txn, event_time_ms)
+
+    def send_async(
+        self,
+        content: bytes,
+        callback: Callable[[StableLineError | None, MessageId | None], None],
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        txn=None,
+    ) -> None:
+        future = self.send_nowait(content, properties, partition_key, txn)
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled():
+                callback(StableLineError("send cancelled"), None)
+            elif f.exception() is not None:
+                callback(f.exception(), None)
+            else:
+                callback(None, f.result())
+
+        future.add_done_callback(done)
+
+    def _flush_batch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        sequence_id = next(self._sequence)
+        self._pending[sequence_id] = batch
+        self._outgoing.put_nowait((sequence_id, batch.to_send(sequence_id, self._name)))
+
+    async def _write_batches(self) -> None:
+        """The one task that writes to the stream, so batches go out in sequence order."""
+        while True:
+            sequence_id, request = await self._outgoing.get()
+            try:
+                await self._call.write(request)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as error:
+                failure = (
+                    from_rpc_error(error)
+                    if isinstance(error, grpc.aio.AioRpcError)
+                    else BrokerUnavailable(f"produce stream to {self.topic} is closed: {error}")
+                )
+                batch = self._pending.pop(sequence_id, None)
+                for future in batch.futures if batch is not None else ():
+                    if not future.done():
+                        future.set_exception(failure)
+
+    async def flush(self) -> None:
+        """Send the open batch and wait until every message sent so far is acknowledged."""
+        self._flush_batch()
+        futures = [f for batch in list(self._pending.values()) for f in batch.futures]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(StableLineError):
+            await self.flush()
+        self._closed = True
+        if self._call is not None:
+            with contextlib.suppress(Exception):
+                await self._call.done_writing()
+        for task in (self._writer, self._receiver):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._call is not None:
+            self._call.cancel()

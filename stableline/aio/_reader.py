@@ -1,0 +1,90 @@
+"""The async reader: no subscription, long-polling Fetch from a start position."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import grpc
+
+from stableline._errors import Timeout, TopicNotFound, from_rpc_error
+from stableline._proto import broker_pb2 as pb
+from stableline._types import IsolationLevel, Message, MessageId, messages_of
+
+FETCH_MAX_ENTRIES = 500
+# A single Fetch waits at most this long; read_next loops until its own deadline.
+FETCH_MAX_WAIT_MS = 1000
+
+
+class Reader:
+    def __init__(
+        self, client, topic: str, start_message_id: MessageId, isolation_level: IsolationLevel
+    ):
+        self._client = client
+        self._topic = topic
+        self._isolation = IsolationLevel.parse(isolation_level)
+        self._start = start_message_id
+        self._next = pb.Position(ledger_id=-1, entry_id=-1)
+        # Messages of the start entry at or before this batch index are skipped.
+        self._skip_through: tuple[int, int, int] | None = None
+        self._buffer: deque[Message] = deque()
+        self._closed = False
+
+    async def _open(self) -> None:
+        start = self._start
+        if start == MessageId.latest:
+            last = await self._client._get_last(self._topic, missing_ok=True)
+            self._next = pb.Position(ledger_id=last.ledger_id, entry_id=last.entry_id + 1)
+        elif start != MessageId.earliest:
+            self._next = pb.Position(ledger_id=start.ledger_id, entry_id=start.entry_id)
+            # Pulsar's reader starts after the given message (exclusive).
+            self._skip_through = (start.ledger_id, start.entry_id, start.batch_index)
+
+    def topic(self) -> str:
+        return self._topic
+
+    async def _fetch(self, wait_ms: int) -> None:
+        request = pb.FetchRequest(
+            topic=self._topic,
+            start=self._next,
+            max_entries=FETCH_MAX_ENTRIES,
+            isolation_level=self._isolation.value,
+            max_wait_ms=wait_ms,
+        )
+        try:
+            response = await self._client._stub.Fetch(request)
+        except grpc.aio.AioRpcError as error:
+            failure = from_rpc_error(error)
+            if isinstance(failure, TopicNotFound):
+                return  # nothing published yet: the topic appears on first produce
+            raise failure from None
+        for entry in response.entries:
+            skip = -1
+            if (
+                self._skip_through is not None
+                and (entry.ledger_id, entry.entry_id) == self._skip_through[:2]
+            ):
+                skip = self._skip_through[2] if self._skip_through[2] >= 0 else 2**31
+            self._buffer.extend(messages_of(self._topic, entry, skip))
+        self._next = response.next_position
+
+    async def has_message_available(self) -> bool:
+        if not self._buffer:
+            await self._fetch(0)
+        return bool(self._buffer)
+
+    async def read_next(self, timeout_millis: int | None = None) -> Message:
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while not self._buffer:
+            if self._closed:
+                raise Timeout("reader is closed")
+            remaining_ms = FETCH_MAX_WAIT_MS
+            if deadline is not None:
+                remaining_ms = min(remaining_ms, int((deadline - time.monotonic()) * 1000))
+                if remaining_ms <= 0:
+                    raise Timeout(f"no message on {self._topic} within {timeout_millis} ms")
+            await self._fetch(remaining_ms)
+        return self._buffer.popleft()
+
+    async def close(self) -> None:
+        self._closed = True

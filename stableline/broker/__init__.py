@@ -1,0 +1,1 @@
+"""The broker: topic registry, gRPC and HTTP faces, configuration."""

@@ -1,0 +1,88 @@
+"""Broker configuration: defaults, then a TOML file, then STABLELINE_* variables, then flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from managed_ledger import ManagedLedgerConfig
+
+ENV_PREFIX = "STABLELINE_"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    data_dir: Path = Path("./stableline-data")
+    grpc_address: str = "127.0.0.1:6650"
+    http_address: str = "127.0.0.1:8080"
+    # Largest message payload a producer may send, and largest batch entry.
+    max_message_size: int = 5 * 1024 * 1024
+    # Entries pushed to one consumer per gRPC frame.
+    max_entries_per_frame: int = 500
+    # How often the metadata store is fsynced (cursor positions).
+    metadata_sync_interval_s: float = 1.0
+    ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
+
+    @property
+    def ledgers_dir(self) -> Path:
+        return self.data_dir / "ledgers"
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.data_dir / "metadata"
+
+
+_LEDGER_FIELDS = {f.name: f for f in dataclasses.fields(ManagedLedgerConfig)}
+_BROKER_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "ledger"}
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if isinstance(default, Path):
+            return Path(value)
+        return type(default)(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"config {name}: cannot use {value!r} as {type(default).__name__}"
+        ) from None
+
+
+def load_config(
+    config_file: Path | None = None, overrides: dict[str, Any] | None = None
+) -> BrokerConfig:
+    """Merge the sources of configuration; unknown keys are errors, not silently ignored."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        with open(config_file, "rb") as handle:
+            values.update(tomllib.load(handle))
+    for key, value in os.environ.items():
+        if key.startswith(ENV_PREFIX):
+            values[key[len(ENV_PREFIX) :].lower()] = value
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    broker_defaults = BrokerConfig()
+    ledger_defaults = ManagedLedgerConfig()
+    broker_kwargs: dict[str, Any] = {}
+    ledger_kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in _BROKER_FIELDS:
+            broker_kwargs[key] = _coerce(key, value, getattr(broker_defaults, key))
+        elif key in _LEDGER_FIELDS:
+            ledger_kwargs[key] = _coerce(key, value, getattr(ledger_defaults, key))
+        elif key == "ledger" and isinstance(value, dict):
+            for sub_key, sub_value in value.items():
+                if sub_key not in _LEDGER_FIELDS:
+                    raise ValueError(f"unknown config key ledger.{sub_key}")
+                ledger_kwargs[sub_key] = _coerce(
+                    sub_key, sub_value, getattr(ledger_defaults, sub_key)
+                )
+        else:
+            raise ValueError(f"unknown config key {key!r}")
+    return BrokerConfig(**broker_kwargs, ledger=ManagedLedgerConfig(**ledger_kwargs))

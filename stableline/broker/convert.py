@@ -1,0 +1,90 @@
+"""Protobuf messages <-> engine values. Nothing past this module sees protobuf."""
+
+from __future__ import annotations
+
+import time
+
+from dispatcher import Delivery, IsolationLevel, SubscriptionType
+from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
+from stableline._proto import broker_pb2 as pb
+
+SUBSCRIPTION_TYPES = {
+    pb.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    pb.SUBSCRIPTION_TYPE_SHARED: SubscriptionType.SHARED,
+    pb.SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType.FAILOVER,
+    pb.SUBSCRIPTION_TYPE_KEY_SHARED: SubscriptionType.KEY_SHARED,
+}
+ISOLATION_LEVELS = {
+    pb.ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel.READ_COMMITTED,
+    pb.ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel.READ_UNCOMMITTED,
+}
+ISOLATION_TO_PROTO = {level: value for value, level in ISOLATION_LEVELS.items()}
+
+
+def subscription_type(value: int) -> SubscriptionType:
+    try:
+        return SUBSCRIPTION_TYPES[value]
+    except KeyError:
+        raise ValueError(f"unknown subscription type {value}") from None
+
+
+def isolation_level(value: int) -> IsolationLevel:
+    try:
+        return ISOLATION_LEVELS[value]
+    except KeyError:
+        names = ", ".join(level.value for level in IsolationLevel)
+        raise ValueError(f"unknown isolation level {value}: use one of {names}") from None
+
+
+def position(message: pb.Position) -> Position:
+    return Position(message.ledger_id, message.entry_id)
+
+
+def position_to_proto(value: Position) -> pb.Position:
+    return pb.Position(ledger_id=value.ledger_id, entry_id=value.entry_id)
+
+
+def header_from_send(metadata: pb.EntryMetadata, producer_name: str) -> EntryHeader:
+    txn = None
+    if metadata.HasField("txn_id"):
+        txn = TxnId(metadata.txn_id.most_bits, metadata.txn_id.least_bits)
+    return EntryHeader(
+        type=EntryType.DATA,
+        num_messages=metadata.num_messages,
+        publish_time_ms=metadata.publish_time_ms or int(time.time() * 1000),
+        producer_name=producer_name,
+        sequence_id=metadata.sequence_id,
+        txn_id=txn,
+    )
+
+
+def header_to_proto(header: EntryHeader) -> pb.EntryMetadata:
+    metadata = pb.EntryMetadata(
+        type=int(header.type),
+        num_messages=header.num_messages,
+        publish_time_ms=header.publish_time_ms,
+        producer_name=header.producer_name,
+        sequence_id=header.sequence_id,
+        low_watermark=header.low_watermark,
+    )
+    if header.txn_id is not None:
+        metadata.txn_id.most_bits = header.txn_id.most_bits
+        metadata.txn_id.least_bits = header.txn_id.least_bits
+    return metadata
+
+
+def entry_to_proto(
+    entry: Entry, redelivery_count: int = 0, acked_batch_indexes: tuple[int, ...] = ()
+) -> pb.EntryDelivery:
+    return pb.EntryDelivery(
+        ledger_id=entry.position.ledger_id,
+        entry_id=entry.position.entry_id,
+        metadata=header_to_proto(entry.header),
+        payload=entry.payload,
+        redelivery_count=redelivery_count,
+        acked_batch_indexes=acked_batch_indexes,
+    )
+
+
+def delivery_to_proto(delivery: Delivery) -> pb.EntryDelivery:
+    return entry_to_proto(delivery.entry, delivery.redelivery_count, delivery.acked_batch_indexes)

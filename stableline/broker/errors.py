@@ -1,0 +1,66 @@
+"""How the broker reports errors: a gRPC status plus a stable error code.
+
+The code travels in the trailing metadata key `stableline-error` (and in the
+error fields of stream responses) so clients raise a typed exception without
+parsing messages meant for people.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from dispatcher import (
+    InvalidAckError,
+    IsolationLevelMismatchError,
+    SubscriptionBusyError,
+    SubscriptionClosedError,
+)
+from managed_ledger import EntryTooLargeError, LedgerClosedError
+from stableline.broker.registry import TopicNotFoundError
+from stableline.topic_name import InvalidTopicNameError
+
+ERROR_METADATA_KEY = "stableline-error"
+
+
+class BrokerError(Exception):
+    """An error raised by the broker's faces, with its status and code."""
+
+    def __init__(self, status: grpc.StatusCode, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+_MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
+    (InvalidTopicNameError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidTopicName"),
+    (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
+    (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),
+    (IsolationLevelMismatchError, grpc.StatusCode.FAILED_PRECONDITION, "IsolationLevelMismatch"),
+    (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidAck"),
+    (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
+    (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
+    (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
+]
+
+
+def classify(error: BaseException) -> BrokerError:
+    if isinstance(error, BrokerError):
+        return error
+    for kind, status, code in _MAPPING:
+        if isinstance(error, kind):
+            return BrokerError(status, code, str(error))
+    return BrokerError(grpc.StatusCode.INTERNAL, "Internal", f"internal error: {error}")
+
+
+def invalid(message: str, code: str = "InvalidArgument") -> BrokerError:
+    return BrokerError(grpc.StatusCode.INVALID_ARGUMENT, code, message)
+
+
+async def abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    """End the RPC with the error's status; raises, as grpc.aio's abort does."""
+    broker_error = classify(error)
+    await context.abort(
+        broker_error.status,
+        str(broker_error),
+        trailing_metadata=((ERROR_METADATA_KEY, broker_error.code),),
+    )

@@ -1,0 +1,51 @@
+"""The control plane over gRPC: the same documents the HTTP admin serves."""
+
+from __future__ import annotations
+
+import json
+
+from stableline._proto import admin_pb2 as pb
+from stableline._proto import admin_pb2_grpc
+from stableline.broker import stats
+from stableline.broker.errors import abort
+from stableline.broker.registry import TopicRegistry
+from stableline.topic_name import TopicName
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    def __init__(self, registry: TopicRegistry):
+        self.registry = registry
+
+    async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
+        return pb.ListTopicsResponse(topics=self.registry.names(request.namespace or None))
+
+    async def CreateTopic(self, request, context) -> pb.CreateTopicResponse:
+        try:
+            name = TopicName.parse(request.topic)
+            existed = self.registry.exists(name)
+            await self.registry.get(name)
+        except Exception as error:
+            await abort(context, error)
+        return pb.CreateTopicResponse(topic=str(name), created=not existed)
+
+    async def DeleteTopic(self, request, context) -> pb.DeleteTopicResponse:
+        try:
+            name = TopicName.parse(request.topic)
+            await self.registry.delete(name)
+        except Exception as error:
+            await abort(context, error)
+        return pb.DeleteTopicResponse(topic=str(name))
+
+    async def GetStats(self, request, context) -> pb.StatsResponse:
+        try:
+            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
+        except Exception as error:
+            await abort(context, error)
+        return pb.StatsResponse(json=json.dumps(stats.topic_stats(topic)))
+
+    async def GetInternalStats(self, request, context) -> pb.StatsResponse:
+        try:
+            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
+        except Exception as error:
+            await abort(context, error)
+        return pb.StatsResponse(json=json.dumps(stats.internal_stats(topic)))

@@ -1,0 +1,356 @@
+"""The data plane over gRPC: Produce, Subscribe, Fetch, GetLastMessageId."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from dispatcher import Consumer, ControlEvent, DispatcherError, Subscription
+from managed_ledger import EntryTooLargeError, LedgerClosedError, ManagedLedgerError, Position
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import broker_pb2_grpc
+from stableline.broker import convert
+from stableline.broker.config import BrokerConfig
+from stableline.broker.errors import BrokerError, abort, classify, invalid
+from stableline.broker.registry import TopicRegistry
+from stableline.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+# Sends of one producer stream that may wait for their append at once; past this
+# the broker stops reading the stream and gRPC flow control pushes back.
+MAX_PENDING_SENDS_PER_PRODUCER = 1000
+MAX_FETCH_ENTRIES = 10_000
+MAX_FETCH_WAIT_MS = 30_000
+_END = object()
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, registry: TopicRegistry, config: BrokerConfig):
+        self.registry = registry
+        self.config = config
+
+    # ------------------------------------------------------------ Produce
+
+    async def Produce(self, request_iterator, context) -> AsyncIterator[pb.ProduceResponse]:
+        try:
+            first = await anext(request_iterator)
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("request") != "open":
+            await abort(context, invalid("the first message of a Produce stream must be 'open'"))
+        try:
+            topic = await self.registry.get(TopicName.parse(first.open.topic))
+        except Exception as error:
+            await abort(context, error)
+        producer_name = first.open.producer_name or f"producer-{id(context):x}"
+        yield pb.ProduceResponse(
+            opened=pb.ProducerOpened(
+                topic=str(topic.name),
+                producer_name=producer_name,
+                max_message_size=self.config.max_message_size,
+            )
+        )
+        out: asyncio.Queue = asyncio.Queue()
+        in_flight = asyncio.Semaphore(MAX_PENDING_SENDS_PER_PRODUCER)
+        tasks: set[asyncio.Task] = set()
+
+        async def append(send: pb.ProducerSend) -> None:
+            try:
+                header = convert.header_from_send(send.metadata, producer_name)
+                if len(send.payload) > self.config.max_message_size:
+                    raise EntryTooLargeError(
+                        f"batch of {len(send.payload)} bytes exceeds max_message_size "
+                        f"{self.config.max_message_size}"
+                    )
+                if header.num_messages <= 0:
+                    raise invalid(f"num_messages must be >= 1, got {header.num_messages}")
+                position = await topic.publish(header, send.payload)
+                out.put_nowait(
+                    pb.ProduceResponse(
+                        receipt=pb.SendReceipt(
+                            sequence_id=send.sequence_id,
+                            ledger_id=position.ledger_id,
+                            entry_id=position.entry_id,
+                        )
+                    )
+                )
+            except (BrokerError, ManagedLedgerError, ValueError) as error:
+                failure = classify(error)
+                out.put_nowait(
+                    pb.ProduceResponse(
+                        error=pb.SendError(
+                            sequence_id=send.sequence_id, code=failure.code, message=str(failure)
+                        )
+                    )
+                )
+            finally:
+                in_flight.release()
+
+        async def read_sends() -> None:
+            try:
+                async for request in request_iterator:
+                    if request.WhichOneof("request") != "send":
+                        out.put_nowait(invalid("only 'send' may follow 'open' on a Produce stream"))
+                        return
+                    await in_flight.acquire()
+                    task = asyncio.create_task(append(request.send))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                out.put_nowait(_END)
+
+        reader = asyncio.create_task(read_sends())
+        try:
+            while True:
+                item = await out.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    await abort(context, item)
+                yield item
+        finally:
+            reader.cancel()
+
+    # ------------------------------------------------------------ Subscribe
+
+    async def Subscribe(self, request_iterator, context) -> AsyncIterator[pb.SubscribeResponse]:
+        try:
+            first = await anext(request_iterator)
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("request") != "subscribe":
+            await abort(
+                context,
+                invalid(
+                    "the first message of a Subscribe stream must be 'subscribe' "
+                    "(topic, subscription, type, isolation level)"
+                ),
+            )
+        request = first.subscribe
+        try:
+            if not request.subscription:
+                raise invalid("subscription name is empty")
+            topic = await self.registry.get(TopicName.parse(request.topic))
+            consumer = Consumer(
+                name=request.consumer_name or f"consumer-{id(context):x}",
+                priority_level=request.priority_level,
+            )
+            subscription = topic.subscribe(
+                request.subscription,
+                consumer,
+                convert.subscription_type(request.type),
+                convert.isolation_level(request.isolation_level),
+                request.initial_position == pb.INITIAL_POSITION_EARLIEST,
+            )
+        except ValueError as error:
+            await abort(context, invalid(str(error)))
+        except Exception as error:
+            await abort(context, error)
+        yield pb.SubscribeResponse(
+            subscribed=pb.Subscribed(
+                topic=str(topic.name),
+                subscription=subscription.name,
+                isolation_level=convert.ISOLATION_TO_PROTO[subscription.isolation_level],
+            )
+        )
+        reader = asyncio.create_task(
+            self._read_subscribe_requests(request_iterator, topic, subscription, consumer)
+        )
+        try:
+            while True:
+                item = await consumer.outbox.get()
+                if isinstance(item, list):
+                    limit = self.config.max_entries_per_frame
+                    for start in range(0, len(item), limit):
+                        yield pb.SubscribeResponse(
+                            deliveries=pb.Deliveries(
+                                entries=[
+                                    convert.delivery_to_proto(d)
+                                    for d in item[start : start + limit]
+                                ]
+                            )
+                        )
+                elif isinstance(item, ControlEvent):
+                    if item.kind == "active":
+                        yield pb.SubscribeResponse(
+                            active_change=pb.ActiveConsumerChange(is_active=bool(item.value))
+                        )
+                    elif item.kind in ("closed", "end"):
+                        break
+                elif isinstance(item, BaseException):
+                    await abort(context, item)
+                else:
+                    yield item
+        finally:
+            reader.cancel()
+            subscription.remove_consumer(consumer)
+
+    async def _read_subscribe_requests(
+        self, request_iterator, topic, subscription: Subscription, consumer: Consumer
+    ) -> None:
+        outbox = consumer.outbox
+        try:
+            async for request in request_iterator:
+                kind = request.WhichOneof("request")
+                if kind == "flow":
+                    if request.flow.permits < 0:
+                        outbox.put_nowait(
+                            invalid(f"flow permits must be >= 0, got {request.flow.permits}")
+                        )
+                        return
+                    subscription.flow(consumer, request.flow.permits)
+                elif kind == "ack":
+                    ack = request.ack
+                    outbox.put_nowait(self._done(ack.request_id, self._ack, subscription, ack))
+                elif kind == "redeliver":
+                    positions = [
+                        Position(m.ledger_id, m.entry_id) for m in request.redeliver.message_ids
+                    ]
+                    subscription.redeliver(consumer, positions or None)
+                elif kind == "seek":
+                    seek = request.seek
+                    outbox.put_nowait(self._done(seek.request_id, self._seek, subscription, seek))
+                elif kind == "unsubscribe":
+                    done = await self._unsubscribe(
+                        topic, subscription, consumer, request.unsubscribe.request_id
+                    )
+                    outbox.put_nowait(done)
+                    if not done.done.error_code:
+                        outbox.put_nowait(ControlEvent("end"))
+                        return
+                else:
+                    outbox.put_nowait(
+                        invalid(f"unexpected {kind!r} on a Subscribe stream after subscribe")
+                    )
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.debug("subscribe stream of %s ended: %s", consumer.name, error)
+        outbox.put_nowait(ControlEvent("end"))
+
+    @staticmethod
+    def _done(request_id: int, action, *args) -> pb.SubscribeResponse:
+        try:
+            action(*args)
+        except (DispatcherError, ValueError) as error:
+            failure = classify(error)
+            return pb.SubscribeResponse(
+                done=pb.RequestDone(
+                    request_id=request_id, error_code=failure.code, error_message=str(failure)
+                )
+            )
+        return pb.SubscribeResponse(done=pb.RequestDone(request_id=request_id))
+
+    @staticmethod
+    def _ack(subscription: Subscription, ack: pb.Ack) -> None:
+        ids = [(Position(m.ledger_id, m.entry_id), m.batch_index) for m in ack.message_ids]
+        if not ids:
+            raise ValueError("an ack must name at least one message id")
+        if ack.cumulative:
+            if len(ids) != 1:
+                raise ValueError("a cumulative ack names exactly one message id")
+            subscription.ack_cumulative(*ids[0])
+        else:
+            subscription.ack(ids)
+
+    @staticmethod
+    def _seek(subscription: Subscription, seek: pb.Seek) -> None:
+        ledger = subscription.cursor.ledger
+        if seek.WhichOneof("target") == "timestamp_ms":
+            target = ledger.find_position_by_time(seek.timestamp_ms)
+        elif seek.WhichOneof("target") == "message_id":
+            message_id = seek.message_id
+            if message_id.ledger_id < 0:
+                target = ledger.first_position()
+            elif message_id.ledger_id >= 2**62:
+                target = ledger.last_confirmed
+            else:
+                target = Position(message_id.ledger_id, message_id.entry_id - 1)
+        else:
+            raise ValueError("seek needs a message id or a timestamp")
+        subscription.seek(target)
+
+    async def _unsubscribe(
+        self, topic, subscription: Subscription, consumer: Consumer, request_id: int
+    ) -> pb.SubscribeResponse:
+        others = [c for c in subscription.consumers if c is not consumer]
+        if others:
+            return pb.SubscribeResponse(
+                done=pb.RequestDone(
+                    request_id=request_id,
+                    error_code="SubscriptionBusy",
+                    error_message=f"subscription {subscription.name!r} has {len(others)} other "
+                    "consumer(s); close them before unsubscribing",
+                )
+            )
+        subscription.remove_consumer(consumer)
+        await topic.unsubscribe(subscription)
+        return pb.SubscribeResponse(done=pb.RequestDone(request_id=request_id))
+
+    # ------------------------------------------------------------ Fetch
+
+    async def Fetch(self, request: pb.FetchRequest, context) -> pb.FetchResponse:
+        try:
+            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
+            level = convert.isolation_level(request.isolation_level)
+            if request.max_entries < 0 or request.max_wait_ms < 0:
+                raise invalid("max_entries and max_wait_ms must be >= 0")
+        except ValueError as error:
+            await abort(context, invalid(str(error)))
+        except Exception as error:
+            await abort(context, error)
+        view = topic.read_view(level)
+        start = convert.position(request.start)
+        max_entries = min(request.max_entries or 1000, MAX_FETCH_ENTRIES)
+        if request.max_wait_ms and view.bound() < start:
+            await self._wait_for(
+                topic, lambda: view.bound() >= start, min(request.max_wait_ms, MAX_FETCH_WAIT_MS)
+            )
+        bound = view.bound()
+        try:
+            entries = topic.ledger.read(start, max_entries, bound)
+        except (ManagedLedgerError, LedgerClosedError) as error:
+            await abort(context, error)
+        next_position = entries[-1].position.next_in_ledger() if entries else start
+        if not request.include_markers:
+            entries = [e for e in entries if not view.should_skip(e)]
+        return pb.FetchResponse(
+            entries=[convert.entry_to_proto(e) for e in entries],
+            next_position=convert.position_to_proto(next_position),
+            bound=convert.position_to_proto(bound),
+        )
+
+    @staticmethod
+    async def _wait_for(topic, ready, timeout_ms: int) -> None:
+        event = asyncio.Event()
+        topic.ledger.add_listener(event.set)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_ms / 1000):
+                    while not ready():
+                        event.clear()
+                        await event.wait()
+        finally:
+            topic.ledger.remove_listener(event.set)
+
+    # ------------------------------------------------------------ GetLastMessageId
+
+    async def GetLastMessageId(self, request, context) -> pb.GetLastMessageIdResponse:
+        try:
+            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
+        except Exception as error:
+            await abort(context, error)
+        from dispatcher import IsolationLevel
+
+        return pb.GetLastMessageIdResponse(
+            last_confirmed_entry=convert.position_to_proto(topic.ledger.last_confirmed),
+            max_read_position=convert.position_to_proto(
+                topic.read_view(IsolationLevel.READ_COMMITTED).bound()
+            ),
+        )

@@ -1,0 +1,126 @@
+"""HTTP admin on Pulsar's paths, /metrics, and a small dashboard page."""
+
+from __future__ import annotations
+
+import html
+import logging
+
+from aiohttp import web
+
+from stableline.broker import stats
+from stableline.broker.metrics import make_registry, render
+from stableline.broker.registry import TopicNotFoundError, TopicRegistry
+from stableline.topic_name import InvalidTopicNameError, TopicName
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"reason": reason}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except InvalidTopicNameError as error:
+        return _error(400, str(error))
+    except TopicNotFoundError as error:
+        return _error(404, str(error))
+    except web.HTTPException:
+        raise
+    except Exception as error:  # the broker stays up; the caller learns what failed
+        log.exception("admin request %s failed", request.path)
+        return _error(500, f"internal error: {error}")
+
+
+def make_app(registry: TopicRegistry) -> web.Application:
+    metrics_registry = make_registry(registry)
+    app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
+
+    def topic_name(request: web.Request) -> TopicName:
+        info = request.match_info
+        return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def list_topics(request: web.Request) -> web.Response:
+        info = request.match_info
+        return web.json_response(registry.names(f"{info['tenant']}/{info['namespace']}"))
+
+    async def create_topic(request: web.Request) -> web.Response:
+        name = topic_name(request)
+        if registry.exists(name):
+            return _error(409, f"topic {name} already exists")
+        await registry.get(name)
+        return web.Response(status=204)
+
+    async def delete_topic(request: web.Request) -> web.Response:
+        await registry.delete(topic_name(request))
+        return web.Response(status=204)
+
+    async def topic_stats(request: web.Request) -> web.Response:
+        topic = await registry.get(topic_name(request), create=False)
+        return web.json_response(stats.topic_stats(topic))
+
+    async def internal_stats(request: web.Request) -> web.Response:
+        topic = await registry.get(topic_name(request), create=False)
+        return web.json_response(stats.internal_stats(topic))
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(
+            body=render(metrics_registry), content_type="text/plain", charset="utf-8"
+        )
+
+    async def dashboard(_request: web.Request) -> web.Response:
+        rows = []
+        for topic in sorted(registry.loaded(), key=lambda t: str(t.name)):
+            document = stats.topic_stats(topic)
+            subs = document["subscriptions"] or {"—": None}
+            for sub_name, sub in subs.items():
+                rows.append(
+                    "<tr>"
+                    + "".join(
+                        f"<td>{html.escape(str(cell))}</td>"
+                        for cell in (
+                            document["topic"],
+                            document["msgInCounter"],
+                            document["lastConfirmedEntry"],
+                            sub_name,
+                            sub["type"] if sub else "",
+                            sub["subscriptionIsolationLevel"] if sub else "",
+                            sub["msgBacklog"] if sub else "",
+                            len(sub["consumers"]) if sub else "",
+                        )
+                    )
+                    + "</tr>"
+                )
+        body = DASHBOARD.replace(
+            "{rows}", "\n".join(rows) or '<tr><td colspan="8">no topics yet</td></tr>'
+        )
+        return web.Response(text=body, content_type="text/html")
+
+    base = "/admin/v2/persistent/{tenant}/{namespace}"
+    app.router.add_get("/admin/v2/brokers/health", health)
+    app.router.add_get(base, list_topics)
+    app.router.add_put(base + "/{topic}", create_topic)
+    app.router.add_delete(base + "/{topic}", delete_topic)
+    app.router.add_get(base + "/{topic}/stats", topic_stats)
+    app.router.add_get(base + "/{topic}/internalStats", internal_stats)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/", dashboard)
+    return app
+
+
+DASHBOARD = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>stableline</title>
+<meta http-equiv="refresh" content="5">
+<style>body{font-family:system-ui,sans-serif;margin:2rem}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}th{background:#f3f3f3}</style>
+</head><body><h1>stableline</h1><p>Topics and subscriptions (refreshes every 5 s).</p>
+<table><tr><th>topic</th><th>messages in</th><th>last confirmed entry</th><th>subscription</th>
+<th>type</th><th>isolation level</th><th>backlog</th><th>consumers</th></tr>
+{rows}
+</table></body></html>
+"""

@@ -1,0 +1,61 @@
+"""Prometheus metrics, collected from the registry at scrape time (no second bookkeeping)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from stableline.broker.registry import TopicRegistry
+
+
+class _TopicCollector:
+    def __init__(self, registry: TopicRegistry):
+        self._registry = registry
+
+    def collect(self):
+        msg_in = CounterMetricFamily(
+            "stableline_in_messages", "Messages published", labels=["topic"]
+        )
+        bytes_in = CounterMetricFamily(
+            "stableline_in_bytes", "Payload bytes published", labels=["topic"]
+        )
+        storage = GaugeMetricFamily(
+            "stableline_storage_size_bytes", "Bytes in the topic's ledgers", labels=["topic"]
+        )
+        backlog = GaugeMetricFamily(
+            "stableline_subscription_backlog",
+            "Unacknowledged entries",
+            labels=["topic", "subscription", "isolation_level"],
+        )
+        msg_out = CounterMetricFamily(
+            "stableline_subscription_out_messages",
+            "Messages delivered",
+            labels=["topic", "subscription"],
+        )
+        consumers = GaugeMetricFamily(
+            "stableline_subscription_consumers",
+            "Connected consumers",
+            labels=["topic", "subscription"],
+        )
+        for topic in self._registry.loaded():
+            name = str(topic.name)
+            msg_in.add_metric([name], topic.rate_in.messages)
+            bytes_in.add_metric([name], topic.rate_in.bytes)
+            storage.add_metric([name], topic.ledger.total_size)
+            for sub in topic.subscriptions.values():
+                backlog.add_metric([name, sub.name, sub.isolation_level.value], sub.backlog)
+                msg_out.add_metric([name, sub.name], sub.messages_out)
+                consumers.add_metric([name, sub.name], len(sub.consumers))
+        topics = GaugeMetricFamily("stableline_topics", "Topics loaded by the broker")
+        topics.add_metric([], len(self._registry.loaded()))
+        yield from (topics, msg_in, bytes_in, storage, backlog, msg_out, consumers)
+
+
+def make_registry(topics: TopicRegistry) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_TopicCollector(topics))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

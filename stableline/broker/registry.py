@@ -1,0 +1,93 @@
+"""The broker's topics: created on first use, loaded from the metadata store on start."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from managed_ledger import ManagedLedger, MetadataStore
+from stableline.broker.config import BrokerConfig
+from stableline.broker.topic import Topic
+from stableline.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+TOPICS_DB = b"broker"
+_TOPIC_PREFIX = "topic:"
+
+
+class TopicNotFoundError(LookupError):
+    pass
+
+
+class TopicRegistry:
+    def __init__(self, config: BrokerConfig, store: MetadataStore):
+        self.config = config
+        self.store = store
+        self._topics: dict[str, Topic] = {}
+        self._loading: dict[str, asyncio.Task] = {}
+        self._known: set[str] = {
+            key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _TOPIC_PREFIX)
+        }
+
+    def _directory(self, name: TopicName) -> Path:
+        return self.config.ledgers_dir / name.tenant / name.namespace / name.local_name
+
+    def names(self, namespace: str | None = None) -> list[str]:
+        names = sorted(self._known)
+        if namespace:
+            prefix = f"persistent://{namespace}/"
+            names = [n for n in names if n.startswith(prefix)]
+        return names
+
+    def loaded(self) -> list[Topic]:
+        return list(self._topics.values())
+
+    def exists(self, name: TopicName) -> bool:
+        return str(name) in self._known
+
+    async def get(self, name: TopicName, create: bool = True) -> Topic:
+        key = str(name)
+        topic = self._topics.get(key)
+        if topic is not None:
+            return topic
+        if not create and key not in self._known:
+            raise TopicNotFoundError(f"topic {key} does not exist")
+        task = self._loading.get(key)
+        if task is None:
+            task = asyncio.create_task(self._load(name))
+            self._loading[key] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            self._loading.pop(key, None)
+
+    async def _load(self, name: TopicName) -> Topic:
+        key = str(name)
+        ledger = await ManagedLedger.open(
+            name.storage_name, self._directory(name), self.store, self.config.ledger
+        )
+        if key not in self._known:
+            self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
+            self._known.add(key)
+            log.info("created topic %s", key)
+        topic = Topic(name, ledger)
+        self._topics[key] = topic
+        return topic
+
+    async def load_all(self) -> None:
+        for key in sorted(self._known):
+            await self.get(TopicName.parse(key))
+
+    async def delete(self, name: TopicName) -> None:
+        topic = await self.get(name, create=False)
+        await topic.delete()
+        self._topics.pop(str(name), None)
+        self._known.discard(str(name))
+        self.store.delete(TOPICS_DB, _TOPIC_PREFIX + str(name))
+
+    async def close(self) -> None:
+        for topic in list(self._topics.values()):
+            await topic.close()
+        self._topics.clear()

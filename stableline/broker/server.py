@@ -1,0 +1,144 @@
+"""The broker process: storage, topic registry, gRPC and HTTP faces, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from managed_ledger import MetadataStore
+from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from stableline.broker.config import BrokerConfig
+from stableline.broker.grpc_admin import AdminService
+from stableline.broker.grpc_broker import BrokerService
+from stableline.broker.http_admin import make_app
+from stableline.broker.registry import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 5.0
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.store: MetadataStore | None = None
+        self.registry: TopicRegistry | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
+        self._health = health.aio.HealthServicer()
+        self._sync_task: asyncio.Task | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+
+    async def start(self) -> None:
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = MetadataStore(config.metadata_dir)
+        self.registry = TopicRegistry(config, self.store)
+        await self.registry.load_all()
+
+        message_limit = config.max_message_size + 1024 * 1024
+        self._grpc = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", message_limit),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        broker_pb2_grpc.add_BrokerServicer_to_server(
+            BrokerService(self.registry, config), self._grpc
+        )
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.registry), self._grpc)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        reflection.enable_server_reflection(
+            (
+                broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
+                admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+                health.SERVICE_NAME,
+                reflection.SERVICE_NAME,
+            ),
+            self._grpc,
+        )
+        self.grpc_port = self._grpc.add_insecure_port(config.grpc_address)
+        if self.grpc_port == 0:
+            raise OSError(f"cannot listen for gRPC on {config.grpc_address}")
+        await self._grpc.start()
+
+        self._http = web.AppRunner(make_app(self.registry), access_log=None)
+        await self._http.setup()
+        host, port = _split_address(config.http_address)
+        site = web.TCPSite(self._http, host, port, reuse_address=True)
+        await site.start()
+        self.http_port = site._server.sockets[0].getsockname()[1]
+
+        for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._sync_task = asyncio.create_task(self._sync_metadata())
+        log.info("broker ready: grpc port %d, http port %d", self.grpc_port, self.http_port)
+
+    async def _sync_metadata(self) -> None:
+        # Cursor positions are written without fsync; make them durable periodically.
+        while True:
+            await asyncio.sleep(self.config.metadata_sync_interval_s)
+            await asyncio.get_running_loop().run_in_executor(None, self.store.sync)
+
+    async def stop(self) -> None:
+        """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
+        log.info("broker stopping")
+        await self._health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(SHUTDOWN_GRACE_S)
+        if self._http is not None:
+            await self._http.cleanup()
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync_task
+        if self.registry is not None:
+            await self.registry.close()
+        if self.store is not None:
+            self.store.close()
+        log.info("broker stopped")
+
+
+async def serve(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    await broker.start()
+    # One line on stdout that tools and tests can read for the bound ports.
+    print(
+        json.dumps(
+            {"event": "ready", "grpc_port": broker.grpc_port, "http_port": broker.http_port}
+        ),
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await broker.stop()
+
+
+def run(config: BrokerConfig) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(serve(config))

@@ -1,0 +1,90 @@
+"""The stats documents of a topic, in Pulsar's field names (HTTP and gRPC admin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher import Subscription
+from stableline.broker.topic import Topic
+
+
+def _subscription_stats(subscription: Subscription) -> dict[str, Any]:
+    consumers = [
+        {
+            "consumerName": consumer.name,
+            "availablePermits": consumer.permits,
+            "unackedMessages": consumer.unacked_messages,
+            "msgOutCounter": consumer.messages_out,
+            "bytesOutCounter": consumer.bytes_out,
+            "priorityLevel": consumer.priority_level,
+            "connectedSince": consumer.connected_since_ms,
+        }
+        for consumer in subscription.consumers
+    ]
+    active = subscription.active_consumer
+    return {
+        "type": subscription.type.value,
+        "subscriptionIsolationLevel": subscription.isolation_level.value,
+        "msgBacklog": subscription.backlog,
+        "msgOutCounter": subscription.messages_out,
+        "bytesOutCounter": subscription.bytes_out,
+        "unackedMessages": subscription.unacked_messages,
+        "markDeletePosition": str(subscription.cursor.mark_delete),
+        "readPosition": str(subscription.cursor.read_position),
+        "activeConsumerName": active.name if active is not None else None,
+        "isDurable": True,
+        "consumers": consumers,
+    }
+
+
+def topic_stats(topic: Topic) -> dict[str, Any]:
+    topic.rate_in.roll()
+    rate = topic.rate_in
+    ledger = topic.ledger
+    subscriptions = {
+        name: _subscription_stats(s) for name, s in sorted(topic.subscriptions.items())
+    }
+    return {
+        "topic": str(topic.name),
+        "msgRateIn": round(rate.message_rate, 3),
+        "msgThroughputIn": round(rate.byte_rate, 3),
+        "msgInCounter": rate.messages,
+        "bytesInCounter": rate.bytes,
+        "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
+        "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
+        "averageMsgSize": round(rate.bytes / rate.messages, 3) if rate.messages else 0.0,
+        "storageSize": ledger.total_size,
+        "lastConfirmedEntry": str(ledger.last_confirmed),
+        "publishers": [{"producerName": name} for name in sorted(topic.producers.values())],
+        "subscriptions": subscriptions,
+    }
+
+
+def internal_stats(topic: Topic) -> dict[str, Any]:
+    ledger = topic.ledger
+    infos = ledger.ledger_infos()
+    current = infos[-1]
+    return {
+        "entriesAddedCounter": ledger.entries_added,
+        "numberOfEntries": ledger.total_entries,
+        "totalSize": ledger.total_size,
+        "currentLedgerEntries": current.entries,
+        "currentLedgerSize": current.size,
+        "lastLedgerCreatedTimestamp": current.created_ms,
+        "lastConfirmedEntry": str(ledger.last_confirmed),
+        "state": "Closed" if ledger.is_closed else "LedgerOpened",
+        "cacheSize": ledger.cache.size_bytes,
+        "ledgers": [
+            {"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "closed": i.closed}
+            for i in infos
+        ],
+        "cursors": {
+            name: {
+                "markDeletePosition": str(cursor.mark_delete),
+                "readPosition": str(cursor.read_position),
+                "individuallyDeletedMessages": len(cursor.individually_acked),
+                "properties": dict(cursor.properties),
+            }
+            for name, cursor in sorted(ledger.cursors.items())
+        },
+    }

@@ -1,0 +1,242 @@
+"""The `stableline` command: serve, produce, consume, admin."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_SERVICE = "127.0.0.1:6650"
+DEFAULT_ADMIN = "http://127.0.0.1:8080"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """stableline: a message broker with transactions you can trust."""
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where ledgers and metadata live [./stableline-data].",
+)
+@click.option("--grpc", "grpc_address", default=None, help="gRPC listen address [127.0.0.1:6650].")
+@click.option(
+    "--http", "http_address", default=None, help="HTTP admin listen address [127.0.0.1:8080]."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="A TOML config file.",
+)
+def serve(
+    data_dir: Path | None,
+    grpc_address: str | None,
+    http_address: str | None,
+    config_file: Path | None,
+) -> None:
+    """Start a broker."""
+    from stableline.broker.config import load_config
+    from stableline.broker.server import run
+
+    try:
+        config = load_config(
+            config_file,
+            {"data_dir": data_dir, "grpc_address": grpc_address, "http_address": http_address},
+        )
+    except (ValueError, OSError) as error:
+        raise click.UsageError(str(error)) from None
+    run(config)
+
+
+def _isolation(value: str):
+    import stableline
+
+    try:
+        return stableline.IsolationLevel.parse(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+@main.command()
+@click.argument("topic")
+@click.option(
+    "-m", "--message", "messages", multiple=True, required=True, help="Message text (repeatable)."
+)
+@click.option(
+    "-n", "--num-produce", default=1, show_default=True, help="Times to send each message."
+)
+@click.option("-k", "--key", default=None, help="Partition key.")
+@click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
+def produce(
+    topic: str, messages: tuple[str, ...], num_produce: int, key: str | None, service_url: str
+) -> None:
+    """Send messages to TOPIC."""
+    import stableline
+
+    with stableline.Client(service_url) as client:
+        producer = client.create_producer(topic)
+        sent = 0
+        try:
+            for _ in range(num_produce):
+                for text in messages:
+                    producer.send_async(text.encode(), _raise_on_error, partition_key=key)
+                    sent += 1
+            producer.flush()
+        except stableline.StableLineError as error:
+            raise click.ClickException(str(error)) from None
+        producer.close()
+    click.echo(f"{sent} message(s) produced to {topic}")
+
+
+def _raise_on_error(error, _message_id) -> None:
+    if error is not None:
+        click.echo(f"send failed: {error}", err=True)
+
+
+@main.command()
+@click.argument("topic")
+@click.option("-s", "--subscription", required=True, help="Subscription name.")
+@click.option(
+    "-n", "--num-messages", default=1, show_default=True, help="Messages to consume; 0 = forever."
+)
+@click.option(
+    "-t",
+    "--type",
+    "sub_type",
+    type=click.Choice(["Exclusive", "Shared", "Failover", "KeyShared"], case_sensitive=False),
+    default="Exclusive",
+    show_default=True,
+)
+@click.option(
+    "--isolation",
+    default="read_committed",
+    show_default=True,
+    help="read_committed | read_uncommitted",
+)
+@click.option(
+    "-p",
+    "--initial-position",
+    type=click.Choice(["Earliest", "Latest"], case_sensitive=False),
+    default="Latest",
+    show_default=True,
+)
+@click.option(
+    "--timeout", default=0.0, help="Stop after this many seconds without a message; 0 = wait."
+)
+@click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
+def consume(
+    topic: str,
+    subscription: str,
+    num_messages: int,
+    sub_type: str,
+    isolation: str,
+    initial_position: str,
+    timeout: float,
+    service_url: str,
+) -> None:
+    """Receive and acknowledge messages of TOPIC, printing them."""
+    import stableline
+
+    level = _isolation(isolation)
+    types = {t.name.lower(): t for t in stableline.ConsumerType}
+    positions = {p.name.lower(): p for p in stableline.InitialPosition}
+    with stableline.Client(service_url) as client:
+        try:
+            consumer = client.subscribe(
+                topic,
+                subscription,
+                consumer_type=types[sub_type.lower()],
+                initial_position=positions[initial_position.lower()],
+                isolation_level=level,
+            )
+        except stableline.StableLineError as error:
+            raise click.ClickException(f"{type(error).__name__}: {error}") from None
+        received = 0
+        try:
+            while num_messages == 0 or received < num_messages:
+                try:
+                    message = consumer.receive(int(timeout * 1000) if timeout else None)
+                except stableline.Timeout:
+                    break
+                click.echo(f"{message.message_id()}\t{message.data().decode(errors='replace')}")
+                consumer.acknowledge(message)
+                received += 1
+        finally:
+            consumer.close()
+    click.echo(f"{received} message(s) consumed", err=True)
+
+
+@main.group()
+def admin() -> None:
+    """Inspect the broker over its HTTP admin API."""
+
+
+def _admin_get(admin_url: str, path: str):
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(admin_url.rstrip("/") + path, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        try:
+            reason = json.loads(error.read()).get("reason", "")
+        except ValueError:
+            reason = ""
+        raise click.ClickException(f"{error.code}: {reason or error.reason}") from None
+    except urllib.error.URLError as error:
+        raise click.ClickException(f"cannot reach {admin_url}: {error.reason}") from None
+
+
+def _topic_path(topic: str) -> str:
+    from stableline.topic_name import InvalidTopicNameError, TopicName
+
+    try:
+        name = TopicName.parse(topic)
+    except InvalidTopicNameError as error:
+        raise click.BadParameter(str(error)) from None
+    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+@admin.group()
+def topics() -> None:
+    """Topics: list, stats, internal-stats."""
+
+
+_admin_url = click.option("--admin-url", default=DEFAULT_ADMIN, show_default=True)
+
+
+@topics.command("list")
+@click.argument("namespace", default="public/default")
+@_admin_url
+def topics_list(namespace: str, admin_url: str) -> None:
+    """List the topics of NAMESPACE (tenant/namespace)."""
+    for name in _admin_get(admin_url, f"/admin/v2/persistent/{namespace}"):
+        click.echo(name)
+
+
+@topics.command("stats")
+@click.argument("topic")
+@_admin_url
+def topics_stats(topic: str, admin_url: str) -> None:
+    """Print TOPIC's stats, with each subscription's isolation level."""
+    click.echo(json.dumps(_admin_get(admin_url, _topic_path(topic) + "/stats"), indent=2))
+
+
+@topics.command("internal-stats")
+@click.argument("topic")
+@_admin_url
+def topics_internal_stats(topic: str, admin_url: str) -> None:
+    """Print TOPIC's ledgers and cursors."""
+    click.echo(json.dumps(_admin_get(admin_url, _topic_path(topic) + "/internalStats"), indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
