@@ -183,6 +183,9 @@ class Consumer:
         self._consumed_since_flow += 1
         if self._ack_timeout_s:
             message_id = message.message_id()
+            if not self._unacked:
+                # Deadlines only grow, so the timer needs waking only for the first one.
+                self._timer_wakeup.set()
             self._unacked[(message_id.ledger_id, message_id.entry_id)] = (
                 time.monotonic() + self._ack_timeout_s
             )

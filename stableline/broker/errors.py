@@ -40,6 +40,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
     (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
+    # Last: any other malformed value in a request.
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument"),
 ]
 
 

@@ -147,8 +147,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 convert.isolation_level(request.isolation_level),
                 request.initial_position == pb.INITIAL_POSITION_EARLIEST,
             )
-        except ValueError as error:
-            await abort(context, invalid(str(error)))
         except Exception as error:
             await abort(context, error)
         yield pb.SubscribeResponse(
@@ -301,8 +299,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             level = convert.isolation_level(request.isolation_level)
             if request.max_entries < 0 or request.max_wait_ms < 0:
                 raise invalid("max_entries and max_wait_ms must be >= 0")
-        except ValueError as error:
-            await abort(context, invalid(str(error)))
         except Exception as error:
             await abort(context, error)
         view = topic.read_view(level)

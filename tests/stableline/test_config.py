@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stableline.broker.config import load_config
+
+
+def test_flags_win_over_environment_which_wins_over_the_file(tmp_path, monkeypatch):
+    config_file = tmp_path / "broker.toml"
+    config_file.write_text(
+        'grpc_address = "127.0.0.1:1111"\nhttp_address = "127.0.0.1:2222"\n'
+        'data_dir = "/from/file"\n[ledger]\nmax_entries_per_ledger = 10\n'
+    )
+    monkeypatch.setenv("STABLELINE_HTTP_ADDRESS", "127.0.0.1:3333")
+    monkeypatch.setenv("STABLELINE_FSYNC", "false")
+    config = load_config(config_file, {"data_dir": Path("/from/flag"), "grpc_address": None})
+    assert config.grpc_address == "127.0.0.1:1111"
+    assert config.http_address == "127.0.0.1:3333"
+    assert config.data_dir == Path("/from/flag")
+    assert config.ledger.max_entries_per_ledger == 10
+    assert config.ledger.fsync is False
+
+
+def test_unknown_keys_and_bad_values_are_errors(tmp_path, monkeypatch):
+    config_file = tmp_path / "broker.toml"
+    config_file.write_text("grcp_address = 'typo'\n")
+    with pytest.raises(ValueError, match="unknown config key 'grcp_address'"):
+        load_config(config_file)
+    monkeypatch.setenv("STABLELINE_MAX_MESSAGE_SIZE", "lots")
+    with pytest.raises(ValueError, match="max_message_size"):
+        load_config()
