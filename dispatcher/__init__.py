@@ -9,10 +9,11 @@ from dispatcher.errors import (
     SubscriptionClosedError,
 )
 from dispatcher.kinds import IsolationLevel, SubscriptionType
-from dispatcher.read_view import LogReadView, ReadView
+from dispatcher.read_view import CommittedReadView, LogReadView, ReadView
 from dispatcher.subscription import Subscription
 
 __all__ = [
+    "CommittedReadView",
     "Consumer",
     "ControlEvent",
     "Delivery",

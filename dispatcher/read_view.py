@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from managed_ledger import Entry, ManagedLedger, Position
+from txnbuffer import TransactionBuffer
 
 
 class ReadView(Protocol):
@@ -24,7 +25,8 @@ class ReadView(Protocol):
 
 
 class LogReadView:
-    """The whole durable log up to the LAC; markers are skipped."""
+    """READ_UNCOMMITTED (PIP-298): the whole durable log up to the LAC, aborted
+    transactions included; only markers are skipped."""
 
     def __init__(self, ledger: ManagedLedger):
         self._ledger = ledger
@@ -34,3 +36,16 @@ class LogReadView:
 
     def should_skip(self, entry: Entry) -> bool:
         return entry.header.is_marker
+
+
+class CommittedReadView:
+    """READ_COMMITTED: up to the stable position; markers and aborted entries are skipped."""
+
+    def __init__(self, buffer: TransactionBuffer):
+        self._buffer = buffer
+
+    def bound(self) -> Position:
+        return self._buffer.stable_position
+
+    def should_skip(self, entry: Entry) -> bool:
+        return entry.header.is_marker or self._buffer.is_aborted_entry(entry)

@@ -29,7 +29,7 @@ from dispatcher.errors import (
 )
 from dispatcher.kinds import IsolationLevel, SubscriptionType
 from dispatcher.read_view import ReadView
-from managed_ledger import Entry, ManagedCursor, Position
+from managed_ledger import Entry, ManagedCursor, Position, TxnId
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,9 @@ class Subscription:
         # Batch indexes acknowledged within entries not yet fully acknowledged.
         self._partial_acks: dict[Position, set[int]] = {}
         self._redelivery_counts: dict[Position, int] = {}
+        # Entries acknowledged inside a transaction that has not ended: held (neither
+        # acknowledged nor redelivered) until it commits or aborts.
+        self._held_for_txn: dict[Position, TxnId] = {}
         self._round_robin = 0
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -255,6 +258,40 @@ class Subscription:
         if upto > self.cursor.mark_delete:
             self.cursor.ack_cumulative(upto)
 
+    def hold_for_transaction(self, txn_id: TxnId, message_ids: list[tuple[Position, int]]) -> None:
+        """A transactional ack: the entries wait for the transaction's outcome."""
+        for position, batch_index in message_ids:
+            if self.cursor.is_acked(position):
+                raise InvalidAckError(f"message {position}:{batch_index} is already acknowledged")
+            holder = self._held_for_txn.get(position)
+            if holder is not None and holder != txn_id:
+                raise InvalidAckError(
+                    f"message {position}:{batch_index} is acknowledged in open transaction "
+                    f"{holder.most_bits}:{holder.least_bits}"
+                )
+            self._check_batch_index(position, batch_index, self._num_messages(position))
+        for position, _batch_index in message_ids:
+            self._held_for_txn[position] = txn_id
+            owner = self._owner.pop(position, None)
+            if owner is not None:
+                owner.pending.pop(position, None)
+            self._redeliver.discard(position)
+
+    def end_transaction_acks(
+        self, txn_id: TxnId, message_ids: list[tuple[Position, int]], commit: bool
+    ) -> None:
+        """Commit applies the held acks; abort makes the entries deliverable again."""
+        for position, _batch_index in message_ids:
+            if self._held_for_txn.get(position) == txn_id:
+                del self._held_for_txn[position]
+        if commit:
+            self.ack(message_ids)
+        else:
+            for position, _batch_index in message_ids:
+                if not self.cursor.is_acked(position) and position not in self._held_for_txn:
+                    self._redeliver.add(position)
+            self.wake()
+
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Deliver again the given entries held by consumer (all it holds when None)."""
         if positions is None:
@@ -351,7 +388,11 @@ class Subscription:
     ) -> bool:
         """Deliver or skip one entry; False when no consumer can take it now."""
         position = entry.position
-        if self.cursor.is_acked(position) or (not redelivery and position in self._owner):
+        if (
+            self.cursor.is_acked(position)
+            or position in self._held_for_txn
+            or (not redelivery and position in self._owner)
+        ):
             return True
         if self.view.should_skip(entry):
             self.skipped_entries += 1

@@ -70,7 +70,9 @@ class _PendingAppend:
 class ManagedLedger:
     """Use `await ManagedLedger.open(...)`; one instance per topic per process."""
 
-    def __init__(self, name: str, directory: Path, store: MetadataStore, config: ManagedLedgerConfig):
+    def __init__(
+        self, name: str, directory: Path, store: MetadataStore, config: ManagedLedgerConfig
+    ):
         self.name = name
         self.directory = directory
         self.store = store
@@ -87,6 +89,8 @@ class ManagedLedger:
         self._space_available = asyncio.Event()
         self._writer: asyncio.Task | None = None
         self._listeners: list[Callable[[], None]] = []
+        self._entry_listeners: list[Callable[[list[Entry]], None]] = []
+        self._trim_floor: Callable[[], Position] | None = None
         self._ledger_deleted_listeners: list[Callable[[int], None]] = []
         self._dirty_cursors: set[str] = set()
         self._cursor_flush: asyncio.TimerHandle | None = None
@@ -265,14 +269,22 @@ class ManagedLedger:
                 continue
             segment.commit_offsets([len(frame) for frame in frames])
             ledger_id = segment.ledger_id
-            for index, pending in enumerate(batch):
-                position = Position(ledger_id, first_entry_id + index)
-                self.cache.put(Entry(position, pending.header, pending.payload))
-                if not pending.future.done():
-                    pending.future.set_result(position)
-            new_lac = Position(ledger_id, first_entry_id + len(batch) - 1)
+            entries = [
+                Entry(Position(ledger_id, first_entry_id + index), pending.header, pending.payload)
+                for index, pending in enumerate(batch)
+            ]
+            for entry in entries:
+                self.cache.put(entry)
+            new_lac = entries[-1].position
             assert new_lac > self.last_confirmed, (new_lac, self.last_confirmed)
+            # Entry listeners see the batch in order before anyone learns the new
+            # LAC, so state derived from the log never lags what readers can see.
+            for listener in self._entry_listeners:
+                listener(entries)
             self.last_confirmed = new_lac
+            for entry, pending in zip(entries, batch, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(entry.position)
             self.entries_added += len(batch)
             self.bytes_added += batch_bytes
             self._release_pending(batch_bytes)
@@ -289,7 +301,12 @@ class ManagedLedger:
         info = self._ledgers[old.ledger_id]
         info.entries, info.size, info.closed = old.entry_count, old.size, True
         self._start_new_ledger()
-        log.info("%s: rolled over from ledger %d to %d", self.name, old.ledger_id, self._current.ledger_id)
+        log.info(
+            "%s: rolled over from ledger %d to %d",
+            self.name,
+            old.ledger_id,
+            self._current.ledger_id,
+        )
 
     # ------------------------------------------------------------ listeners
 
@@ -300,6 +317,19 @@ class ManagedLedger:
     def remove_listener(self, callback: Callable[[], None]) -> None:
         if callback in self._listeners:
             self._listeners.remove(callback)
+
+    def add_entry_listener(self, callback: Callable[[list[Entry]], None]) -> None:
+        """Call `callback(entries)` with every batch of durable entries, in log order,
+        synchronously in the writer, before the LAC moves over them."""
+        self._entry_listeners.append(callback)
+
+    def remove_entry_listener(self, callback: Callable[[list[Entry]], None]) -> None:
+        if callback in self._entry_listeners:
+            self._entry_listeners.remove(callback)
+
+    def set_trim_floor(self, floor: Callable[[], Position]) -> None:
+        """Retention never deletes a ledger holding entries after `floor()`."""
+        self._trim_floor = floor
 
     def add_ledger_deleted_listener(self, callback: Callable[[int], None]) -> None:
         """Call `callback(ledger_id)` when retention deletes a ledger."""
@@ -368,6 +398,9 @@ class ManagedLedger:
             if first < self._entry_count(ledger_id):
                 return Position(ledger_id, first)
         return None
+
+    def ledger_ids(self) -> list[int]:
+        return list(self._ledgers)
 
     def first_position(self) -> Position:
         """The position just before the oldest retained entry (an 'earliest' start)."""
@@ -458,6 +491,8 @@ class ManagedLedger:
         if not self.cursors or self._closed:
             return []
         slowest = min(cursor.mark_delete for cursor in self.cursors.values())
+        if self._trim_floor is not None:
+            slowest = min(slowest, self._trim_floor())
         now_ms = time.time() * 1000
         deleted = []
         for ledger_id, info in list(self._ledgers.items()):
@@ -490,7 +525,11 @@ class ManagedLedger:
         for info in self._ledgers.values():
             if self._current is not None and info.ledger_id == self._current.ledger_id:
                 info = LedgerInfo(
-                    info.ledger_id, self._current.entry_count, self._current.size, info.created_ms, False
+                    info.ledger_id,
+                    self._current.entry_count,
+                    self._current.size,
+                    info.created_ms,
+                    False,
                 )
             infos.append(info)
         return infos

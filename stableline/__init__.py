@@ -20,7 +20,7 @@ from stableline._errors import (
     TransactionEnded,
     TransactionNotFound,
 )
-from stableline._sync import Client, Consumer, Producer, Reader
+from stableline._sync import Client, Consumer, Producer, Reader, Transaction
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "SubscriptionBusy",
     "Timeout",
     "TopicNotFound",
+    "Transaction",
     "TransactionEnded",
     "TransactionNotFound",
 ]

@@ -145,6 +145,29 @@ class Reader:
         self._loop.run(self._inner.close())
 
 
+class Transaction:
+    def __init__(self, inner: aio.Transaction, loop: _LoopThread):
+        self._inner = inner
+        self._loop = loop
+
+    @property
+    def id(self) -> tuple[int, int]:
+        return self._inner.id
+
+    @property
+    def state(self) -> str:
+        return self._inner.state
+
+    def commit(self) -> None:
+        self._loop.run(self._inner.commit())
+
+    def abort(self) -> None:
+        self._loop.run(self._inner.abort())
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
 def _inner_txn(txn):
     return getattr(txn, "_inner", txn)
 
@@ -221,6 +244,9 @@ class Client:
     ) -> Reader:
         inner = self._loop.run(self._inner.create_reader(topic, start_message_id, isolation_level))
         return Reader(inner, self._loop)
+
+    def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
+        return Transaction(self._loop.run(self._inner.new_transaction(timeout_ms)), self._loop)
 
     def get_last_message_id(self, topic: str) -> MessageId:
         return self._loop.run(self._inner.get_last_message_id(topic))

@@ -43,3 +43,11 @@ class StatsResponse(_message.Message):
     JSON_FIELD_NUMBER: _ClassVar[int]
     json: str
     def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class TransactionRequest(_message.Message):
+    __slots__ = ("most_bits", "least_bits")
+    MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    most_bits: int
+    least_bits: int
+    def __init__(self, most_bits: _Optional[int] = ..., least_bits: _Optional[int] = ...) -> None: ...

@@ -59,6 +59,16 @@ class AdminStub:
                 request_serializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.GetTransactionBufferStats = channel.unary_unary(
+                '/stableline.v1.Admin/GetTransactionBufferStats',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+                _registered_method=True)
+        self.GetTransactionMetadata = channel.unary_unary(
+                '/stableline.v1.Admin/GetTransactionMetadata',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.TransactionRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -94,6 +104,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTransactionBufferStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTransactionMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -120,6 +142,16 @@ def add_AdminServicer_to_server(servicer, server):
             'GetInternalStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInternalStats,
                     request_deserializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.SerializeToString,
+            ),
+            'GetTransactionBufferStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTransactionBufferStats,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.SerializeToString,
+            ),
+            'GetTransactionMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTransactionMetadata,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.TransactionRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.SerializeToString,
             ),
     }
@@ -257,6 +289,60 @@ class Admin:
             target,
             '/stableline.v1.Admin/GetInternalStats',
             stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTransactionBufferStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/GetTransactionBufferStats',
+            stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTransactionMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/GetTransactionMetadata',
+            stableline_dot_v1_dot_admin__pb2.TransactionRequest.SerializeToString,
             stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
             options,
             channel_credentials,

@@ -29,6 +29,11 @@ class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ISOLATION_LEVEL_READ_COMMITTED: _ClassVar[IsolationLevel]
     ISOLATION_LEVEL_READ_UNCOMMITTED: _ClassVar[IsolationLevel]
+
+class TxnAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TXN_ACTION_COMMIT: _ClassVar[TxnAction]
+    TXN_ACTION_ABORT: _ClassVar[TxnAction]
 ENTRY_TYPE_DATA: EntryType
 ENTRY_TYPE_TXN_COMMIT: EntryType
 ENTRY_TYPE_TXN_ABORT: EntryType
@@ -40,6 +45,8 @@ INITIAL_POSITION_LATEST: InitialPosition
 INITIAL_POSITION_EARLIEST: InitialPosition
 ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel
 ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel
+TXN_ACTION_COMMIT: TxnAction
+TXN_ACTION_ABORT: TxnAction
 
 class TxnId(_message.Message):
     __slots__ = ("most_bits", "least_bits")
@@ -203,14 +210,16 @@ class Flow(_message.Message):
     def __init__(self, permits: _Optional[int] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("request_id", "message_ids", "cumulative")
+    __slots__ = ("request_id", "message_ids", "cumulative", "txn_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     message_ids: _containers.RepeatedCompositeFieldContainer[MessageIdData]
     cumulative: bool
-    def __init__(self, request_id: _Optional[int] = ..., message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
+    txn_id: TxnId
+    def __init__(self, request_id: _Optional[int] = ..., message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ..., txn_id: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
 
 class Redeliver(_message.Message):
     __slots__ = ("message_ids",)
@@ -359,3 +368,31 @@ class GetLastMessageIdResponse(_message.Message):
     last_confirmed_entry: Position
     max_read_position: Position
     def __init__(self, last_confirmed_entry: _Optional[_Union[Position, _Mapping]] = ..., max_read_position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
+
+class NewTransactionRequest(_message.Message):
+    __slots__ = ("timeout_ms",)
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    timeout_ms: int
+    def __init__(self, timeout_ms: _Optional[int] = ...) -> None: ...
+
+class NewTransactionResponse(_message.Message):
+    __slots__ = ("txn_id",)
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    txn_id: TxnId
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("txn_id", "action")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    txn_id: TxnId
+    action: TxnAction
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("txn_id", "state")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    txn_id: TxnId
+    state: str
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...

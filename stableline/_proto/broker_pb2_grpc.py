@@ -54,6 +54,16 @@ class BrokerStub:
                 request_serializer=stableline_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.FromString,
                 _registered_method=True)
+        self.NewTransaction = channel.unary_unary(
+                '/stableline.v1.Broker/NewTransaction',
+                request_serializer=stableline_dot_v1_dot_broker__pb2.NewTransactionRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_broker__pb2.NewTransactionResponse.FromString,
+                _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/stableline.v1.Broker/EndTransaction',
+                request_serializer=stableline_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -83,6 +93,18 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NewTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +127,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetLastMessageId,
                     request_deserializer=stableline_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.SerializeToString,
+            ),
+            'NewTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.NewTransaction,
+                    request_deserializer=stableline_dot_v1_dot_broker__pb2.NewTransactionRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_broker__pb2.NewTransactionResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=stableline_dot_v1_dot_broker__pb2.EndTransactionRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_broker__pb2.EndTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +247,60 @@ class Broker:
             '/stableline.v1.Broker/GetLastMessageId',
             stableline_dot_v1_dot_broker__pb2.GetLastMessageIdRequest.SerializeToString,
             stableline_dot_v1_dot_broker__pb2.GetLastMessageIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NewTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Broker/NewTransaction',
+            stableline_dot_v1_dot_broker__pb2.NewTransactionRequest.SerializeToString,
+            stableline_dot_v1_dot_broker__pb2.NewTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Broker/EndTransaction',
+            stableline_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+            stableline_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

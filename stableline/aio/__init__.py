@@ -6,6 +6,7 @@ from stableline.aio._client import Client
 from stableline.aio._consumer import Consumer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
+from stableline.aio._transaction import Transaction
 
 __all__ = [
     "Client",
@@ -17,4 +18,5 @@ __all__ = [
     "MessageId",
     "Producer",
     "Reader",
+    "Transaction",
 ]

@@ -19,6 +19,7 @@ from stableline._types import (
 from stableline.aio._consumer import Consumer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
+from stableline.aio._transaction import Transaction
 
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
@@ -114,6 +115,16 @@ class Client:
                 return pb.Position(ledger_id=-1, entry_id=-1)
             raise from_rpc_error(error) from None
         return response.last_confirmed_entry
+
+    async def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
+        """Open a transaction; it aborts by itself if not ended within timeout_ms."""
+        try:
+            response = await self._stub.NewTransaction(
+                pb.NewTransactionRequest(timeout_ms=timeout_ms), timeout=self._timeout
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+        return Transaction(self, response.txn_id.most_bits, response.txn_id.least_bits, timeout_ms)
 
     async def get_last_message_id(self, topic: str) -> MessageId:
         last = await self._get_last(topic)

@@ -245,9 +245,13 @@ class Consumer:
         ids = [_id_of(item) for item in items]
         if not ids:
             return
+        txn_id = None
+        if txn is not None:
+            txn._check_open()
+            txn_id = txn._proto_id()
         await self._request(
             lambda rid: pb.SubscribeRequest(
-                ack=pb.Ack(request_id=rid, message_ids=[i.to_proto() for i in ids])
+                ack=pb.Ack(request_id=rid, message_ids=[i.to_proto() for i in ids], txn_id=txn_id)
             )
         )
         self._forget(ids)

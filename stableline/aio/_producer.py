@@ -143,7 +143,10 @@ class Producer:
                 f"message of {len(content)} bytes exceeds the broker's max message size "
                 f"of {self.max_message_size} bytes"
             )
-        txn_id = txn.id if txn is not None else None
+        txn_id = None
+        if txn is not None:
+            txn._check_open()
+            txn_id = txn.id
         future = asyncio.get_running_loop().create_future()
         batch = self._batch
         if batch is not None and (
@@ -158,6 +161,8 @@ class Producer:
                     self._delay_s, self._flush_batch
                 )
         batch.add(bytes(content), properties, partition_key, event_time_ms, future)
+        if txn is not None:
+            txn._join(self, future)
         if (
             len(batch) >= self._max_messages
             or batch.size_bytes >= BATCHING_MAX_BYTES

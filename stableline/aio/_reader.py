@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 
@@ -29,6 +30,11 @@ class Reader:
         self._skip_through: tuple[int, int, int] | None = None
         self._buffer: deque[Message] = deque()
         self._closed = False
+        # Kafka's consumer filter: aborted transactions by first position (a min-heap),
+        # moved into the active set once the read passes their first entry.
+        self._aborted_heap: list[tuple[int, int, int, int]] = []
+        self._aborted_active: set[tuple[int, int]] = set()
+        self._aborted_seen: set[tuple[int, int]] = set()
 
     async def _open(self) -> None:
         start = self._start
@@ -43,7 +49,8 @@ class Reader:
     def topic(self) -> str:
         return self._topic
 
-    async def _fetch(self, wait_ms: int) -> None:
+    async def _fetch(self, wait_ms: int) -> bool:
+        """One Fetch; True when the read position moved (even if every entry was filtered)."""
         request = pb.FetchRequest(
             topic=self._topic,
             start=self._next,
@@ -56,9 +63,17 @@ class Reader:
         except grpc.aio.AioRpcError as error:
             failure = from_rpc_error(error)
             if isinstance(failure, TopicNotFound):
-                return  # nothing published yet: the topic appears on first produce
+                return False  # nothing published yet: the topic appears on first produce
             raise failure from None
+        for aborted in response.aborted:
+            key = (aborted.txn_id.most_bits, aborted.txn_id.least_bits)
+            if key not in self._aborted_seen:
+                self._aborted_seen.add(key)
+                first = aborted.first_position
+                heapq.heappush(self._aborted_heap, (first.ledger_id, first.entry_id, *key))
         for entry in response.entries:
+            if self._is_aborted(entry):
+                continue
             skip = -1
             if (
                 self._skip_through is not None
@@ -66,11 +81,23 @@ class Reader:
             ):
                 skip = self._skip_through[2] if self._skip_through[2] >= 0 else 2**31
             self._buffer.extend(messages_of(self._topic, entry, skip))
+        moved = response.next_position != self._next
         self._next = response.next_position
+        return moved
+
+    def _is_aborted(self, entry: pb.EntryDelivery) -> bool:
+        heap = self._aborted_heap
+        while heap and (heap[0][0], heap[0][1]) <= (entry.ledger_id, entry.entry_id):
+            _ledger, _entry, most, least = heapq.heappop(heap)
+            self._aborted_active.add((most, least))
+        if not self._aborted_active or not entry.metadata.HasField("txn_id"):
+            return False
+        txn = entry.metadata.txn_id
+        return (txn.most_bits, txn.least_bits) in self._aborted_active
 
     async def has_message_available(self) -> bool:
-        if not self._buffer:
-            await self._fetch(0)
+        while not self._buffer and await self._fetch(0):
+            pass
         return bool(self._buffer)
 
     async def read_next(self, timeout_millis: int | None = None) -> Message:

@@ -18,6 +18,11 @@ from dispatcher import (
 from managed_ledger import EntryTooLargeError, LedgerClosedError
 from stableline.broker.registry import TopicNotFoundError
 from stableline.topic_name import InvalidTopicNameError
+from txnbuffer import (
+    TransactionBufferNotReadyError,
+    TransactionEndedError,
+    TransactionNotFoundError,
+)
 
 ERROR_METADATA_KEY = "stableline-error"
 
@@ -40,6 +45,9 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
     (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
+    (TransactionEndedError, grpc.StatusCode.FAILED_PRECONDITION, "TransactionEnded"),
+    (TransactionNotFoundError, grpc.StatusCode.NOT_FOUND, "TransactionNotFound"),
+    (TransactionBufferNotReadyError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
     # Last: any other malformed value in a request.
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument"),
 ]

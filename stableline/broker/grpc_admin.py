@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 
+from managed_ledger import TxnId
 from stableline._proto import admin_pb2 as pb
 from stableline._proto import admin_pb2_grpc
 from stableline.broker import stats
 from stableline.broker.errors import abort
 from stableline.broker.registry import TopicRegistry
 from stableline.topic_name import TopicName
+from txnbuffer import TransactionCoordinator
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, registry: TopicRegistry):
+    def __init__(self, registry: TopicRegistry, coordinator: TransactionCoordinator):
         self.registry = registry
+        self.coordinator = coordinator
 
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         return pb.ListTopicsResponse(topics=self.registry.names(request.namespace or None))
@@ -49,3 +52,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         except Exception as error:
             await abort(context, error)
         return pb.StatsResponse(json=json.dumps(stats.internal_stats(topic)))
+
+    async def GetTransactionBufferStats(self, request, context) -> pb.StatsResponse:
+        try:
+            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
+        except Exception as error:
+            await abort(context, error)
+        return pb.StatsResponse(json=json.dumps(topic.buffer.stats()))
+
+    async def GetTransactionMetadata(self, request, context) -> pb.StatsResponse:
+        try:
+            meta = self.coordinator.get(TxnId(request.most_bits, request.least_bits))
+        except Exception as error:
+            await abort(context, error)
+        return pb.StatsResponse(json=json.dumps(meta.describe()))

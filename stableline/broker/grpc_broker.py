@@ -7,8 +7,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from dispatcher import Consumer, ControlEvent, DispatcherError, Subscription
-from managed_ledger import EntryTooLargeError, LedgerClosedError, ManagedLedgerError, Position
+from dispatcher import Consumer, ControlEvent, DispatcherError, IsolationLevel, Subscription
+from managed_ledger import (
+    EntryTooLargeError,
+    LedgerClosedError,
+    ManagedLedgerError,
+    Position,
+    TxnId,
+)
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline.broker import convert
@@ -16,6 +22,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.registry import TopicRegistry
 from stableline.topic_name import TopicName
+from txnbuffer import TransactionCoordinator, TransactionError
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +35,12 @@ _END = object()
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
-    def __init__(self, registry: TopicRegistry, config: BrokerConfig):
+    def __init__(
+        self, registry: TopicRegistry, config: BrokerConfig, coordinator: TransactionCoordinator
+    ):
         self.registry = registry
         self.config = config
+        self.coordinator = coordinator
 
     # ------------------------------------------------------------ Produce
 
@@ -67,6 +77,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     )
                 if header.num_messages <= 0:
                     raise invalid(f"num_messages must be >= 1, got {header.num_messages}")
+                if header.txn_id is not None:
+                    # Recorded before the write, so an abort (or timeout) reaches this topic.
+                    self.coordinator.add_topic(header.txn_id, str(topic.name))
                 position = await topic.publish(header, send.payload)
                 out.put_nowait(
                     pb.ProduceResponse(
@@ -77,7 +90,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         )
                     )
                 )
-            except (BrokerError, ManagedLedgerError, ValueError) as error:
+            except (BrokerError, ManagedLedgerError, TransactionError, ValueError) as error:
                 failure = classify(error)
                 out.put_nowait(
                     pb.ProduceResponse(
@@ -236,7 +249,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def _done(request_id: int, action, *args) -> pb.SubscribeResponse:
         try:
             action(*args)
-        except (DispatcherError, ValueError) as error:
+        except (DispatcherError, TransactionError, ValueError) as error:
             failure = classify(error)
             return pb.SubscribeResponse(
                 done=pb.RequestDone(
@@ -245,11 +258,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         return pb.SubscribeResponse(done=pb.RequestDone(request_id=request_id))
 
-    @staticmethod
-    def _ack(subscription: Subscription, ack: pb.Ack) -> None:
+    def _ack(self, subscription: Subscription, ack: pb.Ack) -> None:
         ids = [(Position(m.ledger_id, m.entry_id), m.batch_index) for m in ack.message_ids]
         if not ids:
             raise ValueError("an ack must name at least one message id")
+        if ack.HasField("txn_id"):
+            if ack.cumulative:
+                raise ValueError("a transactional ack must be individual, not cumulative")
+            txn_id = TxnId(ack.txn_id.most_bits, ack.txn_id.least_bits)
+            self.coordinator.get(txn_id)
+            subscription.hold_for_transaction(txn_id, ids)
+            try:
+                self.coordinator.add_ack(
+                    txn_id,
+                    subscription.topic,
+                    subscription.name,
+                    [(p.ledger_id, p.entry_id, b) for p, b in ids],
+                )
+            except TransactionError:
+                subscription.end_transaction_acks(txn_id, ids, commit=False)
+                raise
+            return
         if ack.cumulative:
             if len(ids) != 1:
                 raise ValueError("a cumulative ack names exactly one message id")
@@ -315,11 +344,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             await abort(context, error)
         next_position = entries[-1].position.next_in_ledger() if entries else start
         if not request.include_markers:
-            entries = [e for e in entries if not view.should_skip(e)]
+            entries = [e for e in entries if not e.header.is_marker]
+        aborted = []
+        if level is IsolationLevel.READ_COMMITTED and entries:
+            # Kafka's way: aborted entries go out with the list of aborted
+            # transactions overlapping the range, and the reader filters them.
+            aborted = [
+                pb.AbortedTxn(
+                    txn_id=pb.TxnId(most_bits=a.txn_id.most_bits, least_bits=a.txn_id.least_bits),
+                    first_position=convert.position_to_proto(a.first_position),
+                )
+                for a in topic.buffer.aborted_overlapping(entries[0].position, entries[-1].position)
+            ]
         return pb.FetchResponse(
             entries=[convert.entry_to_proto(e) for e in entries],
             next_position=convert.position_to_proto(next_position),
             bound=convert.position_to_proto(bound),
+            aborted=aborted,
         )
 
     @staticmethod
@@ -342,11 +383,32 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             topic = await self.registry.get(TopicName.parse(request.topic), create=False)
         except Exception as error:
             await abort(context, error)
-        from dispatcher import IsolationLevel
-
         return pb.GetLastMessageIdResponse(
             last_confirmed_entry=convert.position_to_proto(topic.ledger.last_confirmed),
             max_read_position=convert.position_to_proto(
                 topic.read_view(IsolationLevel.READ_COMMITTED).bound()
             ),
         )
+
+    # ------------------------------------------------------------ transactions
+
+    async def NewTransaction(self, request, context) -> pb.NewTransactionResponse:
+        try:
+            txn_id = self.coordinator.new_transaction(request.timeout_ms)
+        except Exception as error:
+            await abort(context, error)
+        return pb.NewTransactionResponse(
+            txn_id=pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits)
+        )
+
+    async def EndTransaction(self, request, context) -> pb.EndTransactionResponse:
+        try:
+            if request.action not in (pb.TXN_ACTION_COMMIT, pb.TXN_ACTION_ABORT):
+                raise invalid(f"unknown transaction action {request.action}: use COMMIT or ABORT")
+            txn_id = TxnId(request.txn_id.most_bits, request.txn_id.least_bits)
+            state = await self.coordinator.end(
+                txn_id, commit=request.action == pb.TXN_ACTION_COMMIT
+            )
+        except Exception as error:
+            await abort(context, error)
+        return pb.EndTransactionResponse(txn_id=request.txn_id, state=state.value)

@@ -7,10 +7,12 @@ import logging
 
 from aiohttp import web
 
+from managed_ledger import TxnId
 from stableline.broker import stats
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
+from txnbuffer import TransactionCoordinator, TransactionNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +27,7 @@ async def _errors(request: web.Request, handler):
         return await handler(request)
     except InvalidTopicNameError as error:
         return _error(400, str(error))
-    except TopicNotFoundError as error:
+    except (TopicNotFoundError, TransactionNotFoundError) as error:
         return _error(404, str(error))
     except web.HTTPException:
         raise
@@ -34,7 +36,7 @@ async def _errors(request: web.Request, handler):
         return _error(500, f"internal error: {error}")
 
 
-def make_app(registry: TopicRegistry) -> web.Application:
+def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> web.Application:
     metrics_registry = make_registry(registry)
     app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
 
@@ -68,6 +70,25 @@ def make_app(registry: TopicRegistry) -> web.Application:
         topic = await registry.get(topic_name(request), create=False)
         return web.json_response(stats.internal_stats(topic))
 
+    async def transaction_buffer_stats(request: web.Request) -> web.Response:
+        topic = await registry.get(topic_name(request), create=False)
+        return web.json_response(topic.buffer.stats())
+
+    async def transaction_metadata(request: web.Request) -> web.Response:
+        text = request.query.get("txnId", "")
+        most, _, least = text.partition(":")
+        if not (most.isdigit() and least.isdigit()):
+            return _error(400, f"txnId must be MOST:LEAST (two numbers), got {text!r}")
+        return web.json_response(coordinator.get(TxnId(int(most), int(least))).describe())
+
+    async def coordinator_stats(_request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                **coordinator.stats(),
+                "openTransactions": [m.describe() for m in coordinator.list_open()],
+            }
+        )
+
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(
             body=render(metrics_registry), content_type="text/plain", charset="utf-8"
@@ -87,6 +108,7 @@ def make_app(registry: TopicRegistry) -> web.Application:
                             document["topic"],
                             document["msgInCounter"],
                             document["lastConfirmedEntry"],
+                            document["transactionBuffer"]["maxReadPosition"],
                             sub_name,
                             sub["type"] if sub else "",
                             sub["subscriptionIsolationLevel"] if sub else "",
@@ -97,7 +119,7 @@ def make_app(registry: TopicRegistry) -> web.Application:
                     + "</tr>"
                 )
         body = DASHBOARD.replace(
-            "{rows}", "\n".join(rows) or '<tr><td colspan="8">no topics yet</td></tr>'
+            "{rows}", "\n".join(rows) or '<tr><td colspan="9">no topics yet</td></tr>'
         )
         return web.Response(text=body, content_type="text/html")
 
@@ -108,6 +130,13 @@ def make_app(registry: TopicRegistry) -> web.Application:
     app.router.add_delete(base + "/{topic}", delete_topic)
     app.router.add_get(base + "/{topic}/stats", topic_stats)
     app.router.add_get(base + "/{topic}/internalStats", internal_stats)
+    transactions = "/admin/v3/transactions"
+    app.router.add_get(
+        transactions + "/transactionBufferStats/{tenant}/{namespace}/{topic}",
+        transaction_buffer_stats,
+    )
+    app.router.add_get(transactions + "/transactionMetadata", transaction_metadata)
+    app.router.add_get(transactions + "/coordinatorStats", coordinator_stats)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/", dashboard)
     return app
@@ -119,7 +148,7 @@ DASHBOARD = """<!doctype html>
 <style>body{font-family:system-ui,sans-serif;margin:2rem}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}th{background:#f3f3f3}</style>
 </head><body><h1>stableline</h1><p>Topics and subscriptions (refreshes every 5 s).</p>
-<table><tr><th>topic</th><th>messages in</th><th>last confirmed entry</th><th>subscription</th>
+<table><tr><th>topic</th><th>messages in</th><th>last confirmed entry</th><th>maxReadPosition</th><th>subscription</th>
 <th>type</th><th>isolation level</th><th>backlog</th><th>consumers</th></tr>
 {rows}
 </table></body></html>

@@ -37,8 +37,31 @@ class _TopicCollector:
             "Connected consumers",
             labels=["topic", "subscription"],
         )
+        ongoing = GaugeMetricFamily(
+            "stableline_txn_buffer_ongoing",
+            "Open transactions writing to the topic",
+            labels=["topic"],
+        )
+        aborted = GaugeMetricFamily(
+            "stableline_txn_buffer_aborted",
+            "Aborted transactions retained in the topic",
+            labels=["topic"],
+        )
+        lag = GaugeMetricFamily(
+            "stableline_txn_buffer_stable_lag_entries",
+            "Entries between maxReadPosition and the last confirmed entry (what READ_COMMITTED cannot see yet)",
+            labels=["topic"],
+        )
         for topic in self._registry.loaded():
             name = str(topic.name)
+            ongoing.add_metric([name], len(topic.buffer.ongoing))
+            aborted.add_metric([name], len(topic.buffer.aborted))
+            lag.add_metric(
+                [name],
+                topic.ledger.count_entries(
+                    topic.buffer.stable_position, topic.ledger.last_confirmed
+                ),
+            )
             msg_in.add_metric([name], topic.rate_in.messages)
             bytes_in.add_metric([name], topic.rate_in.bytes)
             storage.add_metric([name], topic.ledger.total_size)
@@ -48,7 +71,18 @@ class _TopicCollector:
                 consumers.add_metric([name, sub.name], len(sub.consumers))
         topics = GaugeMetricFamily("stableline_topics", "Topics loaded by the broker")
         topics.add_metric([], len(self._registry.loaded()))
-        yield from (topics, msg_in, bytes_in, storage, backlog, msg_out, consumers)
+        yield from (
+            topics,
+            msg_in,
+            bytes_in,
+            storage,
+            backlog,
+            msg_out,
+            consumers,
+            ongoing,
+            aborted,
+            lag,
+        )
 
 
 def make_registry(topics: TopicRegistry) -> CollectorRegistry:

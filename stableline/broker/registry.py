@@ -73,6 +73,7 @@ class TopicRegistry:
             self._known.add(key)
             log.info("created topic %s", key)
         topic = Topic(name, ledger)
+        await topic.recover()
         self._topics[key] = topic
         return topic
 

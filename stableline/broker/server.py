@@ -21,6 +21,8 @@ from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.transactions import BrokerParticipant, reconcile
+from txnbuffer import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ class Broker:
         self.config = config
         self.store: MetadataStore | None = None
         self.registry: TopicRegistry | None = None
+        self.coordinator: TransactionCoordinator | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
@@ -52,6 +55,11 @@ class Broker:
         self.store = MetadataStore(config.metadata_dir)
         self.registry = TopicRegistry(config, self.store)
         await self.registry.load_all()
+        self.coordinator = TransactionCoordinator(0, self.store, BrokerParticipant(self.registry))
+        await self.coordinator.recover()
+        settled = await reconcile(self.registry, self.coordinator)
+        if settled:
+            log.info("settled %d transactions left ongoing by the last run", settled)
 
         message_limit = config.max_message_size + 1024 * 1024
         self._grpc = grpc.aio.server(
@@ -62,9 +70,11 @@ class Broker:
             ]
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(self.registry, config), self._grpc
+            BrokerService(self.registry, config, self.coordinator), self._grpc
         )
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.registry), self._grpc)
+        admin_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(self.registry, self.coordinator), self._grpc
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
             (
@@ -80,7 +90,7 @@ class Broker:
             raise OSError(f"cannot listen for gRPC on {config.grpc_address}")
         await self._grpc.start()
 
-        self._http = web.AppRunner(make_app(self.registry), access_log=None)
+        self._http = web.AppRunner(make_app(self.registry, self.coordinator), access_log=None)
         await self._http.setup()
         host, port = _split_address(config.http_address)
         site = web.TCPSite(self._http, host, port, reuse_address=True)
@@ -110,6 +120,8 @@ class Broker:
             self._sync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sync_task
+        if self.coordinator is not None:
+            await self.coordinator.close()
         if self.registry is not None:
             await self.registry.close()
         if self.store is not None:

@@ -55,6 +55,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "averageMsgSize": round(rate.bytes / rate.messages, 3) if rate.messages else 0.0,
         "storageSize": ledger.total_size,
         "lastConfirmedEntry": str(ledger.last_confirmed),
+        "transactionBuffer": topic.buffer.stats(),
         "publishers": [{"producerName": name} for name in sorted(topic.producers.values())],
         "subscriptions": subscriptions,
     }

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
 from dispatcher import (
+    CommittedReadView,
     Consumer,
     IsolationLevel,
     LogReadView,
@@ -13,8 +15,9 @@ from dispatcher import (
     Subscription,
     SubscriptionType,
 )
-from managed_ledger import EntryHeader, ManagedLedger, Position
+from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
 from stableline.topic_name import TopicName
+from txnbuffer import TransactionBuffer
 
 
 @dataclass(slots=True)
@@ -52,23 +55,49 @@ class Topic:
         self.subscriptions: dict[str, Subscription] = {}
         self.producers: dict[int, str] = {}
         self.rate_in = RateCounter()
-        self._log_view = LogReadView(ledger)
+        self.buffer = TransactionBuffer(ledger)
+        self.buffer.set_zombie_aborter(self._abort_zombie)
+        self._views: dict[IsolationLevel, ReadView] = {
+            IsolationLevel.READ_UNCOMMITTED: LogReadView(ledger),
+            IsolationLevel.READ_COMMITTED: CommittedReadView(self.buffer),
+        }
+        self._background: set[asyncio.Task] = set()
         ledger.add_listener(self._on_append)
         for cursor in ledger.cursors.values():
-            subscription = Subscription(str(name), cursor, self._log_view)
+            subscription = Subscription(
+                str(name), cursor, self._views[IsolationLevel.READ_COMMITTED]
+            )
             subscription.view = self.read_view(subscription.isolation_level)
             self.subscriptions[cursor.name] = subscription
 
+    async def recover(self) -> None:
+        await self.buffer.recover()
+        # The stable position may have moved past what was durable at open.
+        self._on_append()
+
     def read_view(self, level: IsolationLevel) -> ReadView:
-        """What a reader at this isolation level may see (no transactions yet: the log)."""
-        return self._log_view
+        """What a reader at this isolation level may see."""
+        return self._views[level]
+
+    def _abort_zombie(self, txn_id: TxnId, low_watermark: int) -> None:
+        task = asyncio.create_task(self.buffer.end(txn_id, False, low_watermark))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _on_append(self) -> None:
         for subscription in self.subscriptions.values():
             subscription.wake()
 
     async def publish(self, header: EntryHeader, payload: bytes) -> Position:
-        position = await self.ledger.append(header, payload)
+        txn_id = header.txn_id
+        if txn_id is None:
+            position = await self.ledger.append(header, payload)
+        else:
+            await self.buffer.before_append(txn_id)
+            try:
+                position = await self.ledger.append(header, payload)
+            finally:
+                self.buffer.after_append(txn_id)
         self.rate_in.add(header.num_messages, len(payload))
         return position
 
@@ -98,6 +127,8 @@ class Topic:
     async def close(self) -> None:
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self.buffer.close()
         self.ledger.remove_listener(self._on_append)
         await self.ledger.close()
 

@@ -1,0 +1,75 @@
+"""A client transaction: sends and acks joined to it become visible together, or never."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from stableline._errors import StableLineError, TransactionEnded, from_rpc_error
+from stableline._proto import broker_pb2 as pb
+
+
+class Transaction:
+    def __init__(self, client, most_bits: int, least_bits: int, timeout_ms: int):
+        self._client = client
+        self.id = (most_bits, least_bits)
+        self.timeout_ms = timeout_ms
+        self._sends: list[asyncio.Future] = []
+        self._producers: set = set()
+        self._state = "OPEN"
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def __repr__(self) -> str:
+        return f"Transaction({self.id[0]}:{self.id[1]}, {self._state})"
+
+    def _proto_id(self) -> pb.TxnId:
+        return pb.TxnId(most_bits=self.id[0], least_bits=self.id[1])
+
+    def _join(self, producer, future: asyncio.Future) -> None:
+        """Called by a producer for each message sent in this transaction."""
+        if self._state != "OPEN":
+            raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
+        self._producers.add(producer)
+        self._sends.append(future)
+
+    def _check_open(self) -> None:
+        if self._state != "OPEN":
+            raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
+
+    async def _end(self, action: int) -> None:
+        try:
+            response = await self._client._stub.EndTransaction(
+                pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
+                timeout=self._client._timeout,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+        self._state = response.state
+
+    async def commit(self) -> None:
+        """Wait for this transaction's sends, then commit; if a send failed, abort and raise."""
+        self._check_open()
+        for producer in self._producers:
+            producer._flush_batch()
+        results = await asyncio.gather(*self._sends, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self._end(pb.TXN_ACTION_ABORT)
+            error = failures[0]
+            if isinstance(error, StableLineError):
+                raise TransactionEnded(
+                    f"a send in the transaction failed, so it was aborted: {error}"
+                ) from error
+            raise error
+        await self._end(pb.TXN_ACTION_COMMIT)
+
+    async def abort(self) -> None:
+        self._check_open()
+        for producer in self._producers:
+            producer._flush_batch()
+        await asyncio.gather(*self._sends, return_exceptions=True)
+        await self._end(pb.TXN_ACTION_ABORT)

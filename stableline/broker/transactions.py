@@ -1,0 +1,67 @@
+"""The broker's side of ending a transaction: markers into topics, acks into subscriptions."""
+
+from __future__ import annotations
+
+import logging
+
+from managed_ledger import Position, TxnId
+from stableline.broker.registry import TopicNotFoundError, TopicRegistry
+from stableline.topic_name import TopicName
+from txnbuffer import TransactionCoordinator, TransactionNotFoundError, TxnAck, TxnState
+
+log = logging.getLogger(__name__)
+
+
+class BrokerParticipant:
+    """Implements txnbuffer.TransactionParticipant on the topic registry."""
+
+    def __init__(self, registry: TopicRegistry):
+        self.registry = registry
+
+    async def end_on_topic(
+        self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None:
+        try:
+            loaded = await self.registry.get(TopicName.parse(topic), create=False)
+        except TopicNotFoundError:
+            log.info("transaction %s: topic %s was deleted; nothing to end there", txn_id, topic)
+            return
+        await loaded.buffer.end(txn_id, commit, low_watermark)
+
+    async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
+        try:
+            loaded = await self.registry.get(TopicName.parse(ack.topic), create=False)
+        except TopicNotFoundError:
+            return
+        subscription = loaded.subscriptions.get(ack.subscription)
+        if subscription is None:
+            return  # unsubscribed meanwhile: nothing left to acknowledge
+        ids = [
+            (Position(ledger_id, entry_id), batch_index)
+            for ledger_id, entry_id, batch_index in ack.message_ids
+        ]
+        subscription.end_transaction_acks(txn_id, ids, commit)
+
+
+async def reconcile(registry: TopicRegistry, coordinator: TransactionCoordinator) -> int:
+    """After a restart: settle transactions a topic sees as ongoing with what the coordinator knows.
+
+    A transaction the coordinator has decided is ended here as decided; one it has
+    never heard of (its record was lost with the crash) is aborted; an open one
+    is recorded as touching the topic, so its end or timeout reaches it.
+    """
+    settled = 0
+    for topic in registry.loaded():
+        for txn_id in list(topic.buffer.ongoing):
+            try:
+                meta = coordinator.get(txn_id)
+            except TransactionNotFoundError:
+                await topic.buffer.end(txn_id, False, coordinator.low_watermark)
+                settled += 1
+                continue
+            if meta.state is TxnState.OPEN:
+                coordinator.add_topic(txn_id, str(topic.name))
+            elif meta.state.terminal:
+                await topic.buffer.end(txn_id, meta.state.commits, coordinator.low_watermark)
+                settled += 1
+    return settled

@@ -1,0 +1,85 @@
+"""Kafka-style index of aborted transactions, one list per ledger.
+
+Each aborted transaction is recorded in the ledger that holds its abort marker,
+with the stable position (maxReadPosition) right after the abort. A range query
+scans ledger indexes from the first ledger that can matter and stops early, as
+Kafka's fetch does: once an abort's stable position reaches the end of the range,
+every later abort belongs to a transaction that started after the range.
+Ledgers are flagged when their index is empty (KIP-1058), so readers skip them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sortedcontainers import SortedDict
+
+from managed_ledger import Position, TxnId
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    txn_id: TxnId
+    first_position: Position
+    marker_position: Position
+    max_read_position_after: Position
+
+
+class AbortIndex:
+    def __init__(self) -> None:
+        # ledger id -> aborts whose marker lies in that ledger, in marker order.
+        self._by_ledger: SortedDict[int, list[AbortedTxn]] = SortedDict()
+        self.index_lookups = 0
+        self.empty_ledgers_skipped = 0
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._by_ledger.values())
+
+    def add(self, aborted: AbortedTxn) -> None:
+        ledger_id = aborted.marker_position.ledger_id
+        entries = self._by_ledger.get(ledger_id)
+        if entries is None:
+            entries = self._by_ledger[ledger_id] = []  # created lazily
+        assert not entries or entries[-1].marker_position < aborted.marker_position
+        entries.append(aborted)
+
+    def txn_index_empty(self, ledger_id: int) -> bool:
+        """True when no abort marker lies in this ledger (KIP-1058's txnIdxEmpty)."""
+        return not self._by_ledger.get(ledger_id)
+
+    def drop_ledger(self, ledger_id: int) -> list[AbortedTxn]:
+        """Retention deleted the ledger: forget the aborts whose markers it held."""
+        return self._by_ledger.pop(ledger_id, [])
+
+    def overlapping(
+        self, start: Position, end: Position, ledger_ids: list[int]
+    ) -> list[AbortedTxn]:
+        """Aborted transactions with data in [start, end], ordered by first position.
+
+        ledger_ids: the topic's ledgers from start's ledger on, in order; ledgers
+        whose index is empty are skipped without a lookup.
+        """
+        found: list[AbortedTxn] = []
+        for ledger_id in ledger_ids:
+            if ledger_id < start.ledger_id:
+                continue
+            if self.txn_index_empty(ledger_id):
+                self.empty_ledgers_skipped += 1
+                continue
+            self.index_lookups += 1
+            complete = False
+            for aborted in self._by_ledger[ledger_id]:
+                if aborted.marker_position < start:
+                    continue
+                if aborted.first_position <= end:
+                    found.append(aborted)
+                if aborted.max_read_position_after >= end:
+                    complete = True
+                    break
+            if complete:
+                break
+        found.sort(key=lambda a: a.first_position)
+        return found
+
+    def all(self) -> list[AbortedTxn]:
+        return [aborted for entries in self._by_ledger.values() for aborted in entries]

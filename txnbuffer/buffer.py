@@ -1,0 +1,299 @@
+"""A topic's transaction buffer: ongoing and aborted transactions, and the stable position.
+
+It sees every durable entry of its topic once, in log order, through the ledger's
+entry listener (the same code path at run time and in recovery replay), so the
+stable position (maxReadPosition) is always consistent with the log:
+- a plain entry moves it only when nothing is ongoing (rule 1);
+- a transactional entry records its transaction's first position (rule 2);
+- a marker ends its transaction, records an abort, and recomputes it (rule 3);
+- a marker's low watermark aborts zombies and makes late appends refused (rule 4);
+- aborts are forgotten when retention deletes the ledger of their marker (rule 5).
+Memory is O(open transactions + retained aborts), never O(messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+
+from sortedcontainers import SortedSet
+
+from managed_ledger import Entry, EntryHeader, EntryType, ManagedLedger, Position, TxnId
+from txnbuffer.abort_index import AbortedTxn, AbortIndex
+from txnbuffer.errors import TransactionBufferNotReadyError, TransactionEndedError
+
+log = logging.getLogger(__name__)
+
+# Entries read per batch while replaying the log on recovery.
+REPLAY_BATCH_ENTRIES = 2000
+
+
+class BufferState(enum.Enum):
+    INITIALIZING = "Initializing"
+    READY = "Ready"
+    CLOSED = "Closed"
+
+
+def _before(position: Position) -> Position:
+    return Position(position.ledger_id, position.entry_id - 1)
+
+
+class TransactionBuffer:
+    def __init__(self, ledger: ManagedLedger):
+        self.ledger = ledger
+        self.state = BufferState.INITIALIZING
+        # Insertion order is first-position order: the head pins the stable position.
+        self.ongoing: dict[TxnId, Position] = {}
+        self.aborted: dict[TxnId, AbortedTxn] = {}
+        # Committed here and above their coordinator's low watermark (so still
+        # needed to refuse late appends); trimmed as watermarks rise.
+        self.committed: dict[TxnId, Position] = {}
+        self.low_watermarks: dict[int, int] = {}
+        self.abort_index = AbortIndex()
+        # Entries of an already-ended transaction that reached the log anyway:
+        # never visible to READ_COMMITTED.
+        self.late_positions: SortedSet = SortedSet()
+        self.max_read_position = ledger.first_position()
+        self._ready = asyncio.Event()
+        self._in_flight: dict[TxnId, int] = {}
+        self._drained = asyncio.Event()
+        self._ending: dict[TxnId, asyncio.Future] = {}
+        self._zombie_aborter: Callable[[TxnId, int], None] | None = None
+        self.replayed_entries = 0
+        self.recovery_time_ms = 0.0
+        self.recovery_started = time.monotonic()
+        ledger.add_entry_listener(self._on_entries)
+        ledger.add_ledger_deleted_listener(self._on_ledger_deleted)
+        # An ongoing transaction's entries must outlive retention: READ_COMMITTED
+        # readers have not seen them yet, whatever READ_UNCOMMITTED cursors acked.
+        ledger.set_trim_floor(lambda: self.max_read_position)
+
+    # ------------------------------------------------------------ recovery
+
+    async def recover(self) -> None:
+        """Replay the log to rebuild ongoing, aborted and the stable position, then READY."""
+        started = time.monotonic()
+        position = self.ledger.first_position().next_in_ledger()
+        end = self.ledger.last_confirmed
+        while position <= end:
+            entries = self.ledger.read(position, REPLAY_BATCH_ENTRIES, end)
+            if not entries:
+                break
+            for entry in entries:
+                self._apply(entry)
+            self.replayed_entries += len(entries)
+            position = entries[-1].position.next_in_ledger()
+            await asyncio.sleep(0)  # let other topics and clients in between batches
+        self.recovery_time_ms = (time.monotonic() - started) * 1000
+        self.state = BufferState.READY
+        self._ready.set()
+        log.info(
+            "%s: transaction buffer ready after replaying %d entries in %.1f ms "
+            "(%d ongoing, %d aborted, maxReadPosition %s)",
+            self.ledger.name,
+            self.replayed_entries,
+            self.recovery_time_ms,
+            len(self.ongoing),
+            len(self.aborted),
+            self.max_read_position,
+        )
+        for txn_id in list(self.ongoing):
+            self._abort_if_zombie(txn_id)
+
+    def set_zombie_aborter(self, aborter: Callable[[TxnId, int], None]) -> None:
+        """Who writes the abort marker of a zombie (txn, low watermark): the broker."""
+        self._zombie_aborter = aborter
+
+    def close(self) -> None:
+        self.state = BufferState.CLOSED
+        self.ledger.remove_entry_listener(self._on_entries)
+
+    # ------------------------------------------------------------ the rules
+
+    def _on_entries(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            self._apply(entry)
+
+    def _advance(self, position: Position) -> None:
+        assert position >= self.max_read_position, (position, self.max_read_position)
+        self.max_read_position = position
+
+    def _apply(self, entry: Entry) -> None:
+        header = entry.header
+        position = entry.position
+        txn_id = header.txn_id
+        if header.type is EntryType.DATA:
+            if txn_id is None:
+                if not self.ongoing:
+                    self._advance(position)
+            elif txn_id in self.ongoing:
+                pass
+            elif self.is_ended(txn_id):
+                log.warning(
+                    "%s: entry %s of ended transaction %s is never visible",
+                    self.ledger.name,
+                    position,
+                    txn_id,
+                )
+                self.late_positions.add(position)
+                if not self.ongoing:
+                    self._advance(position)
+            else:
+                self.ongoing[txn_id] = position
+            return
+        assert txn_id is not None, f"marker at {position} without a transaction"
+        first = self.ongoing.pop(txn_id, None)
+        if self.ongoing:
+            self._advance(max(self.max_read_position, _before(next(iter(self.ongoing.values())))))
+        else:
+            self._advance(position)
+        if header.type is EntryType.TXN_ABORT:
+            aborted = AbortedTxn(txn_id, first or position, position, self.max_read_position)
+            self.aborted[txn_id] = aborted
+            self.abort_index.add(aborted)
+        else:
+            self.committed[txn_id] = position
+        self._raise_watermark(txn_id.most_bits, header.low_watermark)
+
+    def _raise_watermark(self, coordinator: int, low_watermark: int) -> None:
+        if low_watermark <= self.low_watermarks.get(coordinator, 0):
+            return
+        self.low_watermarks[coordinator] = low_watermark
+        for txn_id in [
+            t
+            for t in self.committed
+            if t.most_bits == coordinator and t.least_bits <= low_watermark
+        ]:
+            del self.committed[txn_id]
+        for txn_id in list(self.ongoing):
+            self._abort_if_zombie(txn_id)
+
+    def _abort_if_zombie(self, txn_id: TxnId) -> None:
+        """An ongoing transaction at or below its coordinator's watermark has ended elsewhere."""
+        watermark = self.low_watermarks.get(txn_id.most_bits, 0)
+        if (
+            txn_id.least_bits <= watermark
+            and self._zombie_aborter is not None
+            and txn_id not in self._ending
+        ):
+            log.warning(
+                "%s: aborting zombie transaction %s (low watermark %d)",
+                self.ledger.name,
+                txn_id,
+                watermark,
+            )
+            self._zombie_aborter(txn_id, watermark)
+
+    def _on_ledger_deleted(self, ledger_id: int) -> None:
+        for aborted in self.abort_index.drop_ledger(ledger_id):
+            self.aborted.pop(aborted.txn_id, None)
+        while self.late_positions and self.late_positions[0].ledger_id <= ledger_id:
+            self.late_positions.pop(0)
+
+    # ------------------------------------------------------------ queries
+
+    def is_ended(self, txn_id: TxnId) -> bool:
+        return (
+            txn_id in self.aborted
+            or txn_id in self.committed
+            or txn_id.least_bits <= self.low_watermarks.get(txn_id.most_bits, 0)
+        )
+
+    def is_aborted_entry(self, entry: Entry) -> bool:
+        txn_id = entry.header.txn_id
+        if txn_id is None:
+            return False
+        return txn_id in self.aborted or (
+            bool(self.late_positions) and entry.position in self.late_positions
+        )
+
+    def aborted_overlapping(self, start: Position, end: Position) -> list[AbortedTxn]:
+        return self.abort_index.overlapping(start, end, self.ledger.ledger_ids())
+
+    @property
+    def stable_position(self) -> Position:
+        """What READ_COMMITTED may read now: nothing new until READY."""
+        return min(self.max_read_position, self.ledger.last_confirmed)
+
+    # ------------------------------------------------------------ appends and ends
+
+    async def before_append(self, txn_id: TxnId) -> None:
+        """Admit a transactional append, or refuse it when its transaction has ended here."""
+        if self.state is BufferState.CLOSED:
+            raise TransactionBufferNotReadyError(
+                f"{self.ledger.name}: transaction buffer is closed"
+            )
+        await self._ready.wait()
+        if self.is_ended(txn_id) or txn_id in self._ending:
+            raise TransactionEndedError(
+                f"transaction {txn_id} has ended; it cannot write to {self.ledger.name}"
+            )
+        self._in_flight[txn_id] = self._in_flight.get(txn_id, 0) + 1
+
+    def after_append(self, txn_id: TxnId) -> None:
+        remaining = self._in_flight[txn_id] - 1
+        if remaining:
+            self._in_flight[txn_id] = remaining
+        else:
+            del self._in_flight[txn_id]
+            self._drained.set()
+
+    async def end(self, txn_id: TxnId, commit: bool, low_watermark: int) -> None:
+        """Write the marker (after the transaction's in-flight appends); a no-op if ended."""
+        await self._ready.wait()
+        if self.is_ended(txn_id):
+            return
+        pending = self._ending.get(txn_id)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._ending[txn_id] = future
+        try:
+            while self._in_flight.get(txn_id):
+                self._drained.clear()
+                await self._drained.wait()
+            marker = EntryHeader(
+                type=EntryType.TXN_COMMIT if commit else EntryType.TXN_ABORT,
+                num_messages=0,
+                publish_time_ms=int(time.time() * 1000),
+                txn_id=txn_id,
+                low_watermark=low_watermark,
+            )
+            await self.ledger.append(marker, b"")
+            assert self.is_ended(txn_id), f"marker of {txn_id} appended but not applied"
+            future.set_result(None)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: concurrent callers re-raise it themselves
+            raise
+        finally:
+            del self._ending[txn_id]
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> dict:
+        return {
+            "state": self.state.value,
+            "maxReadPosition": str(self.max_read_position),
+            "lastConfirmedEntry": str(self.ledger.last_confirmed),
+            "ongoingTxnSize": len(self.ongoing),
+            "abortedTxnSize": len(self.aborted),
+            "lowWaterMarks": {str(k): v for k, v in sorted(self.low_watermarks.items())},
+            "oldestOngoingTxn": self._oldest_ongoing(),
+            "recoveryTimeMs": round(self.recovery_time_ms, 3),
+            "replayedEntries": self.replayed_entries,
+            "abortIndexLookups": self.abort_index.index_lookups,
+            "emptyAbortIndexesSkipped": self.abort_index.empty_ledgers_skipped,
+        }
+
+    def _oldest_ongoing(self) -> dict | None:
+        for txn_id, first in self.ongoing.items():
+            return {"txnId": f"{txn_id.most_bits}:{txn_id.least_bits}", "firstPosition": str(first)}
+        return None

@@ -1,0 +1,350 @@
+"""The transaction coordinator: a durable state machine per transaction, in LMDB.
+
+OPEN -> COMMITTING -> COMMITTED, OPEN -> ABORTING -> ABORTED, OPEN -> TIMEOUT -> ABORTED.
+A decision (COMMITTING, ABORTING, TIMEOUT) is fsynced before any marker is
+written; after a restart every decided transaction is driven to its end again,
+so a decided transaction never changes its mind. The low watermark is the
+highest sequence at or below which every transaction of this coordinator has
+ended; markers carry it so topics can abort zombies and refuse late appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sortedcontainers import SortedSet
+
+from managed_ledger import MetadataStore, TxnId
+from txnbuffer.errors import TransactionEndedError, TransactionNotFoundError
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_DB = b"coordinator"
+# Sequences are reserved durably in blocks, so a restart never reuses one.
+SEQUENCE_BLOCK = 1000
+# Ended transactions stay queryable (and their end idempotent) this long.
+ENDED_RETENTION_S = 3600.0
+MAX_TIMEOUT_MS = 24 * 3600 * 1000
+
+
+class TxnState(enum.Enum):
+    OPEN = "OPEN"
+    COMMITTING = "COMMITTING"
+    COMMITTED = "COMMITTED"
+    ABORTING = "ABORTING"
+    TIMEOUT = "TIMEOUT"
+    ABORTED = "ABORTED"
+
+    @property
+    def decided(self) -> bool:
+        return self is not TxnState.OPEN
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TxnState.COMMITTED, TxnState.ABORTED)
+
+    @property
+    def commits(self) -> bool:
+        return self in (TxnState.COMMITTING, TxnState.COMMITTED)
+
+
+@dataclass(slots=True)
+class TxnAck:
+    topic: str
+    subscription: str
+    message_ids: list[tuple[int, int, int]]
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    txn_id: TxnId
+    state: TxnState
+    timeout_ms: int
+    opened_ms: int
+    topics: list[str] = field(default_factory=list)
+    acks: list[TxnAck] = field(default_factory=list)
+    ended_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "state": self.state.value,
+                "timeout_ms": self.timeout_ms,
+                "opened_ms": self.opened_ms,
+                "topics": self.topics,
+                "acks": [[a.topic, a.subscription, a.message_ids] for a in self.acks],
+                "ended_ms": self.ended_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, txn_id: TxnId, raw: bytes) -> TxnMetadata:
+        data = json.loads(raw)
+        return cls(
+            txn_id,
+            TxnState(data["state"]),
+            data["timeout_ms"],
+            data["opened_ms"],
+            data["topics"],
+            [TxnAck(t, s, [tuple(i) for i in ids]) for t, s, ids in data["acks"]],
+            data["ended_ms"],
+        )
+
+    def describe(self) -> dict:
+        """The transactionMetadata document (Pulsar's field names where they exist)."""
+        return {
+            "txnId": f"{self.txn_id.most_bits}:{self.txn_id.least_bits}",
+            "status": self.state.value,
+            "openTimestamp": self.opened_ms,
+            "timeoutAt": self.opened_ms + self.timeout_ms,
+            "ageMs": int(time.time() * 1000) - self.opened_ms,
+            "producedPartitions": list(self.topics),
+            "ackedPartitions": {
+                f"{a.topic}#{a.subscription}": len(a.message_ids) for a in self.acks
+            },
+            "endedTimestamp": self.ended_ms or None,
+        }
+
+
+class TransactionParticipant(Protocol):
+    """What the coordinator asks of the broker to end a transaction everywhere."""
+
+    async def end_on_topic(
+        self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None: ...
+
+    async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None: ...
+
+
+def _key(sequence: int) -> str:
+    return f"txn:{sequence:020d}"
+
+
+class TransactionCoordinator:
+    def __init__(
+        self, coordinator_id: int, store: MetadataStore, participant: TransactionParticipant
+    ):
+        self.coordinator_id = coordinator_id
+        self.store = store
+        self.participant = participant
+        self._txns: dict[int, TxnMetadata] = {}
+        self._open: SortedSet = SortedSet()  # sequences not yet ended
+        self._next_sequence = 1
+        self._reserved_until = 0
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._drivers: dict[int, asyncio.Task] = {}
+        self.committed_count = 0
+        self.aborted_count = 0
+        self.timed_out_count = 0
+
+    # ------------------------------------------------------------ recovery
+
+    async def recover(self) -> None:
+        """Load every transaction; re-drive decided ones; re-arm (or fire) timeouts."""
+        reserved = self.store.get(COORDINATOR_DB, f"sequence:{self.coordinator_id}")
+        self._reserved_until = int(reserved) if reserved else 0
+        self._next_sequence = self._reserved_until + 1
+        now_ms = int(time.time() * 1000)
+        for key, raw in self.store.scan_prefix(COORDINATOR_DB, "txn:"):
+            sequence = int(key[4:])
+            meta = TxnMetadata.from_json(TxnId(self.coordinator_id, sequence), raw)
+            if meta.state.terminal and now_ms - meta.ended_ms > ENDED_RETENTION_S * 1000:
+                self.store.delete(COORDINATOR_DB, key)
+                continue
+            self._txns[sequence] = meta
+            if not meta.state.terminal:
+                self._open.add(sequence)
+        redriven = 0
+        for sequence in list(self._open):
+            meta = self._txns[sequence]
+            if meta.state.decided:
+                self._start_driver(meta)
+                redriven += 1
+            else:
+                self._arm_timeout(meta)
+        if redriven:
+            log.info(
+                "coordinator %d: re-driving %d decided transactions", self.coordinator_id, redriven
+            )
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def low_watermark(self) -> int:
+        """Every sequence at or below this has ended."""
+        if self._open:
+            return self._open[0] - 1
+        return self._next_sequence - 1
+
+    def _persist(self, meta: TxnMetadata, sync: bool = False) -> None:
+        self.store.put(COORDINATOR_DB, _key(meta.txn_id.least_bits), meta.to_json())
+        if sync:
+            self.store.sync()
+
+    def _reserve(self) -> int:
+        sequence = self._next_sequence
+        if sequence > self._reserved_until:
+            self._reserved_until = sequence + SEQUENCE_BLOCK - 1
+            self.store.put(
+                COORDINATOR_DB,
+                f"sequence:{self.coordinator_id}",
+                str(self._reserved_until).encode(),
+            )
+            self.store.sync()
+        self._next_sequence += 1
+        return sequence
+
+    def new_transaction(self, timeout_ms: int) -> TxnId:
+        if timeout_ms <= 0:
+            raise ValueError(f"transaction timeout must be > 0 ms, got {timeout_ms}")
+        if timeout_ms > MAX_TIMEOUT_MS:
+            raise ValueError(
+                f"transaction timeout must be <= {MAX_TIMEOUT_MS} ms, got {timeout_ms}"
+            )
+        sequence = self._reserve()
+        meta = TxnMetadata(
+            TxnId(self.coordinator_id, sequence), TxnState.OPEN, timeout_ms, int(time.time() * 1000)
+        )
+        self._txns[sequence] = meta
+        self._open.add(sequence)
+        self._persist(meta)
+        self._arm_timeout(meta)
+        return meta.txn_id
+
+    def get(self, txn_id: TxnId) -> TxnMetadata:
+        meta = (
+            self._txns.get(txn_id.least_bits) if txn_id.most_bits == self.coordinator_id else None
+        )
+        if meta is None:
+            raise TransactionNotFoundError(
+                f"transaction {txn_id.most_bits}:{txn_id.least_bits} is not known to coordinator "
+                f"{self.coordinator_id} (never opened, or ended more than {ENDED_RETENTION_S:.0f}s ago)"
+            )
+        return meta
+
+    def _require_open(self, txn_id: TxnId) -> TxnMetadata:
+        meta = self.get(txn_id)
+        if meta.state is not TxnState.OPEN:
+            raise TransactionEndedError(
+                f"transaction {txn_id.most_bits}:{txn_id.least_bits} is {meta.state.value}; "
+                "start a new transaction"
+            )
+        return meta
+
+    def add_topic(self, txn_id: TxnId, topic: str) -> None:
+        """Record that the transaction writes to topic (before the write happens)."""
+        meta = self._require_open(txn_id)
+        if topic not in meta.topics:
+            meta.topics.append(topic)
+            self._persist(meta)
+
+    def add_ack(
+        self, txn_id: TxnId, topic: str, subscription: str, message_ids: list[tuple[int, int, int]]
+    ) -> None:
+        meta = self._require_open(txn_id)
+        meta.acks.append(TxnAck(topic, subscription, list(message_ids)))
+        self._persist(meta)
+
+    def list_open(self) -> list[TxnMetadata]:
+        return [self._txns[s] for s in self._open]
+
+    # ------------------------------------------------------------ ending
+
+    async def end(self, txn_id: TxnId, commit: bool) -> TxnState:
+        """Commit or abort; returns the final state. Ending an ended transaction is an error."""
+        meta = self.get(txn_id)
+        if meta.state is TxnState.OPEN:
+            self._decide(meta, TxnState.COMMITTING if commit else TxnState.ABORTING)
+        elif meta.state.commits != commit or meta.state.terminal:
+            raise TransactionEndedError(
+                f"transaction {txn_id.most_bits}:{txn_id.least_bits} is already {meta.state.value}"
+            )
+        await asyncio.shield(self._drivers[meta.txn_id.least_bits])
+        return meta.state
+
+    def _decide(self, meta: TxnMetadata, state: TxnState) -> None:
+        timer = self._timers.pop(meta.txn_id.least_bits, None)
+        if timer is not None:
+            timer.cancel()
+        meta.state = state
+        self._persist(meta, sync=True)  # the decision is durable before any marker
+        self._start_driver(meta)
+
+    def _start_driver(self, meta: TxnMetadata) -> None:
+        sequence = meta.txn_id.least_bits
+        if sequence not in self._drivers or self._drivers[sequence].done():
+            self._drivers[sequence] = asyncio.create_task(
+                self._drive(meta), name=f"txn-end:{sequence}"
+            )
+
+    async def _drive(self, meta: TxnMetadata) -> None:
+        commit = meta.state.commits
+        watermark = self.low_watermark
+        delay = 0.05
+        while True:
+            try:
+                await asyncio.gather(
+                    *[
+                        self.participant.end_on_topic(topic, meta.txn_id, commit, watermark)
+                        for topic in meta.topics
+                    ]
+                )
+                for ack in meta.acks:
+                    await self.participant.end_acks(ack, meta.txn_id, commit)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A decided transaction must end: retry with backoff until it does.
+                log.exception("ending transaction %s failed; retrying", meta.txn_id)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        if meta.state is TxnState.TIMEOUT:
+            self.timed_out_count += 1
+        meta.state = TxnState.COMMITTED if commit else TxnState.ABORTED
+        meta.ended_ms = int(time.time() * 1000)
+        self._persist(meta)
+        self._open.discard(meta.txn_id.least_bits)
+        if commit:
+            self.committed_count += 1
+        else:
+            self.aborted_count += 1
+
+    def _arm_timeout(self, meta: TxnMetadata) -> None:
+        remaining_ms = meta.opened_ms + meta.timeout_ms - int(time.time() * 1000)
+        loop = asyncio.get_running_loop()
+        self._timers[meta.txn_id.least_bits] = loop.call_later(
+            max(remaining_ms, 0) / 1000, self._on_timeout, meta
+        )
+
+    def _on_timeout(self, meta: TxnMetadata) -> None:
+        self._timers.pop(meta.txn_id.least_bits, None)
+        if meta.state is TxnState.OPEN:
+            log.info("transaction %s timed out after %d ms; aborting", meta.txn_id, meta.timeout_ms)
+            self._decide(meta, TxnState.TIMEOUT)
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        drivers = [task for task in self._drivers.values() if not task.done()]
+        for task in drivers:
+            task.cancel()
+        await asyncio.gather(*drivers, return_exceptions=True)
+
+    def stats(self) -> dict:
+        return {
+            "coordinatorId": self.coordinator_id,
+            "lowWaterMark": self.low_watermark,
+            "openTxns": len(self._open),
+            "committedCount": self.committed_count,
+            "abortedCount": self.aborted_count,
+            "timedOutCount": self.timed_out_count,
+        }
