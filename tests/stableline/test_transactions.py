@@ -110,9 +110,9 @@ def test_a_timed_out_transaction_is_aborted_and_unblocks_readers(client, broker,
     producer.send(b"after")
     wait(
         lambda: (
-            _get(broker, "/admin/v3/transactions/transactionMetadata?txnId=%d:%d" % txn.id)[
-                "status"
-            ]
+            _get(
+                broker, f"/admin/v3/transactions/transactionMetadata?txnId={txn.id[0]}:{txn.id[1]}"
+            )["status"]
             == "ABORTED"
         ),
         10,
@@ -169,9 +169,11 @@ def test_transactional_ack_takes_effect_on_commit_and_is_dropped_on_abort(client
     consumer.acknowledge(second, txn=committed)
     with pytest.raises(stableline.InvalidMessageId, match="open transaction"):
         consumer.acknowledge(second, txn=aborted)
-    backlog = lambda: _get(broker, "/admin/v2/persistent/public/default/txn-ack/stats")[
-        "subscriptions"
-    ]["sub"]["msgBacklog"]  # noqa: E731
+
+    def backlog() -> int:
+        stats = _get(broker, "/admin/v2/persistent/public/default/txn-ack/stats")
+        return stats["subscriptions"]["sub"]["msgBacklog"]
+
     assert backlog() == 2
     committed.commit()
     assert backlog() == 1
@@ -243,11 +245,13 @@ def test_admin_shows_transaction_buffer_and_metadata(client, broker):
     assert stats["maxReadPosition"] != stats["lastConfirmedEntry"]
     for field in ("abortedTxnSize", "lowWaterMarks", "recoveryTimeMs", "replayedEntries"):
         assert field in stats
-    metadata = _get(broker, "/admin/v3/transactions/transactionMetadata?txnId=%d:%d" % txn.id)
+    metadata = _get(
+        broker, f"/admin/v3/transactions/transactionMetadata?txnId={txn.id[0]}:{txn.id[1]}"
+    )
     assert metadata["status"] == "OPEN"
     assert metadata["producedPartitions"] == ["persistent://public/default/observed"]
     coordinator = _get(broker, "/admin/v3/transactions/coordinatorStats")
-    assert coordinator["openTransactions"][0]["txnId"] == "%d:%d" % txn.id
+    assert coordinator["openTransactions"][0]["txnId"] == f"{txn.id[0]}:{txn.id[1]}"
     metrics = urllib.request.urlopen(broker.http_url + "/metrics", timeout=5).read().decode()
     assert (
         'stableline_txn_buffer_ongoing{topic="persistent://public/default/observed"} 1.0' in metrics
