@@ -238,5 +238,75 @@ def topics_internal_stats(topic: str, admin_url: str) -> None:
     click.echo(json.dumps(_admin_get(admin_url, _topic_path(topic) + "/internalStats"), indent=2))
 
 
+@admin.command("txn-buffer")
+@click.argument("topic")
+@_admin_url
+def admin_txn_buffer(topic: str, admin_url: str) -> None:
+    """Print TOPIC's transaction buffer: state, maxReadPosition, ongoing and aborted."""
+    path = _topic_path(topic).replace(
+        "/admin/v2/persistent/", "/admin/v3/transactions/transactionBufferStats/"
+    )
+    click.echo(json.dumps(_admin_get(admin_url, path), indent=2))
+
+
+@main.group()
+def txn() -> None:
+    """Transactions: list the open ones, show one, or run one from the shell."""
+
+
+@txn.command("list")
+@_admin_url
+def txn_list(admin_url: str) -> None:
+    """List open transactions, oldest first, with their age and topics."""
+    stats = _admin_get(admin_url, "/admin/v3/transactions/coordinatorStats")
+    click.echo(
+        f"low watermark {stats['lowWaterMark']}, open {stats['openTxns']}, committed "
+        f"{stats['committedCount']}, aborted {stats['abortedCount']} ({stats['timedOutCount']} timed out)"
+    )
+    for meta in stats["openTransactions"]:
+        topics = ", ".join(meta["producedPartitions"]) or "-"
+        click.echo(f"{meta['txnId']}\t{meta['status']}\t{meta['ageMs'] / 1000:.1f}s\t{topics}")
+
+
+@txn.command("show")
+@click.argument("txn_id")
+@_admin_url
+def txn_show(txn_id: str, admin_url: str) -> None:
+    """Show transaction TXN_ID (MOST:LEAST)."""
+    click.echo(
+        json.dumps(
+            _admin_get(admin_url, f"/admin/v3/transactions/transactionMetadata?txnId={txn_id}"),
+            indent=2,
+        )
+    )
+
+
+@txn.command("produce")
+@click.argument("topic")
+@click.option(
+    "-m", "--message", "messages", multiple=True, required=True, help="Message text (repeatable)."
+)
+@click.option("--abort", is_flag=True, help="Abort instead of committing.")
+@click.option("--timeout-ms", default=60_000, show_default=True)
+@click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
+def txn_produce(
+    topic: str, messages: tuple[str, ...], abort: bool, timeout_ms: int, service_url: str
+) -> None:
+    """Send messages to TOPIC in one transaction, then commit (or abort) it."""
+    import stableline
+
+    with stableline.Client(service_url) as client:
+        try:
+            transaction = client.new_transaction(timeout_ms=timeout_ms)
+            producer = client.create_producer(topic)
+            for text in messages:
+                producer.send(text.encode(), txn=transaction)
+            transaction.abort() if abort else transaction.commit()
+        except stableline.StableLineError as error:
+            raise click.ClickException(f"{type(error).__name__}: {error}") from None
+    txn_text = f"{transaction.id[0]}:{transaction.id[1]}"
+    click.echo(f"transaction {txn_text} {transaction.state}: {len(messages)} message(s) to {topic}")
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -79,3 +79,38 @@ def test_cli_errors_are_clear(broker):
     result = _cli("admin", "topics", "list", "--admin-url", "http://127.0.0.1:1")
     assert result.returncode != 0
     assert "cannot reach" in result.stderr
+
+
+def test_transaction_commands(broker):
+    result = _cli(
+        "txn", "produce", "cli-txn", "-m", "a", "-m", "b", "--service-url", broker.service_url
+    )
+    assert result.returncode == 0, result.stderr
+    assert "COMMITTED: 2 message(s)" in result.stdout
+    result = _cli(
+        "txn", "produce", "cli-txn", "-m", "c", "--abort", "--service-url", broker.service_url
+    )
+    assert "ABORTED" in result.stdout
+    buffer = json.loads(
+        _cli("admin", "txn-buffer", "cli-txn", "--admin-url", broker.http_url).stdout
+    )
+    assert buffer["abortedTxnSize"] == 1 and buffer["state"] == "Ready"
+    listing = _cli("txn", "list", "--admin-url", broker.http_url).stdout
+    assert "committed 1, aborted 1" in listing
+    shown = json.loads(_cli("txn", "show", "0:1", "--admin-url", broker.http_url).stdout)
+    assert shown["status"] == "COMMITTED"
+    result = _cli(
+        "consume",
+        "cli-txn",
+        "-s",
+        "rc",
+        "-n",
+        "0",
+        "-p",
+        "Earliest",
+        "--timeout",
+        "1",
+        "--service-url",
+        broker.service_url,
+    )
+    assert [line.split("\t")[1] for line in result.stdout.splitlines()] == ["a", "b"]
