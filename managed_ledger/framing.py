@@ -3,6 +3,10 @@
 Frame: body length, CRC-32 of the body, header length (little-endian u32 each),
 then the body = header bytes + payload bytes. What is checked before a frame is
 written (lengths, CRC) is checked again when it is read back.
+
+The header is never empty. That is what tells a frame from zeros: twelve zero
+bytes would otherwise read as an empty frame with a valid CRC (CRC-32 of nothing
+is 0), and a zero-filled tail left by a crash would recover as phantom entries.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ MAX_FRAME_BODY = 256 * 1024 * 1024
 
 
 def encode_frame(header: bytes, payload: bytes) -> bytes:
+    assert header, "a frame's header is never empty"
     crc = zlib.crc32(payload, zlib.crc32(header))
     return FRAME.pack(len(header) + len(payload), crc, len(header)) + header + payload
 
@@ -31,7 +36,7 @@ def decode_frame(buffer: bytes | memoryview, offset: int) -> tuple[bytes, bytes,
     body_len, crc, header_len = FRAME.unpack_from(buffer, offset)
     start = offset + FRAME_SIZE
     end = start + body_len
-    if body_len > MAX_FRAME_BODY or header_len > body_len or end > len(buffer):
+    if body_len > MAX_FRAME_BODY or not 0 < header_len <= body_len or end > len(buffer):
         raise CorruptEntryError(f"bad frame lengths at offset {offset}")
     header = bytes(buffer[start : start + header_len])
     payload = bytes(buffer[start + header_len : end])

@@ -127,15 +127,21 @@ class ManagedLedger:
                 delete_files(self._path(info.ledger_id))
                 continue
             self._ledgers[info.ledger_id] = info
+        # A file the ledger list does not name was never acknowledged into: either a
+        # deleted ledger whose removal was interrupted, or one created just before
+        # a crash, ahead of the metadata write that would have adopted it (its id
+        # is then >= next_ledger_id, and left alone it would block that id forever).
         known = {self._path(ledger_id).name for ledger_id in self._ledgers}
         for path in self.directory.glob("*.log"):
-            if path.name not in known and int(path.stem, 16) < self._next_ledger_id:
+            if path.name not in known:
                 log.warning("%s: removing orphan ledger file %s", self.name, path.name)
                 delete_files(path)
         if self._ledgers:
             last = self._ledgers.peekitem(-1)[1]
             self.last_confirmed = Position(last.ledger_id, last.entries - 1)
-        self._start_new_ledger()
+        self._adopt_new_ledger(
+            Segment.create(self._next_ledger_id, self._path(self._next_ledger_id))
+        )
         if not self._ledgers or self.last_confirmed == EARLIEST:
             self.last_confirmed = Position(self._current.ledger_id, -1)
         for key, value in self.store.scan_prefix(CURSORS_DB, self._cursor_prefix()):
@@ -145,14 +151,26 @@ class ManagedLedger:
     def _path(self, ledger_id: int) -> Path:
         return self.directory / f"{ledger_id:016x}.log"
 
-    def _start_new_ledger(self) -> None:
-        ledger_id = self._next_ledger_id
-        self._next_ledger_id += 1
-        segment = Segment.create(ledger_id, self._path(ledger_id))
-        self._segments[ledger_id] = segment
+    def _adopt_new_ledger(self, segment: Segment) -> None:
+        """Make a freshly created segment the current ledger, durably listed first.
+
+        Runs on the event loop (or in _recover, before anyone else holds the
+        ledger): the ledger list and the current segment are loop state.
+        """
+        ledger_id = segment.ledger_id
+        assert ledger_id == self._next_ledger_id, (ledger_id, self._next_ledger_id)
+        self._next_ledger_id = ledger_id + 1
         self._ledgers[ledger_id] = LedgerInfo(ledger_id, 0, 0, int(time.time() * 1000), False)
+        try:
+            self._persist_ledger_list()
+        except BaseException:
+            # Not listed, so never written to: forget it and remove its file.
+            del self._ledgers[ledger_id]
+            self._next_ledger_id = ledger_id
+            segment.delete()
+            raise
+        self._segments[ledger_id] = segment
         self._current = segment
-        self._persist_ledger_list()
 
     def _persist_ledger_list(self) -> None:
         self.store.put_json(
@@ -175,12 +193,11 @@ class ManagedLedger:
         self._flush_cursors()
         if self._cursor_flush is not None:
             self._cursor_flush.cancel()
-        await asyncio.get_running_loop().run_in_executor(None, self._close_segments)
-
-    def _close_segments(self) -> None:
         current = self._current
         if current is not None:
-            current.close()
+            # Only the fsyncs run in a worker thread; file descriptors are closed
+            # and the ledger list changed here, on the loop, where readers run.
+            await asyncio.get_running_loop().run_in_executor(None, current.seal)
             info = self._ledgers[current.ledger_id]
             info.entries, info.size, info.closed = current.entry_count, current.size, True
             self._persist_ledger_list()
@@ -238,7 +255,16 @@ class ManagedLedger:
         loop = asyncio.get_running_loop()
         while self._pending:
             if self._should_roll_over():
-                await loop.run_in_executor(None, self._roll_over)
+                try:
+                    await self._roll_over()
+                except Exception as error:
+                    # Nothing was written to the new ledger; the next append retries
+                    # the rollover. Fail what is queued rather than leave it waiting.
+                    log.error("%s: rollover failed: %s", self.name, error)
+                    self._fail_pending(
+                        ManagedLedgerError(f"rollover of {self.name} failed: {error}")
+                    )
+                    return
             batch: list[_PendingAppend] = []
             frames: list[bytes] = []
             batch_bytes = 0
@@ -295,12 +321,30 @@ class ManagedLedger:
         if self._pending_bytes <= self.config.max_pending_bytes:
             self._space_available.set()
 
-    def _roll_over(self) -> None:
+    def _fail_pending(self, failure: ManagedLedgerError) -> None:
+        failed_bytes = 0
+        while self._pending:
+            pending = self._pending.popleft()
+            failed_bytes += len(pending.payload) + len(pending.frame) + FRAME_SIZE
+            if not pending.future.done():
+                pending.future.set_exception(failure)
+        self._release_pending(failed_bytes)
+
+    async def _roll_over(self) -> None:
         old = self._current
-        old.close()
+        ledger_id = self._next_ledger_id
+        path = self._path(ledger_id)
+
+        def seal_and_create() -> Segment:
+            # Blocking I/O only. The old segment keeps its descriptor: readers on
+            # the loop may be reading it right now.
+            old.seal()
+            return Segment.create(ledger_id, path)
+
+        segment = await asyncio.get_running_loop().run_in_executor(None, seal_and_create)
         info = self._ledgers[old.ledger_id]
         info.entries, info.size, info.closed = old.entry_count, old.size, True
-        self._start_new_ledger()
+        self._adopt_new_ledger(segment)
         log.info(
             "%s: rolled over from ledger %d to %d",
             self.name,

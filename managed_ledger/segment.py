@@ -67,10 +67,13 @@ class Segment:
         index_path = path.with_suffix(".idx")
         if index_path.exists() and path.exists():
             offsets = array("q")
-            offsets.frombytes(index_path.read_bytes())
+            raw = index_path.read_bytes()
             size = path.stat().st_size
-            if len(offsets) >= 1 and offsets[-1] == size:
-                return cls(ledger_id, path, offsets, size, closed=True)
+            # A malformed index (cut short, foreign bytes) is as good as none.
+            if len(raw) % offsets.itemsize == 0:
+                offsets.frombytes(raw)
+                if len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == size:
+                    return cls(ledger_id, path, offsets, size, closed=True)
             log.warning("ledger %d: index does not match the file; scanning it", ledger_id)
         return cls.recover(ledger_id, path)
 
@@ -112,11 +115,26 @@ class Segment:
         assert not self.closed, f"write to closed ledger {self.ledger_id}"
         data = b"".join(frames)
         fd = self._descriptor()
-        written = os.pwrite(fd, data, self._size)
-        if written != len(data):
-            raise OSError(f"short write to ledger {self.ledger_id}: {written} of {len(data)}")
-        if fsync:
-            os.fdatasync(fd)
+        try:
+            written = os.pwrite(fd, data, self._size)
+            if written != len(data):
+                raise OSError(f"short write to ledger {self.ledger_id}: {written} of {len(data)}")
+            if fsync:
+                os.fdatasync(fd)
+        except OSError:
+            # The batch is reported failed, so none of its frames may survive: a
+            # later, shorter write at the same offset would leave some of them
+            # whole behind it, and a scan after a crash would bring them back.
+            self._cut_uncommitted_tail(fd)
+            raise
+
+    def _cut_uncommitted_tail(self, fd: int) -> None:
+        """Best effort: drop the bytes past the committed size. seal() retries it."""
+        try:
+            os.ftruncate(fd, self._size)
+            os.fsync(fd)
+        except OSError as error:
+            log.warning("ledger %d: cannot cut a failed write: %s", self.ledger_id, error)
 
     def commit_offsets(self, frame_lengths: list[int]) -> None:
         """Publish the offsets of frames that write() made durable."""
@@ -145,9 +163,21 @@ class Segment:
         return result
 
     def close(self) -> None:
-        """Make the file durable, write its offset index, and stop accepting appends."""
+        """Seal the ledger and release its file descriptor."""
+        self.seal()
+        self.release()
+
+    def seal(self) -> None:
+        """Make the file durable, write its offset index, and stop accepting appends.
+
+        The descriptor stays open: readers on the event loop may be using it while
+        this runs in a worker thread. release() closes it, on the loop.
+        """
         if not self.closed:
             fd = self._descriptor()
+            if os.fstat(fd).st_size != self._size:
+                # Bytes of a failed write that could not be cut at the time.
+                os.ftruncate(fd, self._size)
             os.fsync(fd)
             tmp = self.index_path.with_suffix(".idx.tmp")
             with open(tmp, "wb") as handle:
@@ -157,7 +187,6 @@ class Segment:
             os.replace(tmp, self.index_path)
             _fsync_directory(self.path.parent)
             self.closed = True
-        self.release()
 
     def release(self) -> None:
         if self._fd is not None:
@@ -173,4 +202,3 @@ def delete_files(path: Path) -> None:
     """Remove a ledger's file and its index, whether or not it was ever opened."""
     path.unlink(missing_ok=True)
     path.with_suffix(".idx").unlink(missing_ok=True)
-

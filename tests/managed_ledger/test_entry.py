@@ -1,0 +1,59 @@
+"""Entry headers and positions: the only parts of an entry the broker decodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from managed_ledger import EARLIEST, LATEST, EntryHeader, EntryType, Position, TxnId
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        EntryHeader(),
+        EntryHeader(
+            type=EntryType.DATA,
+            num_messages=100,
+            publish_time_ms=1_700_000_000_123,
+            producer_name="producer-é-1",
+            sequence_id=42,
+            txn_id=TxnId(7, 2**64 - 1),
+            low_watermark=3,
+        ),
+        EntryHeader(type=EntryType.TXN_COMMIT, num_messages=0, txn_id=TxnId(0, 0)),
+        EntryHeader(type=EntryType.TXN_ABORT, txn_id=TxnId(1, 2)),
+    ],
+)
+def test_header_round_trips_every_field(header):
+    assert EntryHeader.decode(header.encode()) == header
+
+
+def test_txn_id_zero_is_distinct_from_no_txn():
+    assert EntryHeader.decode(EntryHeader(txn_id=TxnId(0, 0)).encode()).txn_id == TxnId(0, 0)
+    assert EntryHeader.decode(EntryHeader().encode()).txn_id is None
+
+
+def test_header_with_trailing_bytes_is_rejected():
+    with pytest.raises(ValueError, match="entry header is"):
+        EntryHeader.decode(EntryHeader(producer_name="p").encode() + b"x")
+
+
+def test_markers_are_the_non_data_types():
+    assert not EntryHeader().is_marker
+    assert EntryHeader(type=EntryType.TXN_COMMIT).is_marker
+    assert EntryHeader(type=EntryType.TXN_ABORT).is_marker
+
+
+def test_positions_order_by_ledger_then_entry():
+    assert EARLIEST < Position(0, 0) < Position(0, 1) < Position(1, -1) < Position(1, 0) < LATEST
+
+
+def test_position_parse_round_trips_its_string():
+    assert Position.parse(str(Position(12, 345))) == Position(12, 345)
+    assert Position.parse("-1:-1") == EARLIEST
+
+
+@pytest.mark.parametrize("text", ["", "1", "a:b", "1:2:3"])
+def test_position_parse_rejects_malformed_text(text):
+    with pytest.raises(ValueError, match="not a position"):
+        Position.parse(text)
