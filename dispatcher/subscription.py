@@ -130,6 +130,9 @@ class Subscription:
         consumer.connected_since_ms = int(time.time() * 1000)
         self.consumers.append(consumer)
         self._announce_active(previous_active)
+        if self.type is SubscriptionType.FAILOVER and consumer is not self.active_consumer:
+            # A standby learns at once that it is not active (Pulsar does the same).
+            consumer.outbox.put_nowait(ControlEvent("active", False))
         self.start()
         self.wake()
 
@@ -148,7 +151,8 @@ class Subscription:
         if not self.consumers:
             return None
         if self.type is SubscriptionType.FAILOVER:
-            return min(self.consumers, key=lambda c: (c.priority_level, c.consumer_id))
+            # Lowest priority level; among equals the first connected (min keeps list order).
+            return min(self.consumers, key=lambda c: c.priority_level)
         return self.consumers[0]
 
     def _announce_active(self, previous: Consumer | None) -> None:
@@ -253,6 +257,8 @@ class Subscription:
             owner.pending.pop(held, None)
         for held in [p for p in self._partial_acks if p <= upto]:
             del self._partial_acks[held]
+        for held in [p for p in self._redelivery_counts if p <= upto]:
+            del self._redelivery_counts[held]
         for held in list(self._redeliver.irange(maximum=upto)):
             self._redeliver.discard(held)
         if upto > self.cursor.mark_delete:
@@ -332,7 +338,8 @@ class Subscription:
             log.exception("dispatcher of %s/%s failed", self.topic, self.name)
             raise
 
-    def _next_consumer(self) -> Consumer | None:
+    def _next_consumer(self, peek: bool = False) -> Consumer | None:
+        """The consumer for the next entry; `peek` leaves the round-robin turn alone."""
         if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
             active = self.active_consumer
             return active if active is not None and active.permits > 0 else None
@@ -340,13 +347,14 @@ class Subscription:
         for step in range(count):
             consumer = self.consumers[(self._round_robin + step) % count]
             if consumer.permits > 0:
-                self._round_robin = (self._round_robin + step + 1) % count
+                if not peek:
+                    self._round_robin = (self._round_robin + step + 1) % count
                 return consumer
         return None
 
     def _dispatch_once(self) -> bool:
         """One pass: deliver what permits allow. True when anything moved."""
-        if not self.consumers or self._next_consumer() is None:
+        if not self.consumers or self._next_consumer(peek=True) is None:
             return False
         batches: dict[Consumer, list[Delivery]] = {}
         progressed = self._dispatch_redeliveries(batches)
@@ -404,7 +412,10 @@ class Subscription:
         count = 0
         if redelivery:
             count = self._redelivery_counts.get(position, 0) + 1
-            if len(self._redelivery_counts) < MAX_TRACKED_REDELIVERIES:
+            if (
+                position in self._redelivery_counts
+                or len(self._redelivery_counts) < MAX_TRACKED_REDELIVERIES
+            ):
                 self._redelivery_counts[position] = count
         num = entry.header.num_messages
         consumer.permits -= num

@@ -1,0 +1,357 @@
+"""A Shared subscription against a list-of-entries model, driven by hypothesis.
+
+Random appends (data entries of 1..3 messages, and transaction markers), flows, acks
+(whole entries and single batch indexes), bad acks, nacks, and consumers joining and
+leaving. The real ledger and Subscription run on a private event loop; the dispatch
+task is never started: the `dispatch` rule runs `_dispatch_once()` itself, so every
+run is deterministic. After each dispatch the outboxes are drained and checked:
+
+- markers are never delivered, and an acknowledged entry is never delivered again;
+- no entry is held by two consumers at once, and only a consumer with permits gets one;
+- entries delivered for the first time come in log order, with no gaps, after the
+  redeliveries of the same pass; redelivery counts and acked batch indexes are right;
+- at the end (teardown), with permits for all, every data entry has been delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from dispatcher import (
+    Consumer,
+    Delivery,
+    InvalidAckError,
+    IsolationLevel,
+    LogReadView,
+    Subscription,
+    SubscriptionType,
+)
+from managed_ledger import (
+    EntryHeader,
+    EntryType,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    MetadataStore,
+    Position,
+    TxnId,
+)
+
+SHARED = SubscriptionType.SHARED
+LEVEL = IsolationLevel.READ_UNCOMMITTED
+# Small ledgers so that positions cross ledger boundaries.
+CONFIG = ManagedLedgerConfig(max_entries_per_ledger=4)
+MAX_CONSUMERS = 4
+# Passes of the dispatcher one `dispatch` step may take before it must be idle.
+MAX_PASSES = 20
+
+
+def step(method):
+    """Mark the machine broken until the step returns, so teardown does not mask a failure."""
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        self.healthy = False
+        result = method(self, *args, **kwargs)
+        self.healthy = True
+        return result
+
+    return guarded
+
+
+class SharedSubscriptionMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.healthy = True
+        self.loop = asyncio.new_event_loop()
+        self.directory = Path(tempfile.mkdtemp(prefix="dispatcher-model-"))
+        self.store = MetadataStore(self.directory / "metadata")
+        self.ledger: ManagedLedger = self.loop.run_until_complete(
+            ManagedLedger.open("t", self.directory / "t", self.store, CONFIG)
+        )
+        cursor, _ = self.ledger.open_cursor("s", True, Subscription.properties_for(SHARED, LEVEL))
+        self.subscription = Subscription("t", cursor, LogReadView(self.ledger))
+        self.subscription.start = lambda: None  # the machine runs the passes itself
+        # The model.
+        self.log: list[Position] = []  # every entry, in log order
+        self.messages: dict[Position, int] = {}  # data entries -> message count
+        self.markers: set[Position] = set()
+        self.consumers: list[Consumer] = []
+        self.permits: dict[Consumer, int] = {}
+        self.holder: dict[Position, Consumer] = {}
+        self.deliveries: dict[Position, int] = {}  # times each entry was delivered
+        self.acked: set[Position] = set()
+        self.partial: dict[Position, set[int]] = {}
+        self.next_new = 0  # index into data_order of the next never-delivered entry
+        self.data_order: list[Position] = []
+        self.txn_sequence = 0
+
+    # ------------------------------------------------------------ plumbing
+
+    def call(self, function, *args):
+        """Run a synchronous subscription call inside the loop (acks schedule cursor flushes)."""
+
+        async def inside():
+            return function(*args)
+
+        return self.loop.run_until_complete(inside())
+
+    def unacked_delivered(self) -> list[Position]:
+        return sorted(p for p in self.deliveries if p not in self.acked)
+
+    def held_by(self, consumer: Consumer) -> list[Position]:
+        return sorted(p for p, c in self.holder.items() if c is consumer)
+
+    # ------------------------------------------------------------ appends
+
+    @rule(count=st.integers(1, 3), messages=st.integers(1, 3))
+    @step
+    def append_data(self, count: int, messages: int) -> None:
+        async def append_all():
+            return await asyncio.gather(
+                *(
+                    self.ledger.append(EntryHeader(num_messages=messages), b"x" * messages)
+                    for _ in range(count)
+                )
+            )
+
+        positions = self.loop.run_until_complete(append_all())
+        assert positions == sorted(positions)
+        for position in positions:
+            self.log.append(position)
+            self.data_order.append(position)
+            self.messages[position] = messages
+
+    @rule(kind=st.sampled_from([EntryType.TXN_COMMIT, EntryType.TXN_ABORT]))
+    @step
+    def append_marker(self, kind: EntryType) -> None:
+        self.txn_sequence += 1
+        header = EntryHeader(type=kind, txn_id=TxnId(1, self.txn_sequence))
+        position = self.loop.run_until_complete(self.ledger.append(header, b""))
+        self.log.append(position)
+        self.markers.add(position)
+
+    # ------------------------------------------------------------ consumers
+
+    @precondition(lambda self: len(self.consumers) < MAX_CONSUMERS)
+    @rule(permits=st.integers(0, 5))
+    @step
+    def add_consumer(self, permits: int) -> None:
+        consumer = Consumer(f"c{len(self.permits)}")
+        self.call(self.subscription.add_consumer, consumer, SHARED, LEVEL)
+        self.consumers.append(consumer)
+        self.permits[consumer] = 0
+        if permits:
+            self.call(self.subscription.flow, consumer, permits)
+            self.permits[consumer] += permits
+
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data())
+    @step
+    def remove_consumer(self, data) -> None:
+        consumer = data.draw(st.sampled_from(self.consumers), label="leaving")
+        self.call(self.subscription.remove_consumer, consumer)
+        self.consumers.remove(consumer)
+        for position in self.held_by(consumer):
+            del self.holder[position]
+        assert consumer.pending == {}
+
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data(), permits=st.integers(1, 6))
+    @step
+    def flow(self, data, permits: int) -> None:
+        consumer = data.draw(st.sampled_from(self.consumers), label="consumer")
+        self.call(self.subscription.flow, consumer, permits)
+        self.permits[consumer] += permits
+
+    # ------------------------------------------------------------ acks and nacks
+
+    @precondition(lambda self: self.unacked_delivered())
+    @rule(data=st.data())
+    @step
+    def ack(self, data) -> None:
+        choices = self.unacked_delivered()
+        picked = data.draw(
+            st.lists(st.sampled_from(choices), min_size=1, max_size=3, unique=True), label="ack"
+        )
+        ids = []
+        for position in picked:
+            indexes = [-1, *range(self.messages[position])]
+            ids.append((position, data.draw(st.sampled_from(indexes), label="batch_index")))
+        self.call(self.subscription.ack, ids)
+        for position, batch_index in ids:
+            acked = self.partial.setdefault(position, set())
+            if batch_index == -1:
+                acked.update(range(self.messages[position]))
+            else:
+                acked.add(batch_index)
+            if len(acked) == self.messages[position]:
+                self.acked.add(position)
+                self.holder.pop(position, None)
+                del self.partial[position]
+
+    @precondition(lambda self: self.log)
+    @rule(data=st.data())
+    @step
+    def ack_with_a_bad_id_changes_nothing(self, data) -> None:
+        last = self.ledger.last_confirmed
+        bad = data.draw(
+            st.sampled_from(
+                [
+                    (Position(last.ledger_id, last.entry_id + 1), -1),
+                    (Position(last.ledger_id + 3, 0), 0),
+                    *((p, self.messages[p]) for p in self.unacked_delivered()),
+                ]
+            ),
+            label="bad id",
+        )
+        good = [(p, 0) for p in self.unacked_delivered()[:2]]
+        before = (
+            self.subscription.cursor.mark_delete,
+            list(self.subscription.cursor.individually_acked),
+            {p: set(s) for p, s in self.subscription._partial_acks.items()},
+        )
+        with pytest.raises(InvalidAckError):
+            self.call(self.subscription.ack, [*good, bad])
+        after = (
+            self.subscription.cursor.mark_delete,
+            list(self.subscription.cursor.individually_acked),
+            {p: set(s) for p, s in self.subscription._partial_acks.items()},
+        )
+        assert after == before
+
+    @precondition(lambda self: self.holder)
+    @rule(data=st.data(), everything=st.booleans())
+    @step
+    def nack(self, data, everything: bool) -> None:
+        holders = sorted({c.name: c for c in self.holder.values()}.items())
+        consumer = data.draw(st.sampled_from([c for _, c in holders]), label="nacking")
+        held = self.held_by(consumer)
+        if everything:
+            positions = held
+            self.call(self.subscription.redeliver, consumer, None)
+        else:
+            positions = data.draw(
+                st.lists(st.sampled_from(held), min_size=1, unique=True), label="nacked"
+            )
+            self.call(self.subscription.redeliver, consumer, positions)
+        for position in positions:
+            del self.holder[position]
+
+    # ------------------------------------------------------------ dispatch
+
+    @rule()
+    @step
+    def dispatch(self) -> None:
+        self.run_dispatch()
+
+    def run_dispatch(self) -> None:
+        for _ in range(MAX_PASSES):
+            if not self.call(self.subscription._dispatch_once):
+                break
+        else:
+            raise AssertionError(f"dispatcher still busy after {MAX_PASSES} passes")
+        first_time: list[Position] = []
+        for consumer in self.consumers:
+            while not consumer.outbox.empty():
+                item = consumer.outbox.get_nowait()
+                assert isinstance(item, list), f"{consumer.name} got {item!r}"
+                first_time += self.check_batch(consumer, item)
+        expected = self.data_order[self.next_new : self.next_new + len(first_time)]
+        assert sorted(first_time) == expected, "first deliveries skipped or reordered entries"
+        self.next_new += len(first_time)
+
+    def check_batch(self, consumer: Consumer, batch: list[Delivery]) -> list[Position]:
+        """Check one pushed batch; returns the positions delivered for the first time."""
+        first_time: list[Position] = []
+        redelivered: list[Position] = []
+        for delivery in batch:
+            position = delivery.entry.position
+            assert position not in self.markers, f"marker {position} delivered"
+            assert position in self.messages, f"unknown entry {position} delivered"
+            assert position not in self.acked, f"acknowledged entry {position} delivered again"
+            owner = self.holder.get(position)
+            assert owner is None, f"{position} given to {consumer.name}, held by {owner.name}"
+            assert self.permits[consumer] > 0, f"{consumer.name} got {position} without permits"
+            times = self.deliveries.get(position, 0)
+            assert delivery.redelivery_count == times
+            assert delivery.acked_batch_indexes == tuple(sorted(self.partial.get(position, ())))
+            if times == 0:
+                first_time.append(position)
+            else:
+                assert not first_time, "a redelivery came after a new entry"
+                redelivered.append(position)
+            self.deliveries[position] = times + 1
+            self.holder[position] = consumer
+            self.permits[consumer] -= self.messages[position]
+        assert first_time == sorted(first_time)
+        assert redelivered == sorted(redelivered)
+        return first_time
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    @step
+    def subscription_agrees_with_the_model(self) -> None:
+        subscription = self.subscription
+        assert subscription.consumers == self.consumers
+        assert subscription._owner == self.holder
+        for consumer in self.consumers:
+            assert consumer.permits == self.permits[consumer]
+            assert consumer.pending == {p: self.messages[p] for p in self.held_by(consumer)}
+        cursor = subscription.cursor
+        for position in self.acked:
+            assert cursor.is_acked(position)
+        for position in self.messages:
+            if position not in self.acked:
+                assert not cursor.is_acked(position), f"{position} acked but never by a client"
+        waiting = set(subscription._redeliver)
+        assert waiting <= set(self.deliveries) - self.acked - set(self.holder)
+
+    # ------------------------------------------------------------ the end
+
+    def teardown(self) -> None:
+        try:
+            if self.healthy:
+                self.everything_is_eventually_delivered()
+        finally:
+            self.loop.run_until_complete(self.subscription.close())
+            self.loop.run_until_complete(self.ledger.close())
+            self.store.close()
+            self.loop.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def everything_is_eventually_delivered(self) -> None:
+        if not self.consumers:
+            self.add_consumer(0)
+        total = sum(self.messages.values()) + 1  # at least one, or markers wait
+        for consumer in self.consumers:
+            self.call(self.subscription.flow, consumer, total)
+            self.permits[consumer] += total
+        self.run_dispatch()
+        self.subscription_agrees_with_the_model()
+        assert set(self.deliveries) == set(self.messages), "some data entries never delivered"
+        assert not self.subscription._redeliver
+        unacked = set(self.messages) - self.acked
+        assert set(self.holder) == unacked
+        cursor = self.subscription.cursor
+        assert all(cursor.is_acked(p) for p in self.markers), "a marker was not acked"
+        assert self.subscription.backlog == len(unacked)
+
+
+SharedSubscriptionMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestSharedSubscriptionModel = SharedSubscriptionMachine.TestCase
