@@ -77,9 +77,10 @@ class TransactionBuffer:
         """Replay the log to rebuild ongoing, aborted and the stable position, then READY."""
         started = time.monotonic()
         position = self.ledger.first_position().next_in_ledger()
-        end = self.ledger.last_confirmed
-        while position <= end:
-            entries = self.ledger.read(position, REPLAY_BATCH_ENTRIES, end)
+        # Read until caught up with the LAC, appends made meanwhile included (the
+        # listener leaves them to us); no await between the last read and READY.
+        while True:
+            entries = self.ledger.read(position, REPLAY_BATCH_ENTRIES)
             if not entries:
                 break
             for entry in entries:
@@ -114,6 +115,8 @@ class TransactionBuffer:
     # ------------------------------------------------------------ the rules
 
     def _on_entries(self, entries: list[Entry]) -> None:
+        if self.state is BufferState.INITIALIZING:
+            return  # recover() replays them, in log order, after what precedes them
         for entry in entries:
             self._apply(entry)
 
@@ -244,7 +247,9 @@ class TransactionBuffer:
     async def end(self, txn_id: TxnId, commit: bool, low_watermark: int) -> None:
         """Write the marker (after the transaction's in-flight appends); a no-op if ended."""
         await self._ready.wait()
-        if self.is_ended(txn_id):
+        # A zombie is still ongoing here although is_ended() (its sequence is at or
+        # below the watermark): it needs its abort marker.
+        if txn_id not in self.ongoing and self.is_ended(txn_id):
             return
         pending = self._ending.get(txn_id)
         if pending is not None:

@@ -1,0 +1,363 @@
+"""TransactionCoordinator over a real MetadataStore; only the participant (the broker's side
+of ending a transaction on its topics) is a fake."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from managed_ledger import MetadataStore, TxnId
+from txnbuffer import (
+    TransactionCoordinator,
+    TransactionEndedError,
+    TransactionNotFoundError,
+    TxnAck,
+    TxnMetadata,
+    TxnState,
+)
+from txnbuffer.coordinator import COORDINATOR_DB, MAX_TIMEOUT_MS
+
+COORDINATOR_ID = 7
+LONG_TIMEOUT_MS = 60_000
+WAIT_S = 5.0
+
+
+def durable_state(store: MetadataStore, txn_id: TxnId) -> TxnState | None:
+    """The state a restarted coordinator would load for txn_id (its record in the log)."""
+    for key, raw in store.scan_prefix(COORDINATOR_DB, "txn:"):
+        if int(key.removeprefix("txn:")) == txn_id.least_bits:
+            return TxnMetadata.from_json(txn_id, raw).state
+    return None
+
+
+async def eventually(condition: Callable[[], bool], message: str, timeout_s: float = WAIT_S):
+    """Wait for a condition with a deadline (the coordinator has no event to wait on)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
+        await asyncio.sleep(0.005)
+
+
+@dataclass
+class Call:
+    topic: str
+    txn_id: TxnId
+    commit: bool
+    low_watermark: int
+    durable_state: TxnState | None  # what the coordinator log said when we were called
+    live_state: TxnState | None
+
+
+class FakeParticipant:
+    """Records every end request; can fail the first N of them or hold them at a gate."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self.coordinator: TransactionCoordinator | None = None
+        self.attempts: list[Call] = []
+        self.ack_attempts: list[tuple[TxnAck, TxnId, bool, TxnState | None]] = []
+        self.failures_left = 0
+        self.gate: asyncio.Event | None = None
+        self._changed = asyncio.Condition()
+
+    def _live(self, txn_id: TxnId) -> TxnState | None:
+        return self.coordinator.get(txn_id).state if self.coordinator else None
+
+    async def end_on_topic(self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int):
+        self.attempts.append(
+            Call(
+                topic,
+                txn_id,
+                commit,
+                low_watermark,
+                durable_state(self.store, txn_id),
+                self._live(txn_id),
+            )
+        )
+        async with self._changed:
+            self._changed.notify_all()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.failures_left:
+            self.failures_left -= 1
+            raise RuntimeError(f"topic {topic} is unavailable")
+
+    async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
+        self.ack_attempts.append((ack, txn_id, commit, durable_state(self.store, txn_id)))
+
+    async def wait_for_attempts(self, count: int) -> None:
+        async with self._changed:
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: len(self.attempts) >= count), WAIT_S
+            )
+
+
+@pytest.fixture
+def participant(store: MetadataStore) -> FakeParticipant:
+    return FakeParticipant(store)
+
+
+@pytest.fixture
+async def coordinator(
+    store: MetadataStore, participant: FakeParticipant
+) -> AsyncIterator[TransactionCoordinator]:
+    tc = TransactionCoordinator(COORDINATOR_ID, store, participant)
+    participant.coordinator = tc
+    await tc.recover()
+    yield tc
+    await tc.close()
+
+
+async def restarted(store: MetadataStore, participant: FakeParticipant) -> TransactionCoordinator:
+    tc = TransactionCoordinator(COORDINATOR_ID, store, participant)
+    participant.coordinator = tc
+    await tc.recover()
+    return tc
+
+
+def open_txn(coordinator: TransactionCoordinator, *topics: str) -> TxnId:
+    txn_id = coordinator.new_transaction(LONG_TIMEOUT_MS)
+    for topic in topics:
+        coordinator.add_topic(txn_id, topic)
+    return txn_id
+
+
+# ---------------------------------------------------------------- ids
+
+
+async def test_txn_ids_carry_the_coordinator_id_and_grow(coordinator):
+    ids = [coordinator.new_transaction(LONG_TIMEOUT_MS) for _ in range(5)]
+    assert all(t.most_bits == COORDINATOR_ID for t in ids)
+    sequences = [t.least_bits for t in ids]
+    assert sequences == sorted(set(sequences))
+    assert sequences[0] >= 1
+
+
+async def test_sequences_are_never_reused_across_a_restart(store):
+    first = await restarted(store, FakeParticipant(store))
+    before = [first.new_transaction(LONG_TIMEOUT_MS) for _ in range(3)]
+    await first.close()
+
+    second = await restarted(store, FakeParticipant(store))
+    after_clean = second.new_transaction(LONG_TIMEOUT_MS)
+    # No close this time: a crash right after handing out an id.
+    third = await restarted(store, FakeParticipant(store))
+    after_crash = third.new_transaction(LONG_TIMEOUT_MS)
+    await second.close()
+    await third.close()
+
+    assert after_clean.least_bits > max(t.least_bits for t in before)
+    assert after_crash.least_bits > after_clean.least_bits
+
+
+# ---------------------------------------------------------------- ending
+
+
+@pytest.mark.parametrize(
+    ("commit", "decided", "final"),
+    [(True, TxnState.COMMITTING, TxnState.COMMITTED), (False, TxnState.ABORTING, TxnState.ABORTED)],
+)
+async def test_decision_is_durable_before_participants_are_called(
+    coordinator, participant, store, commit, decided, final
+):
+    txn_id = open_txn(coordinator, "a", "b")
+    coordinator.add_ack(txn_id, "c", "sub", [(0, 1, 0)])
+    assert durable_state(store, txn_id) is TxnState.OPEN
+
+    assert await coordinator.end(txn_id, commit) is final
+
+    assert sorted(c.topic for c in participant.attempts) == ["a", "b"]
+    assert all(c.commit is commit for c in participant.attempts)
+    assert all(c.durable_state is decided for c in participant.attempts)
+    assert [(a.topic, commit_, state) for a, _, commit_, state in participant.ack_attempts] == [
+        ("c", commit, decided)
+    ]
+    assert durable_state(store, txn_id) is final
+    assert coordinator.get(txn_id).state is final
+
+
+@pytest.mark.parametrize("first_commit", [True, False])
+@pytest.mark.parametrize("again_commit", [True, False])
+async def test_end_of_an_ended_txn_raises_transaction_ended(
+    coordinator, participant, first_commit, again_commit
+):
+    txn_id = open_txn(coordinator, "a")
+    await coordinator.end(txn_id, first_commit)
+    with pytest.raises(TransactionEndedError):
+        await coordinator.end(txn_id, again_commit)
+    assert len(participant.attempts) == 1
+
+
+async def test_end_of_an_unknown_txn_raises_not_found(coordinator):
+    with pytest.raises(TransactionNotFoundError):
+        await coordinator.end(TxnId(COORDINATOR_ID, 999_999), True)
+    with pytest.raises(TransactionNotFoundError):
+        await coordinator.end(TxnId(COORDINATOR_ID + 1, 1), False)
+
+
+async def test_an_ended_txn_accepts_no_more_topics_or_acks(coordinator):
+    txn_id = open_txn(coordinator, "a")
+    await coordinator.end(txn_id, True)
+    with pytest.raises(TransactionEndedError):
+        coordinator.add_topic(txn_id, "b")
+    with pytest.raises(TransactionEndedError):
+        coordinator.add_ack(txn_id, "b", "sub", [(0, 0, 0)])
+
+
+async def test_a_decided_txn_never_changes_its_mind(coordinator, participant):
+    participant.gate = asyncio.Event()
+    txn_id = open_txn(coordinator, "a")
+    committing = asyncio.create_task(coordinator.end(txn_id, True))
+    await participant.wait_for_attempts(1)
+
+    with pytest.raises(TransactionEndedError):
+        await coordinator.end(txn_id, False)
+    retry = asyncio.create_task(coordinator.end(txn_id, True))  # same decision: joins
+    participant.gate.set()
+    assert await asyncio.wait_for(committing, WAIT_S) is TxnState.COMMITTED
+    assert await asyncio.wait_for(retry, WAIT_S) is TxnState.COMMITTED
+    assert all(c.commit for c in participant.attempts)
+
+
+async def test_a_failing_participant_is_retried_until_it_succeeds(coordinator, participant, store):
+    participant.failures_left = 2
+    txn_id = open_txn(coordinator, "a")
+    assert await asyncio.wait_for(coordinator.end(txn_id, True), WAIT_S) is TxnState.COMMITTED
+    assert len(participant.attempts) == 3
+    assert all(c.commit and c.durable_state is TxnState.COMMITTING for c in participant.attempts)
+    assert durable_state(store, txn_id) is TxnState.COMMITTED
+
+
+# ---------------------------------------------------------------- timeouts
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -1, -60_000, MAX_TIMEOUT_MS + 1])
+async def test_timeout_out_of_range_raises_value_error(coordinator, timeout_ms):
+    with pytest.raises(ValueError, match="timeout"):
+        coordinator.new_transaction(timeout_ms)
+
+
+async def test_a_timeout_aborts_the_txn(coordinator, participant, store):
+    txn_id = coordinator.new_transaction(50)
+    coordinator.add_topic(txn_id, "a")
+
+    await participant.wait_for_attempts(1)
+    call = participant.attempts[0]
+    assert (call.txn_id, call.commit) == (txn_id, False)
+    assert call.live_state is TxnState.TIMEOUT
+    assert call.durable_state is TxnState.TIMEOUT
+
+    await eventually(lambda: coordinator.get(txn_id).state is TxnState.ABORTED, "ABORTED")
+    assert durable_state(store, txn_id) is TxnState.ABORTED
+    assert coordinator.timed_out_count == 1
+    assert coordinator.aborted_count == 1
+    with pytest.raises(TransactionEndedError):
+        await coordinator.end(txn_id, True)
+
+
+async def test_an_ended_txn_does_not_time_out(coordinator, participant):
+    txn_id = coordinator.new_transaction(20)
+    coordinator.add_topic(txn_id, "a")
+    await coordinator.end(txn_id, True)
+    # Timers fire in deadline order: once a later one has fired, the earlier would have.
+    later = coordinator.new_transaction(60)
+    coordinator.add_topic(later, "b")
+    await participant.wait_for_attempts(2)
+    assert [(c.txn_id, c.commit) for c in participant.attempts] == [(txn_id, True), (later, False)]
+    assert coordinator.get(txn_id).state is TxnState.COMMITTED
+
+
+# ---------------------------------------------------------------- low watermark
+
+
+async def test_low_watermark_is_the_highest_sequence_below_every_open_txn(coordinator, participant):
+    assert coordinator.low_watermark == 0
+    t1, t2, t3 = (open_txn(coordinator, "a") for _ in range(3))
+    assert coordinator.low_watermark == t1.least_bits - 1
+
+    await coordinator.end(t2, True)  # a hole above the oldest open txn changes nothing
+    assert coordinator.low_watermark == t1.least_bits - 1
+
+    await coordinator.end(t1, False)
+    assert coordinator.low_watermark == t3.least_bits - 1
+
+    await coordinator.end(t3, True)
+    assert coordinator.low_watermark == t3.least_bits
+
+    # Each end carried the watermark of its moment, always below its own sequence.
+    sent = {c.txn_id: c.low_watermark for c in participant.attempts}
+    assert sent == {t2: t1.least_bits - 1, t1: t1.least_bits - 1, t3: t3.least_bits - 1}
+    assert all(w < t.least_bits for t, w in sent.items())
+
+
+async def test_low_watermark_never_covers_a_txn_left_open_by_a_restart(store, participant):
+    first = await restarted(store, participant)
+    done = open_txn(first, "a")
+    still_open = open_txn(first, "a")
+    await first.end(done, True)
+    await first.close()
+
+    second = await restarted(store, participant)
+    try:
+        assert second.low_watermark == still_open.least_bits - 1
+        newer = second.new_transaction(LONG_TIMEOUT_MS)
+        await second.end(still_open, False)
+        assert second.low_watermark == newer.least_bits - 1
+    finally:
+        await second.close()
+
+
+# ---------------------------------------------------------------- recovery
+
+
+@pytest.mark.parametrize(
+    ("commit", "decided", "final"),
+    [(True, TxnState.COMMITTING, TxnState.COMMITTED), (False, TxnState.ABORTING, TxnState.ABORTED)],
+)
+async def test_recover_redrives_a_decided_txn_left_by_a_crash(store, commit, decided, final):
+    # The first coordinator logs its decision, then "crashes" while ending the txn.
+    stuck = FakeParticipant(store)
+    stuck.gate = asyncio.Event()  # never set
+    first = await restarted(store, stuck)
+    txn_id = open_txn(first, "a", "b")
+    ending = asyncio.create_task(first.end(txn_id, commit))
+    await stuck.wait_for_attempts(2)
+    await first.close()  # cancels the driver: the completion is never logged
+    with contextlib.suppress(asyncio.CancelledError):
+        await ending
+    assert durable_state(store, txn_id) is decided
+
+    participant = FakeParticipant(store)
+    second = await restarted(store, participant)
+    try:
+        await participant.wait_for_attempts(2)
+        assert sorted(c.topic for c in participant.attempts) == ["a", "b"]
+        assert all(c.commit is commit and c.txn_id == txn_id for c in participant.attempts)
+        await eventually(lambda: second.get(txn_id).state is final, final.value)
+        assert durable_state(store, txn_id) is final
+        with pytest.raises(TransactionEndedError):
+            await second.end(txn_id, not commit)
+    finally:
+        await second.close()
+
+
+async def test_recover_rearms_the_timeout_of_a_txn_left_open(store):
+    first = await restarted(store, FakeParticipant(store))
+    txn_id = first.new_transaction(50)
+    first.add_topic(txn_id, "a")
+    await first.close()  # down before the timeout fired
+
+    participant = FakeParticipant(store)
+    second = await restarted(store, participant)
+    try:
+        await participant.wait_for_attempts(1)
+        assert participant.attempts[0].commit is False
+        await eventually(lambda: second.get(txn_id).state is TxnState.ABORTED, "ABORTED")
+    finally:
+        await second.close()
