@@ -39,6 +39,43 @@ def _id_of(item: MessageOrId) -> MessageId:
     raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
 
 
+def _whole_entries(items: list[MessageOrId], ids: list[MessageId]) -> list[MessageId]:
+    """The ids to send: an entry whose messages are all in the list goes as one id (-1).
+
+    The broker acknowledges an entry once every batch index of it is acknowledged,
+    so the outcome is the same; only the work drops from one id per message to one
+    per entry.
+    """
+    indexes: dict[tuple[int, int], set[int]] = {}
+    sizes: dict[tuple[int, int], int] = {}
+    for item, message_id in zip(items, ids, strict=True):
+        key = (message_id.ledger_id, message_id.entry_id)
+        found = indexes.get(key)
+        if found is None:
+            found = indexes[key] = set()
+            if isinstance(item, Message):
+                sizes[key] = item._entry_metadata.num_messages
+        found.add(message_id.batch_index)
+    whole = {
+        key
+        for key, found in indexes.items()
+        if sizes.get(key, 0) > 1 and len(found) == sizes[key] and found == set(range(sizes[key]))
+    }
+    if not whole:
+        return ids
+    wire = []
+    for message_id in ids:
+        key = (message_id.ledger_id, message_id.entry_id)
+        if key not in whole:
+            wire.append(message_id)
+        elif key not in indexes:
+            continue  # this entry's whole-entry id is already in the list
+        else:
+            del indexes[key]
+            wire.append(MessageId(key[0], key[1], -1))
+    return wire
+
+
 class Consumer:
     def __init__(
         self,
@@ -249,9 +286,10 @@ class Consumer:
         if txn is not None:
             txn._check_open()
             txn_id = txn._proto_id()
+        wire = ids if txn is not None else _whole_entries(items, ids)
         await self._request(
             lambda rid: pb.SubscribeRequest(
-                ack=pb.Ack(request_id=rid, message_ids=[i.to_proto() for i in ids], txn_id=txn_id)
+                ack=pb.Ack(request_id=rid, message_ids=[i.to_proto() for i in wire], txn_id=txn_id)
             )
         )
         self._forget(ids)
