@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from managed_ledger.entry import Entry
 
 # What an entry costs beyond its payload (key, Entry, header objects), so that a
@@ -20,7 +22,9 @@ class EntryCache:
     def __init__(self, max_bytes: int):
         assert max_bytes >= 0
         self.max_bytes = max_bytes
-        self._entries: dict[tuple[int, int], Entry] = {}
+        # OrderedDict, not dict: evicting from the front of a plain dict leaves
+        # dummies that every later next(iter()) walks over, quadratic in a stream.
+        self._entries: OrderedDict[tuple[int, int], Entry] = OrderedDict()
         self.size_bytes = 0
         self.hits = 0
         self.misses = 0
@@ -39,8 +43,8 @@ class EntryCache:
         self._entries[key] = entry
         self.size_bytes += cost
         while self.size_bytes > self.max_bytes:
-            oldest = next(iter(self._entries))
-            self.size_bytes -= _cost(self._entries.pop(oldest))
+            _, oldest = self._entries.popitem(last=False)
+            self.size_bytes -= _cost(oldest)
         assert 0 <= self.size_bytes <= self.max_bytes, (self.size_bytes, self.max_bytes)
 
     def get(self, ledger_id: int, entry_id: int) -> Entry | None:
