@@ -76,24 +76,36 @@ MessageId.earliest = MessageId(-1, -1, -1)
 MessageId.latest = MessageId(_MAX, _MAX, -1)
 
 
-class Message:
-    """One received message. Fields are read from the batch lazily."""
+class DeliveredEntry:
+    """What the messages of one delivered entry share; made once per entry."""
 
-    __slots__ = ("_entry_metadata", "_id", "_message", "_redelivery_count", "_topic")
+    __slots__ = ("entry_id", "ledger_id", "metadata", "num_messages", "redelivery_count", "topic")
 
     def __init__(
         self,
         topic: str,
-        message_id: MessageId,
-        message: pb.SingleMessage,
-        entry_metadata: pb.EntryMetadata,
-        redelivery_count: int = 0,
+        ledger_id: int,
+        entry_id: int,
+        metadata: pb.EntryMetadata,
+        redelivery_count: int,
     ):
-        self._topic = topic
-        self._id = message_id
+        self.topic = topic
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.metadata = metadata
+        self.num_messages = metadata.num_messages
+        self.redelivery_count = redelivery_count
+
+
+class Message:
+    """One received message. Its id and fields are read from the entry lazily."""
+
+    __slots__ = ("_entry", "_index", "_message")
+
+    def __init__(self, entry: DeliveredEntry, index: int, message: pb.SingleMessage):
+        self._entry = entry
+        self._index = index
         self._message = message
-        self._entry_metadata = entry_metadata
-        self._redelivery_count = redelivery_count
 
     def data(self) -> bytes:
         return self._message.payload
@@ -102,7 +114,8 @@ class Message:
         return self._message.payload
 
     def message_id(self) -> MessageId:
-        return self._id
+        entry = self._entry
+        return MessageId(entry.ledger_id, entry.entry_id, self._index)
 
     def partition_key(self) -> str | None:
         return self._message.partition_key if self._message.has_partition_key else None
@@ -111,39 +124,41 @@ class Message:
         return dict(self._message.properties)
 
     def publish_timestamp(self) -> int:
-        return self._entry_metadata.publish_time_ms
+        return self._entry.metadata.publish_time_ms
 
     def event_timestamp(self) -> int:
         return self._message.event_time_ms
 
     def txn_id(self) -> tuple[int, int] | None:
-        if not self._entry_metadata.HasField("txn_id"):
+        metadata = self._entry.metadata
+        if not metadata.HasField("txn_id"):
             return None
-        txn = self._entry_metadata.txn_id
-        return (txn.most_bits, txn.least_bits)
+        return (metadata.txn_id.most_bits, metadata.txn_id.least_bits)
 
     def producer_name(self) -> str:
-        return self._entry_metadata.producer_name
+        return self._entry.metadata.producer_name
 
     def redelivery_count(self) -> int:
-        return self._redelivery_count
+        return self._entry.redelivery_count
 
     def topic_name(self) -> str:
-        return self._topic
+        return self._entry.topic
 
     def __repr__(self) -> str:
-        return f"Message(id={self._id}, {len(self._message.payload)} bytes)"
+        return f"Message(id={self.message_id()}, {len(self._message.payload)} bytes)"
 
 
 def messages_of(topic: str, entry: pb.EntryDelivery, skip_through: int = -1) -> list[Message]:
     """Decode a delivered entry into its messages, leaving out acknowledged indexes."""
     batch = pb.MessageBatch.FromString(entry.payload)
+    delivered = DeliveredEntry(
+        topic, entry.ledger_id, entry.entry_id, entry.metadata, entry.redelivery_count
+    )
+    if skip_through < 0 and not entry.acked_batch_indexes:
+        return [Message(delivered, index, single) for index, single in enumerate(batch.messages)]
     skipped = set(entry.acked_batch_indexes)
-    ledger_id, entry_id = entry.ledger_id, entry.entry_id
-    metadata = entry.metadata
-    redelivery = entry.redelivery_count
     return [
-        Message(topic, MessageId(ledger_id, entry_id, index), single, metadata, redelivery)
+        Message(delivered, index, single)
         for index, single in enumerate(batch.messages)
         if index > skip_through and index not in skipped
     ]

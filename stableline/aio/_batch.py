@@ -1,20 +1,28 @@
-"""The producer's batch container: messages collected into one entry."""
+"""A producer batch: the messages of one entry, encoded as they are added.
+
+One future per batch, not per message: it resolves to the entry's (ledger_id,
+entry_id), and each message's MessageId is that plus its index. A message in a
+batch costs two list appends; MessageIds are made only for the sends awaited.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 from stableline._proto import broker_pb2 as pb
+from stableline._types import MessageId
 
-_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
+# Plain payloads up to this size have their field prefix cached by length.
+_CACHED_PREFIX_MAX = 64 * 1024
+_plain_prefixes: dict[int, bytes] = {}
 
 
 def _varint(value: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int."""
-    if value < 0x80:
-        return _SMALL_VARINTS[value]
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
@@ -23,59 +31,89 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-@dataclass(slots=True)
+def _field(body_length: int) -> bytes:
+    """Tag and length of field 1 (length-delimited) holding body_length bytes."""
+    return b"\x0a" + _varint(body_length)
+
+
+def plain_prefix(length: int) -> bytes:
+    """What precedes a plain payload of `length` bytes in a MessageBatch.
+
+    MessageBatch.messages (field 1) holding SingleMessage{payload (field 1)}, the
+    only field set; proto3 leaves an empty payload out. The bytes are exactly what
+    protobuf writes, without a protobuf object per message.
+    """
+    prefix = _plain_prefixes.get(length)
+    if prefix is None:
+        inner = _field(length) if length else b""
+        prefix = _field(len(inner) + length) + inner
+        if length <= _CACHED_PREFIX_MAX:
+            _plain_prefixes[length] = prefix
+    return prefix
+
+
+def encode_message(
+    content: bytes,
+    properties: dict[str, str] | None,
+    partition_key: str | None,
+    event_time_ms: int,
+) -> bytes:
+    """One MessageBatch `messages` field for a message with metadata."""
+    message = pb.SingleMessage(payload=content, event_time_ms=event_time_ms)
+    if properties:
+        message.properties.update(properties)
+    if partition_key is not None:
+        message.partition_key = partition_key
+        message.has_partition_key = True
+    body = message.SerializeToString()
+    return _field(len(body)) + body
+
+
+@dataclass(slots=True, eq=False)
 class Batch:
     """Messages of one transaction (or none) waiting to be sent as one entry."""
 
     txn: tuple[int, int] | None
-    # Each message already encoded as a MessageBatch `messages` field (tag, length,
-    # SingleMessage): the batch payload is their concatenation, byte for byte what
-    # protobuf would write, without a protobuf object per message.
-    encoded: list[bytes] = field(default_factory=list)
-    futures: list[asyncio.Future] = field(default_factory=list)
+    future: asyncio.Future  # -> (ledger_id, entry_id) once the entry is durable
+    parts: list[bytes] = field(default_factory=list)  # encoded fields, joined on send
+    count: int = 0
     size_bytes: int = 0
 
-    def add(
-        self,
-        content: bytes,
-        properties: dict[str, str] | None,
-        partition_key: str | None,
-        event_time_ms: int,
-        future: asyncio.Future,
-    ) -> None:
-        if (
-            properties
-            or partition_key is not None
-            or event_time_ms
-            or type(event_time_ms) is not int
-        ):
-            message = pb.SingleMessage(payload=content, event_time_ms=event_time_ms)
-            if properties:
-                message.properties.update(properties)
-            if partition_key is not None:
-                message.partition_key = partition_key
-                message.has_partition_key = True
-            body = message.SerializeToString()
-        else:
-            # SingleMessage{payload = 1}, the only field set (proto3 leaves out zeros).
-            body = b"\x0a" + _varint(len(content)) + content if content else b""
-        self.encoded.append(b"\x0a" + _varint(len(body)) + body)
-        self.futures.append(future)
-        self.size_bytes += len(content)
-
     def __len__(self) -> int:
-        return len(self.encoded)
+        return self.count
 
     def to_send(self, sequence_id: int, producer_name: str) -> pb.ProduceRequest:
         metadata = pb.EntryMetadata(
-            num_messages=len(self.encoded),
+            num_messages=self.count,
             publish_time_ms=int(time.time() * 1000),
             producer_name=producer_name,
             sequence_id=sequence_id,
         )
         if self.txn is not None:
             metadata.txn_id.most_bits, metadata.txn_id.least_bits = self.txn
-        payload = b"".join(self.encoded)
         return pb.ProduceRequest(
-            send=pb.ProducerSend(sequence_id=sequence_id, metadata=metadata, payload=payload)
+            send=pb.ProducerSend(
+                sequence_id=sequence_id, metadata=metadata, payload=b"".join(self.parts)
+            )
         )
+
+
+class SendReceipt:
+    """Awaitable for one message's MessageId; done when its batch is durable."""
+
+    __slots__ = ("_future", "_index")
+
+    def __init__(self, batch_future: asyncio.Future, index: int):
+        self._future = batch_future
+        self._index = index
+
+    def __await__(self) -> Generator[Any, None, MessageId]:
+        ledger_id, entry_id = yield from self._future.__await__()
+        return MessageId(ledger_id, entry_id, self._index)
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> MessageId:
+        ledger_id, entry_id = self._future.result()
+        return MessageId(ledger_id, entry_id, self._index)

@@ -21,6 +21,7 @@ from stableline._errors import (
 from stableline._proto import broker_pb2 as pb
 from stableline._types import (
     ConsumerType,
+    DeliveredEntry,
     InitialPosition,
     IsolationLevel,
     Message,
@@ -39,41 +40,30 @@ def _id_of(item: MessageOrId) -> MessageId:
     raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
 
 
-def _whole_entries(items: list[MessageOrId], ids: list[MessageId]) -> list[MessageId]:
-    """The ids to send: an entry whose messages are all in the list goes as one id (-1).
+def _ack_ids(items: list[MessageOrId]) -> list[MessageId]:
+    """The ids to send for acknowledging `items`.
 
-    The broker acknowledges an entry once every batch index of it is acknowledged,
-    so the outcome is the same; only the work drops from one id per message to one
-    per entry.
+    An entry whose every message is in the list goes as one whole-entry id (batch
+    index -1): the broker acknowledges an entry once all its batch indexes are, so
+    the outcome is the same, and the work drops from one id per message to one per
+    entry.
     """
-    indexes: dict[tuple[int, int], set[int]] = {}
-    sizes: dict[tuple[int, int], int] = {}
-    for item, message_id in zip(items, ids, strict=True):
-        key = (message_id.ledger_id, message_id.entry_id)
-        found = indexes.get(key)
-        if found is None:
-            found = indexes[key] = set()
-            if isinstance(item, Message):
-                sizes[key] = item._entry_metadata.num_messages
-        found.add(message_id.batch_index)
-    whole = {
-        key
-        for key, found in indexes.items()
-        if sizes.get(key, 0) > 1 and len(found) == sizes[key] and found == set(range(sizes[key]))
-    }
-    if not whole:
-        return ids
-    wire = []
-    for message_id in ids:
-        key = (message_id.ledger_id, message_id.entry_id)
-        if key not in whole:
-            wire.append(message_id)
-        elif key not in indexes:
-            continue  # this entry's whole-entry id is already in the list
+    ids: list[MessageId] = []
+    batched: dict[DeliveredEntry, set[int]] = {}
+    for item in items:
+        if type(item) is Message and item._entry.num_messages > 1:
+            indexes = batched.get(item._entry)
+            if indexes is None:
+                indexes = batched[item._entry] = set()
+            indexes.add(item._index)
         else:
-            del indexes[key]
-            wire.append(MessageId(key[0], key[1], -1))
-    return wire
+            ids.append(_id_of(item))
+    for entry, indexes in batched.items():
+        if len(indexes) == entry.num_messages:
+            ids.append(MessageId(entry.ledger_id, entry.entry_id, -1))
+        else:
+            ids.extend(MessageId(entry.ledger_id, entry.entry_id, i) for i in sorted(indexes))
+    return ids
 
 
 class Consumer:
@@ -264,7 +254,12 @@ class Consumer:
     ) -> list[Message]:
         await self._wait_for_messages(timeout_millis / 1000)
         count = min(max_num_messages, len(self._queue))
-        messages = [self._take() for _ in range(count)]
+        if self._ack_timeout_s:
+            messages = [self._take() for _ in range(count)]
+        else:
+            take = self._queue.popleft
+            messages = [take() for _ in range(count)]
+            self._consumed_since_flow += count
         if messages:
             await self._refill()
         return messages
@@ -279,20 +274,20 @@ class Consumer:
     async def acknowledge(self, message: MessageOrId | list[MessageOrId], txn=None) -> None:
         """Acknowledge one message (or a list); raises InvalidMessageId for unknown ids."""
         items = message if isinstance(message, list) else [message]
-        ids = [_id_of(item) for item in items]
-        if not ids:
+        if not items:
             return
         txn_id = None
         if txn is not None:
             txn._check_open()
             txn_id = txn._proto_id()
-        wire = ids if txn is not None else _whole_entries(items, ids)
+        # Transactional acks stay per message: the coordinator records each.
+        wire = [_id_of(item) for item in items] if txn is not None else _ack_ids(items)
         await self._request(
             lambda rid: pb.SubscribeRequest(
                 ack=pb.Ack(request_id=rid, message_ids=[i.to_proto() for i in wire], txn_id=txn_id)
             )
         )
-        self._forget(ids)
+        self._forget(wire)
 
     async def acknowledge_cumulative(self, message: MessageOrId) -> None:
         message_id = _id_of(message)

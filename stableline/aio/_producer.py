@@ -18,7 +18,7 @@ from stableline._errors import (
 )
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
-from stableline.aio._batch import Batch
+from stableline.aio._batch import Batch, SendReceipt, encode_message, plain_prefix
 
 # Batches sent and not yet acknowledged; send() waits past this.
 MAX_PENDING_BATCHES = 1000
@@ -93,18 +93,14 @@ class Producer:
                     if batch is None:
                         continue
                     self._space.set()
-                    for index, future in enumerate(batch.futures):
-                        if not future.done():
-                            future.set_result(MessageId(receipt.ledger_id, receipt.entry_id, index))
+                    if not batch.future.done():
+                        batch.future.set_result((receipt.ledger_id, receipt.entry_id))
                 elif kind == "error":
                     batch = self._pending.pop(response.error.sequence_id, None)
                     if batch is None:
                         continue
                     self._space.set()
-                    error = from_code(response.error.code, response.error.message)
-                    for future in batch.futures:
-                        if not future.done():
-                            future.set_exception(error)
+                    _fail(batch, from_code(response.error.code, response.error.message))
             self._failure = BrokerUnavailable(f"produce stream to {self.topic} ended")
         except grpc.aio.AioRpcError as error:
             self._failure = from_rpc_error(error)
@@ -114,9 +110,7 @@ class Producer:
         finally:
             failure = self._failure or BrokerUnavailable("producer closed")
             for batch in self._pending.values():
-                for future in batch.futures:
-                    if not future.done():
-                        future.set_exception(failure)
+                _fail(batch, failure)
             self._pending.clear()
             self._space.set()
 
@@ -133,43 +127,52 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
         event_time_ms: int = 0,
-    ) -> asyncio.Future:
-        """Queue one message; the returned future resolves to its MessageId."""
+    ) -> SendReceipt:
+        """Queue one message; await the returned receipt for its MessageId."""
         self._check_open()
-        if not isinstance(content, bytes | bytearray | memoryview):
-            raise TypeError(f"content must be bytes, not {type(content).__name__}")
-        if len(content) > self.max_message_size:
+        if type(content) is not bytes:
+            if not isinstance(content, bytearray | memoryview):
+                raise TypeError(f"content must be bytes, not {type(content).__name__}")
+            content = bytes(content)
+        size = len(content)
+        if size > self.max_message_size:
             raise MessageTooBig(
-                f"message of {len(content)} bytes exceeds the broker's max message size "
+                f"message of {size} bytes exceeds the broker's max message size "
                 f"of {self.max_message_size} bytes"
             )
         txn_id = None
         if txn is not None:
             txn._check_open()
             txn_id = txn.id
-        future = asyncio.get_running_loop().create_future()
         batch = self._batch
         if batch is not None and (
-            batch.txn != txn_id or batch.size_bytes + len(content) > self.max_message_size
+            batch.txn != txn_id or batch.size_bytes + size > self.max_message_size
         ):
             self._flush_batch()
             batch = None
         if batch is None:
-            batch = self._batch = Batch(txn_id)
+            batch = self._batch = Batch(txn_id, asyncio.get_running_loop().create_future())
+            if txn is not None:
+                txn._join(self, batch.future)
             if self._delay_s > 0:
                 self._timer = asyncio.get_running_loop().call_later(
                     self._delay_s, self._flush_batch
                 )
-        batch.add(bytes(content), properties, partition_key, event_time_ms, future)
-        if txn is not None:
-            txn._join(self, future)
+        if properties or partition_key is not None or event_time_ms:
+            batch.parts.append(encode_message(content, properties, partition_key, event_time_ms))
+        else:
+            batch.parts.append(plain_prefix(size))
+            batch.parts.append(content)
+        receipt = SendReceipt(batch.future, batch.count)
+        batch.count += 1
+        batch.size_bytes += size
         if (
-            len(batch) >= self._max_messages
+            batch.count >= self._max_messages
             or batch.size_bytes >= BATCHING_MAX_BYTES
             or self._delay_s == 0
         ):
             self._flush_batch()
-        return future
+        return receipt
 
     async def send(
         self,
@@ -193,17 +196,17 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
     ) -> None:
-        future = self.send_nowait(content, properties, partition_key, txn)
+        receipt = self.send_nowait(content, properties, partition_key, txn)
 
-        def done(f: asyncio.Future) -> None:
-            if f.cancelled():
+        def done(batch_future: asyncio.Future) -> None:
+            if batch_future.cancelled():
                 callback(StableLineError("send cancelled"), None)
-            elif f.exception() is not None:
-                callback(f.exception(), None)
+            elif batch_future.exception() is not None:
+                callback(batch_future.exception(), None)
             else:
-                callback(None, f.result())
+                callback(None, receipt.result())
 
-        future.add_done_callback(done)
+        receipt._future.add_done_callback(done)
 
     def _flush_batch(self) -> None:
         if self._timer is not None:
@@ -229,14 +232,13 @@ class Producer:
                     else BrokerUnavailable(f"produce stream to {self.topic} is closed: {error}")
                 )
                 batch = self._pending.pop(sequence_id, None)
-                for future in batch.futures if batch is not None else ():
-                    if not future.done():
-                        future.set_exception(failure)
+                if batch is not None:
+                    _fail(batch, failure)
 
     async def flush(self) -> None:
         """Send the open batch and wait until every message sent so far is acknowledged."""
         self._flush_batch()
-        futures = [f for batch in list(self._pending.values()) for f in batch.futures]
+        futures = [batch.future for batch in self._pending.values()]
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
@@ -256,3 +258,8 @@ class Producer:
                     await task
         if self._call is not None:
             self._call.cancel()
+
+
+def _fail(batch: Batch, error: StableLineError) -> None:
+    if not batch.future.done():
+        batch.future.set_exception(error)

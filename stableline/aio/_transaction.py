@@ -30,7 +30,7 @@ class Transaction:
         return pb.TxnId(most_bits=self.id[0], least_bits=self.id[1])
 
     def _join(self, producer, future: asyncio.Future) -> None:
-        """Called by a producer for each message sent in this transaction."""
+        """Called by a producer for each batch it opens in this transaction."""
         if self._state != "OPEN":
             raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
         self._producers.add(producer)
