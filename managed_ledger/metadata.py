@@ -9,6 +9,7 @@ redeliver the last acknowledgements but never loses data.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,9 @@ class MetadataStore:
             writemap=False,
         )
         self._dbs = {name: self._env.open_db(name) for name in DATABASES}
+        # Group sync: callers waiting for durability share one fsync, run off the loop.
+        self._sync_waiters: asyncio.Future | None = None
+        self._sync_task: asyncio.Task | None = None
 
     def _db(self, name: bytes) -> Any:
         return self._dbs[name]
@@ -89,6 +93,30 @@ class MetadataStore:
     def sync(self) -> None:
         """Make every committed write durable (fsync)."""
         self._env.sync(True)
+
+    async def sync_async(self) -> None:
+        """sync() without blocking the event loop; concurrent callers share fsyncs.
+
+        Every write committed before the call is durable when it returns: a caller
+        arriving while an fsync runs waits for the next one, which starts after it.
+        """
+        loop = asyncio.get_running_loop()
+        if self._sync_waiters is None:
+            self._sync_waiters = loop.create_future()
+            if self._sync_task is None or self._sync_task.done():
+                self._sync_task = loop.create_task(self._sync_rounds())
+        await asyncio.shield(self._sync_waiters)
+
+    async def _sync_rounds(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._sync_waiters is not None:
+            waiters, self._sync_waiters = self._sync_waiters, None
+            try:
+                await loop.run_in_executor(None, self.sync)
+            except Exception as error:
+                waiters.set_exception(error)
+            else:
+                waiters.set_result(None)
 
     def close(self) -> None:
         self._env.sync(True)

@@ -183,10 +183,8 @@ class TransactionCoordinator:
             return self._open[0] - 1
         return self._next_sequence - 1
 
-    def _persist(self, meta: TxnMetadata, sync: bool = False) -> None:
+    def _persist(self, meta: TxnMetadata) -> None:
         self.store.put(COORDINATOR_DB, _key(meta.txn_id.least_bits), meta.to_json())
-        if sync:
-            self.store.sync()
 
     def _reserve(self) -> int:
         sequence = self._next_sequence
@@ -274,7 +272,9 @@ class TransactionCoordinator:
         if timer is not None:
             timer.cancel()
         meta.state = state
-        self._persist(meta, sync=True)  # the decision is durable before any marker
+        self._persist(meta)
+        # The driver makes the decision durable before it writes any marker; the
+        # fsync runs off the loop and is shared by decisions made meanwhile.
         self._start_driver(meta)
 
     def _start_driver(self, meta: TxnMetadata) -> None:
@@ -286,10 +286,12 @@ class TransactionCoordinator:
 
     async def _drive(self, meta: TxnMetadata) -> None:
         commit = meta.state.commits
-        watermark = self.low_watermark
         delay = 0.05
         while True:
             try:
+                await self.store.sync_async()
+                # Read after the sync: a transaction that ended meanwhile raises it.
+                watermark = self.low_watermark
                 await asyncio.gather(
                     *[
                         self.participant.end_on_topic(topic, meta.txn_id, commit, watermark)

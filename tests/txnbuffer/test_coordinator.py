@@ -52,6 +52,7 @@ class Call:
     low_watermark: int
     durable_state: TxnState | None  # what the coordinator log said when we were called
     live_state: TxnState | None
+    fsynced_state: TxnState | None  # what the last fsync of the log had made durable
 
 
 class FakeParticipant:
@@ -64,6 +65,7 @@ class FakeParticipant:
         self.ack_attempts: list[tuple[TxnAck, TxnId, bool, TxnState | None]] = []
         self.failures_left = 0
         self.gate: asyncio.Event | None = None
+        self.fsynced: dict[TxnId, TxnState | None] = {}  # filled by tests that watch fsyncs
         self._changed = asyncio.Condition()
 
     def _live(self, txn_id: TxnId) -> TxnState | None:
@@ -78,6 +80,7 @@ class FakeParticipant:
                 low_watermark,
                 durable_state(self.store, txn_id),
                 self._live(txn_id),
+                self.fsynced.get(txn_id),
             )
         )
         async with self._changed:
@@ -180,6 +183,31 @@ async def test_decision_is_durable_before_participants_are_called(
     ]
     assert durable_state(store, txn_id) is final
     assert coordinator.get(txn_id).state is final
+
+
+async def test_decisions_are_fsynced_before_any_marker_and_share_fsyncs(
+    coordinator, participant, store, monkeypatch
+):
+    txn_ids = [open_txn(coordinator, f"topic-{i}") for i in range(5)]
+    fsyncs = 0
+    real_sync = store.sync
+
+    def counting_sync() -> None:
+        nonlocal fsyncs
+        real_sync()
+        fsyncs += 1
+        participant.fsynced = {t: durable_state(store, t) for t in txn_ids}
+
+    monkeypatch.setattr(store, "sync", counting_sync)
+
+    ends = [coordinator.end(t, commit=i % 2 == 0) for i, t in enumerate(txn_ids)]
+    finals = await asyncio.wait_for(asyncio.gather(*ends), WAIT_S)
+
+    assert finals == [TxnState.COMMITTED, TxnState.ABORTED] * 2 + [TxnState.COMMITTED]
+    assert len(participant.attempts) == len(txn_ids)
+    for call in participant.attempts:
+        assert call.fsynced_state is (TxnState.COMMITTING if call.commit else TxnState.ABORTING)
+    assert fsyncs < len(txn_ids)  # decisions made together share an fsync
 
 
 @pytest.mark.parametrize("first_commit", [True, False])
