@@ -27,8 +27,10 @@ test: $(VENV)/.all-installed
 	$(PY) -m pytest
 
 bench: $(VENV)/.all-installed
-	$(PY) scripts/bench_ledger.py
-	$(PY) scripts/bench_e2e.py
+	mkdir -p bench-results
+	$(PY) scripts/bench_ledger.py --json bench-results/ledger.json
+	$(PY) scripts/bench_e2e.py --json bench-results/e2e.json
+	$(PY) scripts/bench_txn.py --json bench-results/txn.json
 
 lint: $(VENV)/.all-installed
 	$(VENV)/bin/ruff check .
