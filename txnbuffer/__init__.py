@@ -1,7 +1,7 @@
 """Transactions: the per-topic TransactionBuffer, its abort index, and the coordinator."""
 
 from txnbuffer.abort_index import AbortedTxn, AbortIndex
-from txnbuffer.buffer import BufferState, TransactionBuffer
+from txnbuffer.buffer import BufferState, SnapshotPolicy, TransactionBuffer
 from txnbuffer.coordinator import (
     TransactionCoordinator,
     TransactionParticipant,
@@ -20,6 +20,7 @@ __all__ = [
     "AbortIndex",
     "AbortedTxn",
     "BufferState",
+    "SnapshotPolicy",
     "TransactionBuffer",
     "TransactionBufferNotReadyError",
     "TransactionCoordinator",

@@ -9,6 +9,11 @@ stable position (maxReadPosition) is always consistent with the log:
 - a marker's low watermark aborts zombies and makes late appends refused (rule 4);
 - aborts are forgotten when retention deletes the ledger of their marker (rule 5).
 Memory is O(open transactions + retained aborts), never O(messages).
+
+Snapshots (rule 6) record the whole state after the last applied entry, every
+`every_changes` changes or `interval_s` seconds and on close; recovery loads the
+last one and replays only the log after it. A damaged or unusable snapshot
+falls back to a full replay with a warning.
 """
 
 from __future__ import annotations
@@ -18,17 +23,31 @@ import enum
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sortedcontainers import SortedSet
 
 from managed_ledger import Entry, EntryHeader, EntryType, ManagedLedger, Position, TxnId
 from txnbuffer.abort_index import AbortedTxn, AbortIndex
 from txnbuffer.errors import TransactionBufferNotReadyError, TransactionEndedError
+from txnbuffer.snapshot import Snapshot, SnapshotCorruptError, SnapshotStore
 
 log = logging.getLogger(__name__)
 
 # Entries read per batch while replaying the log on recovery.
 REPLAY_BATCH_ENTRIES = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When to snapshot: after this many changes (transactions begun or ended
+    here), or this long after the first change since the last snapshot."""
+
+    every_changes: int = 1000
+    interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        assert self.every_changes >= 1 and self.interval_s > 0, self
 
 
 class BufferState(enum.Enum):
@@ -42,7 +61,7 @@ def _before(position: Position) -> Position:
 
 
 class TransactionBuffer:
-    def __init__(self, ledger: ManagedLedger):
+    def __init__(self, ledger: ManagedLedger, snapshot_policy: SnapshotPolicy | None = None):
         self.ledger = ledger
         self.state = BufferState.INITIALIZING
         # Insertion order is first-position order: the head pins the stable position.
@@ -65,6 +84,18 @@ class TransactionBuffer:
         self.replayed_entries = 0
         self.recovery_time_ms = 0.0
         self.recovery_started = time.monotonic()
+        # Snapshots: the last entry applied, and what changed since the last snapshot.
+        self.applied_position = ledger.first_position()
+        self.snapshots = SnapshotStore(ledger.store, ledger.name)
+        self.snapshot_policy = snapshot_policy or SnapshotPolicy()
+        self.recovered_from_snapshot = False
+        self.last_snapshot_ms = 0
+        self.last_snapshot_bytes = 0
+        self.snapshots_taken = 0
+        self._changes = 0
+        self._new_aborts: list[AbortedTxn] = []
+        self._dropped_ledgers: list[int] = []
+        self._snapshot_timer: asyncio.TimerHandle | None = None
         ledger.add_entry_listener(self._on_entries)
         ledger.add_ledger_deleted_listener(self._on_ledger_deleted)
         # An ongoing transaction's entries must outlive retention: READ_COMMITTED
@@ -74,9 +105,14 @@ class TransactionBuffer:
     # ------------------------------------------------------------ recovery
 
     async def recover(self) -> None:
-        """Replay the log to rebuild ongoing, aborted and the stable position, then READY."""
+        """Load the last snapshot and replay the log after it (all of it when there is
+        no usable snapshot) to rebuild ongoing, aborted and the stable position; READY."""
         started = time.monotonic()
-        position = self.ledger.first_position().next_in_ledger()
+        log.info("%s: transaction buffer recovery started", self.ledger.name)
+        snapshot = self._usable_snapshot()
+        if snapshot is not None:
+            self._load(snapshot)
+        position = self.applied_position.next_in_ledger()
         # Read until caught up with the LAC, appends made meanwhile included (the
         # listener leaves them to us); no await between the last read and READY.
         while True:
@@ -91,11 +127,14 @@ class TransactionBuffer:
         self.recovery_time_ms = (time.monotonic() - started) * 1000
         self.state = BufferState.READY
         self._ready.set()
+        if self._changes:
+            self._arm_snapshot_timer()
         log.info(
-            "%s: transaction buffer ready after replaying %d entries in %.1f ms "
+            "%s: transaction buffer ready after replaying %d entries (%s) in %.1f ms "
             "(%d ongoing, %d aborted, maxReadPosition %s)",
             self.ledger.name,
             self.replayed_entries,
+            "after a snapshot" if self.recovered_from_snapshot else "the whole log",
             self.recovery_time_ms,
             len(self.ongoing),
             len(self.aborted),
@@ -108,7 +147,102 @@ class TransactionBuffer:
         """Who writes the abort marker of a zombie (txn, low watermark): the broker."""
         self._zombie_aborter = aborter
 
+    def _usable_snapshot(self) -> Snapshot | None:
+        try:
+            snapshot = self.snapshots.read()
+        except SnapshotCorruptError as error:
+            log.warning("%s: %s; replaying the whole log instead", self.ledger.name, error)
+            return None
+        if snapshot is not None and snapshot.position > self.ledger.last_confirmed:
+            log.warning(
+                "%s: snapshot at %s is past the end of the log (%s); replaying the whole log",
+                self.ledger.name,
+                snapshot.position,
+                self.ledger.last_confirmed,
+            )
+            return None
+        return snapshot
+
+    def _load(self, snapshot: Snapshot) -> None:
+        """Take the state a snapshot recorded, less what retention deleted since."""
+        retained = set(self.ledger.ledger_ids())
+        self.applied_position = snapshot.position
+        self.max_read_position = snapshot.max_read_position
+        self.ongoing = dict(snapshot.ongoing)
+        self.low_watermarks = dict(snapshot.low_watermarks)
+        self.committed = dict(snapshot.committed)
+        self.late_positions = SortedSet(
+            p for p in snapshot.late_positions if p.ledger_id in retained
+        )
+        for aborted in sorted(snapshot.aborted, key=lambda a: a.marker_position):
+            if aborted.marker_position.ledger_id in retained:
+                self.aborted[aborted.txn_id] = aborted
+                self.abort_index.add(aborted)
+            elif aborted.marker_position.ledger_id not in self._dropped_ledgers:
+                self._dropped_ledgers.append(aborted.marker_position.ledger_id)
+        self.recovered_from_snapshot = True
+
+    def take_snapshot(self) -> int:
+        """Write the state after the last applied entry; returns the bytes written."""
+        assert self.state is BufferState.READY, self.state
+        started = time.monotonic()
+        snapshot = Snapshot(
+            position=self.applied_position,
+            max_read_position=self.max_read_position,
+            ongoing=list(self.ongoing.items()),
+            low_watermarks=dict(self.low_watermarks),
+            committed=list(self.committed.items()),
+            late_positions=list(self.late_positions),
+            taken_at_ms=int(time.time() * 1000),
+        )
+        written = self.snapshots.write(snapshot, self._new_aborts, self._dropped_ledgers)
+        self._new_aborts, self._dropped_ledgers, self._changes = [], [], 0
+        self.last_snapshot_ms = snapshot.taken_at_ms
+        self.last_snapshot_bytes = written
+        self.snapshots_taken += 1
+        log.debug(
+            "%s: snapshot at %s, %d bytes in %.2f ms",
+            self.ledger.name,
+            snapshot.position,
+            written,
+            (time.monotonic() - started) * 1000,
+        )
+        return written
+
+    def _changed(self) -> None:
+        self._changes += 1
+        if self.state is not BufferState.READY:
+            return
+        if self._changes >= self.snapshot_policy.every_changes:
+            self.take_snapshot()
+            self._cancel_snapshot_timer()
+        elif self._snapshot_timer is None:
+            self._arm_snapshot_timer()
+
+    def _arm_snapshot_timer(self) -> None:
+        self._snapshot_timer = asyncio.get_running_loop().call_later(
+            self.snapshot_policy.interval_s, self._on_snapshot_timer
+        )
+
+    def _cancel_snapshot_timer(self) -> None:
+        if self._snapshot_timer is not None:
+            self._snapshot_timer.cancel()
+            self._snapshot_timer = None
+
+    def _on_snapshot_timer(self) -> None:
+        self._snapshot_timer = None
+        if self.state is BufferState.READY and self._changes:
+            self.take_snapshot()
+
+    def delete_snapshots(self) -> None:
+        """Forget this topic's snapshots (the topic is being deleted)."""
+        self.snapshots.delete()
+
     def close(self) -> None:
+        """Stop applying entries; a READY buffer snapshots what changed first."""
+        self._cancel_snapshot_timer()
+        if self.state is BufferState.READY and (self._changes or not self.snapshots_taken):
+            self.take_snapshot()
         self.state = BufferState.CLOSED
         self.ledger.remove_entry_listener(self._on_entries)
 
@@ -127,6 +261,8 @@ class TransactionBuffer:
     def _apply(self, entry: Entry) -> None:
         header = entry.header
         position = entry.position
+        assert position > self.applied_position, (position, self.applied_position)
+        self.applied_position = position
         txn_id = header.txn_id
         if header.type is EntryType.DATA:
             if txn_id is None:
@@ -146,6 +282,7 @@ class TransactionBuffer:
                     self._advance(position)
             else:
                 self.ongoing[txn_id] = position
+                self._changed()
             return
         assert txn_id is not None, f"marker at {position} without a transaction"
         first = self.ongoing.pop(txn_id, None)
@@ -157,9 +294,11 @@ class TransactionBuffer:
             aborted = AbortedTxn(txn_id, first or position, position, self.max_read_position)
             self.aborted[txn_id] = aborted
             self.abort_index.add(aborted)
+            self._new_aborts.append(aborted)
         else:
             self.committed[txn_id] = position
         self._raise_watermark(txn_id.most_bits, header.low_watermark)
+        self._changed()
 
     def _raise_watermark(self, coordinator: int, low_watermark: int) -> None:
         if low_watermark <= self.low_watermarks.get(coordinator, 0):
@@ -193,6 +332,8 @@ class TransactionBuffer:
     def _on_ledger_deleted(self, ledger_id: int) -> None:
         for aborted in self.abort_index.drop_ledger(ledger_id):
             self.aborted.pop(aborted.txn_id, None)
+        self._new_aborts = [a for a in self._new_aborts if a.marker_position.ledger_id != ledger_id]
+        self._dropped_ledgers.append(ledger_id)
         while self.late_positions and self.late_positions[0].ledger_id <= ledger_id:
             self.late_positions.pop(0)
 
@@ -294,6 +435,10 @@ class TransactionBuffer:
             "oldestOngoingTxn": self._oldest_ongoing(),
             "recoveryTimeMs": round(self.recovery_time_ms, 3),
             "replayedEntries": self.replayed_entries,
+            "recoveredFromSnapshot": self.recovered_from_snapshot,
+            "lastSnapshotTimestamps": self.last_snapshot_ms,
+            "lastSnapshotBytes": self.last_snapshot_bytes,
+            "snapshotsTaken": self.snapshots_taken,
             "abortIndexLookups": self.abort_index.index_lookups,
             "emptyAbortIndexesSkipped": self.abort_index.empty_ledgers_skipped,
         }

@@ -25,6 +25,10 @@ class BrokerConfig:
     max_entries_per_frame: int = 500
     # How often the metadata store is fsynced (cursor positions).
     metadata_sync_interval_s: float = 1.0
+    # A topic's transaction buffer snapshots after this many changes (transactions
+    # begun or ended there) or this long after the first change since the last one.
+    txn_snapshot_every_changes: int = 1000
+    txn_snapshot_interval_s: float = 5.0
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

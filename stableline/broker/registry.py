@@ -10,6 +10,7 @@ from managed_ledger import ManagedLedger, MetadataStore
 from stableline.broker.config import BrokerConfig
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
+from txnbuffer import SnapshotPolicy
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,13 @@ class TopicRegistry:
             self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
             self._known.add(key)
             log.info("created topic %s", key)
-        topic = Topic(name, ledger)
+        topic = Topic(
+            name,
+            ledger,
+            SnapshotPolicy(
+                self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
+            ),
+        )
         await topic.recover()
         self._topics[key] = topic
         return topic

@@ -17,7 +17,7 @@ from dispatcher import (
 )
 from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
 from stableline.topic_name import TopicName
-from txnbuffer import TransactionBuffer
+from txnbuffer import SnapshotPolicy, TransactionBuffer
 
 
 @dataclass(slots=True)
@@ -49,13 +49,15 @@ class RateCounter:
 
 
 class Topic:
-    def __init__(self, name: TopicName, ledger: ManagedLedger):
+    def __init__(
+        self, name: TopicName, ledger: ManagedLedger, snapshot_policy: SnapshotPolicy | None = None
+    ):
         self.name = name
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
         self.producers: dict[int, str] = {}
         self.rate_in = RateCounter()
-        self.buffer = TransactionBuffer(ledger)
+        self.buffer = TransactionBuffer(ledger, snapshot_policy)
         self.buffer.set_zombie_aborter(self._abort_zombie)
         self._views: dict[IsolationLevel, ReadView] = {
             IsolationLevel.READ_UNCOMMITTED: LogReadView(ledger),
@@ -136,4 +138,6 @@ class Topic:
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         self.subscriptions.clear()
+        self.buffer.close()
+        self.buffer.delete_snapshots()
         await self.ledger.delete()

@@ -25,9 +25,11 @@ from managed_ledger import (
 from txnbuffer import (
     AbortedTxn,
     BufferState,
+    SnapshotPolicy,
     TransactionBuffer,
     TransactionEndedError,
 )
+from txnbuffer.snapshot import SNAPSHOTS_DB
 
 COORDINATOR = 1
 OTHER_COORDINATOR = 2
@@ -439,10 +441,25 @@ def snapshot(buffer: TransactionBuffer) -> dict:
     }
 
 
-async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(open_ledger):
+# How the buffer stopped and what it left in LMDB, and whether recovery replays
+# everything ("full"), nothing, or the tail after a snapshot taken midway.
+RECOVERY_CASES = {
+    "clean close: snapshot of everything": ("close", "none"),
+    "crash after a snapshot midway: the tail is replayed": ("midway", "tail"),
+    "crash with no snapshot: the whole log is replayed": ("crash", "full"),
+    "corrupt snapshot: the whole log is replayed": ("corrupt", "full"),
+}
+
+
+@pytest.mark.parametrize("case", RECOVERY_CASES)
+async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(
+    open_ledger, store, caplog, case
+):
+    how, replayed = RECOVERY_CASES[case]
     config = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=4)
     ledger = await open_ledger(config)
-    buffer = TransactionBuffer(ledger)
+    # Only the snapshots this test asks for: none by count or by timer.
+    buffer = TransactionBuffer(ledger, SnapshotPolicy(every_changes=10**9, interval_s=3600))
     aborter = ZombieAborter(buffer)
     watch = MaxReadPositionWatch(buffer)
     await buffer.recover()
@@ -455,8 +472,11 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(open_ledger)
     await publish(buffer, b"a2", txn(1))
     await buffer.end(txn(1), False, 0)
     await publish(buffer, b"c1", txn(5))
+    if how in ("midway", "corrupt"):
+        buffer.take_snapshot()
+    snapshot_position = buffer.applied_position
     await publish(buffer, b"w1", txn(1, OTHER_COORDINATOR))
-    await buffer.end(txn(2), True, 0)
+    await buffer.end(txn(2), True, 0)  # txn 2 began before the snapshot, ends after it
     await buffer.end(txn(4), True, 3)  # watermark 3: txn 3 is a zombie
     await aborter.settle()
     await publish(buffer, b"d1", txn(6))
@@ -469,8 +489,16 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(open_ledger)
 
     live = snapshot(buffer)
     live_view = read_committed(buffer)
-    buffer.close()
+    if how == "close":
+        buffer.close()
+    else:
+        buffer._cancel_snapshot_timer()  # a crash: the buffer writes nothing more
     await ledger.close()
+    if how == "corrupt":
+        key = buffer.snapshots._meta_key
+        damaged = bytearray(store.get(SNAPSHOTS_DB, key))
+        damaged[len(damaged) // 2] ^= 0xFF
+        store.put(SNAPSHOTS_DB, key, bytes(damaged))
 
     reopened = await open_ledger(config)
     recovered = TransactionBuffer(reopened)
@@ -481,7 +509,15 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(open_ledger)
     assert snapshot(recovered) == live
     assert recovered.max_read_position >= live["max_read_position"]
     assert read_committed(recovered) == live_view
-    assert recovered.replayed_entries == len(all_entries(reopened))
+    log_entries = all_entries(reopened)
+    expected_replay = {
+        "none": 0,
+        "full": len(log_entries),
+        "tail": len([e for e in log_entries if e.position > snapshot_position]),
+    }[replayed]
+    assert recovered.replayed_entries == expected_replay
+    assert recovered.recovered_from_snapshot is (replayed != "full")
+    assert ("checksum mismatch" in caplog.text) is (how == "corrupt")
 
 
 async def test_state_is_initializing_until_recover_then_ready(ledger):

@@ -36,7 +36,7 @@ from managed_ledger import (
     Position,
     TxnId,
 )
-from txnbuffer import TransactionBuffer, TransactionEndedError
+from txnbuffer import SnapshotPolicy, TransactionBuffer, TransactionEndedError
 
 TOPIC = "persistent://public/default/model"
 COORDINATORS = (1, 2)
@@ -83,7 +83,8 @@ class TransactionBufferMachine(RuleBasedStateMachine):
         self.ledger = await ManagedLedger.open(
             TOPIC, self.directory / "topic", self.store, self.config
         )
-        self.buffer = TransactionBuffer(self.ledger)
+        # Snapshots only when a rule or a clean close takes one.
+        self.buffer = TransactionBuffer(self.ledger, SnapshotPolicy(10**9, 3600))
         self.buffer.set_zombie_aborter(self._abort_zombie)
         await self.buffer.recover()
 
@@ -259,14 +260,25 @@ class TransactionBufferMachine(RuleBasedStateMachine):
         assert self.outcome[txn_id] == outcome
 
     @rule()
-    def restart(self) -> None:
-        """Close and reopen the ledger; a new buffer recovers the same state from the log."""
+    def snapshot(self) -> None:
+        self.buffer.take_snapshot()
+
+    @rule(how=st.sampled_from(["close", "crash", "crash without snapshots"]))
+    def restart(self, how: str) -> None:
+        """Reopen the ledger; a new buffer recovers the same state: from the snapshot
+        a clean close writes, from the last one taken plus the log after it (a crash),
+        or from the whole log."""
         before = self._state()
 
         async def restart() -> None:
             await self._settle()
-            self.buffer.close()
+            if how == "close":
+                self.buffer.close()
+            else:
+                self.buffer._cancel_snapshot_timer()
             await self.ledger.close()
+            if how == "crash without snapshots":
+                self.buffer.delete_snapshots()
             await self._open()
             await self._settle()
 
