@@ -28,7 +28,8 @@ test: $(VENV)/.all-installed
 
 bench: $(VENV)/.all-installed
 	mkdir -p bench-results
-	$(PY) scripts/bench_ledger.py --json bench-results/ledger.json
+	$(PY) scripts/bench_ledger.py --payload-size 100000 --appenders 16 --json bench-results/ledger-batch-entries.json
+	$(PY) scripts/bench_ledger.py --json bench-results/ledger-100b-entries.json
 	$(PY) scripts/bench_e2e.py --json bench-results/e2e.json
 	$(PY) scripts/bench_txn.py --json bench-results/txn.json
 

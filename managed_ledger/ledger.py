@@ -207,11 +207,12 @@ class ManagedLedger:
     async def delete(self) -> None:
         """Close and remove every ledger file, cursor and piece of metadata."""
         await self.close()
-        for ledger_id in list(self._ledgers):
-            delete_files(self._path(ledger_id))
+        # Metadata first, as in trim(): files left by a crash are orphans.
         self.store.delete(LEDGERS_DB, self.name)
         self.store.delete_prefix(CURSORS_DB, self._cursor_prefix())
         self.store.sync()
+        for ledger_id in list(self._ledgers):
+            delete_files(self._path(ledger_id))
         self.cache.clear()
 
     @property
@@ -547,15 +548,21 @@ class ManagedLedger:
             if now_ms - info.created_ms < self.config.retention_time_s * 1000:
                 break
             deleted.append(ledger_id)
+        if not deleted:
+            return deleted
+        # The shorter list is durable before any file goes: a crash in between
+        # leaves orphan files, which recovery removes, never a listed ledger
+        # without its file.
         for ledger_id in deleted:
             del self._ledgers[ledger_id]
+        self._persist_ledger_list()
+        for ledger_id in deleted:
             segment = self._segments.pop(ledger_id, None)
             if segment is not None:
                 segment.release()
             delete_files(self._path(ledger_id))
             self.cache.drop_ledger(ledger_id)
         if deleted:
-            self._persist_ledger_list()
             log.info("%s: retention deleted ledgers %s", self.name, deleted)
             for ledger_id in deleted:
                 for callback in self._ledger_deleted_listeners:

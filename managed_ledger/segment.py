@@ -39,6 +39,7 @@ class Segment:
         self._size = size
         self.closed = closed
         self._fd: int | None = None
+        self._tail_uncut = False  # bytes of a failed write not yet cut off
 
     @property
     def index_path(self) -> Path:
@@ -115,6 +116,12 @@ class Segment:
         assert not self.closed, f"write to closed ledger {self.ledger_id}"
         data = b"".join(frames)
         fd = self._descriptor()
+        if self._tail_uncut:
+            # A failed batch's bytes are still past the committed size: a write
+            # now could leave some of its frames whole, and durable, behind it.
+            self._cut_uncommitted_tail(fd)
+            if self._tail_uncut:
+                raise OSError(f"ledger {self.ledger_id}: cannot cut the bytes of a failed write")
         try:
             written = os.pwrite(fd, data, self._size)
             if written != len(data):
@@ -129,10 +136,13 @@ class Segment:
             raise
 
     def _cut_uncommitted_tail(self, fd: int) -> None:
-        """Best effort: drop the bytes past the committed size. seal() retries it."""
+        """Drop the bytes past the committed size; until it succeeds, write() and
+        seal() retry it first."""
+        self._tail_uncut = True
         try:
             os.ftruncate(fd, self._size)
             os.fsync(fd)
+            self._tail_uncut = False
         except OSError as error:
             log.warning("ledger %d: cannot cut a failed write: %s", self.ledger_id, error)
 

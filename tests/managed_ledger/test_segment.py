@@ -1,0 +1,264 @@
+"""One ledger's segment file: written frames, committed offsets, the index, recovery."""
+
+from __future__ import annotations
+
+import errno
+import os
+from array import array
+from pathlib import Path
+
+import pytest
+
+import managed_ledger.segment as segment_module
+from managed_ledger import CorruptEntryError
+from managed_ledger.framing import encode_frame
+from managed_ledger.segment import Segment, delete_files
+
+
+def frame(i: int) -> bytes:
+    return encode_frame(f"header-{i:03d}".encode(), f"payload-{i:06d}".encode())
+
+
+def entry(i: int) -> tuple[bytes, bytes]:
+    return f"header-{i:03d}".encode(), f"payload-{i:06d}".encode()
+
+
+FRAME_LEN = len(frame(0))
+
+
+def write_committed(segment: Segment, ids, fsync: bool = False) -> None:
+    frames = [frame(i) for i in ids]
+    segment.write(frames, fsync)
+    segment.commit_offsets([len(f) for f in frames])
+
+
+def fail_once(real, error: OSError):
+    calls = {"failed": 0}
+
+    def fake(*args):
+        if not calls["failed"]:
+            calls["failed"] = 1
+            raise error
+        return real(*args)
+
+    return fake
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / f"{7:016x}.log"
+
+
+@pytest.fixture
+def segment(path: Path):
+    opened = Segment.create(7, path)
+    yield opened
+    opened.release()
+
+
+def test_new_segment_is_an_empty_open_file(segment, path):
+    assert (segment.entry_count, segment.size, segment.closed) == (0, 0, False)
+    assert path.exists() and path.stat().st_size == 0
+
+
+def test_create_refuses_a_file_that_already_exists(segment, path):
+    with pytest.raises(FileExistsError):
+        Segment.create(7, path)
+
+
+def test_written_frames_are_invisible_until_their_offsets_are_committed(segment, path):
+    segment.write([frame(0), frame(1)], fsync=False)
+    assert path.stat().st_size == 2 * FRAME_LEN
+    assert segment.entry_count == 0 and segment.size == 0
+    segment.commit_offsets([FRAME_LEN, FRAME_LEN])
+    assert segment.entry_count == 2 and segment.size == 2 * FRAME_LEN
+
+
+def test_read_returns_committed_entries_in_order(segment):
+    write_committed(segment, range(3))
+    write_committed(segment, range(3, 5))
+    assert segment.read(0, 4) == [entry(i) for i in range(5)]
+    assert segment.read(2, 3) == [entry(2), entry(3)]
+
+
+def test_read_past_the_committed_entries_is_refused(segment):
+    write_committed(segment, range(2))
+    segment.write([frame(2)], fsync=False)  # written, not committed
+    with pytest.raises(AssertionError):
+        segment.read(0, 2)
+
+
+def test_read_of_a_frame_corrupted_on_disk_raises_corrupt_entry_error(segment, path):
+    write_committed(segment, range(3))
+    with path.open("r+b") as handle:
+        handle.seek(FRAME_LEN + FRAME_LEN // 2)
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    assert segment.read(0, 0) == [entry(0)]
+    with pytest.raises(CorruptEntryError):
+        segment.read(1, 1)
+
+
+def test_write_with_fsync_calls_fdatasync_once_per_batch(segment, monkeypatch):
+    calls: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    segment.write([frame(0), frame(1), frame(2)], fsync=True)
+    assert len(calls) == 1
+    segment.write([frame(3)], fsync=False)
+    assert len(calls) == 1
+
+
+def test_seal_writes_an_index_of_every_entry_offset(segment):
+    write_committed(segment, range(4))
+    segment.seal()
+    assert segment.closed
+    offsets = array("q")
+    offsets.frombytes(segment.index_path.read_bytes())
+    assert list(offsets) == [i * FRAME_LEN for i in range(5)]
+    assert not segment.index_path.with_suffix(".idx.tmp").exists()
+
+
+def test_sealed_segment_refuses_writes_but_still_reads(segment):
+    write_committed(segment, range(2))
+    segment.seal()
+    with pytest.raises(AssertionError):
+        segment.write([frame(2)], fsync=False)
+    assert segment.read(0, 1) == [entry(0), entry(1)]
+
+
+def test_closed_segment_reopens_from_its_index_without_scanning(segment, path, monkeypatch):
+    write_committed(segment, range(3))
+    segment.close()
+
+    def no_scan(_data):
+        raise AssertionError("a cleanly closed ledger must not be scanned")
+
+    monkeypatch.setattr(segment_module, "scan_frames", no_scan)
+    reopened = Segment.open_closed(7, path)
+    try:
+        assert (reopened.entry_count, reopened.size, reopened.closed) == (3, 3 * FRAME_LEN, True)
+        assert reopened.read(0, 2) == [entry(i) for i in range(3)]
+    finally:
+        reopened.release()
+
+
+@pytest.mark.parametrize(
+    "index_bytes",
+    [
+        pytest.param(lambda raw: raw[:-3], id="cut-mid-offset"),
+        pytest.param(lambda raw: raw[:-8], id="one-offset-short"),
+        pytest.param(lambda raw: b"", id="empty"),
+        pytest.param(lambda raw: b"\xff" * len(raw), id="foreign-bytes"),
+    ],
+)
+def test_index_that_does_not_match_the_file_is_ignored_and_the_file_scanned(
+    segment, path, index_bytes
+):
+    write_committed(segment, range(3))
+    segment.close()
+    segment.index_path.write_bytes(index_bytes(segment.index_path.read_bytes()))
+    reopened = Segment.open_closed(7, path)
+    try:
+        assert reopened.entry_count == 3
+        assert reopened.read(0, 2) == [entry(i) for i in range(3)]
+    finally:
+        reopened.release()
+
+
+def test_segment_without_an_index_is_recovered_by_scanning(segment, path):
+    write_committed(segment, range(3))
+    segment.release()  # as a crash would leave it: no seal, no index
+    assert not segment.index_path.exists()
+    reopened = Segment.open_closed(7, path)
+    try:
+        assert reopened.entry_count == 3 and reopened.closed
+        assert reopened.index_path.exists()
+    finally:
+        reopened.release()
+
+
+@pytest.mark.parametrize(
+    ("damage", "whole"),
+    [
+        pytest.param(lambda data: data[:-1], 2, id="last-frame-short-one-byte"),
+        pytest.param(lambda data: data[: 2 * FRAME_LEN + 5], 2, id="torn-in-frame-header"),
+        pytest.param(lambda data: data + b"\x00" * 100, 3, id="zero-filled-tail"),
+        pytest.param(lambda data: data + os.urandom(7) + b"garbage", 3, id="garbage-tail"),
+        pytest.param(lambda data: data[:-1] + bytes([data[-1] ^ 1]), 2, id="bad-crc"),
+    ],
+)
+def test_recover_cuts_the_tail_at_the_last_whole_frame_and_writes_an_index(
+    segment, path, damage, whole
+):
+    write_committed(segment, range(3))
+    segment.release()
+    path.write_bytes(damage(path.read_bytes()))
+    recovered = Segment.recover(7, path)
+    assert (recovered.entry_count, recovered.size, recovered.closed) == (
+        whole,
+        whole * FRAME_LEN,
+        True,
+    )
+    assert path.stat().st_size == whole * FRAME_LEN
+    assert recovered.read(0, whole - 1) == [entry(i) for i in range(whole)]
+    recovered.release()
+    again = Segment.open_closed(7, path)  # the index written by recovery is trusted
+    try:
+        assert again.entry_count == whole
+    finally:
+        again.release()
+
+
+def test_recover_of_a_missing_file_is_an_empty_segment(path):
+    recovered = Segment.recover(7, path)
+    assert (recovered.entry_count, recovered.size) == (0, 0)
+
+
+def test_failed_fdatasync_cuts_the_bytes_it_wrote(segment, path, monkeypatch):
+    write_committed(segment, range(2))
+    monkeypatch.setattr(os, "fdatasync", fail_once(os.fdatasync, OSError(errno.EIO, "EIO")))
+    with pytest.raises(OSError):
+        segment.write([frame(2), frame(3)], fsync=True)
+    assert path.stat().st_size == 2 * FRAME_LEN
+    assert segment.entry_count == 2
+    write_committed(segment, [4], fsync=True)
+    assert segment.read(0, 2) == [entry(0), entry(1), entry(4)]
+
+
+def test_short_write_is_an_error_and_its_bytes_are_cut(segment, path, monkeypatch):
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: real(fd, data[:10], offset))
+    with pytest.raises(OSError, match="short write"):
+        segment.write([frame(0)], fsync=False)
+    assert path.stat().st_size == 0
+    assert segment.entry_count == 0
+
+
+def test_seal_cuts_bytes_of_a_failed_write_that_could_not_be_cut_at_the_time(
+    segment, path, monkeypatch
+):
+    write_committed(segment, range(2))
+    monkeypatch.setattr(os, "fdatasync", fail_once(os.fdatasync, OSError(errno.EIO, "EIO")))
+    monkeypatch.setattr(os, "ftruncate", fail_once(os.ftruncate, OSError(errno.EIO, "EIO")))
+    with pytest.raises(OSError):
+        segment.write([frame(2)], fsync=True)
+    assert path.stat().st_size == 3 * FRAME_LEN  # the cut failed too
+    segment.seal()
+    assert path.stat().st_size == 2 * FRAME_LEN
+    segment.release()
+    reopened = Segment.open_closed(7, path)
+    try:
+        assert reopened.entry_count == 2
+    finally:
+        reopened.release()
+
+
+def test_delete_files_removes_the_file_and_its_index_and_tolerates_either_missing(segment, path):
+    write_committed(segment, range(1))
+    segment.close()
+    assert path.exists() and segment.index_path.exists()
+    delete_files(path)
+    assert not path.exists() and not segment.index_path.exists()
+    delete_files(path)  # already gone: no error
