@@ -100,6 +100,16 @@ class BrokerProcess:
 
 
 @pytest.fixture
+def store(tmp_path: Path) -> Iterator:
+    """A metadata store (LMDB) in tmp_path, for the engine packages' tests."""
+    from managed_ledger import MetadataStore
+
+    metadata = MetadataStore(tmp_path / "metadata")
+    yield metadata
+    metadata.close()
+
+
+@pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path / "data")
     process.start()

@@ -238,10 +238,15 @@ class TransactionBuffer:
         """Forget this topic's snapshots (the topic is being deleted)."""
         self.snapshots.delete()
 
-    def close(self) -> None:
-        """Stop applying entries; a READY buffer snapshots what changed first."""
+    def close(self, snapshot: bool = True) -> None:
+        """Stop applying entries; a READY buffer snapshots what changed first unless
+        told not to (its topic is being deleted)."""
         self._cancel_snapshot_timer()
-        if self.state is BufferState.READY and (self._changes or not self.snapshots_taken):
+        if (
+            snapshot
+            and self.state is BufferState.READY
+            and (self._changes or not self.snapshots_taken)
+        ):
             self.take_snapshot()
         self.state = BufferState.CLOSED
         self.ledger.remove_entry_listener(self._on_entries)

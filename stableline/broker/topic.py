@@ -138,6 +138,6 @@ class Topic:
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         self.subscriptions.clear()
-        self.buffer.close()
+        self.buffer.close(snapshot=False)
         self.buffer.delete_snapshots()
         await self.ledger.delete()

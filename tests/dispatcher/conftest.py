@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MetadataStore]:
-    metadata = MetadataStore(tmp_path / "metadata")
-    yield metadata
-    metadata.close()
 
 
 @pytest.fixture

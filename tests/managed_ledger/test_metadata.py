@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from managed_ledger import MetadataStore
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MetadataStore]:
-    opened = MetadataStore(tmp_path / "metadata")
-    yield opened
-    opened.close()
 
 
 def test_get_of_missing_key_is_none(store):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -11,13 +11,6 @@ from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
 from txnbuffer import TransactionBuffer
 
 TOPIC = "persistent://public/default/txn-test"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MetadataStore]:
-    metadata = MetadataStore(tmp_path / "metadata")
-    yield metadata
-    metadata.close()
 
 
 @pytest.fixture

@@ -489,10 +489,7 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(
 
     live = snapshot(buffer)
     live_view = read_committed(buffer)
-    if how == "close":
-        buffer.close()
-    else:
-        buffer._cancel_snapshot_timer()  # a crash: the buffer writes nothing more
+    buffer.close(snapshot=how == "close")  # otherwise a crash: nothing more is written
     await ledger.close()
     if how == "corrupt":
         key = buffer.snapshots._meta_key

@@ -272,10 +272,7 @@ class TransactionBufferMachine(RuleBasedStateMachine):
 
         async def restart() -> None:
             await self._settle()
-            if how == "close":
-                self.buffer.close()
-            else:
-                self.buffer._cancel_snapshot_timer()
+            self.buffer.close(snapshot=how == "close")  # otherwise a crash
             await self.ledger.close()
             if how == "crash without snapshots":
                 self.buffer.delete_snapshots()
