@@ -31,23 +31,19 @@ import multiprocessing as mp
 import os
 import platform
 import queue
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
 import grpc
 
+from stableline.testing import BrokerProcess, temporary_broker
+
 REPO = Path(__file__).resolve().parent.parent
 MESSAGE_SIZE = 100
 BATCH_MESSAGES = 1000
 GOAL_MSGS_PER_S = 200_000
-BROKER_READY_TIMEOUT_S = 30.0
-BROKER_STOP_TIMEOUT_S = 15.0
 # Producer batches sent and not yet acknowledged before the bench waits for the oldest.
 PRODUCER_WINDOW_BATCHES = 64
 RAW_METHOD = "/bench.Raw/Pipe"
@@ -239,76 +235,6 @@ def consumer_main(
         return {"received": received, "bytes": payload_bytes, "first": first, "last": last}
 
     _report(results, "consumer", run())
-
-
-# ---------------------------------------------------------------- the broker process
-
-
-class BrokerProcess:
-    def __init__(self, profile_dir: Path | None = None) -> None:
-        self.profile_dir = profile_dir
-        parent = REPO / "bench-results"  # on the repo's filesystem, and git-ignored
-        parent.mkdir(exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir=parent))
-        self.process: subprocess.Popen | None = None
-        self.grpc_port = 0
-
-    def start(self) -> None:
-        stdout = open(self.dir / "stdout.log", "wb")  # noqa: SIM115 (closed in stop)
-        stderr = open(self.dir / "stderr.log", "wb")  # noqa: SIM115
-        self._files = (stdout, stderr)
-        command = [sys.executable]
-        if self.profile_dir is not None:
-            report = self.profile_dir / "broker.txt"
-            command += ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(report)]
-        command += ["-m", "stableline", "serve", "--data-dir", str(self.dir / "data"),
-                    "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=REPO)
-        deadline = now() + BROKER_READY_TIMEOUT_S
-        while now() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.process.returncode}\n{self.log()}")
-            for line in (self.dir / "stdout.log").read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    event = json.loads(line)
-                    if event.get("event") == "ready":
-                        self.grpc_port = event["grpc_port"]
-                        return
-            time.sleep(0.05)
-        raise RuntimeError(f"broker not ready within {BROKER_READY_TIMEOUT_S} s\n{self.log()}")
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU of the broker process so far (Linux /proc)."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, AttributeError):
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def log(self) -> str:
-        with contextlib.suppress(OSError):
-            return (self.dir / "stderr.log").read_text()[-4000:]
-        return ""
-
-    def stop(self) -> int | None:
-        code = None
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                code = self.process.wait(BROKER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                code = self.process.wait()
-        elif self.process is not None:
-            code = self.process.returncode
-        for handle in getattr(self, "_files", ()):
-            handle.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return code
 
 
 # ---------------------------------------------------------------- running a scenario
@@ -538,18 +464,19 @@ def main() -> int:
     if "raw" in wanted:
         rows["raw"] = bench_raw(ctx, results, args)
     if "produce" in wanted or "e2e" in wanted:
-        broker = BrokerProcess(args.profile)
-        try:
-            broker.start()
-            print(f"broker ready on {broker.target}, data in {broker.dir}", flush=True)
+        profiler = []
+        if args.profile is not None:
+            report = args.profile / "broker.txt"
+            profiler = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(report)]
+        # On the repo's filesystem (fsync figures), in a git-ignored folder.
+        with temporary_broker(
+            REPO / "bench-results", "bench-e2e-", interpreter_args=profiler
+        ) as broker:
+            print(f"broker ready on {broker.target}, data in {broker.data_dir}", flush=True)
             if "produce" in wanted:
                 rows["produce"] = bench_produce(ctx, results, args, broker)
             if "e2e" in wanted:
                 rows["e2e"] = bench_e2e(ctx, results, args, broker, cores)
-        finally:
-            code = broker.stop()
-            if code != 0:
-                print(f"warning: broker exited with {code}\n{broker.log()}", file=sys.stderr)
     met = print_table(rows, cores)
     total = now() - begun
     print(f"total {total:.1f} s")

@@ -36,13 +36,8 @@ import tempfile
 import time
 import types
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_e2e import BrokerProcess
 
 from managed_ledger import (
     EntryHeader,
@@ -52,7 +47,10 @@ from managed_ledger import (
     TxnId,
 )
 from stableline.aio import Client, InitialPosition, IsolationLevel
+from stableline.testing import BrokerProcess, temporary_broker
 from txnbuffer import TransactionBuffer
+
+REPO = Path(__file__).resolve().parent.parent
 
 RC = IsolationLevel.READ_COMMITTED
 RU = IsolationLevel.READ_UNCOMMITTED
@@ -102,17 +100,9 @@ def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def running_broker() -> Iterator[BrokerProcess]:
+def running_broker() -> contextlib.AbstractContextManager[BrokerProcess]:
     """A fresh broker process (temporary data dir, default config: fsync on)."""
-    broker = BrokerProcess()
-    broker.start()
-    try:
-        yield broker
-    finally:
-        code = broker.stop()
-        if code != 0:
-            progress(f"warning: broker exited with {code}\n{broker.log()}")
+    return temporary_broker(REPO / "bench-results", "bench-txn-")
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -1,0 +1,170 @@
+"""A real broker in a child process, for tests, benchmarks and crash tools.
+
+`python -m stableline serve` on 127.0.0.1 with its own data dir, ready once it
+prints its `ready` event. It restarts on the same data dir and ports; kill() is
+SIGKILL. Its stdout (one JSON event a line) and stderr (the log) go to files
+beside the data dir, one pair per run, so nothing blocks on a full pipe and the
+log of a killed run stays readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+_POLL_S = 0.02
+
+
+@dataclass
+class BrokerProcess:
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    # Added to this process's environment, e.g. {"STABLELINE_FAILPOINTS": "txn-decided"}.
+    env: dict[str, str] = field(default_factory=dict)
+    # Between the interpreter and `-m stableline`, e.g. a profiler's `-m pyinstrument ...`.
+    interpreter_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+    grpc_port: int = 0
+    http_port: int = 0
+    runs: int = 0
+
+    @property
+    def service_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    target = service_url
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.data_dir.parent / f"broker-{self.runs}.out"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"broker-{self.runs}.log"
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Start and wait until ready; the ports of the first run are kept on restarts."""
+        assert self.process is None or self.process.poll() is not None, "broker already running"
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.runs += 1
+        command = [
+            sys.executable,
+            *self.interpreter_args,
+            "-m",
+            "stableline",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--grpc",
+            f"127.0.0.1:{self.grpc_port}",
+            "--http",
+            f"127.0.0.1:{self.http_port}",
+            *self.extra_args,
+        ]
+        with open(self.stdout_path, "wb") as stdout, open(self.log_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                command,
+                stdout=stdout,
+                stderr=stderr,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            )
+        ready = self.wait_for_event("ready", timeout_s)
+        self.grpc_port, self.http_port = ready["grpc_port"], ready["http_port"]
+
+    def events(self) -> list[dict]:
+        """The JSON events this run printed so far."""
+        events = []
+        for line in self.stdout_path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and line.endswith("}"):
+                events.append(json.loads(line))
+        return events
+
+    def wait_for_event(self, name: str, timeout_s: float = READY_TIMEOUT_S) -> dict:
+        """The first event called `name` of this run; raises if the broker exits first."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for event in self.events():
+                if event.get("event") == name:
+                    return event
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {self.process.returncode} before {name!r}\n{self.log()}"
+                )
+            if time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"no {name!r} event within {timeout_s} s\n{self.log()}")
+            time.sleep(_POLL_S)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait: the exit code (0 on a clean shutdown)."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no snapshot, no goodbye."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None and self.process.poll() is None, "broker not running"
+        self.process.send_signal(signum)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the running broker so far (Linux /proc)."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except (OSError, AttributeError):
+            return float("nan")
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def temporary_broker(parent: Path, prefix: str = "broker-", **options) -> Iterator[BrokerProcess]:
+    """A started broker on a fresh data dir under `parent`, stopped and removed after.
+
+    `options` are BrokerProcess fields (extra_args, env, interpreter_args). A broker
+    that does not exit cleanly is reported on stderr with the end of its log.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    broker = BrokerProcess(directory / "data", **options)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        code = broker.stop()
+        if code != 0:
+            print(f"warning: broker exited with {code}\n{broker.log()[-4000:]}", file=sys.stderr)
+        shutil.rmtree(directory, ignore_errors=True)
