@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,11 @@ class BrokerProcess:
                 self.process.kill()
                 raise RuntimeError(f"no {name!r} event within {timeout_s} s\n{self.log()}")
             time.sleep(_POLL_S)
+
+    def admin(self, path: str):
+        """GET an HTTP admin path (e.g. "/admin/v2/brokers/health"), parsed as JSON."""
+        with urllib.request.urlopen(self.http_url + path, timeout=10) as response:
+            return json.loads(response.read())
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

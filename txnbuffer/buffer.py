@@ -30,6 +30,7 @@ from sortedcontainers import SortedSet
 from managed_ledger import Entry, EntryHeader, EntryType, ManagedLedger, Position, TxnId
 from txnbuffer.abort_index import AbortedTxn, AbortIndex
 from txnbuffer.errors import TransactionBufferNotReadyError, TransactionEndedError
+from txnbuffer.failpoint import BUFFER_RECOVERY, Failpoint, reach
 from txnbuffer.snapshot import Snapshot, SnapshotCorruptError, SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class TransactionBuffer:
         self._new_aborts: list[AbortedTxn] = []
         self._dropped_ledgers: list[int] = []
         self._snapshot_timer: asyncio.TimerHandle | None = None
+        self.failpoint: Failpoint | None = None
         ledger.add_entry_listener(self._on_entries)
         ledger.add_ledger_deleted_listener(self._on_ledger_deleted)
         # An ongoing transaction's entries must outlive retention: READ_COMMITTED
@@ -112,6 +114,7 @@ class TransactionBuffer:
         snapshot = self._usable_snapshot()
         if snapshot is not None:
             self._load(snapshot)
+        await reach(self.failpoint, BUFFER_RECOVERY, self.ledger.name)
         position = self.applied_position.next_in_ledger()
         # Read until caught up with the LAC, appends made meanwhile included (the
         # listener leaves them to us); no await between the last read and READY.

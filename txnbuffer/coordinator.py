@@ -22,6 +22,7 @@ from sortedcontainers import SortedSet
 
 from managed_ledger import MetadataStore, TxnId
 from txnbuffer.errors import TransactionEndedError, TransactionNotFoundError
+from txnbuffer.failpoint import TXN_DECIDED, TXN_END_TOPIC, Failpoint, reach
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class TransactionCoordinator:
         self.committed_count = 0
         self.aborted_count = 0
         self.timed_out_count = 0
+        self.failpoint: Failpoint | None = None
 
     # ------------------------------------------------------------ recovery
 
@@ -290,11 +292,12 @@ class TransactionCoordinator:
         while True:
             try:
                 await self.store.sync_async()
+                await reach(self.failpoint, TXN_DECIDED, str(meta.txn_id))
                 # Read after the sync: a transaction that ended meanwhile raises it.
                 watermark = self.low_watermark
                 await asyncio.gather(
                     *[
-                        self.participant.end_on_topic(topic, meta.txn_id, commit, watermark)
+                        self._end_on_topic(topic, meta.txn_id, commit, watermark)
                         for topic in meta.topics
                     ]
                 )
@@ -318,6 +321,12 @@ class TransactionCoordinator:
             self.committed_count += 1
         else:
             self.aborted_count += 1
+
+    async def _end_on_topic(
+        self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None:
+        await reach(self.failpoint, TXN_END_TOPIC, topic)
+        await self.participant.end_on_topic(topic, txn_id, commit, low_watermark)
 
     def _arm_timeout(self, meta: TxnMetadata) -> None:
         remaining_ms = meta.opened_ms + meta.timeout_ms - int(time.time() * 1000)

@@ -29,6 +29,8 @@ class BrokerConfig:
     # begun or ended there) or this long after the first change since the last one.
     txn_snapshot_every_changes: int = 1000
     txn_snapshot_interval_s: float = 5.0
+    # Crash tests only: failpoints to pause at (stableline/broker/failpoints.py).
+    failpoints: str = ""
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from managed_ledger import ManagedLedger, MetadataStore
@@ -11,6 +12,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
+from txnbuffer.failpoint import Failpoint
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,9 @@ class TopicRegistry:
         self.store = store
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Task] = {}
+        # Given to every topic loaded from now on (see Topic.on_recovered, failpoints).
+        self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
+        self.failpoint: Failpoint | None = None
         self._known: set[str] = {
             key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _TOPIC_PREFIX)
         }
@@ -80,8 +85,10 @@ class TopicRegistry:
                 self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
             ),
         )
-        await topic.recover()
+        topic.on_recovered = self.on_recovered
+        topic.buffer.failpoint = self.failpoint
         self._topics[key] = topic
+        topic.start_recovery()
         return topic
 
     async def load_all(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -17,11 +18,12 @@ from grpc_reflection.v1alpha import reflection
 from managed_ledger import MetadataStore
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from stableline.broker.config import BrokerConfig
+from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
 from stableline.broker.registry import TopicRegistry
-from stableline.broker.transactions import BrokerParticipant, reconcile
+from stableline.broker.transactions import BrokerParticipant, settle_leftovers
 from txnbuffer import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class Broker:
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
         self._sync_task: asyncio.Task | None = None
+        self.failpoints: Failpoints | None = None
         self.grpc_port = 0
         self.http_port = 0
 
@@ -54,12 +57,19 @@ class Broker:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = MetadataStore(config.metadata_dir)
         self.registry = TopicRegistry(config, self.store)
-        await self.registry.load_all()
         self.coordinator = TransactionCoordinator(0, self.store, BrokerParticipant(self.registry))
+        if config.failpoints:
+            self.failpoints = Failpoints(config.failpoints)
+            self.registry.failpoint = self.coordinator.failpoint = self.failpoints
+        # Topics recover in the background (serving meanwhile); each settles what
+        # the last run left ongoing once both it and the coordinator are ready.
+        coordinator_ready = asyncio.Event()
+        self.registry.on_recovered = functools.partial(
+            settle_leftovers, coordinator=self.coordinator, coordinator_ready=coordinator_ready
+        )
+        await self.registry.load_all()
         await self.coordinator.recover()
-        settled = await reconcile(self.registry, self.coordinator)
-        if settled:
-            log.info("settled %d transactions left ongoing by the last run", settled)
+        coordinator_ready.set()
 
         message_limit = config.max_message_size + 1024 * 1024
         self._grpc = grpc.aio.server(
@@ -143,6 +153,8 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if broker.failpoints is not None:
+        loop.add_signal_handler(signal.SIGUSR1, broker.failpoints.release)
     await stop.wait()
     await broker.stop()
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from dispatcher import (
@@ -64,6 +66,9 @@ class Topic:
             IsolationLevel.READ_COMMITTED: CommittedReadView(self.buffer),
         }
         self._background: set[asyncio.Task] = set()
+        self._recovery: asyncio.Task | None = None
+        # Called once the buffer is READY (the broker settles leftover transactions).
+        self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
         ledger.add_listener(self._on_append)
         for cursor in ledger.cursors.values():
             subscription = Subscription(
@@ -72,10 +77,25 @@ class Topic:
             subscription.view = self.read_view(subscription.isolation_level)
             self.subscriptions[cursor.name] = subscription
 
+    def start_recovery(self) -> None:
+        """Recover the transaction buffer in the background. Meanwhile the topic
+        serves: READ_UNCOMMITTED reads the log, READ_COMMITTED reads up to the stable
+        position recovered so far, transactional appends wait until READY."""
+        self._recovery = asyncio.create_task(self.recover(), name=f"recover:{self.name}")
+
     async def recover(self) -> None:
         await self.buffer.recover()
         # The stable position may have moved past what was durable at open.
         self._on_append()
+        if self.on_recovered is not None:
+            await self.on_recovered(self)
+
+    async def _stop_recovery(self) -> None:
+        if self._recovery is not None and not self._recovery.done():
+            self._recovery.cancel()
+        if self._recovery is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
 
     def read_view(self, level: IsolationLevel) -> ReadView:
         """What a reader at this isolation level may see."""
@@ -127,6 +147,7 @@ class Topic:
         self.ledger.delete_cursor(subscription.name)
 
     async def close(self) -> None:
+        await self._stop_recovery()
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -135,6 +156,7 @@ class Topic:
         await self.ledger.close()
 
     async def delete(self) -> None:
+        await self._stop_recovery()
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         self.subscriptions.clear()

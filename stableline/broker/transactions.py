@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from managed_ledger import Position, TxnId
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
+from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TransactionNotFoundError, TxnAck, TxnState
 
@@ -43,25 +45,29 @@ class BrokerParticipant:
         subscription.end_transaction_acks(txn_id, ids, commit)
 
 
-async def reconcile(registry: TopicRegistry, coordinator: TransactionCoordinator) -> int:
-    """After a restart: settle transactions a topic sees as ongoing with what the coordinator knows.
+async def settle_leftovers(
+    topic: Topic, coordinator: TransactionCoordinator, coordinator_ready: asyncio.Event
+) -> None:
+    """After a topic's buffer recovered: settle the transactions it sees as ongoing
+    with what the coordinator knows.
 
     A transaction the coordinator has decided is ended here as decided; one it has
     never heard of (its record was lost with the crash) is aborted; an open one
     is recorded as touching the topic, so its end or timeout reaches it.
     """
+    await coordinator_ready.wait()
     settled = 0
-    for topic in registry.loaded():
-        for txn_id in list(topic.buffer.ongoing):
-            try:
-                meta = coordinator.get(txn_id)
-            except TransactionNotFoundError:
-                await topic.buffer.end(txn_id, False, coordinator.low_watermark)
-                settled += 1
-                continue
-            if meta.state is TxnState.OPEN:
-                coordinator.add_topic(txn_id, str(topic.name))
-            elif meta.state.terminal:
-                await topic.buffer.end(txn_id, meta.state.commits, coordinator.low_watermark)
-                settled += 1
-    return settled
+    for txn_id in list(topic.buffer.ongoing):
+        try:
+            meta = coordinator.get(txn_id)
+        except TransactionNotFoundError:
+            await topic.buffer.end(txn_id, False, coordinator.low_watermark)
+            settled += 1
+            continue
+        if meta.state is TxnState.OPEN:
+            coordinator.add_topic(txn_id, str(topic.name))
+        elif meta.state.terminal:
+            await topic.buffer.end(txn_id, meta.state.commits, coordinator.low_watermark)
+            settled += 1
+    if settled:
+        log.info("%s: settled %d transactions left ongoing by the last run", topic.name, settled)

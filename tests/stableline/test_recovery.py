@@ -1,0 +1,164 @@
+"""Recovery through a real broker process, killed at chosen points of a transaction's end
+(failpoints) and while a topic's transaction buffer recovers."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+import pytest
+
+import stableline
+from stableline import InitialPosition, IsolationLevel
+
+EARLIEST = InitialPosition.Earliest
+RC = IsolationLevel.READ_COMMITTED
+RU = IsolationLevel.READ_UNCOMMITTED
+WAIT_S = 20.0
+
+
+def _receive(consumer, count: int) -> list[bytes]:
+    """Exactly `count` messages, acknowledged; raises stableline.Timeout if fewer come."""
+    values = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=int(WAIT_S * 1000))
+        consumer.acknowledge(message)
+        values.append(message.data())
+    return values
+
+
+def _nothing_more(consumer, within_ms: int = 300) -> bool:
+    try:
+        consumer.receive(timeout_millis=within_ms)
+    except stableline.Timeout:
+        return True
+    return False
+
+
+def _buffer_stats(broker, topic: str) -> dict:
+    return broker.admin(f"/admin/v3/transactions/transactionBufferStats/public/default/{topic}")
+
+
+def _txn_status(broker, txn_id: tuple[int, int]) -> str:
+    path = f"/admin/v3/transactions/transactionMetadata?txnId={txn_id[0]}:{txn_id[1]}"
+    return broker.admin(path)["status"]
+
+
+def _end_in_background(end) -> threading.Thread:
+    """txn.commit or txn.abort from a thread: it hangs at the failpoint and fails with
+    the kill; the restart decides what happened."""
+
+    def run() -> None:
+        with contextlib.suppress(stableline.StableLineError):
+            end()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _start_with_failpoints(broker, spec: str) -> None:
+    broker.env = {"STABLELINE_FAILPOINTS": spec}
+    broker.restart()
+    broker.env = {}
+
+
+@pytest.mark.parametrize(
+    "failpoint",
+    ["txn-decided", "txn-end-topic:persistent://public/default/kill-b"],
+    ids=["decision logged, no marker", "decision logged, one of two markers"],
+)
+def test_a_kill_during_commit_ends_with_the_commit_on_every_topic(broker, wait, failpoint):
+    _start_with_failpoints(broker, failpoint)
+    with stableline.Client(broker.service_url) as client:
+        txn = client.new_transaction(timeout_ms=60_000)
+        client.create_producer("kill-a").send(b"a", txn=txn)
+        client.create_producer("kill-b").send(b"b", txn=txn)
+        committing = _end_in_background(txn.commit)
+        reached = broker.wait_for_event("failpoint", WAIT_S)
+        if reached["name"] == "txn-end-topic":
+            # kill-a's marker is written: wait until it is durable and applied.
+            wait(lambda: _buffer_stats(broker, "kill-a")["ongoingTxnSize"] == 0, WAIT_S)
+        marker_end_a = _buffer_stats(broker, "kill-a")["lastConfirmedEntry"]
+        broker.kill()
+        committing.join(WAIT_S)
+    broker.start()
+
+    with stableline.Client(broker.service_url) as client:
+        for topic, value in (("kill-a", b"a"), ("kill-b", b"b")):
+            consumer = client.subscribe(topic, "after", initial_position=EARLIEST)
+            assert _receive(consumer, 1) == [value]
+    assert _txn_status(broker, txn.id) == "COMMITTED"
+    a_after = _buffer_stats(broker, "kill-a")
+    assert a_after["ongoingTxnSize"] == 0
+    if reached["name"] == "txn-end-topic":
+        # Ended again by the re-driven coordinator: a no-op, no second marker.
+        assert a_after["lastConfirmedEntry"] == marker_end_a
+
+
+def test_a_kill_during_abort_leaves_nothing_visible_and_nothing_open(broker, wait):
+    _start_with_failpoints(broker, "txn-decided")
+    with stableline.Client(broker.service_url) as client:
+        txn = client.new_transaction(timeout_ms=60_000)
+        client.create_producer("kill-abort").send(b"x", txn=txn)
+        client.create_producer("kill-abort").send(b"plain")
+        aborting = _end_in_background(txn.abort)
+        broker.wait_for_event("failpoint", WAIT_S)
+        broker.kill()
+        aborting.join(WAIT_S)
+    broker.start()
+
+    wait(lambda: _txn_status(broker, txn.id) == "ABORTED", WAIT_S, "the abort to be re-driven")
+    with stableline.Client(broker.service_url) as client:
+        consumer = client.subscribe("kill-abort", "after", initial_position=EARLIEST)
+        assert _receive(consumer, 1) == [b"plain"]
+        assert _nothing_more(consumer)
+    stats = _buffer_stats(broker, "kill-abort")
+    assert (stats["ongoingTxnSize"], stats["abortedTxnSize"]) == (0, 1)
+
+
+def test_while_a_topic_recovers_uncommitted_reads_go_on_and_committed_reads_wait(broker, wait):
+    with stableline.Client(broker.service_url) as client:
+        producer = client.create_producer("recovering")
+        producer.send(b"p1")
+        txn = client.new_transaction()
+        producer.send(b"t1", txn=txn)
+        txn.commit()
+        producer.send(b"p2")
+    # A kill, not a stop: no snapshot on the way out, so recovery has a log to replay.
+    broker.kill()
+    broker.env = {"STABLELINE_FAILPOINTS": "txn-buffer-recovery"}
+    broker.start()
+    broker.env = {}
+    broker.wait_for_event("failpoint", WAIT_S)
+    assert _buffer_stats(broker, "recovering")["state"] == "Initializing"
+
+    with stableline.Client(broker.service_url) as client:
+        uncommitted = client.subscribe(
+            "recovering", "monitor", initial_position=EARLIEST, isolation_level=RU
+        )
+        committed = client.subscribe("recovering", "business", initial_position=EARLIEST)
+        assert _receive(uncommitted, 3) == [b"p1", b"t1", b"p2"]
+        assert _nothing_more(committed)
+
+        # A transactional send waits for the buffer; a plain one does not.
+        producer = client.create_producer("recovering")
+        late = client.new_transaction()
+        sent = threading.Event()
+        sender = threading.Thread(
+            target=lambda: (producer.send(b"t2", txn=late), sent.set()), daemon=True
+        )
+        sender.start()
+        producer.send(b"p3")
+        assert _receive(uncommitted, 1) == [b"p3"]
+        assert not sent.is_set()
+
+        broker.signal(signal.SIGUSR1)  # release the failpoint: recovery goes on
+        wait(lambda: _buffer_stats(broker, "recovering")["state"] == "Ready", WAIT_S)
+        assert _receive(committed, 4) == [b"p1", b"t1", b"p2", b"p3"]
+        sender.join(WAIT_S)
+        assert sent.is_set()
+        late.commit()
+        assert _receive(committed, 1) == [b"t2"]
+        assert _receive(uncommitted, 1) == [b"t2"]
