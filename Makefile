@@ -32,6 +32,7 @@ bench: $(VENV)/.all-installed
 	$(PY) scripts/bench_ledger.py --json bench-results/ledger-100b-entries.json
 	$(PY) scripts/bench_e2e.py --json bench-results/e2e.json
 	$(PY) scripts/bench_txn.py --json bench-results/txn.json
+	$(PY) scripts/bench_recovery.py --json bench-results/recovery.json
 
 lint: $(VENV)/.all-installed
 	$(VENV)/bin/ruff check .

@@ -6,10 +6,14 @@ scans ledger indexes from the first ledger that can matter and stops early, as
 Kafka's fetch does: once an abort's stable position reaches the end of the range,
 every later abort belongs to a transaction that started after the range.
 Ledgers are flagged when their index is empty (KIP-1058), so readers skip them.
+A ledger's list loaded from a snapshot stays in its stored form until a query
+or retention first needs it, so recovery does not build every abort up front.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sortedcontainers import SortedDict
@@ -29,27 +33,58 @@ class AbortIndex:
     def __init__(self) -> None:
         # ledger id -> aborts whose marker lies in that ledger, in marker order.
         self._by_ledger: SortedDict[int, list[AbortedTxn]] = SortedDict()
+        # ledger id -> (stored records in marker order, their decoder): not built yet.
+        self._stored: dict[int, tuple[list[bytes], Callable[[bytes], AbortedTxn]]] = {}
         self.index_lookups = 0
         self.empty_ledgers_skipped = 0
 
     def __len__(self) -> int:
-        return sum(len(entries) for entries in self._by_ledger.values())
+        return sum(len(entries) for entries in self._by_ledger.values()) + sum(
+            len(records) for records, _ in self._stored.values()
+        )
 
     def add(self, aborted: AbortedTxn) -> None:
         ledger_id = aborted.marker_position.ledger_id
-        entries = self._by_ledger.get(ledger_id)
+        entries = self._entries(ledger_id)
         if entries is None:
             entries = self._by_ledger[ledger_id] = []  # created lazily
         assert not entries or entries[-1].marker_position < aborted.marker_position
         entries.append(aborted)
 
+    def add_stored(
+        self, ledger_id: int, records: list[bytes], decode: Callable[[bytes], AbortedTxn]
+    ) -> None:
+        """A ledger's aborts as stored (in marker order), decoded when first needed."""
+        assert ledger_id not in self._by_ledger and ledger_id not in self._stored, ledger_id
+        if records:
+            self._by_ledger[ledger_id] = []
+            self._stored[ledger_id] = (records, decode)
+
+    def _entries(self, ledger_id: int) -> list[AbortedTxn] | None:
+        stored = self._stored.pop(ledger_id, None)
+        if stored is not None:
+            records, decode = stored
+            entries = self._by_ledger[ledger_id] = [decode(record) for record in records]
+            assert all(a.marker_position.ledger_id == ledger_id for a in entries), ledger_id
+            assert all(
+                a.marker_position < b.marker_position for a, b in itertools.pairwise(entries)
+            )
+            return entries
+        return self._by_ledger.get(ledger_id)
+
+    def in_ledger(self, ledger_id: int) -> list[AbortedTxn]:
+        """The aborts whose marker lies in this ledger, in marker order."""
+        return list(self._entries(ledger_id) or ())
+
     def txn_index_empty(self, ledger_id: int) -> bool:
         """True when no abort marker lies in this ledger (KIP-1058's txnIdxEmpty)."""
-        return not self._by_ledger.get(ledger_id)
+        return not self._by_ledger.get(ledger_id) and ledger_id not in self._stored
 
     def drop_ledger(self, ledger_id: int) -> list[AbortedTxn]:
         """Retention deleted the ledger: forget the aborts whose markers it held."""
-        return self._by_ledger.pop(ledger_id, [])
+        entries = self._entries(ledger_id) or []
+        self._by_ledger.pop(ledger_id, None)
+        return entries
 
     def overlapping(
         self, start: Position, end: Position, ledger_ids: list[int]
@@ -68,7 +103,7 @@ class AbortIndex:
                 continue
             self.index_lookups += 1
             complete = False
-            for aborted in self._by_ledger[ledger_id]:
+            for aborted in self._entries(ledger_id):
                 if aborted.marker_position < start:
                     continue
                 if aborted.first_position <= end:
@@ -82,4 +117,6 @@ class AbortIndex:
         return found
 
     def all(self) -> list[AbortedTxn]:
-        return [aborted for entries in self._by_ledger.values() for aborted in entries]
+        return [
+            aborted for ledger_id in list(self._by_ledger) for aborted in self._entries(ledger_id)
+        ]

@@ -31,7 +31,13 @@ from managed_ledger import Entry, EntryHeader, EntryType, ManagedLedger, Positio
 from txnbuffer.abort_index import AbortedTxn, AbortIndex
 from txnbuffer.errors import TransactionBufferNotReadyError, TransactionEndedError
 from txnbuffer.failpoint import BUFFER_RECOVERY, Failpoint, reach
-from txnbuffer.snapshot import Snapshot, SnapshotCorruptError, SnapshotStore
+from txnbuffer.snapshot import (
+    Snapshot,
+    SnapshotCorruptError,
+    SnapshotStore,
+    decode_abort,
+    txn_id_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +73,9 @@ class TransactionBuffer:
         self.state = BufferState.INITIALIZING
         # Insertion order is first-position order: the head pins the stable position.
         self.ongoing: dict[TxnId, Position] = {}
-        self.aborted: dict[TxnId, AbortedTxn] = {}
+        # Aborted here -> the ledger of its marker (retention forgets it with that
+        # ledger); the aborts themselves are in the abort index.
+        self.aborted: dict[TxnId, int] = {}
         # Committed here and above their coordinator's low watermark (so still
         # needed to refuse late appends); trimmed as watermarks rise.
         self.committed: dict[TxnId, Position] = {}
@@ -92,6 +100,7 @@ class TransactionBuffer:
         self.recovered_from_snapshot = False
         self.last_snapshot_ms = 0
         self.last_snapshot_bytes = 0
+        self.last_snapshot_write_ms = 0.0
         self.snapshots_taken = 0
         self._changes = 0
         self._new_aborts: list[AbortedTxn] = []
@@ -177,12 +186,13 @@ class TransactionBuffer:
         self.late_positions = SortedSet(
             p for p in snapshot.late_positions if p.ledger_id in retained
         )
-        for aborted in sorted(snapshot.aborted, key=lambda a: a.marker_position):
-            if aborted.marker_position.ledger_id in retained:
-                self.aborted[aborted.txn_id] = aborted
-                self.abort_index.add(aborted)
-            elif aborted.marker_position.ledger_id not in self._dropped_ledgers:
-                self._dropped_ledgers.append(aborted.marker_position.ledger_id)
+        for ledger_id, records in snapshot.aborted_records.items():
+            if ledger_id not in retained:
+                self._dropped_ledgers.append(ledger_id)
+                continue
+            self.abort_index.add_stored(ledger_id, records, decode_abort)
+            for record in records:
+                self.aborted[txn_id_of(record)] = ledger_id
         self.recovered_from_snapshot = True
 
     def take_snapshot(self) -> int:
@@ -202,13 +212,14 @@ class TransactionBuffer:
         self._new_aborts, self._dropped_ledgers, self._changes = [], [], 0
         self.last_snapshot_ms = snapshot.taken_at_ms
         self.last_snapshot_bytes = written
+        self.last_snapshot_write_ms = (time.monotonic() - started) * 1000
         self.snapshots_taken += 1
         log.debug(
             "%s: snapshot at %s, %d bytes in %.2f ms",
             self.ledger.name,
             snapshot.position,
             written,
-            (time.monotonic() - started) * 1000,
+            self.last_snapshot_write_ms,
         )
         return written
 
@@ -300,7 +311,7 @@ class TransactionBuffer:
             self._advance(position)
         if header.type is EntryType.TXN_ABORT:
             aborted = AbortedTxn(txn_id, first or position, position, self.max_read_position)
-            self.aborted[txn_id] = aborted
+            self.aborted[txn_id] = position.ledger_id
             self.abort_index.add(aborted)
             self._new_aborts.append(aborted)
         else:
@@ -353,6 +364,13 @@ class TransactionBuffer:
             or txn_id in self.committed
             or txn_id.least_bits <= self.low_watermarks.get(txn_id.most_bits, 0)
         )
+
+    def aborted_txn(self, txn_id: TxnId) -> AbortedTxn | None:
+        """The abort of txn_id recorded here (positions included), or None."""
+        ledger_id = self.aborted.get(txn_id)
+        if ledger_id is None:
+            return None
+        return next(a for a in self.abort_index.in_ledger(ledger_id) if a.txn_id == txn_id)
 
     def is_aborted_entry(self, entry: Entry) -> bool:
         txn_id = entry.header.txn_id
@@ -446,6 +464,7 @@ class TransactionBuffer:
             "recoveredFromSnapshot": self.recovered_from_snapshot,
             "lastSnapshotTimestamps": self.last_snapshot_ms,
             "lastSnapshotBytes": self.last_snapshot_bytes,
+            "lastSnapshotWriteMs": round(self.last_snapshot_write_ms, 3),
             "snapshotsTaken": self.snapshots_taken,
             "abortIndexLookups": self.abort_index.index_lookups,
             "emptyAbortIndexesSkipped": self.abort_index.empty_ledgers_skipped,

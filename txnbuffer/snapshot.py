@@ -33,6 +33,7 @@ SNAPSHOT_VERSION = 1
 # txn most, txn least, first (ledger, entry), marker (ledger, entry), mrp after (ledger, entry)
 _ABORT = struct.Struct("<QQqqqqqq")
 _CRC = struct.Struct("<I")
+_TXN_ID = struct.Struct("<QQ")
 
 
 class SnapshotCorruptError(ValueError):
@@ -49,7 +50,9 @@ class Snapshot:
     low_watermarks: dict[int, int]
     committed: list[tuple[TxnId, Position]]  # with their marker positions
     late_positions: list[Position]
-    aborted: list[AbortedTxn] = field(default_factory=list)
+    # Ledger of the marker -> its aborted transactions' records (checksums checked),
+    # in marker order; decode_abort() makes them AbortedTxns when they are needed.
+    aborted_records: dict[int, list[bytes]] = field(default_factory=dict)
     taken_at_ms: int = 0
 
 
@@ -87,12 +90,22 @@ def encode_abort(aborted: AbortedTxn) -> bytes:
     )
 
 
-def decode_abort(raw: bytes) -> AbortedTxn:
+def check_abort(raw: bytes) -> bytes:
+    """The body of a stored aborted-transaction record, or SnapshotCorruptError."""
     body = _checked(raw, "aborted transaction record")
     if len(body) != _ABORT.size:
         raise SnapshotCorruptError(
             f"aborted transaction record is {len(body)} bytes, expected {_ABORT.size}"
         )
+    return body
+
+
+def txn_id_of(body: bytes) -> TxnId:
+    return TxnId(*_TXN_ID.unpack_from(body))
+
+
+def decode_abort(body: bytes) -> AbortedTxn:
+    """An AbortedTxn from a record body that check_abort() passed."""
     most, least, first_l, first_e, marker_l, marker_e, mrp_l, mrp_e = _ABORT.unpack(body)
     return AbortedTxn(
         TxnId(most, least),
@@ -159,16 +172,26 @@ class SnapshotStore:
                 low_watermarks={int(k): v for k, v in meta["low_watermarks"].items()},
                 committed=[(TxnId(a, b), Position(c, d)) for a, b, c, d in meta["committed"]],
                 late_positions=[Position(*p) for p in meta["late_positions"]],
-                aborted=[
-                    decode_abort(value)
-                    for _key, value in self.store.scan_prefix(SNAPSHOTS_DB, self._abort_prefix)
-                ],
+                aborted_records=self._read_aborts(),
                 taken_at_ms=meta["taken_at_ms"],
             )
         except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
             if isinstance(error, SnapshotCorruptError):
                 raise
             raise SnapshotCorruptError(f"snapshot meta of {self.topic}: {error!r}") from None
+
+    def _read_aborts(self) -> dict[int, list[bytes]]:
+        by_ledger: dict[int, list[bytes]] = {}
+        ledger_digits = slice(len(self._abort_prefix), len(self._abort_prefix) + 16)
+        records: list[bytes] = []
+        current = None
+        for key, value in self.store.scan_prefix(SNAPSHOTS_DB, self._abort_prefix):
+            digits = key[ledger_digits]
+            if digits != current:
+                current = digits
+                records = by_ledger[int(digits, 16)] = []
+            records.append(check_abort(value))
+        return by_ledger
 
     def delete(self) -> None:
         self.store.delete_prefix(SNAPSHOTS_DB, f"{self.topic}\x00")

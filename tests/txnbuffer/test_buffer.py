@@ -178,7 +178,7 @@ async def test_abort_releases_the_plain_entry_and_hides_the_txn_entry(buffer):
     marker = buffer.ledger.last_confirmed
     assert read_committed(buffer) == [b"m1", b"m3"]
     assert read_uncommitted(buffer) == [b"m1", b"m2", b"m3"]  # markers never delivered
-    assert buffer.aborted[txn(1)] == AbortedTxn(txn(1), m2, marker, marker)
+    assert buffer.aborted_txn(txn(1)) == AbortedTxn(txn(1), m2, marker, marker)
 
 
 # ---------------------------------------------------------------- rule 3: interleaving
@@ -218,7 +218,7 @@ async def test_abort_of_head_txn_moves_max_read_position_to_next_ongoing(buffer)
     await publish(buffer, b"c1", txn(3))
     await buffer.end(txn(1), False, 0)
     assert buffer.max_read_position == before(b1)
-    assert buffer.aborted[txn(1)].max_read_position_after == before(b1)
+    assert buffer.aborted_txn(txn(1)).max_read_position_after == before(b1)
     assert read_committed(buffer) == []
 
 
@@ -363,7 +363,7 @@ async def test_aborted_txn_is_forgotten_when_retention_deletes_the_ledger_of_its
     await publish(buffer, b"a1", txn(1))
     await publish(buffer, b"p1")
     await buffer.end(txn(1), False, 0)  # ledger 0: a1, p1, abort marker
-    first_ledger = buffer.aborted[txn(1)].marker_position.ledger_id
+    first_ledger = buffer.aborted_txn(txn(1)).marker_position.ledger_id
     await publish(buffer, b"p2")  # rolls over
     assert ledger.current_ledger_id != first_ledger
     assert not buffer.abort_index.txn_index_empty(first_ledger)
@@ -387,7 +387,7 @@ async def test_abort_is_kept_while_the_ledger_of_its_marker_is_retained(open_led
     await buffer.end(txn(1), False, 0)  # its marker opens the second ledger
     await publish(buffer, b"p2")
     await publish(buffer, b"p3")  # third ledger
-    marker = buffer.aborted[txn(1)].marker_position
+    marker = buffer.aborted_txn(txn(1)).marker_position
     assert marker.ledger_id > a1.ledger_id
 
     cursor.ack_cumulative(Position(marker.ledger_id, -1))  # consumed the data ledger only
