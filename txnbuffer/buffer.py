@@ -77,7 +77,8 @@ class TransactionBuffer:
         # ledger); the aborts themselves are in the abort index.
         self.aborted: dict[TxnId, int] = {}
         # Committed here and above their coordinator's low watermark (so still
-        # needed to refuse late appends); trimmed as watermarks rise.
+        # needed to refuse late appends) -> their marker; trimmed as watermarks rise
+        # and with the ledger of their marker.
         self.committed: dict[TxnId, Position] = {}
         self.low_watermarks: dict[int, int] = {}
         self.abort_index = AbortIndex()
@@ -182,7 +183,7 @@ class TransactionBuffer:
         self.max_read_position = snapshot.max_read_position
         self.ongoing = dict(snapshot.ongoing)
         self.low_watermarks = dict(snapshot.low_watermarks)
-        self.committed = dict(snapshot.committed)
+        self.committed = {t: m for t, m in snapshot.committed if m.ledger_id in retained}
         self.late_positions = SortedSet(
             p for p in snapshot.late_positions if p.ledger_id in retained
         )
@@ -349,8 +350,12 @@ class TransactionBuffer:
             self._zombie_aborter(txn_id, watermark)
 
     def _on_ledger_deleted(self, ledger_id: int) -> None:
+        # Ends are remembered while the ledger of their marker lives, commits as aborts:
+        # a replay of the retained log after a restart knows exactly the same.
         for aborted in self.abort_index.drop_ledger(ledger_id):
             self.aborted.pop(aborted.txn_id, None)
+        for txn_id in [t for t, marker in self.committed.items() if marker.ledger_id == ledger_id]:
+            del self.committed[txn_id]
         self._new_aborts = [a for a in self._new_aborts if a.marker_position.ledger_id != ledger_id]
         self._dropped_ledgers.append(ledger_id)
         while self.late_positions and self.late_positions[0].ledger_id <= ledger_id:

@@ -162,3 +162,27 @@ def test_while_a_topic_recovers_uncommitted_reads_go_on_and_committed_reads_wait
         late.commit()
         assert _receive(committed, 1) == [b"t2"]
         assert _receive(uncommitted, 1) == [b"t2"]
+
+
+@pytest.mark.parametrize("restart", ["stop", "kill"])
+def test_an_open_transaction_left_by_a_restart_blocks_committed_reads_until_it_times_out(
+    broker, restart
+):
+    with stableline.Client(broker.service_url) as client:
+        producer = client.create_producer("open-at-restart")
+        producer.send(b"p0")
+        # Long enough that it is still open when the restarted broker is checked.
+        txn = client.new_transaction(timeout_ms=8000)
+        producer.send(b"t", txn=txn)
+        producer.send(b"p1")
+    broker.stop() if restart == "stop" else broker.kill()
+    broker.start()
+
+    with stableline.Client(broker.service_url) as client:
+        committed = client.subscribe("open-at-restart", "business", initial_position=EARLIEST)
+        assert _receive(committed, 1) == [b"p0"]  # then blocked at the open transaction
+        assert _nothing_more(committed)
+        # The coordinator's timeout fires after the restart: aborted, the rest released.
+        assert _receive(committed, 1) == [b"p1"]
+        assert _nothing_more(committed)
+    assert _txn_status(broker, txn.id) == "ABORTED"

@@ -376,6 +376,31 @@ async def test_aborted_txn_is_forgotten_when_retention_deletes_the_ledger_of_its
     assert buffer.abort_index.txn_index_empty(first_ledger)
 
 
+async def test_commit_is_forgotten_with_the_ledger_of_its_marker_as_a_replay_would(open_ledger):
+    config = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=3)
+    ledger = await open_ledger(config)
+    buffer = TransactionBuffer(ledger)
+    await buffer.recover()
+    cursor, _ = ledger.open_cursor("sub", start_at_earliest=True)
+
+    await publish(buffer, b"c1", txn(1))
+    await publish(buffer, b"p1")
+    await buffer.end(txn(1), True, 0)  # ledger 0: c1, p1, commit marker (above watermark 0)
+    await publish(buffer, b"p2")  # rolls over
+    assert txn(1) in buffer.committed
+    cursor.ack_cumulative(ledger.last_confirmed)
+    assert ledger.trim() == [0]
+    assert txn(1) not in buffer.committed
+
+    live = snapshot(buffer)
+    buffer.close(snapshot=False)
+    await ledger.close()
+    replayed = TransactionBuffer(await open_ledger(config))
+    await replayed.recover()
+    assert not replayed.recovered_from_snapshot
+    assert snapshot(replayed) == live
+
+
 async def test_abort_is_kept_while_the_ledger_of_its_marker_is_retained(open_ledger):
     ledger = await open_ledger(ManagedLedgerConfig(fsync=False, max_entries_per_ledger=2))
     buffer = TransactionBuffer(ledger)
@@ -448,6 +473,7 @@ RECOVERY_CASES = {
     "crash after a snapshot midway: the tail is replayed": ("midway", "tail"),
     "crash with no snapshot: the whole log is replayed": ("crash", "full"),
     "corrupt snapshot: the whole log is replayed": ("corrupt", "full"),
+    "corrupt aborted-txn record: the whole log is replayed": ("corrupt abort", "full"),
 }
 
 
@@ -472,7 +498,7 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(
     await publish(buffer, b"a2", txn(1))
     await buffer.end(txn(1), False, 0)
     await publish(buffer, b"c1", txn(5))
-    if how in ("midway", "corrupt"):
+    if how in ("midway", "corrupt", "corrupt abort"):
         buffer.take_snapshot()
     snapshot_position = buffer.applied_position
     await publish(buffer, b"w1", txn(1, OTHER_COORDINATOR))
@@ -491,8 +517,10 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(
     live_view = read_committed(buffer)
     buffer.close(snapshot=how == "close")  # otherwise a crash: nothing more is written
     await ledger.close()
-    if how == "corrupt":
+    if how.startswith("corrupt"):
         key = buffer.snapshots._meta_key
+        if how == "corrupt abort":
+            ((key, _),) = store.scan_prefix(SNAPSHOTS_DB, buffer.snapshots._abort_prefix)
         damaged = bytearray(store.get(SNAPSHOTS_DB, key))
         damaged[len(damaged) // 2] ^= 0xFF
         store.put(SNAPSHOTS_DB, key, bytes(damaged))
@@ -514,7 +542,7 @@ async def test_recover_on_a_reopened_ledger_rebuilds_the_live_state(
     }[replayed]
     assert recovered.replayed_entries == expected_replay
     assert recovered.recovered_from_snapshot is (replayed != "full")
-    assert ("checksum mismatch" in caplog.text) is (how == "corrupt")
+    assert ("checksum mismatch" in caplog.text) is how.startswith("corrupt")
 
 
 async def test_state_is_initializing_until_recover_then_ready(ledger):

@@ -1,8 +1,9 @@
 """A randomised simulation of one topic: a real ManagedLedger (tiny ledgers, so rollovers are
 frequent) and TransactionBuffer, driven by hypothesis with plain appends, interleaved
 transactional appends, commits, aborts, transactions ended elsewhere (zombies here) that a
-later marker's low watermark aborts, retried ends, and restarts; checked after every step
-against a list-of-entries model.
+later marker's low watermark aborts, retried ends, retention deleting consumed ledgers,
+snapshots, and restarts (clean, or crashes after the last snapshot or with none); checked
+after every step against a list-of-entries model.
 
 After each step:
 - READ_COMMITTED (`CommittedReadView.bound()` over `ledger.read`, minus `should_skip`) holds
@@ -59,11 +60,10 @@ class TransactionBufferMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.directory = Path(tempfile.mkdtemp(prefix="txnbuffer-model-"))
         self.store = MetadataStore(self.directory / "metadata")
-        self.config = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=3)
+        self.config = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=3, retention_time_s=0)
         self.ledger: ManagedLedger | None = None
         self.buffer: TransactionBuffer | None = None
         self.zombie_aborts: list[asyncio.Task] = []
-        self.run(self._open())
 
         self.log: list[ModelEntry] = []
         self.next_sequence = dict.fromkeys(COORDINATORS, 1)
@@ -73,6 +73,8 @@ class TransactionBufferMachine(RuleBasedStateMachine):
         self.known_txns: list[TxnId] = []
         self.last_bound: Position | None = None
         self.payloads = 0
+        self.forgotten: set[TxnId] = set()  # aborts whose marker's ledger retention deleted
+        self.run(self._open())
 
     # ------------------------------------------------------------ plumbing
 
@@ -84,6 +86,7 @@ class TransactionBufferMachine(RuleBasedStateMachine):
             TOPIC, self.directory / "topic", self.store, self.config
         )
         # Snapshots only when a rule or a clean close takes one.
+        self.ledger.add_ledger_deleted_listener(self._on_ledger_deleted)
         self.buffer = TransactionBuffer(self.ledger, SnapshotPolicy(10**9, 3600))
         self.buffer.set_zombie_aborter(self._abort_zombie)
         await self.buffer.recover()
@@ -260,6 +263,40 @@ class TransactionBufferMachine(RuleBasedStateMachine):
         assert self.outcome[txn_id] == outcome
 
     @rule()
+    def retention(self) -> None:
+        """A subscription has consumed the log up to the first marker of a txn above its
+        coordinator's watermark (forgetting that end with its ledger would let a late
+        append in: rule 5), and no further than the stable position; retention deletes
+        the whole ledgers behind it, and the buffer forgets the ends they held."""
+        bound = self.buffer.stable_position
+        consumed = None
+        for entry in self.log:
+            if entry.position > bound:
+                break
+            txn_id = entry.txn_id
+            if entry.kind == "marker" and txn_id.least_bits > self.watermark_here[txn_id.most_bits]:
+                break
+            consumed = entry.position
+        if consumed is None:
+            return
+
+        async def consume_and_trim() -> None:  # the cursor's flush timer needs the loop
+            cursor, _ = self.ledger.open_cursor("retention", start_at_earliest=True)
+            cursor.ack_cumulative(consumed)
+            self.ledger.trim()  # the ledger trims again whenever it flushes cursors
+
+        self.run(consume_and_trim())
+
+    def _on_ledger_deleted(self, ledger_id: int) -> None:
+        self.forgotten |= {
+            e.txn_id
+            for e in self.log
+            if e.kind == "marker" and e.position.ledger_id == ledger_id
+            and self.outcome[e.txn_id] == "aborted"
+        }  # fmt: skip
+        self.log = [e for e in self.log if e.position.ledger_id != ledger_id]
+
+    @rule()
     def snapshot(self) -> None:
         self.buffer.take_snapshot()
 
@@ -344,7 +381,7 @@ class TransactionBufferMachine(RuleBasedStateMachine):
     @invariant()
     def aborted_txns_are_exactly_those_aborted_here(self) -> None:
         aborted_here = {t for t, outcome in self.outcome.items() if outcome == "aborted"}
-        assert set(self.buffer.aborted) == aborted_here
+        assert set(self.buffer.aborted) == aborted_here - self.forgotten
 
 
 TransactionBufferMachine.TestCase.settings = settings(
