@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections import deque
 
 import grpc
 
+from stableline._aborted_filter import AbortedFilter
 from stableline._errors import Timeout, TopicNotFound, from_rpc_error
 from stableline._proto import broker_pb2 as pb
 from stableline._types import IsolationLevel, Message, MessageId, messages_of
@@ -30,11 +30,7 @@ class Reader:
         self._skip_through: tuple[int, int, int] | None = None
         self._buffer: deque[Message] = deque()
         self._closed = False
-        # Kafka's consumer filter: aborted transactions by first position (a min-heap),
-        # moved into the active set once the read passes their first entry.
-        self._aborted_heap: list[tuple[int, int, int, int]] = []
-        self._aborted_active: set[tuple[int, int]] = set()
-        self._aborted_seen: set[tuple[int, int]] = set()
+        self._aborted = AbortedFilter()
 
     async def _open(self) -> None:
         start = self._start
@@ -65,14 +61,9 @@ class Reader:
             if isinstance(failure, TopicNotFound):
                 return False  # nothing published yet: the topic appears on first produce
             raise failure from None
-        for aborted in response.aborted:
-            key = (aborted.txn_id.most_bits, aborted.txn_id.least_bits)
-            if key not in self._aborted_seen:
-                self._aborted_seen.add(key)
-                first = aborted.first_position
-                heapq.heappush(self._aborted_heap, (first.ledger_id, first.entry_id, *key))
+        self._aborted.add(response.aborted)
         for entry in response.entries:
-            if self._is_aborted(entry):
+            if self._aborted.is_aborted(entry):
                 continue
             skip = -1
             if (
@@ -84,16 +75,6 @@ class Reader:
         moved = response.next_position != self._next
         self._next = response.next_position
         return moved
-
-    def _is_aborted(self, entry: pb.EntryDelivery) -> bool:
-        heap = self._aborted_heap
-        while heap and (heap[0][0], heap[0][1]) <= (entry.ledger_id, entry.entry_id):
-            _ledger, _entry, most, least = heapq.heappop(heap)
-            self._aborted_active.add((most, least))
-        if not self._aborted_active or not entry.metadata.HasField("txn_id"):
-            return False
-        txn = entry.metadata.txn_id
-        return (txn.most_bits, txn.least_bits) in self._aborted_active
 
     async def has_message_available(self) -> bool:
         while not self._buffer and await self._fetch(0):
