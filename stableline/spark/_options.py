@@ -1,0 +1,103 @@
+"""The Spark source's options, checked on the driver: every error names its option."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from stableline._types import IsolationLevel
+from stableline.topic_name import InvalidTopicNameError, TopicName
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+class OptionError(ValueError):
+    """A stableline option is missing or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    service: str
+    topics: tuple[str, ...]  # full names
+    isolation: IsolationLevel
+    # Per topic: "earliest", "latest" or a position "ledger:entry".
+    starting: dict[str, str]
+    ending: dict[str, str]
+    # A partition reads at most this many entries (one ledger holds 50,000 by default).
+    max_entries_per_partition: int = 5_000
+
+
+def _topics(options: Mapping[str, str]) -> tuple[str, ...]:
+    topic, topics = options.get("topic"), options.get("topics")
+    if (topic is None) == (topics is None):
+        raise OptionError("set exactly one of the options 'topic' (one name) or 'topics' (a,b)")
+    names = [topic] if topic is not None else [t.strip() for t in topics.split(",") if t.strip()]
+    option = "topic" if topic is not None else "topics"
+    if not names:
+        raise OptionError(f"option '{option}' names no topic")
+    try:
+        return tuple(dict.fromkeys(str(TopicName.parse(name)) for name in names))
+    except InvalidTopicNameError as error:
+        raise OptionError(f"option '{option}': {error}") from None
+
+
+def _position_text(option: str, topic: str, value: object) -> str:
+    if value in (EARLIEST, LATEST):
+        return value
+    if isinstance(value, str):
+        ledger, sep, entry = value.partition(":")
+        if sep and ledger.lstrip("-").isdigit() and entry.lstrip("-").isdigit():
+            return f"{int(ledger)}:{int(entry)}"
+    raise OptionError(
+        f"option '{option}': position {value!r} for {topic} is not "
+        "'earliest', 'latest' or 'ledger:entry'"
+    )
+
+
+def _positions(options: Mapping[str, str], option: str, topics: tuple[str, ...], default: str):
+    text = options.get(option, default).strip()
+    if text in (EARLIEST, LATEST):
+        return dict.fromkeys(topics, text)
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise OptionError(
+            f"option '{option}' is neither 'earliest', 'latest' nor JSON like "
+            f'{{"orders": "0:10"}}: {error}'
+        ) from None
+    if not isinstance(given, dict):
+        raise OptionError(f"option '{option}' must be a JSON object of topic -> position")
+    positions = dict.fromkeys(topics, default)
+    for name, value in given.items():
+        try:
+            topic = str(TopicName.parse(name))
+        except InvalidTopicNameError as error:
+            raise OptionError(f"option '{option}': {error}") from None
+        if topic not in positions:
+            raise OptionError(f"option '{option}' names {topic}, which is not read")
+        positions[topic] = _position_text(option, topic, value)
+    return positions
+
+
+def parse_options(options: Mapping[str, str], streaming: bool = False) -> SourceOptions:
+    service = options.get("service")
+    if not service:
+        raise OptionError("option 'service' is required: the broker's gRPC host:port")
+    topics = _topics(options)
+    try:
+        isolation = IsolationLevel.parse(options.get("isolationLevel", "read_committed"))
+    except ValueError as error:
+        raise OptionError(f"option 'isolationLevel': {error}") from None
+    # Streams start at the end by default, as Kafka's do; batches read everything.
+    starting = _positions(options, "startingPositions", topics, LATEST if streaming else EARLIEST)
+    ending = _positions(options, "endingPositions", topics, LATEST)
+    if any(value == EARLIEST for value in ending.values()):
+        raise OptionError("option 'endingPositions' cannot be 'earliest'")
+    text = options.get("maxEntriesPerPartition", "5000")
+    if not text.isdigit() or int(text) < 1:
+        raise OptionError(
+            f"option 'maxEntriesPerPartition' must be a whole number >= 1, not {text!r}"
+        )
+    return SourceOptions(service, topics, isolation, starting, ending, int(text))
