@@ -31,6 +31,7 @@ from managed_ledger import Entry, EntryHeader, EntryType, ManagedLedger, Positio
 from txnbuffer.abort_index import AbortedTxn, AbortIndex
 from txnbuffer.errors import TransactionBufferNotReadyError, TransactionEndedError
 from txnbuffer.failpoint import BUFFER_RECOVERY, Failpoint, reach
+from txnbuffer.producer_state import ProducerSequences, tracked
 from txnbuffer.snapshot import (
     Snapshot,
     SnapshotCorruptError,
@@ -81,6 +82,7 @@ class TransactionBuffer:
         # and with the ledger of their marker.
         self.committed: dict[TxnId, Position] = {}
         self.low_watermarks: dict[int, int] = {}
+        self.producers = ProducerSequences()
         self.abort_index = AbortIndex()
         # Entries of an already-ended transaction that reached the log anyway:
         # never visible to READ_COMMITTED.
@@ -184,6 +186,13 @@ class TransactionBuffer:
         self.ongoing = dict(snapshot.ongoing)
         self.low_watermarks = dict(snapshot.low_watermarks)
         self.committed = {t: m for t, m in snapshot.committed if m.ledger_id in retained}
+        self.producers.load(
+            {
+                n: (seq, ledger)
+                for n, (seq, ledger) in snapshot.producers.items()
+                if ledger in retained
+            }
+        )
         self.late_positions = SortedSet(
             p for p in snapshot.late_positions if p.ledger_id in retained
         )
@@ -207,6 +216,7 @@ class TransactionBuffer:
             low_watermarks=dict(self.low_watermarks),
             committed=list(self.committed.items()),
             late_positions=list(self.late_positions),
+            producers=dict(self.producers.persisted),
             taken_at_ms=int(time.time() * 1000),
         )
         written = self.snapshots.write(snapshot, self._new_aborts, self._dropped_ledgers)
@@ -285,6 +295,8 @@ class TransactionBuffer:
         self.applied_position = position
         txn_id = header.txn_id
         if header.type is EntryType.DATA:
+            if tracked(header.producer_name):
+                self.producers.persist(header.producer_name, header.sequence_id, position.ledger_id)
             if txn_id is None:
                 if not self.ongoing:
                     self._advance(position)
@@ -356,6 +368,7 @@ class TransactionBuffer:
             self.aborted.pop(aborted.txn_id, None)
         for txn_id in [t for t, marker in self.committed.items() if marker.ledger_id == ledger_id]:
             del self.committed[txn_id]
+        self.producers.forget_ledger(ledger_id)
         self._new_aborts = [a for a in self._new_aborts if a.marker_position.ledger_id != ledger_id]
         self._dropped_ledgers.append(ledger_id)
         while self.late_positions and self.late_positions[0].ledger_id <= ledger_id:
@@ -394,6 +407,10 @@ class TransactionBuffer:
         return min(self.max_read_position, self.ledger.last_confirmed)
 
     # ------------------------------------------------------------ appends and ends
+
+    async def wait_ready(self) -> None:
+        """Until recovery has rebuilt the state (producers' sequences included)."""
+        await self._ready.wait()
 
     async def before_append(self, txn_id: TxnId) -> None:
         """Admit a transactional append, or refuse it when its transaction has ended here."""

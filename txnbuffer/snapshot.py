@@ -6,7 +6,8 @@ and replays only the log after that position, which gives the state a full
 replay would. Layout in the `snapshots` database, per topic:
 - `{topic}\\x00meta`: version, the position, maxReadPosition, the ongoing
   transactions with their first positions, low watermarks, the transactions
-  committed above their watermark, late entries, the time, and a CRC of it all;
+  committed above their watermark, late entries, named producers' last
+  sequence ids, the time, and a CRC of it all;
 - `{topic}\\x00a\\x00{marker position}`: one key per aborted transaction (with
   its own CRC), keyed by marker position so retention drops a ledger's aborts
   with a range delete.
@@ -29,7 +30,7 @@ from txnbuffer.abort_index import AbortedTxn
 log = logging.getLogger(__name__)
 
 SNAPSHOTS_DB = b"snapshots"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 # txn most, txn least, first (ledger, entry), marker (ledger, entry), mrp after (ledger, entry)
 _ABORT = struct.Struct("<QQqqqqqq")
 _CRC = struct.Struct("<I")
@@ -50,6 +51,8 @@ class Snapshot:
     low_watermarks: dict[int, int]
     committed: list[tuple[TxnId, Position]]  # with their marker positions
     late_positions: list[Position]
+    # producer name -> (last sequence id, ledger of that entry)
+    producers: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Ledger of the marker -> its aborted transactions' records (checksums checked),
     # in marker order; decode_abort() makes them AbortedTxns when they are needed.
     aborted_records: dict[int, list[bytes]] = field(default_factory=dict)
@@ -140,6 +143,7 @@ class SnapshotStore:
                 "low_watermarks": {str(k): v for k, v in snapshot.low_watermarks.items()},
                 "committed": [[*_pair(t), *_pair(p)] for t, p in snapshot.committed],
                 "late_positions": [_pair(p) for p in snapshot.late_positions],
+                "producers": {n: list(v) for n, v in snapshot.producers.items()},
                 "taken_at_ms": snapshot.taken_at_ms,
             },
             separators=(",", ":"),
@@ -172,6 +176,7 @@ class SnapshotStore:
                 low_watermarks={int(k): v for k, v in meta["low_watermarks"].items()},
                 committed=[(TxnId(a, b), Position(c, d)) for a, b, c, d in meta["committed"]],
                 late_positions=[Position(*p) for p in meta["late_positions"]],
+                producers={str(k): (int(v[0]), int(v[1])) for k, v in meta["producers"].items()},
                 aborted_records=self._read_aborts(),
                 taken_at_ms=meta["taken_at_ms"],
             )

@@ -146,24 +146,28 @@ class ProduceRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[ProducerOpen, _Mapping]] = ..., send: _Optional[_Union[ProducerSend, _Mapping]] = ...) -> None: ...
 
 class ProducerOpened(_message.Message):
-    __slots__ = ("topic", "producer_name", "max_message_size")
+    __slots__ = ("topic", "producer_name", "max_message_size", "last_sequence_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     max_message_size: int
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., max_message_size: _Optional[int] = ...) -> None: ...
+    last_sequence_id: int
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., max_message_size: _Optional[int] = ..., last_sequence_id: _Optional[int] = ...) -> None: ...
 
 class SendReceipt(_message.Message):
-    __slots__ = ("sequence_id", "ledger_id", "entry_id")
+    __slots__ = ("sequence_id", "ledger_id", "entry_id", "duplicate")
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     sequence_id: int
     ledger_id: int
     entry_id: int
-    def __init__(self, sequence_id: _Optional[int] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, sequence_id: _Optional[int] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class SendError(_message.Message):
     __slots__ = ("sequence_id", "code", "message")

@@ -73,6 +73,8 @@ class Producer:
         self.topic = response.opened.topic
         self._name = response.opened.producer_name
         self.max_message_size = response.opened.max_message_size
+        # A named producer continues after what the topic already holds of it.
+        self._sequence = itertools.count(response.opened.last_sequence_id + 1)
         self._receiver = asyncio.create_task(self._receive())
         self._writer = asyncio.create_task(self._write_batches())
 

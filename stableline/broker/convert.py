@@ -44,7 +44,9 @@ def position_to_proto(value: Position) -> pb.Position:
     return pb.Position(ledger_id=value.ledger_id, entry_id=value.entry_id)
 
 
-def header_from_send(metadata: pb.EntryMetadata, producer_name: str) -> EntryHeader:
+def header_from_send(send: pb.ProducerSend, producer_name: str) -> EntryHeader:
+    """The stored header of a sent batch; its sequence id is the send's (de-duplication)."""
+    metadata = send.metadata
     txn = None
     if metadata.HasField("txn_id"):
         txn = TxnId(metadata.txn_id.most_bits, metadata.txn_id.least_bits)
@@ -53,7 +55,7 @@ def header_from_send(metadata: pb.EntryMetadata, producer_name: str) -> EntryHea
         num_messages=metadata.num_messages,
         publish_time_ms=metadata.publish_time_ms or int(time.time() * 1000),
         producer_name=producer_name,
-        sequence_id=metadata.sequence_id,
+        sequence_id=send.sequence_id,
         txn_id=txn,
     )
 

@@ -23,6 +23,7 @@ from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.registry import TopicRegistry
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TransactionError
+from txnbuffer.producer_state import ANONYMOUS_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             topic = await self.registry.get(TopicName.parse(first.open.topic))
         except Exception as error:
             await abort(context, error)
-        producer_name = first.open.producer_name or f"producer-{id(context):x}"
+        producer_name = first.open.producer_name or f"{ANONYMOUS_PREFIX}{id(context):x}"
         yield pb.ProduceResponse(
             opened=pb.ProducerOpened(
                 topic=str(topic.name),
                 producer_name=producer_name,
                 max_message_size=self.config.max_message_size,
+                last_sequence_id=await topic.last_sequence_id(producer_name),
             )
         )
         out: asyncio.Queue = asyncio.Queue()
@@ -69,7 +71,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
         async def append(send: pb.ProducerSend) -> None:
             try:
-                header = convert.header_from_send(send.metadata, producer_name)
+                header = convert.header_from_send(send, producer_name)
                 if len(send.payload) > self.config.max_message_size:
                     raise EntryTooLargeError(
                         f"batch of {len(send.payload)} bytes exceeds max_message_size "
@@ -81,15 +83,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # Recorded before the write, so an abort (or timeout) reaches this topic.
                     self.coordinator.add_topic(header.txn_id, str(topic.name))
                 position = await topic.publish(header, send.payload)
-                out.put_nowait(
-                    pb.ProduceResponse(
-                        receipt=pb.SendReceipt(
-                            sequence_id=send.sequence_id,
-                            ledger_id=position.ledger_id,
-                            entry_id=position.entry_id,
-                        )
-                    )
-                )
+                receipt = pb.SendReceipt(sequence_id=send.sequence_id)
+                if position is None:
+                    receipt.ledger_id, receipt.entry_id, receipt.duplicate = -1, -1, True
+                else:
+                    receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
+                out.put_nowait(pb.ProduceResponse(receipt=receipt))
             except (BrokerError, ManagedLedgerError, TransactionError, ValueError) as error:
                 failure = classify(error)
                 out.put_nowait(

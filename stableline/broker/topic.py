@@ -20,6 +20,7 @@ from dispatcher import (
 from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy, TransactionBuffer
+from txnbuffer.producer_state import tracked
 
 
 @dataclass(slots=True)
@@ -110,18 +111,40 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.wake()
 
-    async def publish(self, header: EntryHeader, payload: bytes) -> Position:
-        txn_id = header.txn_id
-        if txn_id is None:
-            position = await self.ledger.append(header, payload)
-        else:
-            await self.buffer.before_append(txn_id)
-            try:
+    async def publish(self, header: EntryHeader, payload: bytes) -> Position | None:
+        """Append one batch; None when it is a duplicate of a named producer's earlier
+        batch (same or lower sequence id), which is not written again."""
+        name = header.producer_name
+        producers = self.buffer.producers
+        deduplicated = tracked(name)
+        if deduplicated:
+            await self.buffer.wait_ready()  # recovery rebuilds the sequences
+            if producers.is_duplicate(name, header.sequence_id):
+                return None
+            producers.push(name, header.sequence_id)
+        try:
+            txn_id = header.txn_id
+            if txn_id is None:
                 position = await self.ledger.append(header, payload)
-            finally:
-                self.buffer.after_append(txn_id)
+            else:
+                await self.buffer.before_append(txn_id)
+                try:
+                    position = await self.ledger.append(header, payload)
+                finally:
+                    self.buffer.after_append(txn_id)
+        except BaseException:
+            if deduplicated:
+                producers.rollback(name)
+            raise
         self.rate_in.add(header.num_messages, len(payload))
         return position
+
+    async def last_sequence_id(self, producer_name: str) -> int:
+        """Where a (re)connecting named producer continues: its last sequence id here."""
+        if not tracked(producer_name):
+            return -1
+        await self.buffer.wait_ready()
+        return self.buffer.producers.last(producer_name)
 
     def subscribe(
         self,

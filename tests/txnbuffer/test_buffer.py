@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 
 import pytest
 
@@ -47,14 +48,20 @@ def before(position: Position) -> Position:
 async def publish(
     buffer: TransactionBuffer, payload: bytes, txn_id: TxnId | None = None
 ) -> Position:
-    """What the broker's Topic.publish does: transactional appends pass the buffer first."""
+    """What the broker's Topic.publish does: transactional appends pass the buffer first.
+    Entries come from a named producer, "writer-" and the payload's first letter."""
+    name = f"writer-{payload[:1].decode()}"
+    header = EntryHeader(producer_name=name, sequence_id=next(_sequences), txn_id=txn_id)
     if txn_id is None:
-        return await buffer.ledger.append(EntryHeader(), payload)
+        return await buffer.ledger.append(header, payload)
     await buffer.before_append(txn_id)
     try:
-        return await buffer.ledger.append(EntryHeader(txn_id=txn_id), payload)
+        return await buffer.ledger.append(header, payload)
     finally:
         buffer.after_append(txn_id)
+
+
+_sequences = itertools.count()
 
 
 def all_entries(ledger: ManagedLedger) -> list[Entry]:
@@ -463,6 +470,7 @@ def snapshot(buffer: TransactionBuffer) -> dict:
         "low_watermarks": dict(buffer.low_watermarks),
         "late_positions": list(buffer.late_positions),
         "max_read_position": buffer.max_read_position,
+        "producers": dict(buffer.producers.persisted),
     }
 
 
