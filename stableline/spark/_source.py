@@ -1,18 +1,23 @@
-"""The "stableline" PySpark data source: batch and streaming reads of topics."""
+"""The "stableline" PySpark data source: batch and streaming reads, transactional writes."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceWriter,
     InputPartition,
+    WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
-from stableline.spark._options import SourceOptions, parse_options
+from stableline._errors import StableLineError
+from stableline.spark._options import OptionError, SourceOptions, parse_options
 from stableline.spark._read import (
     SCHEMA,
     LedgerRange,
@@ -21,6 +26,14 @@ from stableline.spark._read import (
     read_range,
     resolve,
     topic_layout,
+)
+from stableline.spark._write import (
+    TaskReport,
+    Transaction,
+    WriteOptions,
+    new_write_id,
+    parse_write_options,
+    write_partition,
 )
 
 
@@ -43,6 +56,9 @@ class StablelineDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(parse_write_options(self.options), schema)
 
 
 def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -> list:
@@ -102,3 +118,47 @@ class StreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets are Spark's checkpoint; the broker keeps no state."""
+
+
+@dataclass(frozen=True)
+class _TaskDone(WriterCommitMessage):
+    report: TaskReport
+
+
+def _columns(schema: StructType) -> frozenset[str]:
+    names = frozenset(schema.fieldNames())
+    if "value" not in names:
+        raise OptionError(
+            f"a DataFrame written to stableline needs a 'value' column; it has {sorted(names)}"
+        )
+    return names & {"value", "key", "properties"}
+
+
+class BatchWriter(DataSourceWriter):
+    """One transaction for the whole write: all rows visible together, or none."""
+
+    def __init__(self, options: WriteOptions, schema: StructType):
+        self.options = options
+        self.columns = _columns(schema)
+        self.write_id = new_write_id()
+        self.transaction = Transaction(options.service, options.txn_timeout_ms)
+
+    def write(self, iterator: Iterator) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        producer_name = f"spark-{self.write_id}-{partition}"
+        report = write_partition(
+            self.options, self.transaction.id, producer_name, iterator, self.columns, partition
+        )
+        return _TaskDone(report)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        state = self.transaction.end(commit=True)
+        if state != "COMMITTED":
+            raise StableLineError(f"the write's transaction ended {state}, not COMMITTED")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Best effort: a transaction that cannot be ended now times out into an abort.
+        with contextlib.suppress(StableLineError):
+            self.transaction.end(commit=False)

@@ -11,8 +11,7 @@ import pytest
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
+def _session(master: str) -> Iterator:
     from pyspark.sql import SparkSession
 
     import stableline.spark
@@ -22,7 +21,7 @@ def spark() -> Iterator:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName("stableline-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -35,3 +34,14 @@ def spark() -> Iterator:
     stableline.spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    yield from _session("local[2]")
+
+
+@pytest.fixture(scope="module")
+def spark_with_retries() -> Iterator:
+    """local[2, 4]: a failed task is tried again, up to four attempts."""
+    yield from _session("local[2,4]")

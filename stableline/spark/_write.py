@@ -1,0 +1,197 @@
+"""Writing a DataFrame to a topic: all rows in one transaction, every row once.
+
+The driver opens one transaction when the write is planned; every task writes
+its partition into it and the driver commits it when Spark commits the job, or
+aborts it when the job fails (a driver that dies leaves it to time out): all
+rows become visible to READ_COMMITTED together, or none do. A task writes as
+the named producer `spark-{write id}-{partition}`, in batches of a fixed number
+of rows numbered from 0, so a retried task (same partition, same rows in the
+same order) learns from the broker which batches its failed attempt already
+wrote and sends only the rest: the broker's de-duplication by producer name
+and sequence id keeps every row once.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from stableline._errors import StableLineError, from_code
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import broker_pb2_grpc
+from stableline.aio._batch import encode_message, plain_prefix
+from stableline.spark._options import OptionError
+from stableline.spark._read import _rpc
+from stableline.topic_name import InvalidTopicNameError, TopicName
+
+DEFAULT_ROWS_PER_BATCH = 1000
+DEFAULT_TXN_TIMEOUT_MS = 600_000
+# Batches sent and not yet acknowledged, per task.
+MAX_IN_FLIGHT = 32
+_END = object()
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    service: str
+    topic: str
+    rows_per_batch: int
+    txn_timeout_ms: int
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    service = options.get("service")
+    if not service:
+        raise OptionError("option 'service' is required: the broker's gRPC host:port")
+    topic = options.get("topic")
+    if not topic:
+        raise OptionError("option 'topic' is required: the topic to write to")
+    try:
+        topic = str(TopicName.parse(topic))
+    except InvalidTopicNameError as error:
+        raise OptionError(f"option 'topic': {error}") from None
+    numbers = {}
+    for option, default in (
+        ("rowsPerBatch", DEFAULT_ROWS_PER_BATCH),
+        ("transactionTimeoutMs", DEFAULT_TXN_TIMEOUT_MS),
+    ):
+        text = str(options.get(option, default))
+        if not text.isdigit() or int(text) < 1:
+            raise OptionError(f"option '{option}' must be a whole number >= 1, not {text!r}")
+        numbers[option] = int(text)
+    return WriteOptions(service, topic, numbers["rowsPerBatch"], numbers["transactionTimeoutMs"])
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReport:
+    """What a task tells the driver (Spark's WriterCommitMessage)."""
+
+    partition: int
+    rows: int
+    batches_sent: int
+    batches_already_written: int
+
+
+class Transaction:
+    """The driver's side: one transaction for the whole write."""
+
+    def __init__(self, service: str, timeout_ms: int):
+        self.service = service
+        with grpc.insecure_channel(service) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            response = _rpc(stub.NewTransaction, pb.NewTransactionRequest(timeout_ms=timeout_ms))
+        self.id = (response.txn_id.most_bits, response.txn_id.least_bits)
+
+    def end(self, commit: bool) -> str:
+        action = pb.TXN_ACTION_COMMIT if commit else pb.TXN_ACTION_ABORT
+        request = pb.EndTransactionRequest(
+            txn_id=pb.TxnId(most_bits=self.id[0], least_bits=self.id[1]), action=action
+        )
+        with grpc.insecure_channel(self.service) as channel:
+            return _rpc(broker_pb2_grpc.BrokerStub(channel).EndTransaction, request).state
+
+
+def _encode(row, columns: frozenset[str]) -> bytes:
+    value = row["value"]
+    if value is None:
+        raise ValueError("a row to write has a null 'value'")
+    if isinstance(value, str):
+        value = value.encode()
+    elif not isinstance(value, bytes):
+        value = bytes(value)
+    key = row["key"] if "key" in columns else None
+    properties = row["properties"] if "properties" in columns else None
+    if key is None and not properties:
+        return plain_prefix(len(value)) + value
+    return encode_message(value, dict(properties or {}), key, 0)
+
+
+def _batches(rows: Iterator, columns: frozenset[str], size: int) -> Iterator[tuple[int, bytes]]:
+    """(number of rows, MessageBatch payload) per `size` rows: the same cut on every attempt."""
+    encoded: list[bytes] = []
+    for row in rows:
+        encoded.append(_encode(row, columns))
+        if len(encoded) == size:
+            yield len(encoded), b"".join(encoded)
+            encoded = []
+    if encoded:
+        yield len(encoded), b"".join(encoded)
+
+
+def write_partition(
+    options: WriteOptions,
+    txn_id: tuple[int, int],
+    producer_name: str,
+    rows: Iterator,
+    columns: frozenset[str],
+    partition: int,
+) -> TaskReport:
+    """Write one partition's rows into the transaction (executor side)."""
+    requests: queue.Queue = queue.Queue()
+    requests.put(
+        pb.ProduceRequest(open=pb.ProducerOpen(topic=options.topic, producer_name=producer_name))
+    )
+
+    def request_stream() -> Iterator[pb.ProduceRequest]:
+        while (request := requests.get()) is not _END:
+            yield request
+
+    with grpc.insecure_channel(options.service) as channel:
+        responses = broker_pb2_grpc.BrokerStub(channel).Produce(request_stream())
+        try:
+            opened = next(responses).opened
+            already = opened.last_sequence_id  # batches 0..already: written before
+            sent = skipped = total_rows = in_flight = 0
+            batches = _batches(rows, columns, options.rows_per_batch)
+            try:
+                for sequence_id, (count, payload) in enumerate(batches):
+                    total_rows += count
+                    if sequence_id <= already:
+                        skipped += 1
+                        continue
+                    if in_flight == MAX_IN_FLIGHT:
+                        _check(next(responses))  # the oldest receipt, before sending more
+                        in_flight -= 1
+                    requests.put(_send(producer_name, txn_id, sequence_id, count, payload))
+                    sent += 1
+                    in_flight += 1
+            finally:
+                # Also when the rows fail midway: what was sent is made durable, so a
+                # retry of this task finds it written and does not send it again.
+                requests.put(_END)
+                for response in responses:
+                    _check(response)
+        except grpc.RpcError as error:
+            raise StableLineError(f"writing to {options.topic}: {error.details()}") from None
+        finally:
+            requests.put(_END)
+    return TaskReport(partition, total_rows, sent, skipped)
+
+
+def _send(
+    producer_name: str, txn_id: tuple[int, int], sequence_id: int, count: int, payload: bytes
+) -> pb.ProduceRequest:
+    metadata = pb.EntryMetadata(
+        num_messages=count,
+        publish_time_ms=int(time.time() * 1000),
+        producer_name=producer_name,
+        sequence_id=sequence_id,
+        txn_id=pb.TxnId(most_bits=txn_id[0], least_bits=txn_id[1]),
+    )
+    return pb.ProduceRequest(
+        send=pb.ProducerSend(sequence_id=sequence_id, metadata=metadata, payload=payload)
+    )
+
+
+def _check(response: pb.ProduceResponse) -> None:
+    if response.WhichOneof("response") == "error":
+        raise from_code(response.error.code, response.error.message)
+
+
+def new_write_id() -> str:
+    return uuid.uuid4().hex[:12]
