@@ -31,6 +31,7 @@ COORDINATOR_DB = b"coordinator"
 SEQUENCE_BLOCK = 1000
 # Ended transactions stay queryable (and their end idempotent) this long.
 ENDED_RETENTION_S = 3600.0
+MAX_NAME_LENGTH = 256
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
 
 
@@ -71,6 +72,7 @@ class TxnMetadata:
     topics: list[str] = field(default_factory=list)
     acks: list[TxnAck] = field(default_factory=list)
     ended_ms: int = 0
+    name: str = ""  # see named_transaction()
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -81,6 +83,7 @@ class TxnMetadata:
                 "topics": self.topics,
                 "acks": [[a.topic, a.subscription, a.message_ids] for a in self.acks],
                 "ended_ms": self.ended_ms,
+                "name": self.name,
             },
             separators=(",", ":"),
         ).encode()
@@ -96,6 +99,7 @@ class TxnMetadata:
             data["topics"],
             [TxnAck(t, s, [tuple(i) for i in ids]) for t, s, ids in data["acks"]],
             data["ended_ms"],
+            data.get("name", ""),
         )
 
     def describe(self) -> dict:
@@ -111,6 +115,7 @@ class TxnMetadata:
                 f"{a.topic}#{a.subscription}": len(a.message_ids) for a in self.acks
             },
             "endedTimestamp": self.ended_ms or None,
+            "name": self.name or None,
         }
 
 
@@ -141,6 +146,7 @@ class TransactionCoordinator:
         self._reserved_until = 0
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._drivers: dict[int, asyncio.Task] = {}
+        self._by_name: dict[str, int] = {}  # name -> sequence of its latest transaction
         self.committed_count = 0
         self.aborted_count = 0
         self.timed_out_count = 0
@@ -161,6 +167,8 @@ class TransactionCoordinator:
                 self.store.delete(COORDINATOR_DB, key)
                 continue
             self._txns[sequence] = meta
+            if meta.name:
+                self._by_name[meta.name] = max(sequence, self._by_name.get(meta.name, 0))
             if not meta.state.terminal:
                 self._open.add(sequence)
         redriven = 0
@@ -200,6 +208,23 @@ class TransactionCoordinator:
             self.store.sync()
         self._next_sequence += 1
         return sequence
+
+    def named_transaction(self, name: str, timeout_ms: int) -> TxnMetadata:
+        """The transaction called `name` while it is open or committed (asking again,
+        e.g. a retried or replayed writer, joins it or learns it is done); otherwise,
+        never opened or aborted, a new one under that name."""
+        if not 0 < len(name) <= MAX_NAME_LENGTH:
+            raise ValueError(f"a transaction name has 1 to {MAX_NAME_LENGTH} characters")
+        sequence = self._by_name.get(name)
+        meta = self._txns.get(sequence) if sequence is not None else None
+        if meta is not None and (meta.state is TxnState.OPEN or meta.state.commits):
+            return meta
+        txn_id = self.new_transaction(timeout_ms)
+        meta = self._txns[txn_id.least_bits]
+        meta.name = name
+        self._by_name[name] = txn_id.least_bits
+        self._persist(meta)
+        return meta
 
     def new_transaction(self, timeout_ms: int) -> TxnId:
         if timeout_ms <= 0:

@@ -374,16 +374,20 @@ class GetLastMessageIdResponse(_message.Message):
     def __init__(self, last_confirmed_entry: _Optional[_Union[Position, _Mapping]] = ..., max_read_position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
 
 class NewTransactionRequest(_message.Message):
-    __slots__ = ("timeout_ms",)
+    __slots__ = ("timeout_ms", "name")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
-    def __init__(self, timeout_ms: _Optional[int] = ...) -> None: ...
+    name: str
+    def __init__(self, timeout_ms: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
 
 class NewTransactionResponse(_message.Message):
-    __slots__ = ("txn_id",)
+    __slots__ = ("txn_id", "state")
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     txn_id: TxnId
-    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+    state: str
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...
 
 class EndTransactionRequest(_message.Message):
     __slots__ = ("txn_id", "action")

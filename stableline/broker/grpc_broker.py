@@ -393,11 +393,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def NewTransaction(self, request, context) -> pb.NewTransactionResponse:
         try:
-            txn_id = self.coordinator.new_transaction(request.timeout_ms)
+            if request.name:
+                meta = self.coordinator.named_transaction(request.name, request.timeout_ms)
+                txn_id, state = meta.txn_id, meta.state.value
+            else:
+                txn_id, state = self.coordinator.new_transaction(request.timeout_ms), "OPEN"
         except Exception as error:
             await abort(context, error)
         return pb.NewTransactionResponse(
-            txn_id=pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits)
+            txn_id=pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits),
+            state=state,
         )
 
     async def EndTransaction(self, request, context) -> pb.EndTransactionResponse:

@@ -10,6 +10,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
@@ -59,6 +60,9 @@ class StablelineDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(parse_write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamWriter(parse_write_options(self.options), schema)
 
 
 def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -> list:
@@ -141,12 +145,13 @@ class BatchWriter(DataSourceWriter):
         self.options = options
         self.columns = _columns(schema)
         self.write_id = new_write_id()
-        self.transaction = Transaction(options.service, options.txn_timeout_ms)
+        self.transaction = Transaction.open(options.service, options.txn_timeout_ms)
 
     def write(self, iterator: Iterator) -> WriterCommitMessage:
         from pyspark import TaskContext
 
         partition = TaskContext.get().partitionId()
+        # Unique per write, so a later write never meets these producers' sequences.
         producer_name = f"spark-{self.write_id}-{partition}"
         report = write_partition(
             self.options, self.transaction.id, producer_name, iterator, self.columns, partition
@@ -162,3 +167,55 @@ class BatchWriter(DataSourceWriter):
         # Best effort: a transaction that cannot be ended now times out into an abort.
         with contextlib.suppress(StableLineError):
             self.transaction.end(commit=False)
+
+
+class StreamWriter(DataSourceStreamWriter):
+    """One transaction per micro-batch, named after the query and the batch, so that a
+    batch Spark replays after a failure finds its transaction: committed, it is not
+    written again; still open, the tasks rejoin it (de-duplicated); aborted, it is
+    written afresh in a new one."""
+
+    def __init__(self, options: WriteOptions, schema: StructType):
+        self.options = options
+        self.columns = _columns(schema)
+
+    def write(self, iterator: Iterator) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        query = context.getLocalProperty("sql.streaming.queryId")
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        if query is None or batch is None:
+            raise StableLineError("the streaming writer runs only in a streaming query")
+        partition = context.partitionId()
+        name = f"spark-stream-{query}-{batch}-{self.options.topic}"
+        transaction = Transaction.open(self.options.service, self.options.txn_timeout_ms, name)
+        if transaction.state != "OPEN":  # COMMITTING or COMMITTED: a replayed batch
+            return _TaskDone(TaskReport(partition, 0, 0, 0, transaction.id, True))
+        # Unique per transaction: a batch written afresh after an abort starts anew.
+        producer_name = f"spark-{transaction.id[0]}-{transaction.id[1]}-{partition}"
+        report = write_partition(
+            self.options, transaction.id, producer_name, iterator, self.columns, partition
+        )
+        return _TaskDone(report)
+
+    def _transaction(self, messages: list) -> tuple[tuple[int, int] | None, bool]:
+        reports = [m.report for m in messages if m is not None]
+        ids = {r.txn_id for r in reports}
+        assert len(ids) <= 1, f"one micro-batch wrote into several transactions: {ids}"
+        return (ids.pop() if ids else None), any(r.already_committed for r in reports)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        txn_id, already_committed = self._transaction(messages)
+        if txn_id is None or already_committed:
+            return
+        state = Transaction(self.options.service, txn_id).end(commit=True)
+        if state != "COMMITTED":
+            raise StableLineError(f"micro-batch {batchId}'s transaction ended {state}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        txn_id, already_committed = self._transaction(messages)
+        if txn_id is None or already_committed:
+            return
+        with contextlib.suppress(StableLineError):
+            Transaction(self.options.service, txn_id).end(commit=False)

@@ -75,17 +75,26 @@ class TaskReport:
     rows: int
     batches_sent: int
     batches_already_written: int
+    txn_id: tuple[int, int] = (0, 0)
+    already_committed: bool = False  # a replayed micro-batch: nothing written again
 
 
+@dataclass(frozen=True, slots=True)
 class Transaction:
-    """The driver's side: one transaction for the whole write."""
+    """One transaction for a whole write (or a micro-batch), by id: pickles anywhere."""
 
-    def __init__(self, service: str, timeout_ms: int):
-        self.service = service
+    service: str
+    id: tuple[int, int]
+    state: str = "OPEN"
+
+    @classmethod
+    def open(cls, service: str, timeout_ms: int, name: str = "") -> Transaction:
+        """A new transaction, or with a name the one of that name while it is open or
+        committed (its state says which)."""
+        request = pb.NewTransactionRequest(timeout_ms=timeout_ms, name=name)
         with grpc.insecure_channel(service) as channel:
-            stub = broker_pb2_grpc.BrokerStub(channel)
-            response = _rpc(stub.NewTransaction, pb.NewTransactionRequest(timeout_ms=timeout_ms))
-        self.id = (response.txn_id.most_bits, response.txn_id.least_bits)
+            response = _rpc(broker_pb2_grpc.BrokerStub(channel).NewTransaction, request)
+        return cls(service, (response.txn_id.most_bits, response.txn_id.least_bits), response.state)
 
     def end(self, commit: bool) -> str:
         action = pb.TXN_ACTION_COMMIT if commit else pb.TXN_ACTION_ABORT
@@ -170,7 +179,7 @@ def write_partition(
             raise StableLineError(f"writing to {options.topic}: {error.details()}") from None
         finally:
             requests.put(_END)
-    return TaskReport(partition, total_rows, sent, skipped)
+    return TaskReport(partition, total_rows, sent, skipped, txn_id)
 
 
 def _send(

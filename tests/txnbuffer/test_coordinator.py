@@ -389,3 +389,47 @@ async def test_recover_rearms_the_timeout_of_a_txn_left_open(store):
         await eventually(lambda: second.get(txn_id).state is TxnState.ABORTED, "ABORTED")
     finally:
         await second.close()
+
+
+# ---------------------------------------------------------------- named transactions
+
+
+async def test_a_named_transaction_is_joined_while_open_or_committed(coordinator):
+    first = coordinator.named_transaction("query-7-batch-3", LONG_TIMEOUT_MS)
+    again = coordinator.named_transaction("query-7-batch-3", LONG_TIMEOUT_MS)
+    assert again is first and first.state is TxnState.OPEN
+    other = coordinator.named_transaction("query-7-batch-4", LONG_TIMEOUT_MS)
+    assert other.txn_id != first.txn_id
+
+    assert await asyncio.wait_for(coordinator.end(first.txn_id, True), WAIT_S) is (
+        TxnState.COMMITTED
+    )
+    replayed = coordinator.named_transaction("query-7-batch-3", LONG_TIMEOUT_MS)
+    assert replayed.txn_id == first.txn_id and replayed.state is TxnState.COMMITTED
+
+
+async def test_an_aborted_name_gets_a_new_transaction(coordinator):
+    first = coordinator.named_transaction("retry-me", LONG_TIMEOUT_MS)
+    await asyncio.wait_for(coordinator.end(first.txn_id, False), WAIT_S)
+    second = coordinator.named_transaction("retry-me", LONG_TIMEOUT_MS)
+    assert second.txn_id != first.txn_id and second.state is TxnState.OPEN
+
+
+async def test_names_survive_a_restart(store, participant):
+    before = await restarted(store, participant)
+    open_one = before.named_transaction("still-open", LONG_TIMEOUT_MS)
+    committed = before.named_transaction("done", LONG_TIMEOUT_MS)
+    await asyncio.wait_for(before.end(committed.txn_id, True), WAIT_S)
+    await before.close()
+
+    after = await restarted(store, participant)
+    assert after.named_transaction("still-open", LONG_TIMEOUT_MS).txn_id == open_one.txn_id
+    done = after.named_transaction("done", LONG_TIMEOUT_MS)
+    assert (done.txn_id, done.state) == (committed.txn_id, TxnState.COMMITTED)
+    await after.close()
+
+
+@pytest.mark.parametrize("name", ["", "x" * 257])
+async def test_a_transaction_name_must_have_1_to_256_characters(coordinator, name):
+    with pytest.raises(ValueError, match="1 to 256"):
+        coordinator.named_transaction(name, LONG_TIMEOUT_MS)
