@@ -33,6 +33,7 @@ bench: $(VENV)/.all-installed
 	$(PY) scripts/bench_e2e.py --json bench-results/e2e.json
 	$(PY) scripts/bench_txn.py --json bench-results/txn.json
 	$(PY) scripts/bench_recovery.py --json bench-results/recovery.json
+	$(PY) scripts/bench_spark.py --json bench-results/spark.json
 
 lint: $(VENV)/.all-installed
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from stableline._types import IsolationLevel
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
+DEFAULT_MAX_ENTRIES_PER_PARTITION = 5_000
+DEFAULT_MAX_BYTES_PER_PARTITION = 16 * 1024 * 1024
 EARLIEST = "earliest"
 LATEST = "latest"
 
@@ -25,8 +27,10 @@ class SourceOptions:
     # Per topic: "earliest", "latest" or a position "ledger:entry".
     starting: dict[str, str]
     ending: dict[str, str]
-    # A partition reads at most this many entries (one ledger holds 50,000 by default).
-    max_entries_per_partition: int = 5_000
+    # A partition reads at most this many entries (one ledger holds 50,000 by default)
+    # and about this many bytes.
+    max_entries_per_partition: int
+    max_bytes_per_partition: int
 
 
 def _topics(options: Mapping[str, str]) -> tuple[str, ...]:
@@ -95,9 +99,18 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> Source
     ending = _positions(options, "endingPositions", topics, LATEST)
     if any(value == EARLIEST for value in ending.values()):
         raise OptionError("option 'endingPositions' cannot be 'earliest'")
-    text = options.get("maxEntriesPerPartition", "5000")
-    if not text.isdigit() or int(text) < 1:
-        raise OptionError(
-            f"option 'maxEntriesPerPartition' must be a whole number >= 1, not {text!r}"
+    limits = [
+        _whole_number(options, option, default)
+        for option, default in (
+            ("maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION),
+            ("maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
         )
-    return SourceOptions(service, topics, isolation, starting, ending, int(text))
+    ]
+    return SourceOptions(service, topics, isolation, starting, ending, *limits)
+
+
+def _whole_number(options: Mapping[str, str], option: str, default: int) -> int:
+    text = str(options.get(option, default))
+    if not text.isdigit() or int(text) < 1:
+        raise OptionError(f"option '{option}' must be a whole number >= 1, not {text!r}")
+    return int(text)

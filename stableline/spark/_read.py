@@ -12,7 +12,6 @@ between calls, so plans pickle to executors in other processes.
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,14 +23,20 @@ from stableline._errors import from_rpc_error
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import IsolationLevel
+from stableline.aio._batch import plain_prefix
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
 
+FIELDS = ["key", "value", "topic", "message_id", "publish_time", "properties", "txn_id"]
 SCHEMA = (
     "key string, value binary, topic string, message_id string, publish_time timestamp, "
     "properties map<string,string>, txn_id string"
 )
-FETCH_MAX_ENTRIES = 1_000
+ROWS_PER_RECORD_BATCH = 10_000
+_NO_PROPERTIES: list = []
+# Entries per Fetch: a client batch of 1,000 small messages is ~100 KB an entry.
+FETCH_MAX_ENTRIES = 64
 RPC_TIMEOUT_S = 30.0
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -67,7 +72,7 @@ class LedgerRange:
 
 @dataclass(frozen=True, slots=True)
 class TopicLayout:
-    ledgers: tuple[tuple[int, int], ...]  # (ledger id, entries), oldest first
+    ledgers: tuple[tuple[int, int, int], ...]  # (ledger id, entries, bytes), oldest first
     bound: Position  # the last position readable at the isolation level, now
 
     @property
@@ -94,7 +99,9 @@ def topic_layout(service: str, topic: str, isolation: IsolationLevel) -> TopicLa
         if isolation is IsolationLevel.READ_COMMITTED
         else buffer["lastConfirmedEntry"]
     )
-    ledgers = tuple((i["ledgerId"], i["entries"]) for i in internal["ledgers"] if i["entries"])
+    ledgers = tuple(
+        (i["ledgerId"], i["entries"], i["size"]) for i in internal["ledgers"] if i["entries"]
+    )
     return TopicLayout(ledgers, Position.parse(bound_text))
 
 
@@ -111,16 +118,20 @@ def plan(
     options: SourceOptions, topic: str, layout: TopicLayout, start: Position, end: Position
 ) -> list[LedgerRange]:
     """Partitions covering [start, end) of the topic, each within one ledger and at most
-    options.max_entries_per_partition entries long."""
+    options.max_entries_per_partition entries or about max_bytes_per_partition long."""
     end = min(end, layout.bound.after())  # never past what the level may read now
     ranges = []
-    for ledger_id, entries in layout.ledgers:
+    for ledger_id, entries, size in layout.ledgers:
         low = max(Position(ledger_id, 0), start)
         high = min(Position(ledger_id, entries), end)  # exclusive
         if low >= high:
             continue
         last = high.entry_id - 1 if high.ledger_id == ledger_id else entries - 1
-        step = options.max_entries_per_partition
+        # As many entries as fit the byte budget (entries hold 1 to 1,000s of messages).
+        step = min(
+            options.max_entries_per_partition,
+            max(1, options.max_bytes_per_partition * entries // max(size, 1)),
+        )
         for first in range(low.entry_id, last + 1, step):
             ranges.append(
                 LedgerRange(
@@ -135,12 +146,23 @@ def plan(
     return ranges
 
 
-def read_range(part: LedgerRange) -> Iterator[tuple]:
-    """The rows of one partition, in log order (executor side)."""
+def read_range(part: LedgerRange) -> Iterator:
+    """The rows of one partition, in log order, as Arrow record batches (executor side)."""
+    columns = _Columns(part.topic)
+    for entry in _entries(part):
+        columns.add(entry)
+        if len(columns) >= ROWS_PER_RECORD_BATCH:
+            yield columns.take()
+    if len(columns):
+        yield columns.take()
+
+
+def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
+    """The partition's entries that the isolation level delivers, in log order."""
     aborted = AbortedFilter()
     committed_only = part.isolation == IsolationLevel.READ_COMMITTED.value
     next_entry = part.first_entry
-    with grpc.insecure_channel(part.service) as channel:
+    with grpc.insecure_channel(part.service, options=CHANNEL_OPTIONS) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         while next_entry <= part.last_entry:
             request = pb.FetchRequest(
@@ -157,7 +179,7 @@ def read_range(part: LedgerRange) -> Iterator[tuple]:
                     break
                 if committed_only and aborted.is_aborted(entry):
                     continue
-                yield from rows_of(part.topic, entry)
+                yield entry
             following = response.next_position
             if following.ledger_id != part.ledger_id:
                 break  # the ledger ended (the rest of the range were markers)
@@ -169,22 +191,71 @@ def read_range(part: LedgerRange) -> Iterator[tuple]:
             next_entry = following.entry_id
 
 
-def rows_of(topic: str, entry: pb.EntryDelivery) -> Iterator[tuple]:
-    metadata = entry.metadata
-    published = datetime.datetime.fromtimestamp(metadata.publish_time_ms / 1000, datetime.UTC)
-    txn_id = (
-        f"{metadata.txn_id.most_bits}:{metadata.txn_id.least_bits}"
-        if metadata.HasField("txn_id")
-        else None
-    )
-    prefix = f"{entry.ledger_id}:{entry.entry_id}:"
-    for index, message in enumerate(pb.MessageBatch.FromString(entry.payload).messages):
-        yield (
-            message.partition_key if message.has_partition_key else None,
-            message.payload,
-            topic,
-            prefix + str(index),
-            published,
-            dict(message.properties),
-            txn_id,
+def _plain_size(values: list[bytes]) -> int:
+    """How long a MessageBatch of just these payloads is."""
+    lengths = set(map(len, values))
+    if len(lengths) == 1:  # the usual case: one size, one prefix length
+        (length,) = lengths
+        return len(values) * (len(plain_prefix(length)) + length)
+    return sum(len(plain_prefix(len(v))) + len(v) for v in values)
+
+
+class _Columns:
+    """Rows gathered column by column, handed to Spark as one Arrow record batch."""
+
+    def __init__(self, topic: str):
+        self.topic = topic
+        self._clear()
+
+    def _clear(self) -> None:
+        self.keys: list[str | None] = []
+        self.values: list[bytes] = []
+        self.ids: list[str] = []
+        self.published: list[int] = []
+        self.properties: list[list[tuple[str, str]]] = []
+        self.txn_ids: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def add(self, entry: pb.EntryDelivery) -> None:
+        metadata = entry.metadata
+        txn_id = (
+            f"{metadata.txn_id.most_bits}:{metadata.txn_id.least_bits}"
+            if metadata.HasField("txn_id")
+            else None
         )
+        messages = pb.MessageBatch.FromString(entry.payload).messages
+        count = len(messages)
+        prefix = f"{entry.ledger_id}:{entry.entry_id}:"
+        values = [m.payload for m in messages]
+        self.values += values
+        if _plain_size(values) == len(entry.payload):
+            # Nothing but payloads (as producers write plain messages): any key or
+            # property would have made the batch longer. Skips two reads a message.
+            self.keys += [None] * count
+            self.properties += [_NO_PROPERTIES] * count
+        else:
+            self.keys += [m.partition_key if m.has_partition_key else None for m in messages]
+            self.properties += [list(p.items()) if (p := m.properties) else [] for m in messages]
+        self.ids += [prefix + str(i) for i in range(count)]
+        self.published += [metadata.publish_time_ms * 1000] * count
+        self.txn_ids += [txn_id] * count
+
+    def take(self):
+        import pyarrow as pa
+
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.string()),
+                pa.array(self.values, pa.binary()),
+                pa.array([self.topic] * len(self.values), pa.string()),
+                pa.array(self.ids, pa.string()),
+                pa.array(self.published, pa.timestamp("us", tz="UTC")),
+                pa.array(self.properties, pa.map_(pa.string(), pa.string())),
+                pa.array(self.txn_ids, pa.string()),
+            ],
+            names=FIELDS,
+        )
+        self._clear()
+        return batch
