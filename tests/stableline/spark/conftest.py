@@ -45,3 +45,9 @@ def spark() -> Iterator:
 def spark_with_retries() -> Iterator:
     """local[2, 4]: a failed task is tried again, up to four attempts."""
     yield from _session("local[2,4]")
+
+
+@pytest.fixture(scope="module")
+def spark_cluster() -> Iterator:
+    """local-cluster[2,1,1024]: two executor JVMs of their own (slow to start: ~30 s)."""
+    yield from _session("local-cluster[2,1,1024]")
