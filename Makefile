@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= ./stableline-data
 
-.PHONY: run test bench lint format proto clean
+.PHONY: run test bench demo lint format proto clean
 
 $(VENV)/.base-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench: $(VENV)/.all-installed
 	$(PY) scripts/bench_txn.py --json bench-results/txn.json
 	$(PY) scripts/bench_recovery.py --json bench-results/recovery.json
 	$(PY) scripts/bench_spark.py --json bench-results/spark.json
+
+demo: $(VENV)/.all-installed
+	$(PY) -m stableline demo bank
 
 lint: $(VENV)/.all-installed
 	$(VENV)/bin/ruff check .

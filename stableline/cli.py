@@ -310,3 +310,27 @@ def txn_produce(
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+@main.group()
+def demo() -> None:
+    """Demonstrations: `stableline demo bank`."""
+
+
+@demo.command("bank")
+@click.option(
+    "--service", default=None, help="A broker's gRPC host:port [start one in a temp dir]."
+)
+@click.option("--requests", "count", default=1500, show_default=True, type=click.IntRange(1))
+@click.option("--accounts", default=8, show_default=True, type=click.IntRange(2))
+@click.option("--seed", default=1, show_default=True, type=int)
+def demo_bank(service: str | None, count: int, accounts: int, seed: int) -> None:
+    """PIP-298's bank: a READ_UNCOMMITTED monitor and a READ_COMMITTED Spark job on one topic."""
+    try:
+        from stableline.demo.bank import run
+    except ImportError as error:
+        raise click.ClickException(
+            f"the demo needs the spark extra (pip install 'stableline[spark]'): {error}"
+        ) from None
+    if not run(service, count, accounts, seed, out=lambda line: click.echo(line)):
+        sys.exit(1)

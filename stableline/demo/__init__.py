@@ -1,0 +1,1 @@
+"""Demonstrations that run against a real broker."""
