@@ -164,14 +164,31 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
     next_entry = part.first_entry
     with grpc.insecure_channel(part.service, options=CHANNEL_OPTIONS) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
-        while next_entry <= part.last_entry:
+
+        def fetch(first_entry: int):
+            """Asked now, answered later: the broker reads the next range meanwhile."""
             request = pb.FetchRequest(
                 topic=part.topic,
-                start=pb.Position(ledger_id=part.ledger_id, entry_id=next_entry),
-                max_entries=min(FETCH_MAX_ENTRIES, part.last_entry - next_entry + 1),
+                start=pb.Position(ledger_id=part.ledger_id, entry_id=first_entry),
+                max_entries=min(FETCH_MAX_ENTRIES, part.last_entry - first_entry + 1),
                 isolation_level=part.isolation,
             )
-            response = _rpc(stub.Fetch, request)
+            return stub.Fetch.future(request, timeout=RPC_TIMEOUT_S)
+
+        pending = fetch(next_entry)
+        while pending is not None:
+            response = _rpc(pending.result)
+            following = response.next_position
+            if following.ledger_id != part.ledger_id:
+                pending = None  # the ledger ended (the rest of the range were markers)
+            elif following.entry_id <= next_entry:
+                raise RuntimeError(
+                    f"{part.topic}: the broker's bound is behind the planned range at "
+                    f"{part.ledger_id}:{next_entry}"
+                )
+            else:
+                next_entry = following.entry_id
+                pending = fetch(next_entry) if next_entry <= part.last_entry else None
             if committed_only:
                 aborted.add(response.aborted)
             for entry in response.entries:
@@ -180,15 +197,6 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
                 if committed_only and aborted.is_aborted(entry):
                     continue
                 yield entry
-            following = response.next_position
-            if following.ledger_id != part.ledger_id:
-                break  # the ledger ended (the rest of the range were markers)
-            if following.entry_id <= next_entry:
-                raise RuntimeError(
-                    f"{part.topic}: the broker's bound is behind the planned range at "
-                    f"{part.ledger_id}:{next_entry}"
-                )
-            next_entry = following.entry_id
 
 
 def _plain_size(values: list[bytes]) -> int:
@@ -208,17 +216,23 @@ class _Columns:
         self._clear()
 
     def _clear(self) -> None:
+        self.rows = 0
         self.keys: list[str | None] = []
-        self.values: list[bytes] = []
-        self.ids: list[str] = []
+        self.value_chunks: list = []  # Arrow binary arrays, one an entry
+        # message_id is ledger:entry:index, joined in Arrow (C) when the batch is taken.
+        self.ledger_ids: list[int] = []
+        self.entry_ids: list[int] = []
+        self.indexes: list[int] = []
         self.published: list[int] = []
         self.properties: list[list[tuple[str, str]]] = []
         self.txn_ids: list[str | None] = []
 
     def __len__(self) -> int:
-        return len(self.values)
+        return self.rows
 
     def add(self, entry: pb.EntryDelivery) -> None:
+        import pyarrow as pa
+
         metadata = entry.metadata
         txn_id = (
             f"{metadata.txn_id.most_bits}:{metadata.txn_id.least_bits}"
@@ -227,9 +241,7 @@ class _Columns:
         )
         messages = pb.MessageBatch.FromString(entry.payload).messages
         count = len(messages)
-        prefix = f"{entry.ledger_id}:{entry.entry_id}:"
         values = [m.payload for m in messages]
-        self.values += values
         if _plain_size(values) == len(entry.payload):
             # Nothing but payloads (as producers write plain messages): any key or
             # property would have made the batch longer. Skips two reads a message.
@@ -238,19 +250,31 @@ class _Columns:
         else:
             self.keys += [m.partition_key if m.has_partition_key else None for m in messages]
             self.properties += [list(p.items()) if (p := m.properties) else [] for m in messages]
-        self.ids += [prefix + str(i) for i in range(count)]
+        self.value_chunks.append(pa.array(values, pa.binary()))
+        self.rows += count
+        self.ledger_ids += [entry.ledger_id] * count
+        self.entry_ids += [entry.entry_id] * count
+        self.indexes += range(count)
         self.published += [metadata.publish_time_ms * 1000] * count
         self.txn_ids += [txn_id] * count
 
     def take(self):
         import pyarrow as pa
+        import pyarrow.compute as pc
 
+        message_ids = pc.binary_join_element_wise(
+            *(
+                pa.array(ids, pa.int64()).cast(pa.string())
+                for ids in (self.ledger_ids, self.entry_ids, self.indexes)
+            ),
+            ":",
+        )
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array(self.keys, pa.string()),
-                pa.array(self.values, pa.binary()),
-                pa.array([self.topic] * len(self.values), pa.string()),
-                pa.array(self.ids, pa.string()),
+                pa.concat_arrays(self.value_chunks),
+                pa.array([self.topic] * self.rows, pa.string()),
+                message_ids,
                 pa.array(self.published, pa.timestamp("us", tz="UTC")),
                 pa.array(self.properties, pa.map_(pa.string(), pa.string())),
                 pa.array(self.txn_ids, pa.string()),
