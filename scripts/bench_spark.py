@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import stableline
+from stableline.spark import local_session
 from stableline.testing import temporary_broker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,27 +49,6 @@ def fill(service_url: str, messages: int) -> None:
         producer.flush()
 
 
-def session():
-    from pyspark.sql import SparkSession
-
-    import stableline.spark
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("stableline-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    stableline.spark.register(spark)
-    return spark
-
-
 def read_once(spark, broker, level: str) -> tuple[float, int, float]:
     """(seconds, rows, broker CPU seconds) of one read."""
     service_url = broker.service_url
@@ -96,7 +75,7 @@ def main() -> int:
     with temporary_broker(REPO / "bench-results", "bench-spark-") as broker:
         fill(broker.service_url, args.messages)
         progress("starting Spark (local[2])")
-        spark = session()
+        spark = local_session(app_name="stableline-bench")
         read_once(spark, broker, "read_uncommitted")  # warm-up: JVM, workers
         results: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
         for round_ in range(args.rounds):

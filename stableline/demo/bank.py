@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -160,31 +159,6 @@ def committed_balances(client, topic: str) -> dict[str, int]:
     return balances
 
 
-def _spark_session():
-    import os
-
-    from pyspark.sql import SparkSession
-
-    import stableline.spark
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("stableline-bank-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    stableline.spark.register(spark)
-    return spark
-
-
 def run(service: str | None, count: int, accounts: int, seed: int, out=print) -> bool:
     """The whole demo; True when the committed total equals deposits - withdrawals."""
     with contextlib.ExitStack() as stack:
@@ -199,7 +173,11 @@ def run(service: str | None, count: int, accounts: int, seed: int, out=print) ->
         requests, balances = f"bank-requests-{run_id}", f"bank-balances-{run_id}"
         client = stack.enter_context(stableline.Client(service))
         out("starting Spark (local[2]); the balances job reads READ_COMMITTED")
-        spark = _spark_session()
+        from stableline.spark import local_session
+
+        spark = local_session(
+            app_name="stableline-bank-demo", **{"spark.sql.shuffle.partitions": "2"}
+        )
         stack.callback(spark.stop)
         query = start_balances_job(spark, service, requests, balances, str(work / "checkpoint"))
         stack.callback(query.stop)

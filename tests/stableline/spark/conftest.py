@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -12,26 +10,13 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 
 
 def _session(master: str) -> Iterator:
-    from pyspark.sql import SparkSession
+    from stableline.spark import local_session
 
-    import stableline.spark
-
-    # Executors' Python workers must be this interpreter (it has pyarrow and stableline).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
-    session = (
-        SparkSession.builder.master(master)
-        .appName("stableline-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session = local_session(
+        master,
+        "stableline-tests",
+        **{"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    stableline.spark.register(session)
     yield session
     session.stop()
 
