@@ -282,6 +282,7 @@ def main() -> int:
 
     rng = random.Random(args.seed)
     journal = Journal()
+    (REPO / "bench-results").mkdir(exist_ok=True)  # git-ignored; absent in a fresh clone
     directory = Path(tempfile.mkdtemp(prefix="kill-cycles-", dir=REPO / "bench-results"))
     broker = BrokerProcess(
         directory / "data",
