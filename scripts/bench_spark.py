@@ -69,14 +69,15 @@ def read_once(spark, broker, level: str) -> tuple[float, int, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with temporary_broker(REPO / "bench-results", "bench-spark-") as broker:
         fill(broker.service_url, args.messages)
         progress("starting Spark (local[2])")
         spark = local_session(app_name="stableline-bench")
-        read_once(spark, broker, "read_uncommitted")  # warm-up: JVM, workers
+        for level in ("read_uncommitted", "read_committed"):  # warm-up: JIT, Python workers
+            read_once(spark, broker, level)
         results: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
         for round_ in range(args.rounds):
             for level in ("read_committed", "read_uncommitted")[:: 1 if round_ % 2 == 0 else -1]:
