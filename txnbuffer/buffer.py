@@ -406,6 +406,17 @@ class TransactionBuffer:
         """What READ_COMMITTED may read now: nothing new until READY."""
         return min(self.max_read_position, self.ledger.last_confirmed)
 
+    def stable_lag(self) -> tuple[int, int]:
+        """What READ_COMMITTED cannot read yet: the entries after the stable position,
+        and how many ms ago the first of them was published; (0, 0) when none."""
+        stable = self.stable_position
+        entries = self.ledger.count_entries(stable, self.ledger.last_confirmed)
+        first = self.ledger.first_position_after(stable) if entries else None
+        if first is None:
+            return 0, 0
+        (entry,) = self.ledger.read(first, 1, first)
+        return entries, max(int(time.time() * 1000) - entry.header.publish_time_ms, 0)
+
     # ------------------------------------------------------------ appends and ends
 
     async def wait_ready(self) -> None:
@@ -473,10 +484,13 @@ class TransactionBuffer:
     # ------------------------------------------------------------ stats
 
     def stats(self) -> dict:
+        lag_entries, lag_ms = self.stable_lag()
         return {
             "state": self.state.value,
             "maxReadPosition": str(self.max_read_position),
             "lastConfirmedEntry": str(self.ledger.last_confirmed),
+            "stableLagEntries": lag_entries,
+            "stableLagMs": lag_ms,
             "ongoingTxnSize": len(self.ongoing),
             "abortedTxnSize": len(self.aborted),
             "lowWaterMarks": {str(k): v for k, v in sorted(self.low_watermarks.items())},

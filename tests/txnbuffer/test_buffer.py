@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 
 import pytest
 
@@ -790,3 +791,24 @@ async def test_ledgers_without_aborts_are_skipped_without_lookup(open_ledger):
     assert buffer.abort_index.index_lookups == 0
     assert buffer.abort_index.empty_ledgers_skipped == ledger_count
     assert buffer.stats()["emptyAbortIndexesSkipped"] == ledger_count
+
+
+# ---------------------------------------------------------------- stats
+
+
+async def test_stable_lag_counts_entries_behind_the_open_txn_and_the_age_of_the_first(buffer):
+    await publish(buffer, b"m1")
+    assert buffer.stable_lag() == (0, 0)
+    published_ms = int(time.time() * 1000) - 1500
+    await buffer.before_append(txn(1))
+    await buffer.ledger.append(EntryHeader(publish_time_ms=published_ms, txn_id=txn(1)), b"t1")
+    buffer.after_append(txn(1))
+    await publish(buffer, b"m2")
+    await publish(buffer, b"m3")
+    entries, age_ms = buffer.stable_lag()
+    assert entries == 3  # the txn's entry and the two plain entries behind it
+    assert 1500 <= age_ms < 60_000
+    stats = buffer.stats()
+    assert stats["stableLagEntries"] == 3 and stats["stableLagMs"] >= 1500
+    await buffer.end(txn(1), True, 0)
+    assert buffer.stable_lag() == (0, 0)
