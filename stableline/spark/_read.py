@@ -13,10 +13,12 @@ between calls, so plans pickle to executors in other processes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from stableline._aborted_filter import AbortedFilter
 from stableline._errors import from_rpc_error
@@ -26,13 +28,21 @@ from stableline._types import IsolationLevel
 from stableline.aio._batch import plain_prefix
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
 
-FIELDS = ["key", "value", "topic", "message_id", "publish_time", "properties", "txn_id"]
-SCHEMA = (
-    "key string, value binary, topic string, message_id string, publish_time timestamp, "
-    "properties map<string,string>, txn_id string"
-)
+# Each column and its Spark type, in the order of the default schema.
+COLUMN_TYPES = {
+    "key": "string",
+    "value": "binary",
+    "topic": "string",
+    "message_id": "string",
+    "publish_time": "timestamp",
+    "properties": "map<string,string>",
+    "txn_id": "string",
+}
+FIELDS = tuple(COLUMN_TYPES)
+SCHEMA = ", ".join(f"{name} {type_}" for name, type_ in COLUMN_TYPES.items())
 ROWS_PER_RECORD_BATCH = 10_000
-_NO_PROPERTIES: list = []
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_PROPERTIES = pa.map_(pa.string(), pa.string())
 # Entries per Fetch: a client batch of 1,000 small messages is ~100 KB an entry.
 FETCH_MAX_ENTRIES = 64
 RPC_TIMEOUT_S = 30.0
@@ -146,9 +156,10 @@ def plan(
     return ranges
 
 
-def read_range(part: LedgerRange) -> Iterator:
-    """The rows of one partition, in log order, as Arrow record batches (executor side)."""
-    columns = _Columns(part.topic)
+def read_range(part: LedgerRange, fields: Sequence[str] = FIELDS) -> Iterator:
+    """The rows of one partition, in log order, as Arrow record batches of the named
+    columns (executor side)."""
+    columns = _Columns(part.topic, fields)
     for entry in _entries(part):
         columns.add(entry)
         if len(columns) >= ROWS_PER_RECORD_BATCH:
@@ -199,87 +210,202 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
                 yield entry
 
 
-def _plain_size(values: list[bytes]) -> int:
-    """How long a MessageBatch of just these payloads is."""
-    lengths = set(map(len, values))
-    if len(lengths) == 1:  # the usual case: one size, one prefix length
-        (length,) = lengths
-        return len(values) * (len(plain_prefix(length)) + length)
-    return sum(len(plain_prefix(len(v))) + len(v) for v in values)
+def _varint_length(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def _plain_length(payload: bytes) -> int | None:
+    """The payload length of the batch's first message if that message is plain and
+    the batch's length is a whole number of such messages, else None.
+
+    A plain message is the MessageBatch field, then its SingleMessage's payload field
+    (left out when the payload is empty), then the payload: a fixed stride when every
+    message is alike, as producers write them.
+    """
+    if len(payload) < 2 or payload[0] != 0x0A:
+        return None
+    inner_length, shift = 0, 0
+    for at in range(1, min(6, len(payload))):
+        byte = payload[at]
+        inner_length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    else:
+        return None
+    length = 0
+    if inner_length:
+        for width in range(1, 6):
+            candidate = inner_length - 1 - width
+            if candidate >= 0 and _varint_length(candidate) == width:
+                length = candidate
+                break
+        else:
+            return None
+    prefix = plain_prefix(length)
+    if len(payload) % (len(prefix) + length) or not payload.startswith(prefix):
+        return None
+    return length
+
+
+def _slice_plain(payloads: list[bytes], length: int):
+    """The messages' payloads of batches that _plain_length gave this length, sliced
+    out in Arrow, or None if some message is not plain after all.
+
+    The batches tile into records of one stride; every record's prefix is checked,
+    which proves they parse so (a key, a property or another length breaks one).
+    """
+    prefix = plain_prefix(length)
+    stride = len(prefix) + length
+    joined = b"".join(payloads)
+    count = len(joined) // stride
+    records = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(stride), count, [None, pa.py_buffer(joined)]
+    )
+    heads = pc.binary_slice(records, 0, len(prefix))
+    if not pc.all(pc.equal(heads, pa.scalar(prefix, heads.type))).as_py():
+        return None
+    if not length:
+        return pa.array([b""] * count, pa.binary())
+    return pc.binary_slice(records, len(prefix), stride).cast(pa.binary())
 
 
 class _Columns:
-    """Rows gathered column by column, handed to Spark as one Arrow record batch."""
+    """Rows gathered entry by entry, handed to Spark as one Arrow record batch.
 
-    def __init__(self, topic: str):
+    The work is per entry, not per message: the fields an entry's messages share
+    (ids, publish time, transaction) are kept once as a run and expanded in Arrow;
+    the payloads of consecutive plain batches are sliced out together, undecoded.
+    """
+
+    def __init__(self, topic: str, fields: Sequence[str] = FIELDS):
+        unknown = set(fields) - set(FIELDS)
+        assert not unknown, unknown
         self.topic = topic
+        self.fields = tuple(fields)
         self._clear()
 
     def _clear(self) -> None:
         self.rows = 0
-        self.keys: list[str | None] = []
-        self.value_chunks: list = []  # Arrow binary arrays, one an entry
-        # message_id is ledger:entry:index, joined in Arrow (C) when the batch is taken.
-        self.ledger_ids: list[int] = []
-        self.entry_ids: list[int] = []
-        self.indexes: list[int] = []
-        self.published: list[int] = []
-        self.properties: list[list[tuple[str, str]]] = []
+        self.run_ends: list[int] = []  # rows so far at the end of each entry
+        self.id_prefixes: list[str] = []  # "ledger:entry:" of each entry
+        self.published: list[int] = []  # microseconds, each entry
         self.txn_ids: list[str | None] = []
+        self.value_chunks: list = []
+        # Keys and properties of entries with metadata; plain entries are a row count.
+        self.key_chunks: list = []
+        self.property_chunks: list = []
+        self.plain_payloads: list[bytes] = []  # consecutive plain batches, one length
+        self.plain_length: int | None = None
 
     def __len__(self) -> int:
         return self.rows
 
     def add(self, entry: pb.EntryDelivery) -> None:
-        import pyarrow as pa
-
+        payload = entry.payload
+        length = _plain_length(payload)
+        if length is not None:
+            if length != self.plain_length:
+                self._flush_plain()
+                self.plain_length = length
+            self.plain_payloads.append(payload)
+            count = len(payload) // (len(plain_prefix(length)) + length)
+        else:
+            self._flush_plain()
+            count = self._add_decoded([payload])
+        if not count:
+            return
         metadata = entry.metadata
-        txn_id = (
+        self.rows += count
+        self.run_ends.append(self.rows)
+        self.id_prefixes.append(f"{entry.ledger_id}:{entry.entry_id}:")
+        self.published.append(metadata.publish_time_ms * 1000)
+        self.txn_ids.append(
             f"{metadata.txn_id.most_bits}:{metadata.txn_id.least_bits}"
             if metadata.HasField("txn_id")
             else None
         )
-        messages = pb.MessageBatch.FromString(entry.payload).messages
-        count = len(messages)
-        values = [m.payload for m in messages]
-        if _plain_size(values) == len(entry.payload):
-            # Nothing but payloads (as producers write plain messages): any key or
-            # property would have made the batch longer. Skips two reads a message.
-            self.keys += [None] * count
-            self.properties += [_NO_PROPERTIES] * count
-        else:
-            self.keys += [m.partition_key if m.has_partition_key else None for m in messages]
-            self.properties += [list(p.items()) if (p := m.properties) else [] for m in messages]
-        self.value_chunks.append(pa.array(values, pa.binary()))
-        self.rows += count
-        self.ledger_ids += [entry.ledger_id] * count
-        self.entry_ids += [entry.entry_id] * count
-        self.indexes += range(count)
-        self.published += [metadata.publish_time_ms * 1000] * count
-        self.txn_ids += [txn_id] * count
+
+    def _add_decoded(self, payloads: list[bytes]) -> int:
+        """Decodes batches message by message (keys, properties); the row count."""
+        messages = [m for p in payloads for m in pb.MessageBatch.FromString(p).messages]
+        self.value_chunks.append(pa.array([m.payload for m in messages], pa.binary()))
+        self.key_chunks.append(
+            pa.array(
+                [m.partition_key if m.has_partition_key else None for m in messages],
+                pa.string(),
+            )
+        )
+        self.property_chunks.append(
+            pa.array([list(m.properties.items()) for m in messages], _PROPERTIES)
+        )
+        return len(messages)
+
+    def _flush_plain(self) -> None:
+        if not self.plain_payloads:
+            return
+        payloads, self.plain_payloads = self.plain_payloads, []
+        values = _slice_plain(payloads, self.plain_length)
+        if values is None:  # a look-alike batch: decode it as any other
+            self._add_decoded(payloads)
+            return
+        self.value_chunks.append(values)
+        self.key_chunks.append(len(values))
+        self.property_chunks.append(len(values))
 
     def take(self):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        message_ids = pc.binary_join_element_wise(
-            *(
-                pa.array(ids, pa.int64()).cast(pa.string())
-                for ids in (self.ledger_ids, self.entry_ids, self.indexes)
-            ),
-            ":",
-        )
+        self._flush_plain()
+        build = {  # only the columns asked for are made
+            "key": lambda: _concat(self.key_chunks, lambda n: pa.nulls(n, pa.string())),
+            "value": lambda: pa.concat_arrays(self.value_chunks),
+            "topic": lambda: pa.repeat(self.topic, self.rows),
+            "message_id": self._message_ids,
+            "publish_time": lambda: self._runs(self.published, _TIMESTAMP),
+            "properties": lambda: _concat(self.property_chunks, _empty_properties),
+            "txn_id": lambda: self._runs(self.txn_ids, pa.string()),
+        }
         batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.string()),
-                pa.concat_arrays(self.value_chunks),
-                pa.array([self.topic] * self.rows, pa.string()),
-                message_ids,
-                pa.array(self.published, pa.timestamp("us", tz="UTC")),
-                pa.array(self.properties, pa.map_(pa.string(), pa.string())),
-                pa.array(self.txn_ids, pa.string()),
-            ],
-            names=FIELDS,
+            [build[name]() for name in self.fields], names=list(self.fields)
         )
         self._clear()
         return batch
+
+    def _runs(self, values: list, type_):
+        """One value an entry, repeated for each of the entry's rows."""
+        runs = pa.RunEndEncodedArray.from_arrays(
+            pa.array(self.run_ends, pa.int32()), pa.array(values, type_)
+        )
+        return pc.run_end_decode(runs)
+
+    def _message_ids(self):
+        """ledger:entry:index, joined in Arrow."""
+        starts = [0, *self.run_ends[:-1]]
+        indexes = pa.concat_arrays(
+            [_index_strings(end - start) for start, end in zip(starts, self.run_ends, strict=True)]
+        )
+        return pc.binary_join_element_wise(self._runs(self.id_prefixes, pa.string()), indexes, "")
+
+
+def _concat(chunks: list, make_plain):
+    """Chunks as one array, each count of plain rows made by make_plain(count)."""
+    if all(isinstance(chunk, int) for chunk in chunks):
+        return make_plain(sum(chunks))
+    return pa.concat_arrays(
+        [make_plain(chunk) if isinstance(chunk, int) else chunk for chunk in chunks]
+    )
+
+
+def _empty_properties(count: int):
+    no_strings = pa.array([], pa.string())
+    return pa.MapArray.from_arrays(pa.repeat(0, count + 1).cast(pa.int32()), no_strings, no_strings)
+
+
+_index_cache: list = []
+
+
+def _index_strings(count: int):
+    """ "0".."count-1" as an Arrow string array, from one cached array."""
+    if not _index_cache or len(_index_cache[0]) < count:
+        size = max(count, 4096)
+        _index_cache[:] = [pa.array([str(i) for i in range(size)], pa.string())]
+    return _index_cache[0].slice(0, count)

@@ -20,6 +20,7 @@ from pyspark.sql.types import StructType
 from stableline._errors import StableLineError
 from stableline.spark._options import OptionError, SourceOptions, parse_options
 from stableline.spark._read import (
+    COLUMN_TYPES,
     SCHEMA,
     LedgerRange,
     Position,
@@ -53,10 +54,30 @@ class StablelineDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(parse_options(self.options))
+        return BatchReader(parse_options(self.options), read_columns(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(parse_options(self.options, streaming=True))
+        return StreamReader(parse_options(self.options, streaming=True), read_columns(schema))
+
+
+def read_columns(schema: StructType) -> tuple[str, ...]:
+    """The columns a read makes: those of a schema the user gave (any of ours, any
+    order), else all. Spark's Python sources have no pruning hook; a narrower schema is
+    how a job that needs only `value` skips building the rest."""
+    columns = []
+    for field in schema.fields:
+        expected = COLUMN_TYPES.get(field.name)
+        if expected is None:
+            raise OptionError(
+                f"schema: {field.name!r} is not a stableline column; "
+                f"choose from {', '.join(COLUMN_TYPES)}"
+            )
+        if field.dataType.simpleString() != expected:
+            raise OptionError(
+                f"schema: column {field.name!r} is {expected}, not {field.dataType.simpleString()}"
+            )
+        columns.append(field.name)
+    return tuple(columns)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(parse_write_options(self.options), schema)
@@ -78,8 +99,9 @@ def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -
 class BatchReader(DataSourceReader):
     """A consistent snapshot: each topic's end is pinned when the read is planned."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...]):
         self.options = options
+        self.columns = columns
 
     def partitions(self) -> Sequence[InputPartition]:
         layouts = {
@@ -91,15 +113,16 @@ class BatchReader(DataSourceReader):
         return _partitions(self.options, start, end, layouts)
 
     def read(self, partition: _Partition) -> Iterator[tuple]:
-        return read_range(partition.part)
+        return read_range(partition.part, self.columns)
 
 
 class StreamReader(DataSourceStreamReader):
     """Offsets are {topic: "ledger:entry"}, the next position to read; each micro-batch
     ends at the bound for the isolation level (the stable position for READ_COMMITTED)."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...]):
         self.options = options
+        self.columns = columns
 
     def _layouts(self) -> dict:
         return {
@@ -118,7 +141,7 @@ class StreamReader(DataSourceStreamReader):
         return _partitions(self.options, start, end, self._layouts())
 
     def read(self, partition: _Partition) -> Iterator[tuple]:
-        return read_range(partition.part)
+        return read_range(partition.part, self.columns)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets are Spark's checkpoint; the broker keeps no state."""

@@ -120,3 +120,37 @@ def test_an_unreachable_service_fails_with_a_clear_message(spark):
     )
     with pytest.raises(Exception, match=r"127\.0\.0\.1:1|unavailable|UNAVAILABLE"):
         df.collect()
+
+
+def test_a_narrower_schema_makes_only_its_columns(spark, broker, mixed_topic):
+    full = _load(spark, broker, "mixed").collect()
+    narrow = (
+        spark.read.format("stableline")
+        .schema("message_id string, value binary")
+        .option("service", broker.service_url)
+        .option("topic", "mixed")
+        .load()
+    )
+    assert narrow.columns == ["message_id", "value"]
+    assert sorted((r.message_id, bytes(r.value)) for r in narrow.collect()) == sorted(
+        (r.message_id, bytes(r.value)) for r in full
+    )
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ("value binary, offset long", "'offset' is not a stableline column"),
+        ("value string", "is binary"),
+    ],
+)
+def test_a_schema_that_is_not_ours_fails_naming_the_column(spark, broker, schema, message):
+    df = (
+        spark.read.format("stableline")
+        .schema(schema)
+        .option("service", broker.service_url)
+        .option("topic", "mixed")
+        .load()
+    )
+    with pytest.raises(Exception, match=message):
+        df.collect()
