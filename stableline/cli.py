@@ -334,3 +334,12 @@ def demo_bank(service: str | None, count: int, accounts: int, seed: int) -> None
         ) from None
     if not run(service, count, accounts, seed, out=lambda line: click.echo(line)):
         sys.exit(1)
+
+
+def _add_perf() -> None:
+    from stableline.perf.cli import perf
+
+    main.add_command(perf)
+
+
+_add_perf()

@@ -1,0 +1,134 @@
+"""The consumer side of a perf run: batch_receive + acknowledge, with what each list says.
+
+Per received list: the count, the end-to-end latency (receive time minus the send
+time in the payload header) of every STRIDE-th message weighted by the messages
+it stands for, and, when the run uses transactions, each message's transaction
+key and fate: a READ_COMMITTED subscription that receives a message of an aborted
+transaction is counted as a violation, and the first time it sees each committed
+transaction is kept so the parent can compare it with the commit (commit ->
+visible latency, and "visible before the commit", another violation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from stableline.aio import Client, ConsumerType, InitialPosition, IsolationLevel
+from stableline.perf.coordination import Coordination, monotonic, now_us
+from stableline.perf.worker import IntervalHistograms
+from stableline.perf.workload import KIND_ABORT, ConsumerSpec, Workload
+
+# One latency sample per this many messages of a received list (weighted by the
+# messages it stands for): messages of one chunk share their send time anyway.
+STRIDE = 16
+RECEIVE_TIMEOUT_MS = 100
+
+
+class ConsumerSide:
+    """All consumers of one worker process, on one client connection."""
+
+    def __init__(
+        self, workload: Workload, specs: list[ConsumerSpec], slot: int, coord: Coordination
+    ):
+        self.workload = workload
+        self.specs = specs
+        self.slot = slot
+        self.coord = coord
+        self.histograms = IntervalHistograms("e2e")
+        self.client: Client | None = None
+        self.consumers: list = []
+        self.received = 0
+        self.by_level = {level.name: 0 for level in IsolationLevel}
+        self.aborted_by_level = {level.name: 0 for level in IsolationLevel}
+        self.wrong_size = 0
+        # (topic, subscription) -> txn key -> first receive (us), READ_COMMITTED only.
+        self.first_seen: dict[tuple[str, str], dict[int, int]] = {}
+        self.first_receive = 0.0
+        self.last_receive = 0.0
+
+    async def open(self) -> None:
+        w = self.workload
+        self.client = Client(w.service_url)
+        for spec in self.specs:
+            self.consumers.append(
+                await self.client.subscribe(
+                    spec.topic,
+                    spec.subscription,
+                    consumer_type=ConsumerType[w.subscription_type],
+                    initial_position=InitialPosition[w.initial_position],
+                    isolation_level=spec.isolation,
+                    receiver_queue_size=w.receiver_queue_size,
+                )
+            )
+
+    async def run(self) -> None:
+        await asyncio.gather(
+            *(
+                self._drain(consumer, spec)
+                for consumer, spec in zip(self.consumers, self.specs, strict=True)
+            )
+        )
+
+    async def _drain(self, consumer, spec: ConsumerSpec) -> None:
+        w = self.workload
+        stop = self.coord.stop_consuming
+        e2e = self.histograms
+        level = spec.isolation.name
+        committed_only = spec.isolation is IsolationLevel.READ_COMMITTED
+        first_seen = self.first_seen.setdefault((spec.topic, spec.subscription), {})
+        size = w.message_size
+        while not stop.is_set():
+            messages = await consumer.batch_receive(w.receive_max, RECEIVE_TIMEOUT_MS)
+            if not messages:
+                continue
+            received_us = now_us()
+            count = len(messages)
+            self.last_receive = monotonic()
+            if not self.first_receive:
+                self.first_receive = self.last_receive
+            self.received += count
+            self.by_level[level] += count
+            self.coord.received[self.slot] = self.received
+            histogram = e2e["e2e"]
+            for index in range(0, count, STRIDE):
+                data = messages[index].data()
+                if len(data) != size:
+                    self.wrong_size += 1
+                histogram.record(
+                    received_us - int.from_bytes(data[:8], "little"), min(STRIDE, count - index)
+                )
+            if w.transactional:
+                keys = collections.Counter(m.data()[8:17] for m in messages)
+                for header, seen in keys.items():
+                    if header[8] == KIND_ABORT:
+                        self.aborted_by_level[level] += seen
+                    elif committed_only:
+                        key = int.from_bytes(header[:8], "little")
+                        if key and key not in first_seen:
+                            first_seen[key] = received_us
+            await consumer.acknowledge(messages)
+
+    async def close(self) -> dict:
+        await self.client.close()
+        return {
+            "received": self.received,
+            "by_level": self.by_level,
+            "aborted_by_level": self.aborted_by_level,
+            "wrong_size": self.wrong_size,
+            "first_seen": self.first_seen,
+            "first_receive": self.first_receive,
+            "last_receive": self.last_receive,
+        }
+
+
+def consumer_worker_main(
+    workload: Workload, specs: list[ConsumerSpec], slot: int, coord: Coordination
+) -> None:
+    """Entry point of a consumer worker process."""
+    from stableline.perf.coordination import CONSUMER
+    from stableline.perf.worker import run_worker
+
+    run_worker(
+        CONSUMER, slot, coord, workload.interval_s, ConsumerSide(workload, specs, slot, coord)
+    )
