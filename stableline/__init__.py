@@ -3,6 +3,7 @@
 The blocking client lives here; `stableline.aio` has the same names with async/await.
 """
 
+from stableline._auth import AuthenticationToken
 from stableline._errors import (
     AuthenticationError,
     AuthorizationError,
@@ -25,6 +26,7 @@ from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Mes
 
 __all__ = [
     "AuthenticationError",
+    "AuthenticationToken",
     "AuthorizationError",
     "BrokerUnavailable",
     "Client",

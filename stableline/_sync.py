@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 from stableline import aio
+from stableline._auth import AuthenticationToken
 from stableline._errors import StableLineError
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
 
@@ -175,11 +177,27 @@ def _inner_txn(txn):
 class Client:
     """`with stableline.Client("127.0.0.1:6650") as client: ...`"""
 
-    def __init__(self, service_url: str, operation_timeout_seconds: float = 30.0):
+    def __init__(
+        self,
+        service_url: str,
+        operation_timeout_seconds: float = 30.0,
+        *,
+        authentication: AuthenticationToken | None = None,
+        tls_trust_certs_file_path: str | Path | None = None,
+        tls_certificate_file_path: str | Path | None = None,
+        tls_private_key_file_path: str | Path | None = None,
+    ):
         self._loop = _LoopThread()
 
         async def make() -> aio.Client:
-            return aio.Client(service_url, operation_timeout_seconds)
+            return aio.Client(
+                service_url,
+                operation_timeout_seconds,
+                authentication=authentication,
+                tls_trust_certs_file_path=tls_trust_certs_file_path,
+                tls_certificate_file_path=tls_certificate_file_path,
+                tls_private_key_file_path=tls_private_key_file_path,
+            )
 
         try:
             self._inner = self._loop.run(make())

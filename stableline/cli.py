@@ -8,6 +8,17 @@ from pathlib import Path
 
 import click
 
+from stableline.cli_security import (
+    admin_request,
+    client_credentials,
+    credential_options,
+    finish_serve_config,
+    permissions,
+    serve_security_options,
+    serve_security_overrides,
+    tokens,
+)
+
 DEFAULT_SERVICE = "127.0.0.1:6650"
 DEFAULT_ADMIN = "http://127.0.0.1:8080"
 
@@ -35,6 +46,7 @@ def main() -> None:
     default=None,
     help="A TOML config file.",
 )
+@serve_security_options
 def serve(
     data_dir: Path | None,
     grpc_address: str | None,
@@ -48,8 +60,14 @@ def serve(
     try:
         config = load_config(
             config_file,
-            {"data_dir": data_dir, "grpc_address": grpc_address, "http_address": http_address},
+            {
+                "data_dir": data_dir,
+                "grpc_address": grpc_address,
+                "http_address": http_address,
+                **serve_security_overrides(),
+            },
         )
+        config = finish_serve_config(config)
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
     run(config)
@@ -74,23 +92,24 @@ def _isolation(value: str):
 )
 @click.option("-k", "--key", default=None, help="Partition key.")
 @click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
+@credential_options
 def produce(
     topic: str, messages: tuple[str, ...], num_produce: int, key: str | None, service_url: str
 ) -> None:
     """Send messages to TOPIC."""
     import stableline
 
-    with stableline.Client(service_url) as client:
-        producer = client.create_producer(topic)
+    with stableline.Client(service_url, **client_credentials()) as client:
         sent = 0
         try:
+            producer = client.create_producer(topic)
             for _ in range(num_produce):
                 for text in messages:
                     producer.send_async(text.encode(), _raise_on_error, partition_key=key)
                     sent += 1
             producer.flush()
         except stableline.StableLineError as error:
-            raise click.ClickException(str(error)) from None
+            raise click.ClickException(f"{type(error).__name__}: {error}") from None
         producer.close()
     click.echo(f"{sent} message(s) produced to {topic}")
 
@@ -131,6 +150,7 @@ def _raise_on_error(error, _message_id) -> None:
     "--timeout", default=0.0, help="Stop after this many seconds without a message; 0 = wait."
 )
 @click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
+@credential_options
 def consume(
     topic: str,
     subscription: str,
@@ -147,7 +167,7 @@ def consume(
     level = _isolation(isolation)
     types = {t.name.lower(): t for t in stableline.ConsumerType}
     positions = {p.name.lower(): p for p in stableline.InitialPosition}
-    with stableline.Client(service_url) as client:
+    with stableline.Client(service_url, **client_credentials()) as client:
         try:
             consumer = client.subscribe(
                 topic,
@@ -179,20 +199,7 @@ def admin() -> None:
 
 
 def _admin_get(admin_url: str, path: str):
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(admin_url.rstrip("/") + path, timeout=30) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        try:
-            reason = json.loads(error.read()).get("reason", "")
-        except ValueError:
-            reason = ""
-        raise click.ClickException(f"{error.code}: {reason or error.reason}") from None
-    except urllib.error.URLError as error:
-        raise click.ClickException(f"cannot reach {admin_url}: {error.reason}") from None
+    return admin_request(admin_url, path)
 
 
 def _topic_path(topic: str) -> str:
@@ -210,7 +217,13 @@ def topics() -> None:
     """Topics: list, stats, internal-stats."""
 
 
-_admin_url = click.option("--admin-url", default=DEFAULT_ADMIN, show_default=True)
+def _admin_url(function):
+    function = credential_options(function)
+    return click.option("--admin-url", default=DEFAULT_ADMIN, show_default=True)(function)
+
+
+main.add_command(tokens)
+admin.add_command(permissions)
 
 
 @topics.command("list")
@@ -289,13 +302,14 @@ def txn_show(txn_id: str, admin_url: str) -> None:
 @click.option("--abort", is_flag=True, help="Abort instead of committing.")
 @click.option("--timeout-ms", default=60_000, show_default=True)
 @click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
+@credential_options
 def txn_produce(
     topic: str, messages: tuple[str, ...], abort: bool, timeout_ms: int, service_url: str
 ) -> None:
     """Send messages to TOPIC in one transaction, then commit (or abort) it."""
     import stableline
 
-    with stableline.Client(service_url) as client:
+    with stableline.Client(service_url, **client_credentials()) as client:
         try:
             transaction = client.new_transaction(timeout_ms=timeout_ms)
             producer = client.create_producer(topic)

@@ -40,16 +40,20 @@ class BrokerProcess:
     grpc_port: int = 0
     http_port: int = 0
     runs: int = 0
+    # Whether the broker serves TLS on both ports (from its `ready` event).
+    tls: bool = False
 
     @property
     def service_url(self) -> str:
+        if self.tls:
+            return f"stableline+ssl://127.0.0.1:{self.grpc_port}"
         return f"127.0.0.1:{self.grpc_port}"
 
     target = service_url
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.http_port}"
 
     @property
     def stdout_path(self) -> Path:
@@ -87,6 +91,7 @@ class BrokerProcess:
             )
         ready = self.wait_for_event("ready", timeout_s)
         self.grpc_port, self.http_port = ready["grpc_port"], ready["http_port"]
+        self.tls = ready.get("tls", False)
 
     def events(self) -> list[dict]:
         """The JSON events this run printed so far."""

@@ -1,5 +1,6 @@
 """The asyncio client: the same names as `stableline`, with async/await."""
 
+from stableline._auth import AuthenticationToken
 from stableline._errors import *  # noqa: F403  (the same typed errors)
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
 from stableline.aio._client import Client
@@ -9,6 +10,7 @@ from stableline.aio._reader import Reader
 from stableline.aio._transaction import Transaction
 
 __all__ = [
+    "AuthenticationToken",
     "Client",
     "Consumer",
     "ConsumerType",

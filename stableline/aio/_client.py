@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import grpc
 
-from stableline._errors import from_rpc_error
+from stableline._auth import AuthenticationToken, channel_credentials
+from stableline._errors import BrokerUnavailable, StableLineError, from_rpc_error
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._types import (
@@ -28,21 +30,66 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+_PLAINTEXT_HINT = (
+    "if the broker serves TLS, connect with a stableline+ssl:// URL and tls_trust_certs_file_path"
+)
+_TLS_HINT = (
+    "if the broker serves TLS, check tls_trust_certs_file_path and, when the broker requires "
+    "one, the client certificate; if it does not, use a stableline:// URL"
+)
+
+
 class Client:
     """`async with Client("127.0.0.1:6650") as client: ...`"""
 
-    def __init__(self, service_url: str, operation_timeout_seconds: float = 30.0):
+    def __init__(
+        self,
+        service_url: str,
+        operation_timeout_seconds: float = 30.0,
+        *,
+        authentication: AuthenticationToken | None = None,
+        tls_trust_certs_file_path: str | Path | None = None,
+        tls_certificate_file_path: str | Path | None = None,
+        tls_private_key_file_path: str | Path | None = None,
+    ):
         target, tls = parse_service_url(service_url)
+        # A CA or client certificate means TLS even on a stableline:// URL.
+        tls = tls or any(
+            path is not None
+            for path in (
+                tls_trust_certs_file_path,
+                tls_certificate_file_path,
+                tls_private_key_file_path,
+            )
+        )
         self._channel = (
             grpc.aio.secure_channel(
-                target, grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS
+                target,
+                channel_credentials(
+                    tls_trust_certs_file_path, tls_certificate_file_path, tls_private_key_file_path
+                ),
+                options=_CHANNEL_OPTIONS,
             )
             if tls
             else grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         )
+        self._authentication = authentication
+        self._tls = tls
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._timeout = operation_timeout_seconds
         self._closeables: list = []
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """Metadata sent with every call: the bearer token, when there is one."""
+        return self._authentication.metadata() if self._authentication is not None else ()
+
+    def _error(self, error: grpc.aio.AioRpcError) -> StableLineError:
+        """The typed error; one that is a failure to connect says what to check about TLS."""
+        failure = from_rpc_error(error)
+        if type(failure) is BrokerUnavailable:
+            hint = _TLS_HINT if self._tls else _PLAINTEXT_HINT
+            return BrokerUnavailable(f"{failure} ({hint})")
+        return failure
 
     async def __aenter__(self) -> Client:
         return self
@@ -108,22 +155,26 @@ class Client:
     async def _get_last(self, topic: str, missing_ok: bool = False) -> pb.Position:
         try:
             response = await self._stub.GetLastMessageId(
-                pb.GetLastMessageIdRequest(topic=topic), timeout=self._timeout
+                pb.GetLastMessageIdRequest(topic=topic),
+                timeout=self._timeout,
+                metadata=self._metadata(),
             )
         except grpc.aio.AioRpcError as error:
             if missing_ok and error.code() == grpc.StatusCode.NOT_FOUND:
                 return pb.Position(ledger_id=-1, entry_id=-1)
-            raise from_rpc_error(error) from None
+            raise self._error(error) from None
         return response.last_confirmed_entry
 
     async def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
         """Open a transaction; it aborts by itself if not ended within timeout_ms."""
         try:
             response = await self._stub.NewTransaction(
-                pb.NewTransactionRequest(timeout_ms=timeout_ms), timeout=self._timeout
+                pb.NewTransactionRequest(timeout_ms=timeout_ms),
+                timeout=self._timeout,
+                metadata=self._metadata(),
             )
         except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
+            raise self._error(error) from None
         return Transaction(self, response.txn_id.most_bits, response.txn_id.least_bits, timeout_ms)
 
     async def get_last_message_id(self, topic: str) -> MessageId:

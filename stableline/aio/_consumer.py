@@ -115,24 +115,24 @@ class Consumer:
     # ------------------------------------------------------------ open
 
     async def _open(self) -> None:
-        self._call = self._client._stub.Subscribe()
-        await self._call.write(
-            pb.SubscribeRequest(
-                subscribe=pb.SubscribeOpen(
-                    topic=self._topic,
-                    subscription=self._subscription,
-                    type=self._type.value,
-                    initial_position=self._initial_position.value,
-                    isolation_level=self._isolation.value,
-                    consumer_name=self._name,
-                    priority_level=self._priority,
+        self._call = self._client._stub.Subscribe(metadata=self._client._metadata())
+        try:
+            await self._call.write(
+                pb.SubscribeRequest(
+                    subscribe=pb.SubscribeOpen(
+                        topic=self._topic,
+                        subscription=self._subscription,
+                        type=self._type.value,
+                        initial_position=self._initial_position.value,
+                        isolation_level=self._isolation.value,
+                        consumer_name=self._name,
+                        priority_level=self._priority,
+                    )
                 )
             )
-        )
-        try:
             response = await self._call.read()
         except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
+            raise self._client._error(error) from None
         if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
             raise BrokerUnavailable(f"broker closed the subscribe stream for {self._topic}")
         self._topic = response.subscribed.topic

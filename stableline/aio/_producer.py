@@ -58,16 +58,16 @@ class Producer:
         self._writer: asyncio.Task | None = None
 
     async def _open(self) -> None:
-        self._call = self._client._stub.Produce()
-        await self._call.write(
-            pb.ProduceRequest(
-                open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
-            )
-        )
+        self._call = self._client._stub.Produce(metadata=self._client._metadata())
         try:
+            await self._call.write(
+                pb.ProduceRequest(
+                    open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
+                )
+            )
             response = await self._call.read()
         except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
+            raise self._client._error(error) from None
         if response is grpc.aio.EOF or response.WhichOneof("response") != "opened":
             raise BrokerUnavailable(f"broker closed the produce stream for {self._requested_topic}")
         self.topic = response.opened.topic

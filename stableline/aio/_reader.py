@@ -8,7 +8,7 @@ from collections import deque
 import grpc
 
 from stableline._aborted_filter import AbortedFilter
-from stableline._errors import Timeout, TopicNotFound, from_rpc_error
+from stableline._errors import Timeout, TopicNotFound
 from stableline._proto import broker_pb2 as pb
 from stableline._types import IsolationLevel, Message, MessageId, messages_of
 
@@ -55,9 +55,9 @@ class Reader:
             max_wait_ms=wait_ms,
         )
         try:
-            response = await self._client._stub.Fetch(request)
+            response = await self._client._stub.Fetch(request, metadata=self._client._metadata())
         except grpc.aio.AioRpcError as error:
-            failure = from_rpc_error(error)
+            failure = self._client._error(error)
             if isinstance(failure, TopicNotFound):
                 return False  # nothing published yet: the topic appears on first produce
             raise failure from None

@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 
-from stableline._errors import StableLineError, TransactionEnded, from_rpc_error
+from stableline._errors import StableLineError, TransactionEnded
 from stableline._proto import broker_pb2 as pb
 
 
@@ -45,9 +45,10 @@ class Transaction:
             response = await self._client._stub.EndTransaction(
                 pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
                 timeout=self._client._timeout,
+                metadata=self._client._metadata(),
             )
         except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
+            raise self._client._error(error) from None
         self._state = response.state
 
     async def commit(self) -> None:

@@ -31,6 +31,18 @@ class BrokerConfig:
     txn_snapshot_interval_s: float = 5.0
     # Crash tests only: failpoints to pause at (stableline/broker/failpoints.py).
     failpoints: str = ""
+    # Security, all off by default (stableline/broker/security). TLS on both ports
+    # when a cert and key are set; with a trust file, clients need a cert it signed.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_trust_certs_file: str = ""
+    # Bearer tokens (JWT, `sub` = role): HS256 with a secret key file or RS256 with
+    # a public key file; authorization checks each role's grants, superusers pass.
+    authentication_enabled: bool = False
+    token_secret_key: str = ""
+    token_public_key: str = ""
+    authorization_enabled: bool = False
+    superuser_roles: tuple[str, ...] = ()
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property
@@ -54,6 +66,10 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
             return bool(value)
         if isinstance(default, Path):
             return Path(value)
+        if isinstance(default, tuple):
+            # A TOML list, or "a,b" from a flag or an environment variable.
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(str(item).strip() for item in items if str(item).strip())
         return type(default)(value)
     except (TypeError, ValueError):
         raise ValueError(

@@ -23,6 +23,8 @@ from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.security.broker_security import BrokerSecurity
+from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
 from txnbuffer import TransactionCoordinator
 
@@ -49,13 +51,16 @@ class Broker:
         self._health = health.aio.HealthServicer()
         self._sync_task: asyncio.Task | None = None
         self.failpoints: Failpoints | None = None
+        self.security: BrokerSecurity | None = None
         self.grpc_port = 0
         self.http_port = 0
 
     async def start(self) -> None:
         config = self.config
+        security_settings = SecuritySettings.from_config(config)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = MetadataStore(config.metadata_dir)
+        self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
         self.coordinator = TransactionCoordinator(0, self.store, BrokerParticipant(self.registry))
         if config.failpoints:
@@ -77,7 +82,8 @@ class Broker:
                 ("grpc.max_receive_message_length", message_limit),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            interceptors=self.security.grpc_interceptors(),
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
             BrokerService(self.registry, config, self.coordinator), self._grpc
@@ -95,15 +101,19 @@ class Broker:
             ),
             self._grpc,
         )
-        self.grpc_port = self._grpc.add_insecure_port(config.grpc_address)
+        self.grpc_port = self.security.add_grpc_port(self._grpc, config.grpc_address)
         if self.grpc_port == 0:
             raise OSError(f"cannot listen for gRPC on {config.grpc_address}")
         await self._grpc.start()
 
-        self._http = web.AppRunner(make_app(self.registry, self.coordinator), access_log=None)
+        http_app = make_app(self.registry, self.coordinator)
+        self.security.attach_http(http_app)
+        self._http = web.AppRunner(http_app, access_log=None)
         await self._http.setup()
         host, port = _split_address(config.http_address)
-        site = web.TCPSite(self._http, host, port, reuse_address=True)
+        site = web.TCPSite(
+            self._http, host, port, reuse_address=True, ssl_context=self.security.http_ssl_context()
+        )
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]
 
@@ -145,7 +155,12 @@ async def serve(config: BrokerConfig) -> None:
     # One line on stdout that tools and tests can read for the bound ports.
     print(
         json.dumps(
-            {"event": "ready", "grpc_port": broker.grpc_port, "http_port": broker.http_port}
+            {
+                "event": "ready",
+                "grpc_port": broker.grpc_port,
+                "http_port": broker.http_port,
+                "tls": broker.security.settings.tls is not None,
+            }
         ),
         flush=True,
     )

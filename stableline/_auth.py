@@ -1,0 +1,45 @@
+"""Client credentials: a bearer token for every call, and TLS for the channel.
+
+`AuthenticationToken("eyJ...")`, or a function returning the current token (read
+again for each call, so a token refreshed on disk is picked up), as Pulsar's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+
+class AuthenticationToken:
+    def __init__(self, token: str | Callable[[], str]):
+        if not callable(token) and not (isinstance(token, str) and token.strip()):
+            raise ValueError("AuthenticationToken needs a token string or a function returning one")
+        self._token = token
+
+    def token(self) -> str:
+        value = self._token() if callable(self._token) else self._token
+        return value.strip()
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token()}"),)
+
+
+def channel_credentials(
+    trust_certs_file: str | Path | None = None,
+    certificate_file: str | Path | None = None,
+    private_key_file: str | Path | None = None,
+) -> grpc.ChannelCredentials:
+    """TLS credentials: the broker's CA (system roots when None) and an optional client cert."""
+    if (certificate_file is None) != (private_key_file is None):
+        raise ValueError("a client certificate needs both its certificate and private key file")
+
+    def read(path: str | Path | None) -> bytes | None:
+        return Path(path).read_bytes() if path is not None else None
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(trust_certs_file),
+        private_key=read(private_key_file),
+        certificate_chain=read(certificate_file),
+    )

@@ -1,0 +1,57 @@
+"""How security attaches to the broker: the gRPC port, the HTTP app, and their TLS."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+
+import grpc
+from aiohttp import web
+
+from managed_ledger import MetadataStore
+from stableline.broker.security import tls
+from stableline.broker.security.grpc_guard import AuthInterceptor
+from stableline.broker.security.guard import Guard
+from stableline.broker.security.http_guard import auth_middleware
+from stableline.broker.security.http_permissions import add_permission_routes
+from stableline.broker.security.permissions import Authorizer, PermissionStore
+from stableline.broker.security.settings import SecuritySettings
+from stableline.broker.security.tokens import TokenVerifier, read_secret_key
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSecurity:
+    settings: SecuritySettings
+    permissions: PermissionStore
+    guard: Guard
+
+    @classmethod
+    def open(cls, settings: SecuritySettings, store: MetadataStore) -> BrokerSecurity:
+        permissions = PermissionStore(store)
+        verifier = None
+        if settings.authentication_enabled:
+            if settings.token_secret_key is not None:
+                verifier = TokenVerifier(secret_key=read_secret_key(settings.token_secret_key))
+            else:
+                verifier = TokenVerifier(public_key=settings.token_public_key.read_bytes())
+        authorizer = None
+        if settings.authorization_enabled:
+            authorizer = Authorizer(permissions, settings.superuser_roles)
+        return cls(settings, permissions, Guard(verifier, authorizer))
+
+    def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        return [AuthInterceptor(self.guard)] if self.guard.enabled else []
+
+    def add_grpc_port(self, server: grpc.aio.Server, address: str) -> int:
+        if self.settings.tls is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, tls.grpc_server_credentials(self.settings.tls))
+
+    def attach_http(self, app: web.Application) -> None:
+        """Permission routes always; the token check when authentication is on."""
+        add_permission_routes(app, self.permissions)
+        if self.guard.enabled:
+            app.middlewares.append(auth_middleware(self.guard))
+
+    def http_ssl_context(self) -> ssl.SSLContext | None:
+        return None if self.settings.tls is None else tls.http_ssl_context(self.settings.tls)

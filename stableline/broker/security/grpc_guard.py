@@ -1,0 +1,183 @@
+"""A grpc.aio server interceptor: every data-plane and admin RPC passes the Guard first.
+
+Each RPC maps to the action it needs on the topic it names: Produce -> produce;
+Subscribe, Fetch, GetLastMessageId -> consume; transactions -> any authenticated
+role (their writes and acks go through Produce and Subscribe, which check the
+topic); every Admin RPC, and any RPC not in the table, -> admin. The check runs
+before the service sees the request (for a stream, before its first message
+reaches the service), so a refused call writes nothing and creates no topic.
+Health and reflection stay open: probes and tools need no token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from stableline.broker.errors import BrokerError, abort, invalid
+from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
+from stableline.broker.security.permissions import Action
+from stableline.topic_name import TopicName
+
+GUARDED_SERVICES = ("/stableline.v1.Broker/", "/stableline.v1.Admin/")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    # None: an authenticated role suffices.
+    action: Action | None
+    # The topic the request names, or None when it does not name one where it must.
+    topic_of: Callable[[Any], str | None] | None = None
+    # For streams: the message that must open it (for the error message).
+    opening: str = ""
+
+
+def _field(name: str, inner: str) -> Callable[[Any], str | None]:
+    def topic_of(message: Any) -> str | None:
+        if message.WhichOneof("request") != name:
+            return None
+        return getattr(getattr(message, name), inner)
+
+    return topic_of
+
+
+RULES: dict[str, Rule] = {
+    "/stableline.v1.Broker/Produce": Rule(Action.PRODUCE, _field("open", "topic"), "open"),
+    "/stableline.v1.Broker/Subscribe": Rule(
+        Action.CONSUME, _field("subscribe", "topic"), "subscribe"
+    ),
+    "/stableline.v1.Broker/Fetch": Rule(Action.CONSUME, lambda r: r.topic),
+    "/stableline.v1.Broker/GetLastMessageId": Rule(Action.CONSUME, lambda r: r.topic),
+    "/stableline.v1.Broker/NewTransaction": Rule(None),
+    "/stableline.v1.Broker/EndTransaction": Rule(None),
+}
+ADMIN_RULE = Rule(Action.ADMIN)
+
+
+def _metadata_value(metadata: Any, key: str) -> str | None:
+    for name, value in metadata or ():
+        if name == key:
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, guard: Guard):
+        assert guard.enabled
+        self._guard = guard
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith(GUARDED_SERVICES):
+            return handler
+        rule = RULES.get(method, ADMIN_RULE)
+        header = _metadata_value(handler_call_details.invocation_metadata, "authorization")
+        try:
+            role: str | None = self._guard.authenticate(header)
+            failure: BrokerError | None = None
+        except AuthenticationFailed as error:
+            role = None
+            failure = BrokerError(
+                grpc.StatusCode.UNAUTHENTICATED, "AuthenticationFailed", str(error)
+            )
+        check = _Check(self._guard, rule, role, failure, method.rsplit("/", 1)[1])
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=check.unary(handler.unary_unary))
+        if handler.stream_stream is not None:
+            return handler._replace(stream_stream=check.streaming(handler.stream_stream))
+        if handler.unary_stream is not None:
+            return handler._replace(unary_stream=check.unary_streaming(handler.unary_stream))
+        return handler._replace(stream_unary=check.stream_unary(handler.stream_unary))
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    guard: Guard
+    rule: Rule
+    role: str | None
+    failure: BrokerError | None
+    method_name: str
+
+    async def verify(self, context, message: Any | None) -> None:
+        """Aborts the RPC (raising) unless the caller may make it with this message."""
+        if self.failure is not None:
+            await abort(context, self.failure)
+        topic = None
+        if self.rule.topic_of is not None:
+            text = self.rule.topic_of(message) if message is not None else None
+            if text is None:
+                await abort(
+                    context,
+                    invalid(
+                        f"the first message of a {self.method_name} stream must be "
+                        f"{self.rule.opening!r}"
+                    ),
+                )
+            try:
+                topic = TopicName.parse(text)
+            except ValueError as error:
+                await abort(context, error)
+        try:
+            if self.rule.action is not None:
+                self.guard.authorize(self.role, self.rule.action, topic)
+        except NotPermitted as error:
+            await abort(
+                context, BrokerError(grpc.StatusCode.PERMISSION_DENIED, "NotAuthorized", str(error))
+            )
+
+    def unary(self, behavior):
+        async def guarded(request, context):
+            await self.verify(context, request)
+            return await behavior(request, context)
+
+        return guarded
+
+    def unary_streaming(self, behavior):
+        async def guarded(request, context):
+            await self.verify(context, request)
+            async for response in behavior(request, context):
+                yield response
+
+        return guarded
+
+    async def _opened(self, request_iterator, context) -> AsyncIterator | None:
+        """The stream with its first message checked and put back; None if it is empty."""
+        if self.rule.topic_of is None:
+            await self.verify(context, None)
+            return request_iterator
+        if self.failure is not None:
+            await abort(context, self.failure)
+        try:
+            first = await anext(request_iterator)
+        except StopAsyncIteration:
+            return None
+        await self.verify(context, first)
+        return _prepend(first, request_iterator)
+
+    def streaming(self, behavior):
+        async def guarded(request_iterator, context):
+            requests = await self._opened(request_iterator, context)
+            if requests is None:
+                return
+            async for response in behavior(requests, context):
+                yield response
+
+        return guarded
+
+    def stream_unary(self, behavior):
+        async def guarded(request_iterator, context):
+            requests = await self._opened(request_iterator, context)
+            return await behavior(requests or _prepend(None, request_iterator), context)
+
+        return guarded
+
+
+async def _prepend(first: Any, rest: AsyncIterator) -> AsyncIterator:
+    if first is not None:
+        yield first
+    async for item in rest:
+        yield item

@@ -1,0 +1,49 @@
+"""The checks every face shares: who is calling (authentication), may they (authorization).
+
+The gRPC interceptor and the HTTP middleware are thin adapters over `Guard`, so
+both ports answer the same question the same way.
+"""
+
+from __future__ import annotations
+
+from stableline.broker.security.permissions import Action, Authorizer
+from stableline.broker.security.tokens import AuthenticationFailed, TokenVerifier, bearer_token
+from stableline.topic_name import TopicName
+
+
+class NotPermitted(Exception):
+    """The role is known but may not do this; the message says how to allow it."""
+
+
+class Guard:
+    def __init__(self, verifier: TokenVerifier | None, authorizer: Authorizer | None):
+        # Authorization needs to know the role, so it never runs without authentication.
+        assert authorizer is None or verifier is not None
+        self.verifier = verifier
+        self.authorizer = authorizer
+
+    @property
+    def enabled(self) -> bool:
+        return self.verifier is not None
+
+    def authenticate(self, authorization_header: str | None) -> str:
+        """The caller's role; raises AuthenticationFailed."""
+        assert self.verifier is not None, "authenticate() with authentication off"
+        return self.verifier.role_of(bearer_token(authorization_header))
+
+    def authorize(self, role: str, action: Action, topic: TopicName | None = None) -> None:
+        """Raises NotPermitted unless `role` may do `action` (on `topic`)."""
+        if self.authorizer is None or self.authorizer.allows(role, action, topic):
+            return
+        if action is Action.ADMIN or topic is None:
+            raise NotPermitted(
+                f"role {role!r} may not administer the broker: only superuser roles may"
+            )
+        raise NotPermitted(
+            f"role {role!r} may not {action.value} on {topic}; a superuser can grant it with "
+            f"POST /admin/v2/namespaces/{topic.namespace_path}/permissions/{role} "
+            f'["{action.value}"]'
+        )
+
+
+__all__ = ["AuthenticationFailed", "Guard", "NotPermitted"]

@@ -1,0 +1,189 @@
+"""Who may do what: roles, actions, grants per namespace and per topic (Pulsar's model).
+
+Grants are `role -> {produce, consume}` on a namespace (every topic in it) or on
+one topic; a role may act on a topic when either level grants the action.
+`admin` (topics, stats, permissions themselves) is never granted: it belongs to
+the superuser roles of the config. Grants live in the broker's metadata store,
+written through and fsynced before a grant is acknowledged, so they survive a
+restart or a crash; an in-memory copy answers the checks.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable
+
+from managed_ledger import MetadataStore
+from stableline.topic_name import _PART, TopicName
+
+PERMISSIONS_DB = b"broker"
+_PREFIX = "permission:"
+_NAMESPACE_PREFIX = _PREFIX + "namespace:"
+_TOPIC_PREFIX = _PREFIX + "topic:"
+# Roles granted on one namespace or one topic; a bound on what a grant can grow to.
+MAX_ROLES_PER_RESOURCE = 10_000
+MAX_ROLE_LENGTH = 256
+
+
+class Action(enum.Enum):
+    PRODUCE = "produce"
+    CONSUME = "consume"
+    ADMIN = "admin"
+
+
+GRANTABLE = (Action.PRODUCE, Action.CONSUME)
+
+
+class InvalidPermissionError(ValueError):
+    """A grant names an unknown action, an empty role, or a bad namespace."""
+
+
+def parse_actions(values: object) -> frozenset[Action]:
+    """A JSON list such as ["produce", "consume"] -> actions; anything else is refused."""
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise InvalidPermissionError(
+            'the body must be a JSON list of actions, e.g. ["produce", "consume"]'
+        )
+    actions = set()
+    grantable = {a.value: a for a in GRANTABLE}
+    for value in values:
+        action = grantable.get(value.lower())
+        if action is None:
+            raise InvalidPermissionError(
+                f"unknown action {value!r}: grantable actions are "
+                f"{', '.join(sorted(grantable))} (admin belongs to superuser roles)"
+            )
+        actions.add(action)
+    return frozenset(actions)
+
+
+def check_role(role: str) -> str:
+    if not role or len(role) > MAX_ROLE_LENGTH or any(c.isspace() for c in role):
+        raise InvalidPermissionError(
+            f"role {role[:40]!r} must be 1..{MAX_ROLE_LENGTH} characters without spaces"
+        )
+    return role
+
+
+def namespace_path(tenant: str, namespace: str) -> str:
+    for part in (tenant, namespace):
+        if not _PART.match(part) or part in (".", ".."):
+            raise InvalidPermissionError(
+                f"invalid namespace {tenant}/{namespace}: parts may only contain letters, "
+                "digits and _ . = : -"
+            )
+    return f"{tenant}/{namespace}"
+
+
+def _encode(grants: dict[str, frozenset[Action]]) -> bytes:
+    document = {role: sorted(a.value for a in actions) for role, actions in grants.items()}
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _decode(raw: bytes) -> dict[str, frozenset[Action]]:
+    return {
+        role: frozenset(Action(a) for a in actions) for role, actions in json.loads(raw).items()
+    }
+
+
+class PermissionStore:
+    """Namespace and topic grants, durable in the metadata store."""
+
+    def __init__(self, store: MetadataStore):
+        self._store = store
+        self._namespaces: dict[str, dict[str, frozenset[Action]]] = {}
+        self._topics: dict[str, dict[str, frozenset[Action]]] = {}
+        for key, raw in store.scan_prefix(PERMISSIONS_DB, _PREFIX):
+            if key.startswith(_NAMESPACE_PREFIX):
+                self._namespaces[key[len(_NAMESPACE_PREFIX) :]] = _decode(raw)
+            elif key.startswith(_TOPIC_PREFIX):
+                self._topics[key[len(_TOPIC_PREFIX) :]] = _decode(raw)
+
+    # -------------------------------------------------------------- reading
+
+    def namespace_grants(self, namespace: str) -> dict[str, frozenset[Action]]:
+        return dict(self._namespaces.get(namespace, {}))
+
+    def topic_grants(self, topic: TopicName) -> dict[str, frozenset[Action]]:
+        return dict(self._topics.get(str(topic), {}))
+
+    def effective_grants(self, topic: TopicName) -> dict[str, frozenset[Action]]:
+        """What each role may do on the topic: its namespace's grants joined with its own."""
+        merged = self.namespace_grants(topic.namespace_path)
+        for role, actions in self._topics.get(str(topic), {}).items():
+            merged[role] = merged.get(role, frozenset()) | actions
+        return merged
+
+    def allows(self, role: str, action: Action, topic: TopicName) -> bool:
+        if action is Action.ADMIN:
+            return False
+        if action in self._namespaces.get(topic.namespace_path, {}).get(role, ()):
+            return True
+        return action in self._topics.get(str(topic), {}).get(role, ())
+
+    # -------------------------------------------------------------- changing
+
+    async def grant_namespace(self, namespace: str, role: str, actions: Iterable[Action]) -> None:
+        await self._set(self._namespaces, _NAMESPACE_PREFIX, namespace, role, actions)
+
+    async def revoke_namespace(self, namespace: str, role: str) -> bool:
+        return await self._set(self._namespaces, _NAMESPACE_PREFIX, namespace, role, None)
+
+    async def grant_topic(self, topic: TopicName, role: str, actions: Iterable[Action]) -> None:
+        await self._set(self._topics, _TOPIC_PREFIX, str(topic), role, actions)
+
+    async def revoke_topic(self, topic: TopicName, role: str) -> bool:
+        return await self._set(self._topics, _TOPIC_PREFIX, str(topic), role, None)
+
+    async def _set(
+        self,
+        table: dict[str, dict[str, frozenset[Action]]],
+        prefix: str,
+        resource: str,
+        role: str,
+        actions: Iterable[Action] | None,
+    ) -> bool:
+        """Replace (or with None remove) one role's grant; True if something changed."""
+        check_role(role)
+        grants = dict(table.get(resource, {}))
+        if actions is None:
+            if role not in grants:
+                return False
+            del grants[role]
+        else:
+            actions = frozenset(actions)
+            assert Action.ADMIN not in actions, "admin is never granted"
+            if role not in grants and len(grants) >= MAX_ROLES_PER_RESOURCE:
+                raise InvalidPermissionError(
+                    f"{resource} already has {MAX_ROLES_PER_RESOURCE} roles granted"
+                )
+            grants[role] = actions
+        key = prefix + resource
+        if grants:
+            self._store.put(PERMISSIONS_DB, key, _encode(grants))
+            table[resource] = grants
+        else:
+            self._store.delete(PERMISSIONS_DB, key)
+            table.pop(resource, None)
+        # A grant or revocation is acknowledged only once it would survive a crash.
+        await self._store.sync_async()
+        return True
+
+
+class Authorizer:
+    """The one place that decides: superusers may do anything, others what is granted."""
+
+    def __init__(self, permissions: PermissionStore, superuser_roles: Iterable[str]):
+        self.permissions = permissions
+        self.superuser_roles = frozenset(superuser_roles)
+
+    def is_superuser(self, role: str) -> bool:
+        return role in self.superuser_roles
+
+    def allows(self, role: str, action: Action, topic: TopicName | None = None) -> bool:
+        if role in self.superuser_roles:
+            return True
+        if action is Action.ADMIN or topic is None:
+            return False
+        return self.permissions.allows(role, action, topic)
