@@ -14,6 +14,7 @@ import time
 import traceback
 from typing import Protocol
 
+from stableline._errors import StableLineError
 from stableline.perf.coordination import Coordination
 from stableline.perf.histogram import LatencyHistogram
 
@@ -71,5 +72,7 @@ def run_worker(role: str, slot: int, coord: Coordination, interval_s: float, sid
 
     try:
         reports.put(("final", role, slot, asyncio.run(life())))
+    except StableLineError as error:  # the broker's refusal says it all; no traceback
+        reports.put(("error", role, slot, f"{type(error).__name__}: {error}"))
     except BaseException:
         reports.put(("error", role, slot, traceback.format_exc()))
