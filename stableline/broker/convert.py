@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from dispatcher import Delivery, IsolationLevel, SubscriptionType
 from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
@@ -90,3 +91,30 @@ def entry_to_proto(
 
 def delivery_to_proto(delivery: Delivery) -> pb.EntryDelivery:
     return entry_to_proto(delivery.entry, delivery.redelivery_count, delivery.acked_batch_indexes)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMessage:
+    """One message of a client-encoded batch, for tools that look inside entries."""
+
+    payload: bytes
+    partition_key: str | None
+    properties: dict[str, str]
+    event_time_ms: int
+
+
+def batch_messages(payload: bytes) -> list[BatchMessage]:
+    """The messages of an entry's payload; raises ValueError when it is not a batch."""
+    try:
+        batch = pb.MessageBatch.FromString(payload)
+    except Exception as error:  # protobuf's DecodeError, kept inside this module
+        raise ValueError(f"entry payload is not a message batch: {error}") from None
+    return [
+        BatchMessage(
+            m.payload,
+            m.partition_key if m.has_partition_key else None,
+            dict(m.properties),
+            m.event_time_ms,
+        )
+        for m in batch.messages
+    ]

@@ -1,14 +1,13 @@
-"""HTTP admin on Pulsar's paths, /metrics, and a small dashboard page."""
+"""HTTP admin on Pulsar's paths, /metrics, and the dashboard at / (stableline.broker.dashboard)."""
 
 from __future__ import annotations
 
-import html
 import logging
 
 from aiohttp import web
 
 from managed_ledger import TxnId
-from stableline.broker import stats
+from stableline.broker import dashboard, http_diagnostics, stats
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -94,35 +93,6 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
             body=render(metrics_registry), content_type="text/plain", charset="utf-8"
         )
 
-    async def dashboard(_request: web.Request) -> web.Response:
-        rows = []
-        for topic in sorted(registry.loaded(), key=lambda t: str(t.name)):
-            document = stats.topic_stats(topic)
-            subs = document["subscriptions"] or {"—": None}
-            for sub_name, sub in subs.items():
-                rows.append(
-                    "<tr>"
-                    + "".join(
-                        f"<td>{html.escape(str(cell))}</td>"
-                        for cell in (
-                            document["topic"],
-                            document["msgInCounter"],
-                            document["lastConfirmedEntry"],
-                            document["transactionBuffer"]["maxReadPosition"],
-                            sub_name,
-                            sub["type"] if sub else "",
-                            sub["subscriptionIsolationLevel"] if sub else "",
-                            sub["msgBacklog"] if sub else "",
-                            len(sub["consumers"]) if sub else "",
-                        )
-                    )
-                    + "</tr>"
-                )
-        body = DASHBOARD.replace(
-            "{rows}", "\n".join(rows) or '<tr><td colspan="9">no topics yet</td></tr>'
-        )
-        return web.Response(text=body, content_type="text/html")
-
     base = "/admin/v2/persistent/{tenant}/{namespace}"
     app.router.add_get("/admin/v2/brokers/health", health)
     app.router.add_get(base, list_topics)
@@ -138,18 +108,6 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
     app.router.add_get(transactions + "/transactionMetadata", transaction_metadata)
     app.router.add_get(transactions + "/coordinatorStats", coordinator_stats)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/", dashboard)
+    http_diagnostics.add_routes(app, registry, coordinator)
+    dashboard.add_routes(app)
     return app
-
-
-DASHBOARD = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>stableline</title>
-<meta http-equiv="refresh" content="5">
-<style>body{font-family:system-ui,sans-serif;margin:2rem}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}th{background:#f3f3f3}</style>
-</head><body><h1>stableline</h1><p>Topics and subscriptions (refreshes every 5 s).</p>
-<table><tr><th>topic</th><th>messages in</th><th>last confirmed entry</th><th>maxReadPosition</th><th>subscription</th>
-<th>type</th><th>isolation level</th><th>backlog</th><th>consumers</th></tr>
-{rows}
-</table></body></html>
-"""

@@ -44,14 +44,19 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     subscriptions = {
         name: _subscription_stats(s) for name, s in sorted(topic.subscriptions.items())
     }
+    messages_out = sum(s["msgOutCounter"] for s in subscriptions.values())
+    bytes_out = sum(s["bytesOutCounter"] for s in subscriptions.values())
+    topic.rate_out.sample(messages_out, bytes_out)
     return {
         "topic": str(topic.name),
         "msgRateIn": round(rate.message_rate, 3),
         "msgThroughputIn": round(rate.byte_rate, 3),
+        "msgRateOut": round(topic.rate_out.message_rate, 3),
+        "msgThroughputOut": round(topic.rate_out.byte_rate, 3),
         "msgInCounter": rate.messages,
         "bytesInCounter": rate.bytes,
-        "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
-        "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
+        "msgOutCounter": messages_out,
+        "bytesOutCounter": bytes_out,
         "averageMsgSize": round(rate.bytes / rate.messages, 3) if rate.messages else 0.0,
         "storageSize": ledger.total_size,
         "lastConfirmedEntry": str(ledger.last_confirmed),

@@ -51,6 +51,27 @@ class RateCounter:
             self._window_messages = self._window_bytes = 0
 
 
+@dataclass(slots=True)
+class TotalsRate:
+    """A rate derived from running totals that are counted elsewhere (deliveries are
+    counted by subscriptions): the rate between the last two samples at least
+    `window_s` apart. A total that shrinks (a subscription went away) counts as 0."""
+
+    message_rate: float = 0.0
+    byte_rate: float = 0.0
+    _messages: int = 0
+    _bytes: int = 0
+    _sampled_at: float = field(default_factory=time.monotonic)
+
+    def sample(self, messages: int, size: int, window_s: float = 1.0) -> None:
+        elapsed = time.monotonic() - self._sampled_at
+        if elapsed >= window_s:
+            self.message_rate = max(messages - self._messages, 0) / elapsed
+            self.byte_rate = max(size - self._bytes, 0) / elapsed
+            self._messages, self._bytes = messages, size
+            self._sampled_at = time.monotonic()
+
+
 class Topic:
     def __init__(
         self, name: TopicName, ledger: ManagedLedger, snapshot_policy: SnapshotPolicy | None = None
@@ -60,6 +81,7 @@ class Topic:
         self.subscriptions: dict[str, Subscription] = {}
         self.producers: dict[int, str] = {}
         self.rate_in = RateCounter()
+        self.rate_out = TotalsRate()
         self.buffer = TransactionBuffer(ledger, snapshot_policy)
         self.buffer.set_zombie_aborter(self._abort_zombie)
         self._views: dict[IsolationLevel, ReadView] = {

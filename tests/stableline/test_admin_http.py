@@ -96,11 +96,3 @@ def test_metrics_are_prometheus_text(broker, client):
     assert status == 200
     assert 'stableline_in_messages_total{topic="persistent://public/default/metered"} 1.0' in text
     assert 'isolation_level="READ_UNCOMMITTED"' in text
-
-
-def test_dashboard_lists_topics_and_isolation_levels(broker, client):
-    client.subscribe("shown", "watcher", isolation_level=IsolationLevel.READ_UNCOMMITTED)
-    status, body = _request(broker, "GET", "/")
-    assert status == 200
-    assert b"persistent://public/default/shown" in body
-    assert b"READ_UNCOMMITTED" in body

@@ -1,0 +1,552 @@
+// The stableline dashboard: three views (topics, one topic, transactions) rendered
+// in the browser from the broker's JSON admin API, read again every REFRESH_MS.
+// No build step and no third-party code: the rate chart is a small inline SVG.
+
+const REFRESH_MS = 2000;
+const CHART_SAMPLES = 90; // three minutes of samples at REFRESH_MS
+const PEEK_COUNT = 20;
+const TOKEN_KEY = "stableline.adminToken";
+
+const view = document.getElementById("view");
+const statusLine = document.getElementById("status");
+
+// ------------------------------------------------------------------ HTML
+
+// Values interpolated into h`...` are escaped unless they are h`...` themselves.
+class Raw {
+  constructor(text) {
+    this.text = text;
+  }
+}
+
+function render(value) {
+  if (value instanceof Raw) return value.text;
+  if (Array.isArray(value)) return value.map(render).join("");
+  if (value === null || value === undefined || value === false) return "";
+  return String(value).replace(
+    /[&<>"']/g,
+    (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c],
+  );
+}
+
+function h(strings, ...values) {
+  let out = strings[0];
+  values.forEach((value, i) => {
+    out += render(value) + strings[i + 1];
+  });
+  return new Raw(out);
+}
+
+function setHtml(id, content) {
+  const element = document.getElementById(id);
+  if (element) element.innerHTML = render(content);
+}
+
+// ------------------------------------------------------------------ formatting
+
+const number = (n) => (n ?? 0).toLocaleString("en");
+const rate = (r) => `${(r ?? 0).toFixed(1)}/s`;
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = n ?? 0;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "—";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(Math.floor(s % 60)).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
+
+function timestamp(ms) {
+  if (!ms) return "never";
+  return `${new Date(ms).toISOString().replace("T", " ").slice(0, 19)} UTC`;
+}
+
+const ago = (ms) => (ms ? `${duration(Date.now() - ms)} ago` : "never");
+
+// "persistent://tenant/ns/topic" -> ["tenant", "ns", "topic"]
+const topicParts = (name) => name.replace(/^persistent:\/\//, "").split("/");
+const topicHref = (name) => `#/topic/${topicParts(name).map(encodeURIComponent).join("/")}`;
+const topicApi = (name) =>
+  `/admin/v2/persistent/${topicParts(name).map(encodeURIComponent).join("/")}`;
+const stablePositionApi = (name) =>
+  `/admin/v3/transactions/stablePosition/${topicParts(name).map(encodeURIComponent).join("/")}`;
+
+function levelBadge(level) {
+  const short = level === "READ_COMMITTED" ? "rc" : "ru";
+  return h`<span class="badge ${short}" title="subscriptionIsolationLevel">${level}</span>`;
+}
+
+// "OPEN, open 2m 05s" (the coordinator may not know a transaction left by a crash).
+function pinnedSummary(pinnedBy) {
+  const age = pinnedBy.ageMs !== undefined ? `, open ${duration(pinnedBy.ageMs)}` : "";
+  return `${pinnedBy.status}${age}`;
+}
+
+// ------------------------------------------------------------------ admin API
+
+class AuthRequired extends Error {}
+
+async function api(path) {
+  const headers = { Accept: "application/json" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(path, { headers, cache: "no-store" });
+  if (response.status === 401 || response.status === 403) {
+    throw new AuthRequired(`${response.status} from ${path}`);
+  }
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    throw new Error(`${path}: ${body?.reason ?? `${response.status} ${response.statusText}`}`);
+  }
+  return body;
+}
+
+// ------------------------------------------------------------------ rate chart
+
+const rateHistory = new Map(); // topic -> [{at, in, out}], newest last
+
+function recordRates(topic, stats) {
+  const samples = rateHistory.get(topic) ?? [];
+  samples.push({ at: Date.now(), in: stats.msgRateIn ?? 0, out: stats.msgRateOut ?? 0 });
+  while (samples.length > CHART_SAMPLES) samples.shift();
+  rateHistory.set(topic, samples);
+  return samples;
+}
+
+function niceCeiling(value) {
+  if (value <= 1) return 1;
+  const magnitude = 10 ** Math.floor(Math.log10(value));
+  const step = [1, 2, 5, 10].find((s) => s * magnitude >= value);
+  return step * magnitude;
+}
+
+function rateChart(samples) {
+  const width = 640;
+  const height = 170;
+  const left = 48;
+  const bottom = 20;
+  const top = 10;
+  const plotWidth = width - left - 8;
+  const plotHeight = height - top - bottom;
+  const ceiling = niceCeiling(Math.max(...samples.map((s) => Math.max(s.in, s.out)), 0));
+  const x = (i) => left + (plotWidth * (CHART_SAMPLES - samples.length + i)) / (CHART_SAMPLES - 1);
+  const y = (v) => top + plotHeight - (plotHeight * v) / ceiling;
+  const line = (key) => samples.map((s, i) => `${x(i).toFixed(1)},${y(s[key]).toFixed(1)}`).join(" ");
+  const last = samples[samples.length - 1] ?? { in: 0, out: 0 };
+  const span = duration((CHART_SAMPLES - 1) * REFRESH_MS);
+  return h`<svg viewBox="0 0 ${width} ${height}" class="chart" role="img"
+      aria-label="messages per second in and out">
+    <line x1="${left}" y1="${top}" x2="${width - 8}" y2="${top}" class="grid"/>
+    <line x1="${left}" y1="${top + plotHeight / 2}" x2="${width - 8}" y2="${top + plotHeight / 2}" class="grid"/>
+    <line x1="${left}" y1="${top + plotHeight}" x2="${width - 8}" y2="${top + plotHeight}" class="axis"/>
+    <text x="${left - 6}" y="${top + 4}" class="label" text-anchor="end">${number(ceiling)}</text>
+    <text x="${left - 6}" y="${top + plotHeight / 2 + 4}" class="label" text-anchor="end">${number(ceiling / 2)}</text>
+    <text x="${left - 6}" y="${top + plotHeight + 4}" class="label" text-anchor="end">0</text>
+    <text x="${left}" y="${height - 4}" class="label">${span} ago</text>
+    <text x="${width - 8}" y="${height - 4}" class="label" text-anchor="end">now</text>
+    <polyline points="${line("in")}" class="rate-in"/>
+    <polyline points="${line("out")}" class="rate-out"/>
+  </svg>
+  <div class="legend"><span class="key in"></span>in ${rate(last.in)}
+    <span class="key out"></span>out ${rate(last.out)} <span class="muted">(messages per second)</span></div>`;
+}
+
+// ------------------------------------------------------------------ topics view
+
+function topicsView() {
+  return {
+    nav: "topics",
+    mount() {
+      view.innerHTML = render(h`<h1>Topics</h1>
+        <div id="topics-alert"></div>
+        <table id="topics" class="grid-table">
+          <thead><tr><th>Topic</th><th class="num">In</th><th class="num">Out</th>
+            <th class="num">Messages in</th><th class="num">Storage</th><th>Subscriptions</th>
+            <th class="num">Backlog</th><th>READ_COMMITTED can read</th></tr></thead>
+          <tbody id="topics-body"></tbody>
+        </table>`);
+    },
+    async refresh() {
+      const nested = await api("/admin/v2/broker-stats/topics");
+      const topics = [];
+      for (const bundles of Object.values(nested)) {
+        for (const bundle of Object.values(bundles)) {
+          topics.push(...Object.values(bundle.persistent ?? {}));
+        }
+      }
+      topics.sort((a, b) => a.topic.localeCompare(b.topic));
+      const held = topics.filter((t) => t.transactionBuffer.stableLagEntries > 0);
+      setHtml(
+        "topics-alert",
+        held.length
+          ? h`<div class="alert bad">READ_COMMITTED readers are waiting on
+              ${held.length} topic${held.length > 1 ? "s" : ""}:
+              ${held.map((t, i) => h`${i ? ", " : ""}<a href="${topicHref(t.topic)}">${t.topic}</a>`)}.
+              <a href="#/transactions">See the transactions that pin them.</a></div>`
+          : "",
+      );
+      setHtml(
+        "topics-body",
+        topics.length
+          ? topics.map((t) => topicRow(t))
+          : h`<tr><td colspan="8" class="muted">No topics yet: produce to one and it appears here.</td></tr>`,
+      );
+    },
+  };
+}
+
+function topicRow(t) {
+  const subs = Object.values(t.subscriptions);
+  const committed = subs.filter((s) => s.subscriptionIsolationLevel === "READ_COMMITTED").length;
+  const backlog = subs.reduce((sum, s) => sum + s.msgBacklog, 0);
+  const tb = t.transactionBuffer;
+  const pinned = tb.stableLagEntries > 0;
+  const oldest = tb.oldestOngoingTxn;
+  const readable = pinned
+    ? h`<span class="bad-text">${number(tb.stableLagEntries)} entries held back for
+        ${duration(tb.stableLagMs)}</span>${oldest ? h` by txn <code>${oldest.txnId}</code>` : ""}`
+    : tb.state === "Ready"
+      ? h`<span class="ok-text">everything</span>`
+      : h`<span class="bad-text">nothing new: ${tb.state}</span>`;
+  return h`<tr data-topic="${t.topic}" class="${pinned ? "pinned" : ""}">
+    <td><a href="${topicHref(t.topic)}">${t.topic}</a></td>
+    <td class="num">${rate(t.msgRateIn)}</td><td class="num">${rate(t.msgRateOut)}</td>
+    <td class="num">${number(t.msgInCounter)}</td><td class="num">${bytes(t.storageSize)}</td>
+    <td>${subs.length} <span class="muted">(${committed} RC, ${subs.length - committed} RU)</span></td>
+    <td class="num">${number(backlog)}</td><td>${readable}</td></tr>`;
+}
+
+// ------------------------------------------------------------------ topic view
+
+function topicView(name) {
+  const peekState = { subscription: null, level: null };
+  const page = {
+    nav: "topics",
+    mount() {
+      view.innerHTML = render(h`<p class="crumbs"><a href="#/">Topics</a> /</p>
+        <h1 class="topic-name">${name}</h1>
+        <div id="topic-alert"></div>
+        <div id="topic-cards" class="cards"></div>
+        <div class="columns">
+          <section><h2>Rates</h2><div id="topic-chart"></div></section>
+          <section><h2>Transaction buffer</h2><table id="buffer" class="kv"></table></section>
+        </div>
+        <section><h2>Subscriptions</h2>
+          <table class="grid-table"><thead><tr><th>Subscription</th><th>Type</th>
+            <th>Isolation level</th><th class="num">Backlog</th><th class="num">Consumers</th>
+            <th class="num">Unacked</th><th class="num">Delivered</th><th>Mark-delete</th>
+            <th>Status</th><th>Peek</th></tr></thead>
+          <tbody id="subscriptions"></tbody></table></section>
+        <section id="peek-section"><h2>Peek</h2>
+          <p class="muted">The next messages of a subscription, read at either isolation level;
+            nothing is delivered or acknowledged.</p>
+          <div id="peek"><p class="muted">Choose a subscription and a level above.</p></div>
+        </section>`);
+      view.onclick = (event) => {
+        const button = event.target.closest("button[data-peek]");
+        if (!button) return;
+        peekState.subscription = button.dataset.peek;
+        peekState.level = button.dataset.level;
+        page.peek();
+      };
+    },
+    async refresh() {
+      const [stats, stable] = await Promise.all([
+        api(`${topicApi(name)}/stats`),
+        api(stablePositionApi(name)),
+      ]);
+      renderTopicAlert(stable);
+      renderCards(stats);
+      setHtml("topic-chart", rateChart(recordRates(name, stats)));
+      renderBuffer(stats.transactionBuffer, stable);
+      const subs = Object.entries(stats.subscriptions);
+      setHtml(
+        "subscriptions",
+        subs.length
+          ? subs.map(([sub, s]) => subscriptionRow(sub, s, stable))
+          : h`<tr><td colspan="10" class="muted">No subscriptions.</td></tr>`,
+      );
+    },
+    async peek() {
+      const { subscription, level } = peekState;
+      setHtml("peek", h`<p class="muted">Reading ${subscription} at ${level}…</p>`);
+      try {
+        const query = new URLSearchParams({ isolationLevel: level, count: PEEK_COUNT });
+        const path = `${topicApi(name)}/subscription/${encodeURIComponent(subscription)}/peek?${query}`;
+        setHtml("peek", peekResult(await api(path)));
+      } catch (error) {
+        setHtml("peek", h`<div class="alert bad">${error.message}</div>`);
+      }
+      document.getElementById("peek-section").scrollIntoView({ block: "nearest" });
+    },
+  };
+  return page;
+}
+
+function renderTopicAlert(stable) {
+  const waiting = stable.readCommittedSubscriptions;
+  const names = waiting.map((s, i) => h`${i ? ", " : ""}<b>${s}</b>`);
+  if (!stable.reason) {
+    const who = waiting.length ? h`READ_COMMITTED subscriptions (${names})` : "READ_COMMITTED readers";
+    setHtml(
+      "topic-alert",
+      h`<div class="alert good">${who} can read everything up to the last entry
+        (${stable.lastConfirmedEntry}).</div>`,
+    );
+    return;
+  }
+  const who = waiting.length
+    ? h`${names} (READ_COMMITTED) ${waiting.length > 1 ? "are" : "is"}`
+    : "READ_COMMITTED readers are";
+  const pin = stable.pinnedBy;
+  const cause = pin
+    ? h`<b>${who} held back by open transaction <code>${pin.txnId}</code></b>${
+        pin.ageMs !== undefined
+          ? h`, open for ${duration(pin.ageMs)}, timing out in ${duration(pin.timeoutAt - Date.now())}`
+          : h` (${pin.status}: not known to the coordinator)`
+      }. Its first entry is ${pin.firstPosition}, so READ_COMMITTED reads stop at ${stable.maxReadPosition}
+      until it commits or aborts.`
+    : h`<b>${who} held back</b>: ${stable.reason}.`;
+  setHtml(
+    "topic-alert",
+    h`<div class="alert bad" id="stall-reason">${cause}<br>
+      ${number(stable.stableLagEntries)} entries wait behind it (the first published
+      ${duration(stable.stableLagMs)} ago), up to the last entry ${stable.lastConfirmedEntry}.
+      READ_UNCOMMITTED subscriptions are not affected.
+      ${pin ? h`<a href="#/transactions">All open transactions →</a>` : ""}</div>`,
+  );
+}
+
+function renderCards(stats) {
+  const cards = [
+    ["In", rate(stats.msgRateIn)],
+    ["Out", rate(stats.msgRateOut)],
+    ["Messages in", number(stats.msgInCounter)],
+    ["Messages out", number(stats.msgOutCounter)],
+    ["Storage", bytes(stats.storageSize)],
+    ["Subscriptions", number(Object.keys(stats.subscriptions).length)],
+  ];
+  setHtml(
+    "topic-cards",
+    cards.map(([label, value]) => h`<div class="card"><div class="muted">${label}</div><b>${value}</b></div>`),
+  );
+}
+
+function renderBuffer(tb, stable) {
+  const pin = stable.pinnedBy;
+  const rows = [
+    ["State", tb.state],
+    ["maxReadPosition", tb.maxReadPosition],
+    ["Last entry (LAC)", tb.lastConfirmedEntry],
+    [
+      "Lag behind LAC",
+      tb.stableLagEntries
+        ? h`<span class="bad-text">${number(tb.stableLagEntries)} entries, ${duration(tb.stableLagMs)}</span>`
+        : h`<span class="ok-text">none</span>`,
+    ],
+    ["Ongoing transactions", number(tb.ongoingTxnSize)],
+    ["Pinned by", pin ? h`<code>${pin.txnId}</code> from ${pin.firstPosition} (${pin.status})` : "—"],
+    ["Aborted transactions kept", number(tb.abortedTxnSize)],
+    [
+      "Last snapshot",
+      tb.lastSnapshotTimestamps
+        ? `${timestamp(tb.lastSnapshotTimestamps)} (${ago(tb.lastSnapshotTimestamps)}), ${bytes(tb.lastSnapshotBytes)}`
+        : "none yet",
+    ],
+    [
+      "Recovery",
+      `${duration(tb.recoveryTimeMs)}, ${number(tb.replayedEntries)} entries replayed` +
+        (tb.recoveredFromSnapshot ? " after a snapshot" : ""),
+    ],
+  ];
+  setHtml("buffer", rows.map(([key, value]) => h`<tr><th>${key}</th><td>${value}</td></tr>`));
+}
+
+function subscriptionRow(name, s, stable) {
+  const committed = s.subscriptionIsolationLevel === "READ_COMMITTED";
+  const held = committed && stable.stableLagEntries > 0;
+  const status = held
+    ? h`<span class="bad-text">waiting: reads stop at ${stable.maxReadPosition}${
+        stable.pinnedBy ? h` (txn <code>${stable.pinnedBy.txnId}</code>)` : ""
+      }</span>`
+    : committed
+      ? h`<span class="ok-text">reads to the stable position</span>`
+      : h`<span class="ok-text">reads to the last entry</span>`;
+  return h`<tr data-subscription="${name}" class="${held ? "pinned" : ""}">
+    <td><b>${name}</b></td><td>${s.type}</td>
+    <td class="isolation">${levelBadge(s.subscriptionIsolationLevel)}</td>
+    <td class="num">${number(s.msgBacklog)}</td><td class="num">${number(s.consumers.length)}</td>
+    <td class="num">${number(s.unackedMessages)}</td><td class="num">${number(s.msgOutCounter)}</td>
+    <td>${s.markDeletePosition}</td><td>${status}</td>
+    <td class="peek-buttons">
+      <button data-peek="${name}" data-level="READ_COMMITTED">RC</button>
+      <button data-peek="${name}" data-level="READ_UNCOMMITTED">RU</button></td></tr>`;
+}
+
+function peekResult(result) {
+  const hidden = result.entriesAfterBound
+    ? h` ${number(result.entriesAfterBound)} entries after it are not visible at this level.`
+    : "";
+  const rows = result.messages.map(
+    (m) => h`<tr class="${m.visibleToReadCommitted ? "" : "invisible"}">
+      <td><code>${m.messageId}</code></td><td>${timestamp(m.publishTime)}</td>
+      <td>${m.txnId ? h`<code>${m.txnId}</code> ${m.txnState}` : h`<span class="muted">none</span>`}</td>
+      <td>${m.visibleToReadCommitted ? "yes" : h`<b>no</b>`}</td><td>${m.key ?? ""}</td>
+      <td class="payload">${m.payloadEncoding === "base64" ? h`<span class="muted">base64</span> ` : ""}${m.payload}${
+        m.payloadTruncated ? "…" : ""
+      }</td></tr>`,
+  );
+  return h`<p id="peek-summary">${levelBadge(result.isolationLevel)} <b>${result.subscription}</b>:
+      ${number(result.messages.length)} message(s) after mark-delete ${result.markDeletePosition},
+      read up to ${result.bound}.${hidden}</p>
+    <table class="grid-table" id="peek-messages"><thead><tr><th>Message id</th><th>Published</th>
+      <th>Transaction</th><th>Visible to READ_COMMITTED</th><th>Key</th><th>Payload</th></tr></thead>
+    <tbody>${rows.length ? rows : h`<tr><td colspan="6" class="muted">Nothing to read at this level.</td></tr>`}</tbody></table>`;
+}
+
+// ------------------------------------------------------------------ transactions view
+
+function transactionsView() {
+  return {
+    nav: "transactions",
+    mount() {
+      view.innerHTML = render(h`<h1>Transactions</h1>
+        <div id="coordinator" class="cards"></div>
+        <section><h2>Topics whose READ_COMMITTED readers wait</h2>
+          <p class="muted">A topic's stable position stops before the first entry of its oldest open
+            transaction: READ_COMMITTED subscriptions read nothing after it until that transaction ends.</p>
+          <table class="grid-table"><thead><tr><th>Topic</th><th>Pinned by</th>
+            <th class="num">Entries held back</th><th class="num">For</th><th>Stable position / last entry</th>
+            <th>READ_COMMITTED subscriptions</th></tr></thead>
+          <tbody id="pinned-topics"></tbody></table></section>
+        <section><h2>Open transactions</h2>
+          <table class="grid-table"><thead><tr><th>Transaction</th><th>Status</th><th class="num">Age</th>
+            <th>Times out</th><th>Topics written</th><th>Pins</th></tr></thead>
+          <tbody id="open-transactions"></tbody></table></section>`);
+    },
+    async refresh() {
+      const [coordinator, positions] = await Promise.all([
+        api("/admin/v3/transactions/coordinatorStats"),
+        api("/admin/v3/transactions/stablePositions"),
+      ]);
+      const cards = [
+        ["Open", coordinator.openTxns],
+        ["Committed", coordinator.committedCount],
+        ["Aborted", coordinator.abortedCount],
+        ["Timed out", coordinator.timedOutCount],
+        ["Low watermark", coordinator.lowWaterMark],
+      ];
+      setHtml(
+        "coordinator",
+        cards.map(([label, value]) => h`<div class="card"><div class="muted">${label}</div><b>${number(value)}</b></div>`),
+      );
+      const waiting = positions.filter((p) => p.stableLagEntries > 0 || p.reason);
+      const pins = new Map(); // txnId -> topics it pins
+      for (const p of waiting) {
+        if (p.pinnedBy) pins.set(p.pinnedBy.txnId, [...(pins.get(p.pinnedBy.txnId) ?? []), p.topic]);
+      }
+      setHtml(
+        "pinned-topics",
+        waiting.length
+          ? waiting.map(
+              (p) => h`<tr class="pinned" data-topic="${p.topic}">
+              <td><a href="${topicHref(p.topic)}">${p.topic}</a></td>
+              <td>${p.pinnedBy ? h`<code>${p.pinnedBy.txnId}</code> ${pinnedSummary(p.pinnedBy)}` : p.reason}</td>
+              <td class="num">${number(p.stableLagEntries)}</td><td class="num">${duration(p.stableLagMs)}</td>
+              <td>${p.maxReadPosition} / ${p.lastConfirmedEntry}</td>
+              <td>${p.readCommittedSubscriptions.join(", ") || h`<span class="muted">none</span>`}</td></tr>`,
+            )
+          : h`<tr><td colspan="6" class="ok-text">None: READ_COMMITTED readers can read every topic to its last entry.</td></tr>`,
+      );
+      const open = [...coordinator.openTransactions].sort((a, b) => b.ageMs - a.ageMs);
+      setHtml(
+        "open-transactions",
+        open.length
+          ? open.map((t) => openTransactionRow(t, pins.get(t.txnId) ?? []))
+          : h`<tr><td colspan="6" class="muted">No open transactions.</td></tr>`,
+      );
+    },
+  };
+}
+
+function openTransactionRow(t, pinned) {
+  return h`<tr data-txn="${t.txnId}" class="${pinned.length ? "pinning" : ""}">
+    <td><code>${t.txnId}</code>${t.name ? h` <span class="muted">${t.name}</span>` : ""}</td>
+    <td>${t.status}</td><td class="num">${duration(t.ageMs)}</td>
+    <td>in ${duration(t.timeoutAt - Date.now())}</td>
+    <td>${t.producedPartitions.map((p, i) => h`${i ? ", " : ""}<a href="${topicHref(p)}">${p}</a>`)}</td>
+    <td>${
+      pinned.length
+        ? h`<span class="badge pin">pins ${pinned.length} topic${pinned.length > 1 ? "s" : ""}</span>`
+        : h`<span class="muted">—</span>`
+    }</td></tr>`;
+}
+
+// ------------------------------------------------------------------ router
+
+function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === "transactions") return transactionsView();
+  if (parts[0] === "topic" && parts.length === 4) {
+    return topicView(`persistent://${parts.slice(1).join("/")}`);
+  }
+  return topicsView();
+}
+
+function askForToken() {
+  view.innerHTML = render(h`<h1>Token needed</h1>
+    <p>This broker's admin API asks for a token. It is kept in this tab only.</p>
+    <form id="token-form"><input id="token" type="password" size="60" placeholder="token"
+      autocomplete="off"> <button>Use token</button></form>`);
+  document.getElementById("token-form").onsubmit = (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+    show();
+  };
+}
+
+let generation = 0;
+
+async function show() {
+  const mine = ++generation;
+  const page = route();
+  for (const link of document.querySelectorAll("[data-nav]")) {
+    link.classList.toggle("active", link.dataset.nav === page.nav);
+  }
+  view.onclick = null;
+  page.mount();
+  while (mine === generation) {
+    if (!document.hidden) {
+      try {
+        await page.refresh();
+        if (mine !== generation) return;
+        statusLine.textContent = `updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
+        statusLine.className = "";
+      } catch (error) {
+        if (mine !== generation) return;
+        if (error instanceof AuthRequired) {
+          askForToken();
+          return;
+        }
+        statusLine.textContent = `error: ${error.message}`;
+        statusLine.className = "bad-text";
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, REFRESH_MS));
+  }
+}
+
+window.addEventListener("hashchange", show);
+show();

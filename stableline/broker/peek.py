@@ -1,0 +1,145 @@
+"""Peeking at a subscription's next messages at either isolation level, without moving
+its cursor or delivering anything.
+
+A peek starts after the cursor's mark-delete position, leaves out the entries the
+subscription has acknowledged, and reads up to the bound of the level asked for:
+the stable position for READ_COMMITTED (aborted transactions left out, as the
+dispatcher leaves them out), the LAC for READ_UNCOMMITTED (everything but markers).
+Each message says which transaction wrote it, that transaction's state here, and
+whether READ_COMMITTED may see it yet: peeking at both levels shows what a
+stalled READ_COMMITTED subscription is waiting for.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from dispatcher import IsolationLevel, Subscription
+from managed_ledger import Entry
+from stableline.broker.convert import BatchMessage, batch_messages
+from stableline.broker.topic import Topic
+from txnbuffer import BufferState, TransactionBuffer
+
+MAX_PEEK_MESSAGES = 100
+DEFAULT_PEEK_MESSAGES = 10
+# Entries looked at in one peek, shown or not (acked, markers, aborted): bounds the work.
+MAX_PEEK_SCAN_ENTRIES = 10_000
+PEEK_READ_ENTRIES = 100
+PAYLOAD_PREVIEW_BYTES = 2048
+
+
+def parse_isolation_level(text: str | None, default: IsolationLevel) -> IsolationLevel:
+    if not text:
+        return default
+    try:
+        return IsolationLevel(text.strip().upper())
+    except ValueError:
+        names = " or ".join(level.value for level in IsolationLevel)
+        raise ValueError(f"isolationLevel must be {names}, got {text!r}") from None
+
+
+def parse_count(text: str | None) -> int:
+    if text is None or text == "":
+        return DEFAULT_PEEK_MESSAGES
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PEEK_MESSAGES:
+        raise ValueError(f"count must be a number from 1 to {MAX_PEEK_MESSAGES}, got {text!r}")
+    return int(text)
+
+
+def _txn_state(buffer: TransactionBuffer, entry: Entry) -> str | None:
+    txn_id = entry.header.txn_id
+    if txn_id is None:
+        return None
+    if buffer.is_aborted_entry(entry):
+        return "ABORTED"
+    if txn_id in buffer.ongoing:
+        return "OPEN"
+    if buffer.state is not BufferState.READY:
+        return "UNKNOWN"  # not replayed yet: recovery will tell
+    return "COMMITTED"
+
+
+def _payload(data: bytes) -> dict[str, Any]:
+    preview = data[:PAYLOAD_PREVIEW_BYTES]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(preview).decode("ascii"), "base64"
+    else:
+        # A cut may split a character: drop the partial one, not the whole preview.
+        text, encoding = preview.decode("utf-8", errors="ignore"), "text"
+    return {
+        "payload": text,
+        "payloadEncoding": encoding,
+        "payloadTruncated": len(data) > PAYLOAD_PREVIEW_BYTES,
+        "size": len(data),
+    }
+
+
+def _messages_of(entry: Entry, buffer: TransactionBuffer) -> list[dict[str, Any]]:
+    header = entry.header
+    try:
+        messages = batch_messages(entry.payload)
+    except ValueError:
+        messages = [BatchMessage(entry.payload, None, {}, 0)]
+    txn_id = header.txn_id
+    common = {
+        "publishTime": header.publish_time_ms,
+        "producerName": header.producer_name or None,
+        "txnId": f"{txn_id.most_bits}:{txn_id.least_bits}" if txn_id is not None else None,
+        "txnState": _txn_state(buffer, entry),
+        "visibleToReadCommitted": entry.position <= buffer.stable_position
+        and not buffer.is_aborted_entry(entry),
+    }
+    position = entry.position
+    return [
+        {
+            "messageId": f"{position.ledger_id}:{position.entry_id}:{index}",
+            **common,
+            "eventTime": message.event_time_ms or None,
+            "key": message.partition_key,
+            "properties": message.properties,
+            **_payload(message.payload),
+        }
+        for index, message in enumerate(messages)
+    ]
+
+
+def peek(
+    topic: Topic, subscription: Subscription, level: IsolationLevel, count: int
+) -> dict[str, Any]:
+    """The next `count` messages the subscription would get at `level`, in log order."""
+    assert 1 <= count <= MAX_PEEK_MESSAGES, count
+    view = topic.read_view(level)
+    bound = view.bound()
+    cursor = subscription.cursor
+    ledger = topic.ledger
+    messages: list[dict[str, Any]] = []
+    scanned = 0
+    position = cursor.mark_delete.next_in_ledger()
+    while len(messages) < count and scanned < MAX_PEEK_SCAN_ENTRIES:
+        entries = ledger.read(position, PEEK_READ_ENTRIES, bound)
+        if not entries:
+            break
+        for entry in entries:
+            scanned += 1
+            if not cursor.is_acked(entry.position) and not view.should_skip(entry):
+                messages.extend(_messages_of(entry, topic.buffer))
+            if len(messages) >= count or scanned >= MAX_PEEK_SCAN_ENTRIES:
+                break
+        position = entries[-1].position.next_in_ledger()
+    last_confirmed = ledger.last_confirmed
+    return {
+        "topic": str(topic.name),
+        "subscription": subscription.name,
+        "subscriptionIsolationLevel": subscription.isolation_level.value,
+        "isolationLevel": level.value,
+        "markDeletePosition": str(cursor.mark_delete),
+        "bound": str(bound),
+        "lastConfirmedEntry": str(last_confirmed),
+        "entriesAfterBound": ledger.count_entries(bound, last_confirmed),
+        "scannedEntries": scanned,
+        "scanLimitReached": scanned >= MAX_PEEK_SCAN_ENTRIES,
+        "messages": messages[:count],
+    }

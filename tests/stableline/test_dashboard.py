@@ -1,0 +1,241 @@
+"""The dashboard at GET /, against a real broker: its page and assets over HTTP, and what
+an operator sees in a real headless Chromium when a READ_COMMITTED subscription stalls
+behind an open transaction. Screenshots go to test-artifacts/dashboard/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stableline import InitialPosition, IsolationLevel
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+TOPIC = "persistent://public/default/payments"
+WAIT_S = 15.0
+
+
+def _fetch(broker, path: str) -> tuple[str, bytes]:
+    with urllib.request.urlopen(broker.http_url + path, timeout=10) as response:
+        return response.headers.get_content_type(), response.read()
+
+
+def test_root_serves_the_page_and_its_assets_from_the_broker_itself(broker):
+    content_type, page = _fetch(broker, "/")
+    assert content_type == "text/html"
+    assets = re.findall(rb'(?:src|href)="(/dashboard/static/[^"]+)"', page)
+    assert sorted(assets) == [
+        b"/dashboard/static/app.js",
+        b"/dashboard/static/favicon.svg",
+        b"/dashboard/static/style.css",
+    ]
+    types = {}
+    for asset in assets:
+        types[asset], body = _fetch(broker, asset.decode())
+        # Nothing is loaded from elsewhere: the dashboard works with no network.
+        assert not re.search(rb"(?:src|href|url|fetch)\(?\s*[\"']?https?://", body)
+    assert types == {
+        b"/dashboard/static/app.js": "application/javascript",
+        b"/dashboard/static/favicon.svg": "image/svg+xml",
+        b"/dashboard/static/style.css": "text/css",
+    }
+    _type, script = _fetch(broker, "/dashboard/static/app.js")
+    # Its data comes from the JSON admin API only.
+    for path in re.findall(rb'api\(\s*[`"]([^`"$]+)', script):
+        assert path.startswith((b"/admin/v2/", b"/admin/v3/")), path
+
+
+# ---------------------------------------------------------------- in a browser
+
+
+def _browser_or_skip():
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')"
+    )
+    chromium = next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p),
+        None,
+    )
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip(
+            "no headless browser: install Debian's chromium and chromium-driver "
+            "(`make test` does when it runs as root) to run the dashboard's browser tests"
+        )
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # root in a container
+        "--disable-dev-shm-usage",
+        "--window-size=1440,1200",
+        "--force-device-scale-factor=1",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(chromedriver))
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator:
+    browser = _browser_or_skip()
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+def _wait(driver, condition, message: str):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(
+            lambda d: condition(d) or None
+        )
+    except TimeoutException:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "failure.png"))
+        raise AssertionError(f"dashboard never showed {message}") from None
+
+
+def _css(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def _text(driver, selector: str) -> str:
+    return " ".join(element.text for element in _css(driver, selector))
+
+
+def _screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    assert driver.save_screenshot(str(path)), f"screenshot {path} was not written"
+    return path
+
+
+def _script_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.fixture
+def stalled(client):
+    """payments: `business` reads READ_COMMITTED, `monitoring` READ_UNCOMMITTED; an open
+    transaction wrote after the first message and a plain message sits behind it.
+    audit: a calm topic beside it."""
+    consumers = {
+        name: client.subscribe(
+            TOPIC, name, isolation_level=level, initial_position=InitialPosition.Earliest
+        )
+        for name, level in (
+            ("business", IsolationLevel.READ_COMMITTED),
+            ("monitoring", IsolationLevel.READ_UNCOMMITTED),
+        )
+    }
+    producer = client.create_producer(TOPIC)
+    producer.send(b"transfer #1 committed")
+    txn = client.new_transaction(timeout_ms=600_000)
+    producer.send(b"transfer #2 inside the open transaction", txn=txn)
+    producer.send(b"transfer #3 behind it")
+    client.create_producer("audit").send(b"audit entry")
+    consumers["business"].acknowledge(consumers["business"].receive(5000))
+    yield txn, f"{txn.id[0]}:{txn.id[1]}"
+    for consumer in consumers.values():
+        consumer.close()
+
+
+def test_dashboard_shows_the_stalled_topic_and_the_transaction_that_pins_it(
+    broker, client, driver, stalled
+):
+    txn, txn_id = stalled
+    row = f'#topics-body tr[data-topic="{TOPIC}"]'
+
+    driver.get(broker.http_url + "/")
+    _wait(driver, lambda d: _css(d, row + ".pinned"), "the payments topic highlighted as held back")
+    assert txn_id in _text(driver, row)
+    assert TOPIC in _text(driver, "#topics-alert")
+    assert "everything" in _text(driver, '#topics-body tr[data-topic$="/audit"]')
+    _screenshot(driver, "topics")
+
+    driver.get(broker.http_url + "/#/transactions")
+    _wait(
+        driver,
+        lambda d: _css(d, f'#open-transactions tr[data-txn="{txn_id}"].pinning'),
+        f"open transaction {txn_id} highlighted as pinning",
+    )
+    assert "pins 1 topic" in _text(driver, f'#open-transactions tr[data-txn="{txn_id}"]')
+    pinned = _text(driver, f'#pinned-topics tr[data-topic="{TOPIC}"]')
+    assert txn_id in pinned and "business" in pinned
+    _screenshot(driver, "transactions")
+
+    driver.get(broker.http_url + "/#/topic/public/default/payments")
+    _wait(driver, lambda d: txn_id in _text(d, "#stall-reason"), "why business is held back")
+    assert "business" in _text(driver, "#stall-reason")
+    levels = {
+        name: _text(driver, f'#subscriptions tr[data-subscription="{name}"] td.isolation')
+        for name in ("business", "monitoring")
+    }
+    assert levels == {"business": "READ_COMMITTED", "monitoring": "READ_UNCOMMITTED"}
+    assert "waiting" in _text(driver, '#subscriptions tr[data-subscription="business"]')
+    assert "Ready" in _text(driver, "#buffer")
+
+    _css(driver, 'button[data-peek="business"][data-level="READ_UNCOMMITTED"]')[0].click()
+    _wait(
+        driver, lambda d: "transfer #3" in _text(d, "#peek-messages"), "the READ_UNCOMMITTED peek"
+    )
+    peeked = _text(driver, "#peek-messages")
+    assert f"{txn_id} OPEN" in peeked and "transfer #1" not in peeked  # #1 is acknowledged
+    _screenshot(driver, "topic")
+
+    _css(driver, 'button[data-peek="business"][data-level="READ_COMMITTED"]')[0].click()
+    _wait(
+        driver, lambda d: "READ_COMMITTED" in _text(d, "#peek-summary"), "the READ_COMMITTED peek"
+    )
+    assert "Nothing to read" in _text(driver, "#peek-messages")
+
+    # Live: once the transaction commits, the page says so without a reload.
+    txn.commit()
+    _wait(
+        driver,
+        lambda d: "can read everything" in _text(d, "#topic-alert"),
+        "the stall cleared after the commit",
+    )
+    assert "waiting" not in _text(driver, '#subscriptions tr[data-subscription="business"]')
+    assert _script_errors(driver) == []
+
+
+def test_dashboard_shows_each_subscriptions_isolation_level_and_the_rate_chart(
+    broker, client, driver
+):
+    client.subscribe(TOPIC, "ledger", isolation_level=IsolationLevel.READ_UNCOMMITTED).close()
+    producer = client.create_producer(TOPIC)
+    for i in range(20):
+        producer.send(f"m{i}".encode())
+    driver.get(broker.http_url + "/#/topic/public/default/payments")
+    _wait(
+        driver,
+        lambda d: _css(d, '#subscriptions tr[data-subscription="ledger"]'),
+        "the ledger subscription",
+    )
+    assert "READ_UNCOMMITTED" in _text(driver, '#subscriptions tr[data-subscription="ledger"]')
+    assert "can read everything" in _text(driver, "#topic-alert")
+    # Two samples make a line: the chart is drawn from successive polls.
+    _wait(
+        driver,
+        lambda d: (
+            len(_css(d, "#topic-chart polyline")) == 2
+            and len(_css(d, "#topic-chart polyline.rate-in")[0].get_attribute("points").split())
+            >= 2
+        ),
+        "the rate chart",
+    )
+    assert _script_errors(driver) == []
