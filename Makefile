@@ -24,6 +24,7 @@ run: $(VENV)/.base-installed
 	$(PY) -m stableline serve --data-dir $(DATA_DIR)
 
 test: $(VENV)/.all-installed
+	bash scripts/install_browser.sh
 	$(PY) -m pytest
 
 bench: $(VENV)/.all-installed
