@@ -149,8 +149,9 @@ class _Check:
         if self.rule.topic_of is None:
             await self.verify(context, None)
             return request_iterator
-        if self.failure is not None:
-            await abort(context, self.failure)
+        # Read the opening message even when the caller is already refused: ending the
+        # call while the client still writes it would reach the client as an internal
+        # error instead of this status.
         try:
             first = await anext(request_iterator)
         except StopAsyncIteration:

@@ -1,0 +1,118 @@
+"""The HTTP admin with authentication on: 401 without a token, 403 for non-superusers,
+permission endpoints on Pulsar's paths, and grants that survive a restart."""
+
+from __future__ import annotations
+
+import pytest
+
+import stableline
+from stableline import AuthenticationToken, AuthorizationError
+from stableline.testing import BrokerProcess
+
+from .conftest import SUPERUSER, http, token_args
+
+NAMESPACE_PERMISSIONS = "/admin/v2/namespaces/public/default/permissions"
+
+
+def test_admin_paths_need_a_valid_token(auth_broker, keys):
+    for path in ("/admin/v2/persistent/public/default", "/", NAMESPACE_PERMISSIONS):
+        status, body = http(auth_broker, "GET", path)
+        assert status == 401, path
+        assert "Bearer" in body["reason"]
+    status, body = http(auth_broker, "GET", NAMESPACE_PERMISSIONS, token="forged.token.here")
+    assert status == 401
+
+
+def test_admin_paths_are_forbidden_to_roles_that_are_not_superusers(auth_broker, keys):
+    status, body = http(
+        auth_broker, "PUT", "/admin/v2/persistent/public/default/x", keys.token("alice")
+    )
+    assert status == 403
+    assert "superuser" in body["reason"]
+    status, _ = http(
+        auth_broker, "POST", NAMESPACE_PERMISSIONS + "/alice", keys.token("alice"), ["produce"]
+    )
+    assert status == 403
+    status, names = http(
+        auth_broker, "GET", "/admin/v2/persistent/public/default", keys.token(SUPERUSER)
+    )
+    assert status == 200
+    assert "persistent://public/default/x" not in names
+
+
+def test_health_and_metrics_stay_open(auth_broker):
+    assert http(auth_broker, "GET", "/admin/v2/brokers/health") == (200, b"ok")
+    assert http(auth_broker, "GET", "/metrics")[0] == 200
+
+
+def test_permissions_are_granted_listed_and_revoked_on_pulsars_paths(auth_broker, keys):
+    admin = keys.token(SUPERUSER)
+    topic_path = "/admin/v2/persistent/acme/shop/orders/permissions"
+    assert (
+        http(
+            auth_broker,
+            "POST",
+            "/admin/v2/namespaces/acme/shop/permissions/ana",
+            admin,
+            ["produce"],
+        )[0]
+        == 204
+    )
+    assert http(auth_broker, "POST", topic_path + "/ana", admin, ["consume"])[0] == 204
+    assert http(auth_broker, "POST", topic_path + "/ben", admin, ["consume"])[0] == 204
+    assert http(auth_broker, "GET", "/admin/v2/namespaces/acme/shop/permissions", admin) == (
+        200,
+        {"ana": ["produce"]},
+    )
+    assert http(auth_broker, "GET", topic_path, admin) == (
+        200,
+        {"ana": ["consume", "produce"], "ben": ["consume"]},
+    )
+    assert http(auth_broker, "DELETE", topic_path + "/ben", admin)[0] == 204
+    assert http(auth_broker, "GET", topic_path, admin) == (200, {"ana": ["consume", "produce"]})
+
+
+@pytest.mark.parametrize(
+    "body",
+    [["produce", "admin"], ["fly"], "produce", {"produce": True}],
+)
+def test_bad_grants_are_refused_with_a_reason(auth_broker, keys, body):
+    status, answer = http(
+        auth_broker, "POST", NAMESPACE_PERMISSIONS + "/alice", keys.token(SUPERUSER), body
+    )
+    assert status == 400
+    assert "action" in answer["reason"]
+    assert http(auth_broker, "GET", NAMESPACE_PERMISSIONS, keys.token(SUPERUSER)) == (200, {})
+
+
+def test_a_body_that_is_not_json_is_refused(auth_broker, keys):
+    import urllib.request
+
+    request = urllib.request.Request(
+        auth_broker.http_url + NAMESPACE_PERMISSIONS + "/alice",
+        data=b"produce,consume",
+        headers={"Authorization": f"Bearer {keys.token(SUPERUSER)}"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, timeout=10)
+    assert raised.value.code == 400
+
+
+def test_grants_survive_a_restart(tmp_path, keys):
+    broker = BrokerProcess(tmp_path / "data", extra_args=token_args(keys))
+    broker.start()
+    try:
+        admin = keys.token(SUPERUSER)
+        assert http(broker, "POST", NAMESPACE_PERMISSIONS + "/erin", admin, ["produce"])[0] == 204
+        broker.kill()  # no clean shutdown: the grant was made durable before it was answered
+        broker.start()
+        assert http(broker, "GET", NAMESPACE_PERMISSIONS, admin) == (200, {"erin": ["produce"]})
+        with stableline.Client(
+            broker.service_url, authentication=AuthenticationToken(keys.token("erin"))
+        ) as erin:
+            erin.create_producer("after-restart").send(b"still allowed")
+            with pytest.raises(AuthorizationError):
+                erin.subscribe("after-restart", "s")
+    finally:
+        assert broker.stop() in (0, -9), broker.log()
