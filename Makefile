@@ -27,14 +27,9 @@ test: $(VENV)/.all-installed
 	bash scripts/install_browser.sh
 	$(PY) -m pytest
 
+# The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min).
 bench: $(VENV)/.all-installed
-	mkdir -p bench-results
-	$(PY) scripts/bench_ledger.py --payload-size 100000 --appenders 16 --json bench-results/ledger-batch-entries.json
-	$(PY) scripts/bench_ledger.py --json bench-results/ledger-100b-entries.json
-	$(PY) scripts/bench_e2e.py --json bench-results/e2e.json
-	$(PY) scripts/bench_txn.py --json bench-results/txn.json
-	$(PY) scripts/bench_recovery.py --json bench-results/recovery.json
-	$(PY) scripts/bench_spark.py --json bench-results/spark.json
+	$(PY) scripts/bench_all.py --out bench-results
 
 demo: $(VENV)/.all-installed
 	$(PY) -m stableline demo bank

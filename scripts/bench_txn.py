@@ -417,7 +417,9 @@ async def bench_rc_vs_ru(sizes: Sizes) -> dict:
 # ---------------------------------------------------------------- 3. latency
 
 
-async def bench_latency(sizes: Sizes) -> dict:
+async def bench_latency(sizes: Sizes, transactional: bool = True) -> dict:
+    """Commit -> visible to READ_COMMITTED; or, not transactional (the baseline), a
+    plain send -> visible, the send timed from before it is written."""
     progress("3. latency: starting a broker")
     topic = "commit-latency"
     total = sizes.latency_warmup + sizes.latency_iterations
@@ -440,10 +442,14 @@ async def bench_latency(sizes: Sizes) -> dict:
 
             receiver = asyncio.create_task(receive())
             for index in range(total):
-                txn = await client.new_transaction(timeout_ms=60_000)
-                await producer.send(str(index).encode(), txn=txn)
-                t0 = time.perf_counter()
-                await txn.commit()
+                if transactional:
+                    txn = await client.new_transaction(timeout_ms=60_000)
+                    await producer.send(str(index).encode(), txn=txn)
+                    t0 = time.perf_counter()
+                    await txn.commit()
+                else:
+                    t0 = time.perf_counter()
+                    await producer.send(str(index).encode())
                 committed = time.perf_counter()
                 while index not in arrivals:
                     arrived.clear()
@@ -467,6 +473,7 @@ async def bench_latency(sizes: Sizes) -> dict:
 
     return {
         "iterations": sizes.latency_iterations,
+        "transactional": transactional,
         "commit_to_visible": summary(visible),
         "commit_rpc": summary(commit_rpc),
         "goal": "commit_to_visible p99 < 5 ms",

@@ -1,0 +1,614 @@
+"""The whole benchmark suite in one run, with one results table (`make bench`).
+
+Every figure sits beside a baseline measured in the same run, their ratio, and
+its goal. Figures from the load generator (`stableline.perf`) run against fresh
+broker processes (temporary data dirs, default config: fsync on); the other
+scripts under scripts/ run as subprocesses with --json and their figures are
+read back. Writes bench-results/RESULTS.md (markdown) and
+bench-results/results.json; progress goes to stderr as it runs.
+
+    python scripts/bench_all.py [--quick] [--only e2e,latency,...] [--skip spark] [--out DIR]
+
+--quick runs every figure at toy sizes (seconds, not minutes; a smoke test of the
+suite's wiring whose figures mean nothing) and leaves Spark out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import bench_e2e  # scripts/ is on the path of a script
+import bench_txn
+import grpc
+
+from stableline import perf
+from stableline.perf.histogram import LatencyHistogram
+from stableline.testing import BrokerProcess, temporary_broker
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts"
+_STARTED = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    seconds: float = 6.0  # each perf run's producing time
+    latency_seconds: float = 5.0
+    raw_seconds: float = 9.0  # bench_e2e's raw run takes a third of this
+    fsync_seconds: float = 2.0
+    latency_iterations: int = 300
+    rc_ru_prefill: int = 300_000
+    many_subscriptions: int = 100
+    many_subs_messages: int = 20_000
+    many_subs_queue: int = 2000
+    scaling_processes: tuple[int, ...] = (1, 2, 4)
+    open_txns: tuple[int, ...] = (1, 100, 1000, 10_000)
+    aborted_checkpoints: str = "0,10000,100000,1000000"
+    ledger_seconds: float = 4.0
+    recovery_entries: int = 1_000_000
+    spark_messages: int = 500_000
+    spark_rounds: int = 2
+    memory: bool = True
+
+
+QUICK = Sizes(
+    seconds=1.0,
+    latency_seconds=1.0,
+    raw_seconds=3.0,
+    fsync_seconds=0.3,
+    latency_iterations=20,
+    rc_ru_prefill=5_000,
+    many_subscriptions=4,
+    many_subs_messages=2_000,
+    scaling_processes=(1, 2),
+    open_txns=(1, 10),
+    aborted_checkpoints="0,2000",
+    ledger_seconds=0.5,
+    recovery_entries=5_000,
+    memory=False,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the results table."""
+
+    figure: str
+    metric: str
+    value: float
+    unit: str
+    baseline_label: str = ""
+    baseline: float | None = None
+    goal: str = ""
+    met: bool | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline in (None, 0):
+            return None
+        return round(self.value / self.baseline, 3)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def broker(prefix: str) -> Iterator[BrokerProcess]:
+    with temporary_broker(REPO / "bench-results", f"bench-all-{prefix}-") as process:
+        progress(f"broker ready on {process.target}")
+        yield process
+
+
+def run_perf(process: BrokerProcess, label: str, **settings) -> dict:
+    """One stableline.perf run against `process`, its progress lines prefixed with `label`."""
+    workload = perf.Workload(service_url=process.target, topic=label, **settings)
+    result = perf.run(
+        workload, out=lambda line: progress(f"  {label}: {line}"), broker_cpu=process.cpu_seconds
+    )
+    if not result["checks"]["ok"]:
+        raise RuntimeError(f"{label}: consistency checks failed: {result['checks']}")
+    return result
+
+
+def run_script(name: str, out: Path, *args: str) -> dict:
+    """Run scripts/NAME with --json; its output streams through; the JSON it wrote."""
+    command = [sys.executable, str(SCRIPTS / name), *args, "--json", str(out)]
+    progress(f"$ {' '.join(command[1:])}")
+    subprocess.run(command, check=True, cwd=REPO, stdout=sys.stderr)
+    return json.loads(out.read_text())
+
+
+def raw_fsync_latency(directory: Path, seconds: float, size: int = 100_000) -> dict:
+    """p50/p99 of os.write + os.fdatasync of one producer batch's bytes, for `seconds`."""
+    histogram = LatencyHistogram()
+    path = directory / "fsync-probe.log"
+    data = b"f" * size
+    fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+    try:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            started = time.perf_counter_ns()
+            os.write(fd, data)
+            os.fdatasync(fd)
+            histogram.record((time.perf_counter_ns() - started) // 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return histogram.summary()
+
+
+# ---------------------------------------------------------------- the figures
+
+
+def fig_e2e(sizes: Sizes, ctx: dict) -> list[Row]:
+    progress("E2E: raw grpc.aio stream baseline (bench_e2e.bench_raw)")
+    spawn = mp.get_context("spawn")
+    raw = bench_e2e.bench_raw(
+        spawn, spawn.Queue(), SimpleNamespace(seconds=sizes.raw_seconds, messages=2_000_000)
+    )
+    ctx["raw_msgs_per_s"] = raw["msgs_per_s"]
+    rows = []
+    with broker("e2e") as process:
+        for topics in (1, 8):
+            result = run_perf(process, f"e2e-{topics}t", topics=topics, duration_s=sizes.seconds)
+            consumed = result["consumed"]
+            cpu = result["cpu_us_per_msg"]
+            rows.append(
+                Row(
+                    "E2E publish -> READ_COMMITTED consume, 100 B batched",
+                    f"{topics} topic{'s' * (topics > 1)}: msgs/s (batch_receive)",
+                    consumed["msgs_per_s"],
+                    "msgs/s",
+                    "raw grpc.aio stream, same bytes",
+                    raw["msgs_per_s"],
+                    ">= 1,000,000 msgs/s (~0.13 of raw)",
+                    consumed["msgs_per_s"] >= 1_000_000,
+                    f"{consumed['msgs_per_s'] / 1e6:.0%} of the goal; "
+                    f"CPU us/msg: broker {cpu.get('broker')}, producer {cpu.get('producers')}, "
+                    f"consumer {cpu.get('consumers')}; e2e p99 {consumed['e2e_latency'].get('p99_ms')} ms",
+                )
+            )
+    return rows
+
+
+def fig_publish_latency(sizes: Sizes, ctx: dict) -> list[Row]:
+    with broker("latency") as process:
+        top = run_perf(process, "pub-max", subscriptions=0, duration_s=sizes.latency_seconds)
+        max_rate = top["produced"]["msgs_per_s"]
+        half = run_perf(
+            process,
+            "pub-half",
+            subscriptions=0,
+            duration_s=sizes.latency_seconds,
+            rate=max(max_rate // 2, 1000),
+        )
+    fsync = raw_fsync_latency(REPO / "bench-results", sizes.fsync_seconds)
+    latency = half["produced"]["publish_latency"]
+    note = (
+        f"at {half['produced']['msgs_per_s']:,} msgs/s = 50% of max {max_rate:,}; "
+        f"p99.9 {latency['p99.9_ms']} ms"
+    )
+    return [
+        Row(
+            "Publish latency, fsync group commit, 50% of max rate",
+            "send -> durable p50",
+            latency["p50_ms"],
+            "ms",
+            "raw write+fdatasync of 100 KB, p50",
+            fsync["p50_ms"],
+            note=note,
+        ),
+        Row(
+            "Publish latency, fsync group commit, 50% of max rate",
+            "send -> durable p99",
+            latency["p99_ms"],
+            "ms",
+            "raw write+fdatasync of 100 KB, p99",
+            fsync["p99_ms"],
+            "p99 < 10 ms",
+            latency["p99_ms"] < 10,
+        ),
+    ]
+
+
+def fig_txn(sizes: Sizes, ctx: dict) -> list[Row]:
+    rows = []
+    runs: dict[str, list[dict]] = {"plain": [], "txn": []}
+    with broker("txn") as process:
+        for index, mode in enumerate(["plain", "txn", "txn", "plain"]):  # ABBA: drift falls on both
+            settings = {"commit_interval_ms": 100.0} if mode == "txn" else {}
+            runs[mode].append(
+                run_perf(process, f"txn-overhead-{index}", duration_s=sizes.seconds, **settings)
+            )
+        commits = run_perf(
+            process, "commits", subscriptions=0, duration_s=sizes.seconds, txn_size=1, open_txns=64
+        )
+        sends = run_perf(
+            process,
+            "sends",
+            subscriptions=0,
+            duration_s=sizes.seconds,
+            batch_max_messages=1,
+            window_batches=64,
+        )
+
+    def rate(mode: str) -> float:
+        return sum(r["consumed"]["msgs_per_s"] for r in runs[mode]) / len(runs[mode])
+
+    plain, txn = rate("plain"), rate("txn")
+    rows.append(
+        Row(
+            "Transactions",
+            "overhead: commit every 100 ms, e2e msgs/s",
+            round(txn),
+            "msgs/s",
+            "same load without transactions",
+            round(plain),
+            "ratio >= 0.98",
+            txn / plain >= 0.98,
+            "runs "
+            + ", ".join(f"{r['consumed']['msgs_per_s']:,}" for r in runs["txn"] + runs["plain"]),
+        )
+    )
+    progress("commit -> visible: bench_txn.bench_latency, transactional and plain")
+    latency_sizes = replace(bench_txn.Sizes(), latency_iterations=sizes.latency_iterations)
+    committed = asyncio.run(bench_txn.bench_latency(latency_sizes))
+    plain_latency = asyncio.run(bench_txn.bench_latency(latency_sizes, transactional=False))
+    visible = committed["commit_to_visible"]
+    rows.append(
+        Row(
+            "Transactions",
+            "commit -> READ_COMMITTED visible p99",
+            visible["p99_ms"],
+            "ms",
+            "plain send -> visible p99",
+            plain_latency["commit_to_visible"]["p99_ms"],
+            "p99 < 5 ms",
+            visible["p99_ms"] < 5,
+            f"p50 {visible['p50_ms']} ms; commit call p99 {committed['commit_rpc']['p99_ms']} ms",
+        )
+    )
+    ends = commits["transactions"]
+    rows.append(
+        Row(
+            "Transactions",
+            "max commits/s, 1-message transactions (64 open)",
+            ends["ends_per_s"],
+            "commits/s",
+            "1-message durable sends/s, 64 in flight",
+            sends["produced"]["msgs_per_s"],
+            note=f"commit call p99 {ends['end_latency'].get('p99_ms')} ms",
+        )
+    )
+    return rows
+
+
+def fig_rc_ru(sizes: Sizes, ctx: dict) -> list[Row]:
+    result = asyncio.run(
+        bench_txn.bench_rc_vs_ru(replace(bench_txn.Sizes(), prefill_messages=sizes.rc_ru_prefill))
+    )
+    rc, ru = result["READ_COMMITTED"], result["READ_UNCOMMITTED"]
+    return [
+        Row(
+            "RC vs RU, 10% of transactions aborted (bench_txn)",
+            "READ_COMMITTED drain, delivered msgs/s",
+            rc["delivered_msgs_per_s"],
+            "msgs/s",
+            "READ_UNCOMMITTED drain of the same log",
+            ru["delivered_msgs_per_s"],
+            "ratio >= 0.95",
+            result["ratio_delivered"] >= 0.95,
+            f"log scanned RC/RU {result['ratio_scanned']}; broker CPU us/delivered msg "
+            f"RC {rc['broker_cpu_us_per_delivered_msg']}, RU {ru['broker_cpu_us_per_delivered_msg']}",
+        )
+    ]
+
+
+def fig_many_subscriptions(sizes: Sizes, ctx: dict) -> list[Row]:
+    count = sizes.many_subscriptions
+    common = {
+        "messages": sizes.many_subs_messages,
+        "duration_s": 0,
+        "txn_size": 1000,
+        "abort_ratio": 0.1,
+        "receiver_queue_size": sizes.many_subs_queue,
+        "drain_timeout_s": 300,
+    }
+    with broker("subs") as process:
+        one = run_perf(process, "subs-1", subscriptions=1, **common)
+        many = run_perf(
+            process, f"subs-{count}", subscriptions=count, isolation="mixed", processes=2, **common
+        )
+    rows = []
+    for key, unit, label in (
+        ("msgs_per_s", "deliveries/s", "aggregate delivery rate"),
+        ("broker", "us", "broker CPU per delivered message"),
+    ):
+        if key == "broker":
+            value, base = many["cpu_us_per_msg"]["broker"], one["cpu_us_per_msg"]["broker"]
+        else:
+            value, base = many["consumed"][key], one["consumed"][key]
+        rows.append(
+            Row(
+                f"Many subscriptions: {count} on one topic, half RC half RU",
+                label,
+                value,
+                unit,
+                "1 READ_COMMITTED subscription",
+                base,
+                note=f"{sizes.many_subs_messages:,} msgs in txns of 1,000, 10% aborted; "
+                f"by level {many['consumed']['by_level']}",
+            )
+        )
+    return rows
+
+
+def fig_scaling(sizes: Sizes, ctx: dict) -> list[Row]:
+    rows = []
+    with broker("scaling") as process:
+        results = {}
+        for processes in sizes.scaling_processes:
+            results[processes] = run_perf(
+                process,
+                f"scale-{processes}p",
+                subscriptions=0,
+                producers=processes,
+                processes=processes,
+                duration_s=sizes.seconds,
+            )
+        base = results[sizes.scaling_processes[0]]["produced"]["msgs_per_s"]
+        for processes, result in results.items():
+            rows.append(
+                Row(
+                    "Scaling: producer processes (1 topic, durable publish)",
+                    f"{processes} producer process{'es' * (processes > 1)}: msgs/s",
+                    result["produced"]["msgs_per_s"],
+                    "msgs/s",
+                    "1 producer process",
+                    base,
+                    note=f"broker CPU {result['cpu_us_per_msg'].get('broker')} us/msg",
+                )
+            )
+        results = {}
+        for open_txns in sizes.open_txns:
+            results[open_txns] = run_perf(
+                process,
+                f"open-{open_txns}",
+                subscriptions=0,
+                duration_s=sizes.seconds,
+                commit_interval_ms=1000.0,
+                open_txns=open_txns,
+            )
+        base_result = results[sizes.open_txns[0]]
+        for open_txns, result in results.items():
+            rows.append(
+                Row(
+                    "Scaling: open transactions (commit each after 1 s)",
+                    f"{open_txns:,} open: msgs/s",
+                    result["produced"]["msgs_per_s"],
+                    "msgs/s",
+                    f"{sizes.open_txns[0]} open",
+                    base_result["produced"]["msgs_per_s"],
+                    note=f"broker CPU {result['cpu_us_per_msg'].get('broker')} us/msg "
+                    f"(at {sizes.open_txns[0]}: {base_result['cpu_us_per_msg'].get('broker')})",
+                )
+            )
+    out = ctx["out"] / "aborted-set.json"
+    aborted = run_script("bench_aborted_set.py", out, "--checkpoints", sizes.aborted_checkpoints)
+    first, last = aborted["checkpoints"][0], aborted["checkpoints"][-1]
+    size_text = f"{last['aborted']:,} aborted"
+    base_text = f"{first['aborted']:,} aborted"
+    for key, unit, label in (
+        ("rc_filter_ns_per_entry", "ns/entry", "READ_COMMITTED filter"),
+        ("abort_cpu_us", "us/abort", "abort (entry + marker + snapshots)"),
+        ("fetch_overlapping_us", "us/fetch", "aborted txns for a 1,000-entry fetch"),
+        ("snapshot_bytes", "bytes", "snapshot written"),
+    ):
+        base = first[key] if first[key] is not None else aborted["checkpoints"][1][key]
+        rows.append(
+            Row(
+                "Scaling: aborted-set size (bench_aborted_set, in process)",
+                f"{label} at {size_text}",
+                last[key],
+                unit,
+                f"at {base_text}" if first[key] is not None else "first growth step",
+                base,
+                "<= 2x" if key in ("rc_filter_ns_per_entry", "abort_cpu_us") else "",
+                (last[key] <= 2 * base)
+                if key in ("rc_filter_ns_per_entry", "abort_cpu_us")
+                else None,
+            )
+        )
+    return rows
+
+
+def fig_scripts(sizes: Sizes, ctx: dict) -> list[Row]:
+    out: Path = ctx["out"]
+    rows = []
+    seconds = str(sizes.ledger_seconds)
+    for label, args in (
+        ("100 KB entries (a producer batch), 16 appenders", ["--payload-size", "100000", "--appenders", "16"]),
+        ("100-byte entries, 256 appenders", []),
+    ):  # fmt: skip
+        name = "ledger-batch-entries.json" if args else "ledger-100b-entries.json"
+        result = run_script("bench_ledger.py", out / name, "--seconds", seconds, *args)
+        group = result["workloads"]["group_commit"]
+        rows.append(
+            Row(
+                "Ledger append, fsync group commit (bench_ledger)",
+                label + ": appends/s",
+                group["ledger"]["appends_per_s"],
+                "appends/s",
+                "raw write+fdatasync of the same batches",
+                group["raw"]["appends_per_s"],
+                ">= 0.7" if args else "",
+                group["ratio"] >= 0.7 if args else None,
+                f"{group['ledger']['mb_per_s']} MB/s",
+            )
+        )
+    recovery = run_script(
+        "bench_recovery.py", out / "recovery.json", "--entries", str(sizes.recovery_entries)
+    )
+    rows.append(
+        Row(
+            "Recovery of the transaction buffer (bench_recovery)",
+            f"READY after restart, {recovery['entries']:,} entries, from the snapshot",
+            recovery["with_snapshot"]["to_ready_s"],
+            "s",
+            "full replay of the log",
+            recovery["full_replay"]["to_ready_s"],
+            "< 1 s and >= 20x faster",
+            recovery["goal_met"],
+        )
+    )
+    if sizes.memory:
+        memory = run_script("bench_txn.py", out / "txn-memory.json", "--only", "4")["memory"]
+        last = memory["per_checkpoint"][-1]
+        first = memory["per_checkpoint"][0]
+        rows.append(
+            Row(
+                "Transaction buffer memory (bench_txn 4)",
+                f"{memory['txns']:,} open txns x {last['msgs_per_txn']:,} msgs",
+                last["bytes"]["total"],
+                "bytes",
+                f"x {first['msgs_per_txn']} msgs",
+                first["bytes"]["total"],
+                "< 1 MB, flat",
+                last["bytes"]["total"] < 1024 * 1024 and memory["growth_first_to_last"] < 1.05,
+            )
+        )
+    if not ctx["skip_spark"]:
+        spark = run_script(
+            "bench_spark.py",
+            out / "spark.json",
+            "--messages",
+            str(sizes.spark_messages),
+            "--rounds",
+            str(sizes.spark_rounds),
+        )
+        rows.append(
+            Row(
+                "Spark batch read, local[2] (bench_spark)",
+                "READ_COMMITTED rows/s",
+                round(spark["rc_rows_per_s"]),
+                "rows/s",
+                "READ_UNCOMMITTED rows/s",
+                round(spark["ru_rows_per_s"]),
+                "RC >= 500,000 rows/s, ratio >= 0.9",
+                spark["met"],
+            )
+        )
+    return rows
+
+
+FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
+    "e2e": fig_e2e,
+    "latency": fig_publish_latency,
+    "txn": fig_txn,
+    "rc_ru": fig_rc_ru,
+    "subscriptions": fig_many_subscriptions,
+    "scaling": fig_scaling,
+    "scripts": fig_scripts,
+}
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if value < 100 else f"{value:,.0f}"
+    return f"{int(value):,}"
+
+
+def markdown(rows: list[Row], header: dict) -> str:
+    lines = [
+        "# stableline benchmark results",
+        "",
+        f"`make bench` on {header['cores']} cores, Python {header['python']}, grpcio "
+        f"{header['grpcio']}, {header['date']}; {header['total_seconds']:.0f} s in all. "
+        "Every baseline was measured in the same run.",
+        "",
+        "| figure | metric | value | baseline (same run) | ratio | goal | met |",
+        "|---|---|---:|---|---:|---|---|",
+    ]
+    for row in rows:
+        met = "" if row.met is None else ("yes" if row.met else "**no**")
+        baseline = f"{row.baseline_label}: {_number(row.baseline)}" if row.baseline_label else ""
+        lines.append(
+            f"| {row.figure} | {row.metric} | {_number(row.value)} {row.unit} | {baseline} | "
+            f"{_number(row.ratio)} | {row.goal} | {met} |"
+        )
+    notes = [(row.metric, row.note) for row in rows if row.note]
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"- {metric}: {note}" for metric, note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="toy sizes: a smoke test")
+    parser.add_argument("--only", help=f"comma-separated figures of {', '.join(FIGURES)}")
+    parser.add_argument("--skip", default="", help="comma-separated: figures, or 'spark'")
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else Sizes()
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    wanted = [name.strip() for name in args.only.split(",")] if args.only else list(FIGURES)
+    unknown = [name for name in wanted + sorted(skip - {"spark"}) if name not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figures {unknown}; choose from {', '.join(FIGURES)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    ctx = {"out": args.out.resolve(), "skip_spark": args.quick or "spark" in skip}
+    rows: list[Row] = []
+    timings = {}
+    for name in wanted:
+        if name in skip:
+            continue
+        started = time.perf_counter()
+        progress(f"=== {name}")
+        rows += FIGURES[name](sizes, ctx)
+        timings[name] = round(time.perf_counter() - started, 1)
+        progress(f"=== {name} done in {timings[name]} s")
+    header = {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "quick": args.quick,
+        "sizes": asdict(sizes),
+        "seconds_per_figure": timings,
+        "total_seconds": round(time.perf_counter() - _STARTED, 1),
+    }
+    table = markdown(rows, header)
+    (args.out / "RESULTS.md").write_text(table)
+    records = [{**asdict(row), "ratio": row.ratio} for row in rows]
+    (args.out / "results.json").write_text(json.dumps({**header, "rows": records}, indent=2) + "\n")
+    print(table)
+    progress(f"wrote {args.out / 'RESULTS.md'} and {args.out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""scripts/bench_all.py --quick: every figure of the suite runs (toy sizes) and lands in
+one markdown table and one JSON file, each row with its same-run baseline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_all.py"
+GROUPS = (
+    "E2E publish",
+    "Publish latency",
+    "Transactions",
+    "RC vs RU",
+    "Many subscriptions",
+    "Scaling: producer processes",
+    "Scaling: open transactions",
+    "Scaling: aborted-set size",
+    "Ledger append",
+    "Recovery",
+)
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = results["rows"]
+    for group in GROUPS:
+        assert any(row["figure"].startswith(group) for row in rows), group
+    for row in rows:
+        assert row["value"] is not None and row["value"] >= 0, row
+        assert row["baseline_label"] and row["baseline"] is not None, row
+        if row["goal"]:
+            assert row["met"] in (True, False), row
+    assert results["quick"] is True
+    assert set(results["seconds_per_figure"]) == {
+        "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "scripts"
+    }  # fmt: skip
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert table.count("\n| ") == len(rows) + 1  # the header and a line per row
+    assert "| figure | metric | value | baseline (same run) | ratio | goal | met |" in table
+    assert "=== e2e" in run.stderr  # progress while it runs
+    for produced in ("aborted-set.json", "recovery.json", "ledger-100b-entries.json"):
+        assert (tmp_path / produced).exists(), produced
