@@ -38,7 +38,9 @@ def progress(message: str) -> None:
 
 def fill(service_url: str, messages: int) -> None:
     with stableline.Client(service_url) as client:
-        producer = client.create_producer(TOPIC, batching_max_messages=BATCH_MESSAGES)
+        producer = client.create_producer(
+            TOPIC, batching_max_messages=BATCH_MESSAGES, batching_max_publish_delay_ms=100
+        )
         for done in range(0, messages, TXN_MESSAGES):
             txn = client.new_transaction()
             for _ in range(min(TXN_MESSAGES, messages - done)):

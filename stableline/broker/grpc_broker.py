@@ -355,12 +355,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 )
                 for a in topic.buffer.aborted_overlapping(entries[0].position, entries[-1].position)
             ]
-        return pb.FetchResponse(
-            entries=[convert.entry_to_proto(e) for e in entries],
+        response = pb.FetchResponse(
             next_position=convert.position_to_proto(next_position),
             bound=convert.position_to_proto(bound),
             aborted=aborted,
         )
+        add = response.entries.add  # built in place: a copied list would copy every payload
+        for entry in entries:
+            add(
+                ledger_id=entry.position.ledger_id,
+                entry_id=entry.position.entry_id,
+                metadata=convert.header_to_proto(entry.header),
+                payload=entry.payload,
+            )
+        return response
 
     @staticmethod
     async def _wait_for(topic, ready, timeout_ms: int) -> None:
