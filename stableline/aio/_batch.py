@@ -52,6 +52,50 @@ def plain_prefix(length: int) -> bytes:
     return prefix
 
 
+def _varint_width(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def plain_layout(payload: bytes) -> tuple[int, int] | None:
+    """(prefix length, stride) when the MessageBatch holds only plain messages of one
+    length (as producers write them), else None.
+
+    Such a batch is one record repeated at a fixed stride, so message i's payload is
+    payload[i * stride + prefix length : (i + 1) * stride], no decoding needed. Every
+    record's prefix is checked (in C, a strided slice per prefix byte), which proves
+    the batch parses so: a key, a property or another length breaks a prefix.
+    """
+    if len(payload) < 2 or payload[0] != 0x0A:
+        return None
+    inner_length, shift = 0, 0
+    for at in range(1, min(6, len(payload))):
+        byte = payload[at]
+        inner_length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    else:
+        return None
+    length = 0  # an empty payload is left out of the SingleMessage entirely
+    if inner_length:
+        for width in range(1, 6):
+            candidate = inner_length - 1 - width
+            if candidate >= 0 and _varint_width(candidate) == width:
+                length = candidate
+                break
+        else:
+            return None
+    prefix = plain_prefix(length)
+    stride = len(prefix) + length
+    count, rest = divmod(len(payload), stride)
+    if rest:
+        return None
+    for at in range(len(prefix)):
+        if payload[at::stride] != prefix[at : at + 1] * count:
+            return None
+    return len(prefix), stride
+
+
 def encode_message(
     content: bytes,
     properties: dict[str, str] | None,

@@ -25,7 +25,7 @@ from stableline._errors import from_rpc_error
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import IsolationLevel
-from stableline.aio._batch import plain_prefix
+from stableline.aio._batch import plain_layout
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
 
 # Each column and its Spark type, in the order of the default schema.
@@ -210,64 +210,18 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
                 yield entry
 
 
-def _varint_length(value: int) -> int:
-    return max(1, (value.bit_length() + 6) // 7)
-
-
-def _plain_length(payload: bytes) -> int | None:
-    """The payload length of the batch's first message if that message is plain and
-    the batch's length is a whole number of such messages, else None.
-
-    A plain message is the MessageBatch field, then its SingleMessage's payload field
-    (left out when the payload is empty), then the payload: a fixed stride when every
-    message is alike, as producers write them.
-    """
-    if len(payload) < 2 or payload[0] != 0x0A:
-        return None
-    inner_length, shift = 0, 0
-    for at in range(1, min(6, len(payload))):
-        byte = payload[at]
-        inner_length |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-    else:
-        return None
-    length = 0
-    if inner_length:
-        for width in range(1, 6):
-            candidate = inner_length - 1 - width
-            if candidate >= 0 and _varint_length(candidate) == width:
-                length = candidate
-                break
-        else:
-            return None
-    prefix = plain_prefix(length)
-    if len(payload) % (len(prefix) + length) or not payload.startswith(prefix):
-        return None
-    return length
-
-
-def _slice_plain(payloads: list[bytes], length: int):
-    """The messages' payloads of batches that _plain_length gave this length, sliced
-    out in Arrow, or None if some message is not plain after all.
-
-    The batches tile into records of one stride; every record's prefix is checked,
-    which proves they parse so (a key, a property or another length breaks one).
-    """
-    prefix = plain_prefix(length)
-    stride = len(prefix) + length
+def _slice_plain(payloads: list[bytes], layout: tuple[int, int]):
+    """The messages' payloads of batches that plain_layout gave this layout, sliced out
+    in Arrow: the joined batches are records of one stride."""
+    prefix_length, stride = layout
     joined = b"".join(payloads)
     count = len(joined) // stride
+    if stride == prefix_length:  # empty payloads
+        return pa.array([b""] * count, pa.binary())
     records = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(stride), count, [None, pa.py_buffer(joined)]
     )
-    heads = pc.binary_slice(records, 0, len(prefix))
-    if not pc.all(pc.equal(heads, pa.scalar(prefix, heads.type))).as_py():
-        return None
-    if not length:
-        return pa.array([b""] * count, pa.binary())
-    return pc.binary_slice(records, len(prefix), stride).cast(pa.binary())
+    return pc.binary_slice(records, prefix_length, stride).cast(pa.binary())
 
 
 class _Columns:
@@ -295,21 +249,21 @@ class _Columns:
         # Keys and properties of entries with metadata; plain entries are a row count.
         self.key_chunks: list = []
         self.property_chunks: list = []
-        self.plain_payloads: list[bytes] = []  # consecutive plain batches, one length
-        self.plain_length: int | None = None
+        self.plain_payloads: list[bytes] = []  # consecutive plain batches, one layout
+        self.plain_layout: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return self.rows
 
     def add(self, entry: pb.EntryDelivery) -> None:
         payload = entry.payload
-        length = _plain_length(payload)
-        if length is not None:
-            if length != self.plain_length:
+        layout = plain_layout(payload)
+        if layout is not None:
+            if layout != self.plain_layout:
                 self._flush_plain()
-                self.plain_length = length
+                self.plain_layout = layout
             self.plain_payloads.append(payload)
-            count = len(payload) // (len(plain_prefix(length)) + length)
+            count = len(payload) // layout[1]
         else:
             self._flush_plain()
             count = self._add_decoded([payload])
@@ -345,10 +299,7 @@ class _Columns:
         if not self.plain_payloads:
             return
         payloads, self.plain_payloads = self.plain_payloads, []
-        values = _slice_plain(payloads, self.plain_length)
-        if values is None:  # a look-alike batch: decode it as any other
-            self._add_decoded(payloads)
-            return
+        values = _slice_plain(payloads, self.plain_layout)
         self.value_chunks.append(values)
         self.key_chunks.append(len(values))
         self.property_chunks.append(len(values))

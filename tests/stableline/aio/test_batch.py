@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
-from stableline.aio._batch import Batch, SendReceipt, encode_message, plain_prefix
+from stableline.aio._batch import Batch, SendReceipt, encode_message, plain_layout, plain_prefix
 
 payloads = st.binary(max_size=70_000)
 
@@ -62,3 +62,31 @@ async def test_receipts_of_one_batch_resolve_to_their_own_batch_index():
     batch_future.set_result((4, 11))
     assert [await receipt for receipt in receipts] == [MessageId(4, 11, i) for i in range(3)]
     assert receipts[2].result() == MessageId(4, 11, 2)
+
+
+_single_messages = st.builds(
+    pb.SingleMessage,
+    payload=st.binary(max_size=300),
+    partition_key=st.sampled_from(["", "k"]),
+    event_time_ms=st.sampled_from([0, 5]),
+    properties=st.sampled_from([{}, {"a": "b"}]),
+)
+
+
+@given(st.lists(_single_messages, min_size=1, max_size=40), st.integers(0, 300))
+def test_plain_layout_accepts_exactly_the_batches_of_one_plain_length(messages, length):
+    if length % 3 == 0:  # often: a batch that is plain throughout
+        messages = [
+            pb.SingleMessage(payload=bytes([i % 256]) * length) for i in range(len(messages))
+        ]
+    payload = pb.MessageBatch(messages=messages).SerializeToString()
+    plain = (
+        all(not m.partition_key and not m.event_time_ms and not m.properties for m in messages)
+        and len({len(m.payload) for m in messages}) == 1
+    )
+    layout = plain_layout(payload)
+    assert (layout is not None) == plain
+    if layout is not None:
+        prefix_length, stride = layout
+        sliced = [payload[i + prefix_length : i + stride] for i in range(0, len(payload), stride)]
+        assert sliced == [m.payload for m in messages]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stableline._proto import broker_pb2 as pb
-from stableline.spark._read import _Columns, _plain_length
+from stableline.aio._batch import plain_layout
+from stableline.spark._read import _Columns
 
 pytest.importorskip("pyarrow")
 
@@ -60,11 +61,11 @@ def _plain_entry(entry_id: int, payloads: list[bytes]) -> pb.EntryDelivery:
 
 def test_a_batch_that_only_looks_plain_is_decoded():
     # Same stride as plain 8-byte payloads (12 bytes a message), but the second message
-    # has 6 bytes and an event time: its prefix differs, so it must be decoded.
+    # has 6 bytes and an event time: its prefix differs, so it is decoded.
     messages = [pb.SingleMessage(payload=b"a" * 8) for _ in range(4)]
     messages[1] = pb.SingleMessage(payload=b"b" * 6, event_time_ms=5)
     entry = _entry(messages)
-    assert len(entry.payload) == 4 * 12 and _plain_length(entry.payload) == 8
+    assert len(entry.payload) == 4 * 12 and plain_layout(entry.payload) is None
     columns = _Columns("persistent://public/default/t")
     columns.add(entry)
     assert columns.take().to_pydict()["value"] == [m.payload for m in messages]
