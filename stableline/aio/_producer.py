@@ -18,7 +18,8 @@ from stableline._errors import (
 )
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
-from stableline.aio._batch import Batch, SendReceipt, encode_message, plain_prefix
+from stableline._wire import encode_message, plain_prefix
+from stableline.aio._batch import Batch, SendReceipt
 
 # Batches sent and not yet acknowledged; send() waits past this.
 MAX_PENDING_BATCHES = 1000

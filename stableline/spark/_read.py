@@ -25,7 +25,7 @@ from stableline._errors import from_rpc_error
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import IsolationLevel
-from stableline.aio._batch import plain_layout
+from stableline._wire import plain_layout
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
 
 # Each column and its Spark type, in the order of the default schema.

@@ -24,7 +24,7 @@ import grpc
 from stableline._errors import StableLineError, from_code
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
-from stableline.aio._batch import encode_message, plain_prefix
+from stableline._wire import encode_message, plain_prefix
 from stableline.spark._options import OptionError
 from stableline.spark._read import _rpc
 from stableline.topic_name import InvalidTopicNameError, TopicName

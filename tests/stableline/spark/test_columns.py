@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stableline._proto import broker_pb2 as pb
-from stableline.aio._batch import plain_layout
+from stableline._wire import plain_layout
 from stableline.spark._read import _Columns
 
 pytest.importorskip("pyarrow")
