@@ -414,8 +414,10 @@ class TransactionBuffer:
         first = self.ledger.first_position_after(stable) if entries else None
         if first is None:
             return 0, 0
-        (entry,) = self.ledger.read(first, 1, first)
-        return entries, max(int(time.time() * 1000) - entry.header.publish_time_ms, 0)
+        read = self.ledger.read(first, 1, first)
+        if not read:
+            return entries, 0  # trimmed meanwhile: nothing to date it by
+        return entries, max(int(time.time() * 1000) - read[0].header.publish_time_ms, 0)
 
     # ------------------------------------------------------------ appends and ends
 

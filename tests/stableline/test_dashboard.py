@@ -84,12 +84,21 @@ def _browser_or_skip():
 
 
 @pytest.fixture(scope="module")
-def driver() -> Iterator:
-    browser = _browser_or_skip()
+def browser() -> Iterator:
+    started = _browser_or_skip()
     try:
-        yield browser
+        yield started
     finally:
-        browser.quit()
+        started.quit()
+
+
+@pytest.fixture
+def driver(browser, broker) -> Iterator:
+    """The browser for one test: its log starts empty, and it leaves the page (which
+    polls) before that test's broker stops."""
+    browser.get_log("browser")
+    yield browser
+    browser.get("about:blank")
 
 
 def _wait(driver, condition, message: str):
