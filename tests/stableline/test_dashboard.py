@@ -248,3 +248,16 @@ def test_dashboard_shows_each_subscriptions_isolation_level_and_the_rate_chart(
         "the rate chart",
     )
     assert _script_errors(driver) == []
+
+
+def test_dashboard_says_what_failed_when_the_api_refuses(broker, driver):
+    driver.get(broker.http_url + "/#/topic/public/default/nowhere")
+    _wait(
+        driver,
+        lambda d: "does not exist" in _text(d, "#error"),
+        "the admin API's reason for the unknown topic",
+    )
+    assert "persistent://public/default/nowhere" in _text(driver, "#error")
+    driver.get(broker.http_url + "/#/")
+    _wait(driver, lambda d: "No topics yet" in _text(d, "#topics-body"), "the empty topic list")
+    assert _text(driver, "#error") == ""

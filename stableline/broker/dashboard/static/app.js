@@ -534,14 +534,16 @@ async function show() {
         if (mine !== generation) return;
         statusLine.textContent = `updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
         statusLine.className = "";
+        setHtml("error", "");
       } catch (error) {
         if (mine !== generation) return;
         if (error instanceof AuthRequired) {
           askForToken();
           return;
         }
-        statusLine.textContent = `error: ${error.message}`;
+        statusLine.textContent = "not updated: see the error below";
         statusLine.className = "bad-text";
+        setHtml("error", h`<div class="alert bad">${error.message}</div>`);
       }
     }
     await new Promise((resolve) => setTimeout(resolve, REFRESH_MS));
