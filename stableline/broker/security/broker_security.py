@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ from stableline.broker.security.http_permissions import add_permission_routes
 from stableline.broker.security.permissions import Authorizer, PermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.security.tokens import TokenVerifier, read_secret_key
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,7 @@ class BrokerSecurity:
         authorizer = None
         if settings.authorization_enabled:
             authorizer = Authorizer(permissions, settings.superuser_roles)
+        _describe(settings)
         return cls(settings, permissions, Guard(verifier, authorizer))
 
     def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
@@ -55,3 +59,26 @@ class BrokerSecurity:
 
     def http_ssl_context(self) -> ssl.SSLContext | None:
         return None if self.settings.tls is None else tls.http_ssl_context(self.settings.tls)
+
+
+def _describe(settings: SecuritySettings) -> None:
+    """One line for operators on what is on, and a warning for a broker nobody can administer."""
+    if settings.tls is None:
+        transport = "plaintext"
+    elif settings.tls.trust_certs_file is None:
+        transport = "TLS"
+    else:
+        transport = "TLS with client certificates required"
+    if not settings.authentication_enabled:
+        log.info("security: %s, no authentication", transport)
+        return
+    algorithm = "HS256" if settings.token_secret_key is not None else "RS256"
+    log.info(
+        "security: %s, %s token authentication, authorization %s, superuser roles %s",
+        transport,
+        algorithm,
+        "on" if settings.authorization_enabled else "off",
+        ", ".join(settings.superuser_roles) or "none",
+    )
+    if settings.authorization_enabled and not settings.superuser_roles:
+        log.warning("authorization is on with no superuser roles: nobody can grant permissions")
