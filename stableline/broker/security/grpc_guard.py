@@ -22,7 +22,12 @@ from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPer
 from stableline.broker.security.permissions import Action
 from stableline.topic_name import TopicName
 
-GUARDED_SERVICES = ("/stableline.v1.Broker/", "/stableline.v1.Admin/")
+# Open to every caller; any other service is guarded, so one added later fails closed.
+OPEN_SERVICES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +77,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or not method.startswith(GUARDED_SERVICES):
+        if handler is None or method.startswith(OPEN_SERVICES):
             return handler
         rule = RULES.get(method, ADMIN_RULE)
         header = _metadata_value(handler_call_details.invocation_metadata, "authorization")

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 
 from managed_ledger import MetadataStore
-from stableline.topic_name import _PART, TopicName
+from stableline.topic_name import InvalidTopicNameError, TopicName
 
 PERMISSIONS_DB = b"broker"
 _PREFIX = "permission:"
@@ -67,13 +67,14 @@ def check_role(role: str) -> str:
 
 
 def namespace_path(tenant: str, namespace: str) -> str:
-    for part in (tenant, namespace):
-        if not _PART.match(part) or part in (".", ".."):
-            raise InvalidPermissionError(
-                f"invalid namespace {tenant}/{namespace}: parts may only contain letters, "
-                "digits and _ . = : -"
-            )
-    return f"{tenant}/{namespace}"
+    """'tenant/namespace', checked with the same rules as topic names."""
+    try:
+        return TopicName.parse(f"persistent://{tenant}/{namespace}/_").namespace_path
+    except InvalidTopicNameError:
+        raise InvalidPermissionError(
+            f"invalid namespace {tenant}/{namespace}: parts may only contain letters, "
+            "digits and _ . = : -"
+        ) from None
 
 
 def _encode(grants: dict[str, frozenset[Action]]) -> bytes:
