@@ -22,7 +22,14 @@ from stableline._errors import (
     TransactionNotFound,
 )
 from stableline._sync import Client, Consumer, Producer, Reader, Transaction
-from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
+from stableline._types import (
+    ConsumerType,
+    InitialPosition,
+    IsolationLevel,
+    Message,
+    MessageId,
+    Messages,
+)
 
 __all__ = [
     "AuthenticationError",
@@ -41,6 +48,7 @@ __all__ = [
     "Message",
     "MessageId",
     "MessageTooBig",
+    "Messages",
     "NotReady",
     "Producer",
     "Reader",

@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 from stableline import aio
 from stableline._auth import AuthenticationToken
 from stableline._errors import StableLineError
-from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
+from stableline._types import (
+    ConsumerType,
+    InitialPosition,
+    IsolationLevel,
+    Message,
+    MessageId,
+    Messages,
+)
 
 T = TypeVar("T")
 
@@ -98,12 +105,10 @@ class Consumer:
     def receive(self, timeout_millis: int | None = None) -> Message:
         return self._loop.run(self._inner.receive(timeout_millis))
 
-    def batch_receive(
-        self, max_num_messages: int = 100, timeout_millis: int = 100
-    ) -> list[Message]:
+    def batch_receive(self, max_num_messages: int = 100, timeout_millis: int = 100) -> Messages:
         return self._loop.run(self._inner.batch_receive(max_num_messages, timeout_millis))
 
-    def acknowledge(self, message: Message | MessageId | list, txn=None) -> None:
+    def acknowledge(self, message: Message | MessageId | list | Messages, txn=None) -> None:
         self._loop.run(self._inner.acknowledge(message, _inner_txn(txn)))
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from stableline._proto import broker_pb2 as pb
+from stableline._wire import plain_layout
 
 _MAX = 2**63 - 1
 
@@ -77,9 +79,23 @@ MessageId.latest = MessageId(_MAX, _MAX, -1)
 
 
 class DeliveredEntry:
-    """What the messages of one delivered entry share; made once per entry."""
+    """What the messages of one delivered entry share; made once per entry.
 
-    __slots__ = ("entry_id", "ledger_id", "metadata", "num_messages", "redelivery_count", "topic")
+    The batch is decoded only when a message's fields are first asked for, and not
+    at all for a batch of plain messages of one length: their payloads are sliced.
+    """
+
+    __slots__ = (
+        "_layout",
+        "_messages",
+        "entry_id",
+        "ledger_id",
+        "metadata",
+        "num_messages",
+        "payload",
+        "redelivery_count",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -88,6 +104,7 @@ class DeliveredEntry:
         entry_id: int,
         metadata: pb.EntryMetadata,
         redelivery_count: int,
+        payload: bytes,
     ):
         self.topic = topic
         self.ledger_id = ledger_id
@@ -95,39 +112,90 @@ class DeliveredEntry:
         self.metadata = metadata
         self.num_messages = metadata.num_messages
         self.redelivery_count = redelivery_count
+        self.payload = payload
+        self._layout = plain_layout(payload)
+        self._messages = None
+
+    @classmethod
+    def of(cls, topic: str, entry: pb.EntryDelivery) -> DeliveredEntry:
+        return cls(
+            topic,
+            entry.ledger_id,
+            entry.entry_id,
+            entry.metadata,
+            entry.redelivery_count,
+            entry.payload,
+        )
+
+    def value(self, index: int) -> bytes:
+        layout = self._layout
+        if layout is None:
+            return self.single(index).payload
+        prefix_length, stride = layout
+        start = index * stride
+        return self.payload[start + prefix_length : start + stride]
+
+    def values(self, indexes: Sequence[int]) -> list[bytes]:
+        layout = self._layout
+        if layout is None:
+            messages = self._decoded()
+            return [messages[i].payload for i in indexes]
+        prefix_length, stride = layout
+        payload = self.payload
+        return [payload[i * stride + prefix_length : (i + 1) * stride] for i in indexes]
+
+    def single(self, index: int) -> pb.SingleMessage:
+        """Message `index` with its key, properties and event time (plain: none)."""
+        if self._layout is not None:
+            return _PLAIN
+        return self._decoded()[index]
+
+    def _decoded(self):
+        if self._messages is None:
+            self._messages = pb.MessageBatch.FromString(self.payload).messages
+        return self._messages
+
+    def message_count(self) -> int:
+        """How many messages the batch holds (metadata may say 0 for old entries)."""
+        if self._layout is not None:
+            return len(self.payload) // self._layout[1]
+        return len(self._decoded())
+
+
+_PLAIN = pb.SingleMessage()
 
 
 class Message:
     """One received message. Its id and fields are read from the entry lazily."""
 
-    __slots__ = ("_entry", "_index", "_message")
+    __slots__ = ("_entry", "_index")
 
-    def __init__(self, entry: DeliveredEntry, index: int, message: pb.SingleMessage):
+    def __init__(self, entry: DeliveredEntry, index: int):
         self._entry = entry
         self._index = index
-        self._message = message
 
     def data(self) -> bytes:
-        return self._message.payload
+        return self._entry.value(self._index)
 
     def value(self) -> bytes:
-        return self._message.payload
+        return self._entry.value(self._index)
 
     def message_id(self) -> MessageId:
         entry = self._entry
         return MessageId(entry.ledger_id, entry.entry_id, self._index)
 
     def partition_key(self) -> str | None:
-        return self._message.partition_key if self._message.has_partition_key else None
+        single = self._entry.single(self._index)
+        return single.partition_key if single.has_partition_key else None
 
     def properties(self) -> dict[str, str]:
-        return dict(self._message.properties)
+        return dict(self._entry.single(self._index).properties)
 
     def publish_timestamp(self) -> int:
         return self._entry.metadata.publish_time_ms
 
     def event_timestamp(self) -> int:
-        return self._message.event_time_ms
+        return self._entry.single(self._index).event_time_ms
 
     def txn_id(self) -> tuple[int, int] | None:
         metadata = self._entry.metadata
@@ -145,23 +213,79 @@ class Message:
         return self._entry.topic
 
     def __repr__(self) -> str:
-        return f"Message(id={self.message_id()}, {len(self._message.payload)} bytes)"
+        return f"Message(id={self.message_id()}, {len(self.value())} bytes)"
+
+
+def message_indexes(entry: DeliveredEntry, skip: Iterable[int] = (), skip_through: int = -1):
+    """The indexes of the entry's messages still to deliver: a range when none are
+    left out, as is usual, so a run of messages costs nothing per message."""
+    count = entry.message_count()
+    skipped = set(skip)
+    if not skipped:
+        return range(skip_through + 1, count)
+    return [i for i in range(skip_through + 1, count) if i not in skipped]
 
 
 def messages_of(topic: str, entry: pb.EntryDelivery, skip_through: int = -1) -> list[Message]:
-    """Decode a delivered entry into its messages, leaving out acknowledged indexes."""
-    batch = pb.MessageBatch.FromString(entry.payload)
-    delivered = DeliveredEntry(
-        topic, entry.ledger_id, entry.entry_id, entry.metadata, entry.redelivery_count
-    )
-    if skip_through < 0 and not entry.acked_batch_indexes:
-        return [Message(delivered, index, single) for index, single in enumerate(batch.messages)]
-    skipped = set(entry.acked_batch_indexes)
-    return [
-        Message(delivered, index, single)
-        for index, single in enumerate(batch.messages)
-        if index > skip_through and index not in skipped
-    ]
+    """A delivered entry's messages, leaving out acknowledged indexes."""
+    delivered = DeliveredEntry.of(topic, entry)
+    indexes = message_indexes(delivered, entry.acked_batch_indexes, skip_through)
+    return [Message(delivered, index) for index in indexes]
+
+
+class Messages(Sequence[Message]):
+    """What batch_receive returns, as Pulsar's Messages: a sequence of Message made
+    only when looked at. It holds runs of (entry, indexes), so receiving and
+    acknowledging a batch costs per entry, not per message; `values()` gives all
+    payloads at once."""
+
+    __slots__ = ("_length", "_runs")
+
+    def __init__(self, runs: list[tuple[DeliveredEntry, Sequence[int]]] | None = None):
+        self._runs = runs or []
+        self._length = sum(len(indexes) for _, indexes in self._runs)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[Message]:
+        for entry, indexes in self._runs:
+            for index in indexes:
+                yield Message(entry, index)
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return list(self)[item]
+        position = item + self._length if item < 0 else item
+        if not 0 <= position < self._length:
+            raise IndexError("Messages index out of range")
+        for entry, indexes in self._runs:
+            if position < len(indexes):
+                return Message(entry, indexes[position])
+            position -= len(indexes)
+        raise AssertionError("unreachable: the runs add up to the length")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Messages | list | tuple):
+            return len(self) == len(other) and all(
+                a.message_id() == b.message_id() for a, b in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def values(self) -> list[bytes]:
+        """Every message's payload, in order."""
+        out: list[bytes] = []
+        for entry, indexes in self._runs:
+            out += entry.values(indexes)
+        return out
+
+    def runs(self) -> list[tuple[DeliveredEntry, Sequence[int]]]:
+        return self._runs
+
+    def __repr__(self) -> str:
+        return f"Messages({self._length} messages in {len(self._runs)} entries)"
 
 
 def parse_service_url(url: str) -> tuple[str, bool]:

@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import grpc
 
@@ -26,7 +26,8 @@ from stableline._types import (
     IsolationLevel,
     Message,
     MessageId,
-    messages_of,
+    Messages,
+    message_indexes,
 )
 
 MessageOrId = Message | MessageId
@@ -40,16 +41,23 @@ def _id_of(item: MessageOrId) -> MessageId:
     raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
 
 
-def _ack_ids(items: list[MessageOrId]) -> list[MessageId]:
+def _ack_ids(items: list[MessageOrId] | Messages) -> list[MessageId]:
     """The ids to send for acknowledging `items`.
 
     An entry whose every message is in the list goes as one whole-entry id (batch
     index -1): the broker acknowledges an entry once all its batch indexes are, so
     the outcome is the same, and the work drops from one id per message to one per
-    entry.
+    entry. Messages from batch_receive are taken a run (entry) at a time.
     """
     ids: list[MessageId] = []
     batched: dict[DeliveredEntry, set[int]] = {}
+    if isinstance(items, Messages):
+        for entry, indexes in items.runs():
+            if len(indexes) == entry.num_messages and entry not in batched:
+                ids.append(MessageId(entry.ledger_id, entry.entry_id, -1))
+            else:
+                batched.setdefault(entry, set()).update(indexes)
+        items = ()
     for item in items:
         if type(item) is Message and item._entry.num_messages > 1:
             indexes = batched.get(item._entry)
@@ -96,7 +104,9 @@ class Consumer:
         self._ack_timeout_s = ack_timeout_ms / 1000
         self._nack_delay_s = negative_ack_redelivery_delay_ms / 1000
         self._priority = priority_level
-        self._queue: deque[Message] = deque()
+        # Runs of (entry, message indexes) in arrival order; messages are made on demand.
+        self._queue: deque[tuple[DeliveredEntry, Sequence[int]]] = deque()
+        self._queued = 0  # messages in self._queue
         self._arrived = asyncio.Event()
         self._consumed_since_flow = 0
         self._requests = itertools.count(1)
@@ -157,8 +167,12 @@ class Consumer:
                 if kind == "deliveries":
                     if self._discarding:
                         continue
-                    for entry in response.deliveries.entries:
-                        self._queue.extend(messages_of(self._topic, entry))
+                    for delivery in response.deliveries.entries:
+                        entry = DeliveredEntry.of(self._topic, delivery)
+                        indexes = message_indexes(entry, delivery.acked_batch_indexes)
+                        if indexes:
+                            self._queue.append((entry, indexes))
+                            self._queued += len(indexes)
                     self._arrived.set()
                 elif kind == "done":
                     future = self._waiting.pop(response.done.request_id, None)
@@ -205,18 +219,31 @@ class Consumer:
 
     # ------------------------------------------------------------ receive
 
-    def _take(self) -> Message:
-        message = self._queue.popleft()
-        self._consumed_since_flow += 1
-        if self._ack_timeout_s:
-            message_id = message.message_id()
+    def _take(self, max_messages: int) -> list[tuple[DeliveredEntry, Sequence[int]]]:
+        """Up to max_messages queued messages, as runs of (entry, indexes)."""
+        runs = []
+        queue = self._queue
+        wanted = max_messages
+        while queue and wanted:
+            entry, indexes = queue[0]
+            if len(indexes) <= wanted:
+                queue.popleft()
+            else:
+                queue[0] = (entry, indexes[wanted:])
+                indexes = indexes[:wanted]
+            runs.append((entry, indexes))
+            wanted -= len(indexes)
+        taken = max_messages - wanted
+        self._queued -= taken
+        self._consumed_since_flow += taken
+        if self._ack_timeout_s and runs:
             if not self._unacked:
                 # Deadlines only grow, so the timer needs waking only for the first one.
                 self._timer_wakeup.set()
-            self._unacked[(message_id.ledger_id, message_id.entry_id)] = (
-                time.monotonic() + self._ack_timeout_s
-            )
-        return message
+            deadline = time.monotonic() + self._ack_timeout_s
+            for entry, _indexes in runs:
+                self._unacked[(entry.ledger_id, entry.entry_id)] = deadline
+        return runs
 
     async def _refill(self) -> None:
         # Pulsar's rule: give the broker permits back once half the queue is consumed.
@@ -245,21 +272,19 @@ class Consumer:
         timeout_s = None if timeout_millis is None else timeout_millis / 1000
         if not await self._wait_for_messages(timeout_s):
             raise Timeout(f"no message on {self._topic} within {timeout_millis} ms")
-        message = self._take()
+        ((entry, (index,)),) = self._take(1)
         await self._refill()
-        return message
+        return Message(entry, index)
 
     async def batch_receive(
         self, max_num_messages: int = 100, timeout_millis: int = 100
-    ) -> list[Message]:
+    ) -> Messages:
+        """Up to max_num_messages messages, waiting up to timeout_millis for the first;
+        a Messages sequence, empty when none came."""
+        if max_num_messages < 1:
+            raise ValueError("max_num_messages must be >= 1")
         await self._wait_for_messages(timeout_millis / 1000)
-        count = min(max_num_messages, len(self._queue))
-        if self._ack_timeout_s:
-            messages = [self._take() for _ in range(count)]
-        else:
-            take = self._queue.popleft
-            messages = [take() for _ in range(count)]
-            self._consumed_since_flow += count
+        messages = Messages(self._take(max_num_messages))
         if messages:
             await self._refill()
         return messages
@@ -271,9 +296,12 @@ class Consumer:
             for message_id in ids:
                 self._unacked.pop((message_id.ledger_id, message_id.entry_id), None)
 
-    async def acknowledge(self, message: MessageOrId | list[MessageOrId], txn=None) -> None:
-        """Acknowledge one message (or a list); raises InvalidMessageId for unknown ids."""
-        items = message if isinstance(message, list) else [message]
+    async def acknowledge(
+        self, message: MessageOrId | list[MessageOrId] | Messages, txn=None
+    ) -> None:
+        """Acknowledge one message (or a list, or what batch_receive returned); raises
+        InvalidMessageId for unknown ids."""
+        items = message if isinstance(message, list | Messages) else [message]
         if not items:
             return
         txn_id = None
@@ -317,6 +345,7 @@ class Consumer:
 
     async def redeliver_unacknowledged_messages(self) -> None:
         self._queue.clear()
+        self._queued = 0
         self._unacked.clear()
         await self._write(pb.SubscribeRequest(redeliver=pb.Redeliver()))
 
@@ -369,6 +398,7 @@ class Consumer:
             # Everything that arrived before the answer was read before the seek.
             self._discarding = False
             self._queue.clear()
+            self._queued = 0
             self._unacked.clear()
             self._nacked.clear()
             self._consumed_since_flow = 0

@@ -255,3 +255,23 @@ def test_unsubscribe_removes_the_subscription(client, broker):
     consumer = client.subscribe("unsub", "sub")  # Latest: the old position is gone
     with pytest.raises(stableline.Timeout):
         consumer.receive(timeout_millis=200)
+
+
+def test_batch_receive_cuts_entries_and_acking_every_cut_acks_them_whole(client, broker, wait):
+    producer = client.create_producer("cut", batching_max_messages=10)
+    for i in range(20):
+        producer.send_async(f"m{i}".encode(), lambda error, _id: None)
+    producer.flush()  # two entries of 10 messages
+    consumer = client.subscribe("cut", "sub", initial_position=EARLIEST)
+    received = []
+    while len(received) < 20:
+        batch = consumer.batch_receive(max_num_messages=3, timeout_millis=5000)
+        assert 0 < len(batch) <= 3
+        consumer.acknowledge(batch)
+        received += batch.values()
+    assert received == [f"m{i}".encode() for i in range(20)]
+    stats = "/admin/v2/persistent/public/default/cut/stats"
+    wait(lambda: broker.admin(stats)["subscriptions"]["sub"]["msgBacklog"] == 0)
+    consumer.close()
+    again = client.subscribe("cut", "sub", initial_position=EARLIEST)
+    assert not again.batch_receive(max_num_messages=3, timeout_millis=300)

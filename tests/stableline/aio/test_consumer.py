@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stableline._proto import broker_pb2 as pb
-from stableline._types import MessageId, messages_of
+from stableline._types import MessageId, Messages, messages_of
 from stableline.aio._consumer import _ack_ids
 
 
@@ -44,3 +44,22 @@ def test_single_message_entries_and_bare_ids_pass_through():
     (only,) = _delivered(3, 1, 1)
     bare = MessageId(3, 2, 0)
     assert _ack_ids([only, bare]) == [MessageId(3, 1, 0), bare]
+
+
+def _runs(*specs):
+    """Messages of (entry, indexes) runs, built as batch_receive builds them."""
+    runs = []
+    for ledger_id, entry_id, count, indexes in specs:
+        entry = _delivered(ledger_id, entry_id, count)[0]._entry
+        runs.append((entry, indexes))
+    return Messages(runs)
+
+
+def test_whole_runs_from_batch_receive_ack_as_whole_entries():
+    messages = _runs((1, 5, 3, range(3)), (1, 6, 2, range(2)))
+    assert _ack_ids(messages) == [MessageId(1, 5, -1), MessageId(1, 6, -1)]
+
+
+def test_a_run_cut_by_max_num_messages_acks_message_by_message():
+    messages = _runs((1, 5, 4, range(1, 3)))
+    assert sorted(_ack_ids(messages)) == [MessageId(1, 5, 1), MessageId(1, 5, 2)]

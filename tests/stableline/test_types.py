@@ -1,0 +1,55 @@
+"""Received messages: fields read lazily from the entry, and Messages as a sequence."""
+
+from __future__ import annotations
+
+import pytest
+
+from stableline._proto import broker_pb2 as pb
+from stableline._types import DeliveredEntry, Messages
+
+TOPIC = "persistent://public/default/t"
+
+
+def _entry(entry_id: int, messages: list[pb.SingleMessage]) -> DeliveredEntry:
+    return DeliveredEntry.of(
+        TOPIC,
+        pb.EntryDelivery(
+            ledger_id=4,
+            entry_id=entry_id,
+            metadata=pb.EntryMetadata(num_messages=len(messages), publish_time_ms=7),
+            payload=pb.MessageBatch(messages=messages).SerializeToString(),
+        ),
+    )
+
+
+@pytest.fixture
+def messages() -> Messages:
+    plain = _entry(1, [pb.SingleMessage(payload=b"p%d" % i) for i in range(4)])
+    keyed = _entry(
+        2,
+        [
+            pb.SingleMessage(payload=b"k0", partition_key="a", has_partition_key=True),
+            pb.SingleMessage(payload=b"k1", properties={"x": "y"}, event_time_ms=9),
+        ],
+    )
+    return Messages([(plain, range(1, 4)), (keyed, range(2))])
+
+
+def test_messages_read_as_a_sequence_in_order(messages):
+    assert len(messages) == 5 and bool(messages)
+    ids = [str(m.message_id()) for m in messages]
+    assert ids == ["4:1:1", "4:1:2", "4:1:3", "4:2:0", "4:2:1"]
+    assert [m.value() for m in messages] == messages.values() == [b"p1", b"p2", b"p3", b"k0", b"k1"]
+    assert messages[0].value() == b"p1" and messages[-1].value() == b"k1"
+    assert [m.value() for m in messages[1:3]] == [b"p2", b"p3"]
+    with pytest.raises(IndexError):
+        messages[5]
+    assert messages == list(messages) and Messages() == [] and not Messages()
+
+
+def test_plain_messages_have_no_key_or_properties_and_others_keep_theirs(messages):
+    plain, keyed, with_properties = messages[0], messages[3], messages[4]
+    assert plain.partition_key() is None and plain.properties() == {}
+    assert plain.event_timestamp() == 0 and plain.publish_timestamp() == 7
+    assert keyed.partition_key() == "a" and with_properties.properties() == {"x": "y"}
+    assert with_properties.event_timestamp() == 9 and with_properties.topic_name() == TOPIC
