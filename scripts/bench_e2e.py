@@ -224,8 +224,7 @@ def consumer_main(
                     last = now()
                     if first is None:
                         first = last
-                    for message in messages:
-                        payload_bytes += len(message.data())
+                    payload_bytes += sum(map(len, messages.values()))
                     received += len(messages)
                     shared.received.value = received
                     await consumer.acknowledge(messages)

@@ -12,6 +12,8 @@ from stableline._proto import broker_pb2 as pb
 # Plain payloads up to this size have their field prefix cached by length.
 _CACHED_PREFIX_MAX = 64 * 1024
 _plain_prefixes: dict[int, bytes] = {}
+# The prefix of a plain payload of a length already seen, or None: a send's fast path.
+known_plain_prefix = _plain_prefixes.get
 
 
 def _varint(value: int) -> bytes:

@@ -18,7 +18,7 @@ from stableline._errors import (
 )
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
-from stableline._wire import encode_message, plain_prefix
+from stableline._wire import encode_message, known_plain_prefix, plain_prefix
 from stableline.aio._batch import Batch, SendReceipt
 
 # Batches sent and not yet acknowledged; send() waits past this.
@@ -132,16 +132,47 @@ class Producer:
         event_time_ms: int = 0,
     ) -> SendReceipt:
         """Queue one message; await the returned receipt for its MessageId."""
+        batch = self._batch
+        if (
+            batch is not None
+            and txn is None
+            and batch.txn is None
+            and type(content) is bytes
+            and not (properties or event_time_ms)
+            and partition_key is None
+            and self._failure is None
+            and not self._closed
+        ):
+            # The usual send, a plain payload into an open batch with room, costs
+            # two appends: this path skips the checks only the rest can fail.
+            prefix = known_plain_prefix(len(content))
+            if prefix is not None:
+                total = batch.size_bytes + len(prefix) + len(content)
+                if total < BATCHING_MAX_BYTES and total <= self.max_message_size:
+                    parts = batch.parts
+                    parts.append(prefix)
+                    parts.append(content)
+                    index = batch.count
+                    batch.count = index + 1
+                    batch.size_bytes = total
+                    if index + 1 >= self._max_messages:
+                        self._flush_batch()
+                    return SendReceipt(batch.future, index)
         self._check_open()
         if type(content) is not bytes:
             if not isinstance(content, bytearray | memoryview):
                 raise TypeError(f"content must be bytes, not {type(content).__name__}")
             content = bytes(content)
-        size = len(content)
+        if properties or partition_key is not None or event_time_ms:
+            encoded = [encode_message(content, properties, partition_key, event_time_ms)]
+        else:
+            encoded = [plain_prefix(len(content)), content]
+        # Sizes count encoded bytes: the broker's limit is on the batch it stores.
+        size = sum(map(len, encoded))
         if size > self.max_message_size:
             raise MessageTooBig(
-                f"message of {size} bytes exceeds the broker's max message size "
-                f"of {self.max_message_size} bytes"
+                f"message of {len(content)} bytes ({size} encoded) exceeds the broker's "
+                f"max message size of {self.max_message_size} bytes"
             )
         txn_id = None
         if txn is not None:
@@ -161,11 +192,7 @@ class Producer:
                 self._timer = asyncio.get_running_loop().call_later(
                     self._delay_s, self._flush_batch
                 )
-        if properties or partition_key is not None or event_time_ms:
-            batch.parts.append(encode_message(content, properties, partition_key, event_time_ms))
-        else:
-            batch.parts.append(plain_prefix(size))
-            batch.parts.append(content)
+        batch.parts += encoded
         receipt = SendReceipt(batch.future, batch.count)
         batch.count += 1
         batch.size_bytes += size
