@@ -17,6 +17,7 @@ import stableline
 from stableline import AuthenticationError, AuthenticationToken, AuthorizationError
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from stableline.broker.security.tokens import create_secret_key, create_token
+from stableline.testing import BrokerProcess
 
 from .conftest import SUPERUSER, http
 
@@ -251,3 +252,20 @@ def test_the_broker_stays_up_after_refusals(auth_broker, superuser):
     topic = unique("still-up")
     superuser.create_producer(topic).send(b"fine")
     assert superuser.create_reader(topic).read_next(5000).data() == b"fine"
+
+
+def test_an_rs256_broker_accepts_tokens_signed_with_the_private_key(tmp_path, keys):
+    args = ["--auth-token-public-key", str(keys.public_key_file), "--superuser-roles", SUPERUSER]
+    broker = BrokerProcess(tmp_path / "data", extra_args=args)
+    broker.start()
+    try:
+        with client_for(broker, keys.rs256_token(SUPERUSER)) as admin:
+            admin.create_producer("rs256").send(b"signed elsewhere")
+            assert admin.create_reader("rs256").read_next(5000).data() == b"signed elsewhere"
+        with (
+            client_for(broker, keys.token(SUPERUSER)) as hs256,
+            pytest.raises(AuthenticationError, match="RS256"),
+        ):
+            hs256.create_producer("rs256")
+    finally:
+        assert broker.stop() == 0, broker.log()
