@@ -46,22 +46,38 @@ class Batch:
         )
 
 
-class SendReceipt:
-    """Awaitable for one message's MessageId; done when its batch is durable."""
+class SendReceipt(tuple):
+    """Awaitable for one message's MessageId; done when its batch is durable.
 
-    __slots__ = ("_future", "_index")
+    A (batch future, index) tuple: one is made per send, and a tuple is made in C,
+    several times faster than an object with an __init__.
+    """
 
-    def __init__(self, batch_future: asyncio.Future, index: int):
-        self._future = batch_future
-        self._index = index
+    __slots__ = ()
+
+    def __new__(cls, batch_future: asyncio.Future, index: int) -> SendReceipt:
+        return tuple.__new__(cls, (batch_future, index))
+
+    @property
+    def _future(self) -> asyncio.Future:
+        return self[0]
 
     def __await__(self) -> Generator[Any, None, MessageId]:
-        ledger_id, entry_id = yield from self._future.__await__()
-        return MessageId(ledger_id, entry_id, self._index)
+        future, index = self
+        ledger_id, entry_id = yield from future.__await__()
+        return MessageId(ledger_id, entry_id, index)
 
     def done(self) -> bool:
-        return self._future.done()
+        return self[0].done()
 
     def result(self) -> MessageId:
-        ledger_id, entry_id = self._future.result()
-        return MessageId(ledger_id, entry_id, self._index)
+        future, index = self
+        ledger_id, entry_id = future.result()
+        return MessageId(ledger_id, entry_id, index)
+
+    def __repr__(self) -> str:
+        return f"SendReceipt(index={self[1]}, done={self.done()})"
+
+
+# Makes a receipt without calling SendReceipt.__new__ in Python: the producer's hot path.
+new_receipt = tuple.__new__

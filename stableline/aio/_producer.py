@@ -19,7 +19,7 @@ from stableline._errors import (
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
 from stableline._wire import encode_message, known_plain_prefix, plain_prefix
-from stableline.aio._batch import Batch, SendReceipt
+from stableline.aio._batch import Batch, SendReceipt, new_receipt
 
 # Batches sent and not yet acknowledged; send() waits past this.
 MAX_PENDING_BATCHES = 1000
@@ -157,7 +157,7 @@ class Producer:
                     batch.size_bytes = total
                     if index + 1 >= self._max_messages:
                         self._flush_batch()
-                    return SendReceipt(batch.future, index)
+                    return new_receipt(SendReceipt, (batch.future, index))
         self._check_open()
         if type(content) is not bytes:
             if not isinstance(content, bytearray | memoryview):
