@@ -13,7 +13,10 @@ from aiohttp import web
 from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
 from stableline.broker.security.permissions import Action
 
-OPEN_PATHS = frozenset({"/admin/v2/brokers/health", "/metrics"})
+OPEN_PATHS = frozenset({"/admin/v2/brokers/health", "/metrics", "/"})
+# The dashboard's page and assets hold no data; the page asks for a token when the
+# admin API it reads answers 401, and sends it with every call.
+OPEN_PREFIXES = ("/dashboard/static/",)
 
 
 def auth_middleware(guard: Guard):
@@ -21,7 +24,7 @@ def auth_middleware(guard: Guard):
 
     @web.middleware
     async def authenticate_and_authorize(request: web.Request, handler):
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
             return await handler(request)
         try:
             role = guard.authenticate(request.headers.get("Authorization"))
