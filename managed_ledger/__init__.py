@@ -9,6 +9,8 @@ from managed_ledger.errors import (
     EntryTooLargeError,
     LedgerClosedError,
     ManagedLedgerError,
+    StorageError,
+    StorageFullError,
 )
 from managed_ledger.ledger import ManagedLedger
 from managed_ledger.metadata import MetadataStore
@@ -30,5 +32,7 @@ __all__ = [
     "ManagedLedgerError",
     "MetadataStore",
     "Position",
+    "StorageError",
+    "StorageFullError",
     "TxnId",
 ]

@@ -1,5 +1,9 @@
 """Errors raised by the storage engine."""
 
+from __future__ import annotations
+
+import errno
+
 
 class ManagedLedgerError(Exception):
     """Base class for storage errors."""
@@ -19,3 +23,29 @@ class CorruptEntryError(ManagedLedgerError):
 
 class CursorNotFoundError(ManagedLedgerError):
     """No cursor of that name exists on this ledger."""
+
+
+class StorageError(ManagedLedgerError):
+    """The disk refused a write or an fsync. The append was not acknowledged and
+    none of its bytes are kept; earlier entries are untouched and readable."""
+
+
+class StorageFullError(StorageError):
+    """No space left on the device (ENOSPC, EDQUOT): free space, then retry."""
+
+
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def storage_error(what: str, error: OSError) -> StorageError:
+    """A typed error, with what to do about it, for a failed write or sync."""
+    if error.errno in _FULL:
+        return StorageFullError(
+            f"{what}: the broker's disk is full ({error.strerror}). Nothing of this "
+            "append was kept; the topic stays readable. Free disk space (or let "
+            "retention delete consumed ledgers), then retry."
+        )
+    return StorageError(
+        f"{what}: the disk failed ({error}). Nothing of this append was kept; the "
+        "topic stays readable and the next append goes to a fresh ledger."
+    )

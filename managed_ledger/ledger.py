@@ -7,6 +7,10 @@ Promises:
 - Reads return CRC-checked entries in position order, from the cache when they
   are recent, from the segment files otherwise.
 - Retention deletes only whole closed ledgers that every cursor has consumed.
+- A write or fsync the disk refuses fails its whole batch with a typed
+  StorageError (StorageFullError for ENOSPC) and keeps none of its bytes; after
+  a failed fsync the ledger is fenced and the next append rolls over to a new
+  one. Earlier entries stay readable throughout.
 """
 
 from __future__ import annotations
@@ -25,7 +29,12 @@ from managed_ledger.cache import EntryCache
 from managed_ledger.config import ManagedLedgerConfig
 from managed_ledger.cursor import ManagedCursor
 from managed_ledger.entry import Entry, EntryHeader
-from managed_ledger.errors import EntryTooLargeError, LedgerClosedError, ManagedLedgerError
+from managed_ledger.errors import (
+    EntryTooLargeError,
+    LedgerClosedError,
+    ManagedLedgerError,
+    storage_error,
+)
 from managed_ledger.framing import FRAME_SIZE, encode_frame
 from managed_ledger.metadata import MetadataStore
 from managed_ledger.position import EARLIEST, Position
@@ -245,6 +254,8 @@ class ManagedLedger:
 
     def _should_roll_over(self) -> bool:
         current = self._current
+        if current.fenced:
+            return True  # the disk failed it: never written again (Segment.write)
         info = self._ledgers[current.ledger_id]
         return current.entry_count > 0 and (
             current.entry_count >= self.config.max_entries_per_ledger
@@ -262,8 +273,11 @@ class ManagedLedger:
                     # Nothing was written to the new ledger; the next append retries
                     # the rollover. Fail what is queued rather than leave it waiting.
                     log.error("%s: rollover failed: %s", self.name, error)
+                    what = f"rollover of {self.name} failed"
                     self._fail_pending(
-                        ManagedLedgerError(f"rollover of {self.name} failed: {error}")
+                        storage_error(what, error)
+                        if isinstance(error, OSError)
+                        else ManagedLedgerError(f"{what}: {error}")
                     )
                     return
             batch: list[_PendingAppend] = []
@@ -287,8 +301,13 @@ class ManagedLedger:
             except OSError as error:
                 # Offsets were not published, so the next write lands on the same
                 # offset and overwrites whatever part of this one reached the disk.
-                log.error("%s: append failed: %s", self.name, error)
-                failure = ManagedLedgerError(f"append to {self.name} failed: {error}")
+                log.error(
+                    "%s: append failed: %s%s",
+                    self.name,
+                    error,
+                    "; ledger fenced, the next append rolls over" if segment.fenced else "",
+                )
+                failure = storage_error(f"append to {self.name} failed", error)
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(failure)

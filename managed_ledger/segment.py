@@ -9,11 +9,13 @@ the last valid entry.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from array import array
 from pathlib import Path
 
+from managed_ledger import disk
 from managed_ledger.errors import CorruptEntryError
 from managed_ledger.framing import decode_frame, scan_frames
 
@@ -40,6 +42,9 @@ class Segment:
         self.closed = closed
         self._fd: int | None = None
         self._tail_uncut = False  # bytes of a failed write not yet cut off
+        # Set when the disk failed a write or an fsync of this file: it takes no
+        # more appends and the ledger rolls over (see write()).
+        self.fenced = False
 
     @property
     def index_path(self) -> Path:
@@ -122,18 +127,35 @@ class Segment:
             self._cut_uncommitted_tail(fd)
             if self._tail_uncut:
                 raise OSError(f"ledger {self.ledger_id}: cannot cut the bytes of a failed write")
+        assert not self.fenced, f"write to fenced ledger {self.ledger_id}"
+        device = disk.current()
         try:
-            written = os.pwrite(fd, data, self._size)
+            written = device.pwrite(fd, data, self._size)
             if written != len(data):
-                raise OSError(f"short write to ledger {self.ledger_id}: {written} of {len(data)}")
-            if fsync:
-                os.fdatasync(fd)
-        except OSError:
-            # The batch is reported failed, so none of its frames may survive: a
-            # later, shorter write at the same offset would leave some of them
-            # whole behind it, and a scan after a crash would bring them back.
+                # How a nearly full device answers: the next write would say ENOSPC.
+                raise OSError(
+                    errno.ENOSPC,
+                    f"short write to ledger {self.ledger_id}: {written} of {len(data)} bytes",
+                )
+        except OSError as error:
+            # A full disk refuses the bytes and says so; anything else is a device
+            # in trouble, and this file is written no more.
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                self.fenced = True
             self._cut_uncommitted_tail(fd)
             raise
+        if fsync:
+            try:
+                device.fdatasync(fd)
+            except OSError:
+                # After a failed fsync the page cache cannot be trusted (the kernel
+                # may have dropped the dirty pages, and a retry would "succeed"
+                # without writing them): the batch fails, and this file takes no
+                # more appends. The ledger seals it at its committed size and
+                # rolls over to a fresh one.
+                self.fenced = True
+                self._cut_uncommitted_tail(fd)
+                raise
 
     def _cut_uncommitted_tail(self, fd: int) -> None:
         """Drop the bytes past the committed size; until it succeeds, write() and
@@ -188,7 +210,7 @@ class Segment:
             if os.fstat(fd).st_size != self._size:
                 # Bytes of a failed write that could not be cut at the time.
                 os.ftruncate(fd, self._size)
-            os.fsync(fd)
+            disk.current().fsync(fd)
             tmp = self.index_path.with_suffix(".idx.tmp")
             with open(tmp, "wb") as handle:
                 handle.write(self._offsets.tobytes())

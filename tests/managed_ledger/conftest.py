@@ -110,3 +110,14 @@ async def eventually(
 def wait_for() -> Callable:
     """`await wait_for(condition, timeout_s, message)`: deadline-bounded polling."""
     return eventually
+
+
+@pytest.fixture
+def faulty_disk():
+    """A FaultyDisk under every segment for the test's duration (the disk seam)."""
+    from managed_ledger import disk
+
+    faulty = disk.FaultyDisk()
+    previous = disk.install(faulty)
+    yield faulty
+    disk.install(previous)

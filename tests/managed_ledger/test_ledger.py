@@ -27,6 +27,8 @@ from managed_ledger import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     Position,
+    StorageError,
+    StorageFullError,
 )
 from managed_ledger.framing import FRAME
 from managed_ledger.segment import Segment
@@ -564,10 +566,14 @@ async def test_failed_fdatasync_fails_the_whole_batch_and_leaves_no_phantom_entr
         *(ledger.append(header(i), payload(i)) for i in range(10, 15)), return_exceptions=True
     )
     assert all(isinstance(result, ManagedLedgerError) for result in results), results
+    assert all(isinstance(result, StorageError) for result in results), results
+    assert not any(isinstance(result, StorageFullError) for result in results), results
     assert ledger.last_confirmed == lac
     assert sequence_ids(read_all(ledger)) == [0, 1]
-    # Still usable: the next append takes the slot the failed batch did not get.
-    assert await ledger.append(header(2), payload(2)) == Position(ledger_id, 2)
+    # A failed fsync fences the ledger: the page cache of that file can no longer
+    # be trusted, so the next append rolls over to a fresh ledger.
+    assert await ledger.append(header(2), payload(2)) == Position(ledger_id + 1, 0)
+    assert ledger_file(harness, ledger_id).stat().st_size == ledger.ledger_infos()[0].size
     assert sequence_ids(read_all(ledger)) == [0, 1, 2]
     reopened = await reopen_by(harness, ledger, how, DURABLE)
     assert sequence_ids(read_all(reopened)) == [0, 1, 2]
@@ -662,6 +668,52 @@ async def test_failed_rollover_fails_queued_appends_and_the_next_append_retries_
         await ledger.append(header(90), payload(90))
     assert await ledger.append(header(2), payload(2)) == Position(first + 1, 0)
     reopened = await harness.reopen(ledger)
+    assert sequence_ids(read_all(reopened)) == [0, 1, 2]
+
+
+async def test_full_disk_fails_appends_with_storage_full_and_they_resume_when_space_returns(
+    harness, faulty_disk
+):
+    ledger = await harness.open(DURABLE)
+    ledger_id = ledger.current_ledger_id
+    await append_many(ledger, range(2))
+    lac = ledger.last_confirmed
+    faulty_disk.fail_writes(errno.ENOSPC)
+    for _attempt in range(3):
+        results = await asyncio.gather(
+            *(ledger.append(header(i), payload(i)) for i in range(10, 13)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(result, StorageFullError) for result in results), results
+        assert "disk is full" in str(results[0]) and "Free disk space" in str(results[0])
+        # Readable all along, and nothing moved.
+        assert ledger.last_confirmed == lac
+        assert sequence_ids(read_all(ledger)) == [0, 1]
+    faulty_disk.heal()
+    # A full disk is not a failing one: the same ledger takes the next append.
+    assert await ledger.append(header(2), payload(2)) == Position(ledger_id, 2)
+    reopened = await harness.crash_and_reopen(ledger, DURABLE)
+    assert sequence_ids(read_all(reopened)) == [0, 1, 2]
+
+
+async def test_failing_fsyncs_fence_the_ledger_and_appends_resume_in_a_new_one_once_healed(
+    harness, faulty_disk
+):
+    ledger = await harness.open(DURABLE)
+    first = ledger.current_ledger_id
+    await append_many(ledger, range(2))
+    faulty_disk.fail_syncs(errno.EIO)
+    with pytest.raises(StorageError, match="the disk failed"):
+        await ledger.append(header(90), payload(90))
+    # The rollover's seal needs an fsync too: it fails while the device does, and
+    # every later append fails with it, without touching the fenced file.
+    with pytest.raises(StorageError, match="rollover"):
+        await ledger.append(header(91), payload(91))
+    assert sequence_ids(read_all(ledger)) == [0, 1]
+    faulty_disk.heal()
+    assert await ledger.append(header(2), payload(2)) == Position(first + 1, 0)
+    assert sequence_ids(read_all(ledger)) == [0, 1, 2]
+    reopened = await harness.crash_and_reopen(ledger, DURABLE)
     assert sequence_ids(read_all(reopened)) == [0, 1, 2]
 
 

@@ -216,15 +216,55 @@ def test_recover_of_a_missing_file_is_an_empty_segment(path):
     assert (recovered.entry_count, recovered.size) == (0, 0)
 
 
-def test_failed_fdatasync_cuts_the_bytes_it_wrote(segment, path, monkeypatch):
+def test_failed_fdatasync_cuts_the_bytes_it_wrote_and_fences_the_file(segment, path, monkeypatch):
     write_committed(segment, range(2))
     monkeypatch.setattr(os, "fdatasync", fail_once(os.fdatasync, OSError(errno.EIO, "EIO")))
     with pytest.raises(OSError):
         segment.write([frame(2), frame(3)], fsync=True)
     assert path.stat().st_size == 2 * FRAME_LEN
     assert segment.entry_count == 2
-    write_committed(segment, [4], fsync=True)
-    assert segment.read(0, 2) == [entry(0), entry(1), entry(4)]
+    assert segment.fenced
+    with pytest.raises(AssertionError, match="fenced"):
+        segment.write([frame(4)], fsync=True)
+    # What was committed before the failure stays readable, and seals as it was.
+    assert segment.read(0, 1) == [entry(0), entry(1)]
+    segment.seal()
+    reopened = Segment.open_closed(7, path)
+    assert reopened.read(0, reopened.entry_count - 1) == [entry(0), entry(1)]
+    reopened.release()
+
+
+def test_full_disk_on_write_fails_the_batch_but_does_not_fence(segment, path, faulty_disk):
+    write_committed(segment, range(2))
+    faulty_disk.fail_writes(errno.ENOSPC, count=1)
+    with pytest.raises(OSError) as raised:
+        segment.write([frame(2)], fsync=True)
+    assert raised.value.errno == errno.ENOSPC
+    assert not segment.fenced  # a full disk refused the bytes; nothing is in doubt
+    assert path.stat().st_size == 2 * FRAME_LEN
+    write_committed(segment, [3], fsync=True)
+    assert segment.read(0, 2) == [entry(0), entry(1), entry(3)]
+
+
+def test_io_error_on_write_fences_the_file(segment, path, faulty_disk):
+    write_committed(segment, range(1))
+    faulty_disk.fail_writes(errno.EIO, count=1)
+    with pytest.raises(OSError):
+        segment.write([frame(1)], fsync=False)
+    assert segment.fenced
+    assert path.stat().st_size == FRAME_LEN
+
+
+def test_seal_fsyncs_through_the_disk_seam_and_fails_when_the_device_does(
+    segment, path, faulty_disk
+):
+    write_committed(segment, range(2))
+    faulty_disk.fail_syncs(errno.EIO, count=1)
+    with pytest.raises(OSError):
+        segment.seal()
+    assert not segment.closed  # not sealed: a later seal tries again
+    segment.seal()
+    assert segment.closed and segment.index_path.exists()
 
 
 def test_short_write_is_an_error_and_its_bytes_are_cut(segment, path, monkeypatch):
