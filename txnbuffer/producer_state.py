@@ -7,11 +7,13 @@ or below it is a duplicate (a resend after a reconnect, a retried Spark task)
 and is not written again. The persisted ids are rebuilt from entry headers when
 the log is replayed and kept in the transaction buffer's snapshots.
 
-Limits: names the broker generated for anonymous producers are not tracked, and
-at most MAX_PRODUCERS names are (the least recently used is forgotten first). A
-name is also forgotten when retention deletes the ledger of its last entry, as
-ends of transactions are (rule 5), so a replay of the retained log and the live
-state always agree.
+Every name is tracked, the ones the broker generates for producers that gave none
+included (as in Pulsar, a client reopens with the name it was given, so its
+resends after a reconnect are de-duplicated too; generated names are unique per
+broker run). At most MAX_PRODUCERS names are (the least recently used is
+forgotten first). A name is also forgotten when retention deletes the ledger of
+its last entry, as ends of transactions are (rule 5), so a replay of the
+retained log and the live state always agree.
 A failed append of a named producer whose later batch succeeded leaves a hole
 that de-duplication does not fill: the producer hears of the failure and must
 not resend a batch below what later succeeded.
@@ -26,7 +28,8 @@ MAX_PRODUCERS = 10_000
 
 
 def tracked(producer_name: str) -> bool:
-    return bool(producer_name) and not producer_name.startswith(ANONYMOUS_PREFIX)
+    """Whether batches of this producer are de-duplicated: those that have a name."""
+    return bool(producer_name)
 
 
 class ProducerSequences:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import secrets
 from collections.abc import AsyncIterator
 
 from dispatcher import Consumer, ControlEvent, DispatcherError, IsolationLevel, Subscription
@@ -42,6 +44,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self.registry = registry
         self.config = config
         self.coordinator = coordinator
+        self._run_tag = secrets.token_hex(4)
+        self._generated_names = itertools.count(1)
 
     # ------------------------------------------------------------ Produce
 
@@ -56,7 +60,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             topic = await self.registry.get(TopicName.parse(first.open.topic))
         except Exception as error:
             await abort(context, error)
-        producer_name = first.open.producer_name or f"{ANONYMOUS_PREFIX}{id(context):x}"
+        # A generated name is unique across runs: the client reopens with it after a
+        # reconnect, and its batches are de-duplicated like any named producer's.
+        producer_name = (
+            first.open.producer_name
+            or f"{ANONYMOUS_PREFIX}{self._run_tag}-{next(self._generated_names)}"
+        )
         yield pb.ProduceResponse(
             opened=pb.ProducerOpened(
                 topic=str(topic.name),
@@ -82,10 +91,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if header.txn_id is not None:
                     # Recorded before the write, so an abort (or timeout) reaches this topic.
                     self.coordinator.add_topic(header.txn_id, str(topic.name))
-                position = await topic.publish(header, send.payload)
-                receipt = pb.SendReceipt(sequence_id=send.sequence_id)
+                position, duplicate = await topic.publish(header, send.payload)
+                # A duplicate carries its first copy's position (-1:-1 when no longer held).
+                receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
                 if position is None:
-                    receipt.ledger_id, receipt.entry_id, receipt.duplicate = -1, -1, True
+                    receipt.ledger_id, receipt.entry_id = -1, -1
                 else:
                     receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
                 out.put_nowait(pb.ProduceResponse(receipt=receipt))

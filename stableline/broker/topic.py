@@ -18,9 +18,13 @@ from dispatcher import (
     SubscriptionType,
 )
 from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
+from stableline.broker.sent_positions import find_sent_positions
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy, TransactionBuffer
 from txnbuffer.producer_state import tracked
+
+# Producers whose last duplicate scan is kept (a reconnect's resends reuse it).
+MAX_SCANNED_PRODUCERS = 64
 
 
 @dataclass(slots=True)
@@ -89,6 +93,10 @@ class Topic:
             IsolationLevel.READ_COMMITTED: CommittedReadView(self.buffer),
         }
         self._background: set[asyncio.Task] = set()
+        # Batches of named producers being appended, for a duplicate that overtakes one.
+        self._appending: dict[tuple[str, int], asyncio.Future] = {}
+        # The last log scans for duplicates' first copies, per producer name.
+        self._sent: dict[str, dict[int, Position]] = {}
         self._recovery: asyncio.Task | None = None
         # Called once the buffer is READY (the broker settles leftover transactions).
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
@@ -133,17 +141,28 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.wake()
 
-    async def publish(self, header: EntryHeader, payload: bytes) -> Position | None:
-        """Append one batch; None when it is a duplicate of a named producer's earlier
-        batch (same or lower sequence id), which is not written again."""
+    async def publish(self, header: EntryHeader, payload: bytes) -> tuple[Position | None, bool]:
+        """Append one batch: (its position, False). A duplicate of a named producer's
+        earlier batch (same or lower sequence id) is not written again: (the first
+        copy's position, True), or (None, True) when the log no longer holds it."""
         name = header.producer_name
-        producers = self.buffer.producers
         deduplicated = tracked(name)
         if deduplicated:
             await self.buffer.wait_ready()  # recovery rebuilds the sequences
-            if producers.is_duplicate(name, header.sequence_id):
-                return None
-            producers.push(name, header.sequence_id)
+            producers = self.buffer.producers
+            key = (name, header.sequence_id)
+            if producers.is_duplicate(*key):
+                first_copy = self._appending.get(key)
+                if first_copy is None:
+                    return await self._sent_position(*key), True
+                position = await asyncio.shield(first_copy)
+                if position is not None:
+                    return position, True
+                # The first copy failed, so this one is not a duplicate any more.
+                return await self.publish(header, payload)
+            producers.push(*key)
+            appending = self._appending[key] = asyncio.get_running_loop().create_future()
+        position = None
         try:
             txn_id = header.txn_id
             if txn_id is None:
@@ -158,8 +177,25 @@ class Topic:
             if deduplicated:
                 producers.rollback(name)
             raise
+        finally:
+            if deduplicated:
+                del self._appending[key]
+                appending.set_result(position)
         self.rate_in.add(header.num_messages, len(payload))
-        return position
+        return position, False
+
+    async def _sent_position(self, name: str, sequence_id: int) -> Position | None:
+        """Where the durable first copy of a duplicate lies. One log scan covers every
+        batch of the producer from this one up, so a reconnect's resends cost one."""
+        found = self._sent.get(name)
+        if found is None or sequence_id not in found:
+            found = await find_sent_positions(
+                self.ledger, name, sequence_id, self.buffer.producers.last(name)
+            )
+            self._sent[name] = found
+            while len(self._sent) > MAX_SCANNED_PRODUCERS:
+                self._sent.pop(next(iter(self._sent)))
+        return found.get(sequence_id)
 
     async def last_sequence_id(self, producer_name: str) -> int:
         """Where a (re)connecting named producer continues: its last sequence id here."""

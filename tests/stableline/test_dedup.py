@@ -43,13 +43,15 @@ def _values(service_url: str, topic: str) -> list[bytes]:
 def test_a_resent_batch_is_acknowledged_as_a_duplicate_and_not_written_again(broker):
     opened, receipts = _produce_raw(broker, "dedup", "writer", [(0, b"a"), (1, b"b"), (1, b"b")])
     assert opened.last_sequence_id == -1
-    # A duplicate is answered at once, so it may overtake the first copy's receipt.
+    # A duplicate of a batch still being appended waits for it and shares its position.
     answered = sorted((r.sequence_id, r.duplicate, r.entry_id) for r in receipts)
-    assert answered == [(0, False, 0), (1, False, 1), (1, True, -1)]
+    assert answered == [(0, False, 0), (1, False, 1), (1, True, 1)]
 
     opened, receipts = _produce_raw(broker, "dedup", "writer", [(0, b"a"), (2, b"c")])
     assert opened.last_sequence_id == 1
-    assert sorted((r.sequence_id, r.duplicate) for r in receipts) == [(0, True), (2, False)]
+    # A duplicate of a durable batch is answered with where its first copy lies.
+    answered = sorted((r.sequence_id, r.duplicate, r.entry_id) for r in receipts)
+    assert answered == [(0, True, 0), (2, False, 2)]
     assert _values(broker.service_url, "dedup") == [b"a", b"b", b"c"]
 
 
@@ -71,7 +73,32 @@ def test_a_named_producer_continues_its_sequence_across_reconnects_and_a_kill(br
     assert _values(broker.service_url, "continued") == [f"m{i}".encode() for i in range(9)]
 
 
-def test_anonymous_producers_are_not_deduplicated(broker):
-    _, receipts = _produce_raw(broker, "anonymous", "", [(0, b"a"), (0, b"b")])
-    assert [r.duplicate for r in receipts] == [False, False]
-    assert _values(broker.service_url, "anonymous") == [b"a", b"b"]
+def test_a_duplicate_after_a_kill_is_answered_with_its_first_copys_position(broker):
+    others = [(i, f"o{i}".encode()) for i in range(300)]  # more than one scan step between
+    _, first = _produce_raw(broker, "resent", "writer", [(0, b"a"), (1, b"b")])
+    _produce_raw(broker, "resent", "other", others)
+    broker.kill()
+    broker.start()
+    opened, receipts = _produce_raw(broker, "resent", "writer", [(0, b"a"), (1, b"b"), (2, b"c")])
+    assert opened.last_sequence_id == 1
+    answered = [(r.sequence_id, r.duplicate, r.ledger_id, r.entry_id) for r in receipts]
+    assert sorted(answered)[:2] == [
+        (r.sequence_id, True, r.ledger_id, r.entry_id)
+        for r in sorted(first, key=lambda r: r.sequence_id)
+    ]
+    assert _values(broker.service_url, "resent").count(b"a") == 1
+
+
+def test_a_producer_without_a_name_gets_a_unique_one_and_is_deduplicated_under_it(broker):
+    opened, receipts = _produce_raw(broker, "anonymous", "", [(0, b"a"), (0, b"b")])
+    assert opened.producer_name.startswith("anonymous-")
+    assert [r.duplicate for r in receipts] == [False, True]
+    other, _ = _produce_raw(broker, "anonymous", "", [])
+    assert other.producer_name != opened.producer_name and other.last_sequence_id == -1
+    # Reopening under the generated name continues it, as the client does on a reconnect.
+    again, receipts = _produce_raw(
+        broker, "anonymous", opened.producer_name, [(0, b"a"), (1, b"c")]
+    )
+    assert again.last_sequence_id == 0
+    assert [(r.duplicate, r.entry_id) for r in receipts] == [(True, 0), (False, 1)]
+    assert _values(broker.service_url, "anonymous") == [b"a", b"c"]

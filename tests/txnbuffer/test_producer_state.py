@@ -36,10 +36,10 @@ def test_persisting_never_lowers_the_last_sequence():
     assert sequences.last("p") == 7
 
 
-def test_generated_names_are_not_tracked():
+def test_every_named_producer_is_tracked_generated_names_included():
     assert tracked("orders-writer")
+    assert tracked(f"{ANONYMOUS_PREFIX}5d1e-7")
     assert not tracked("")
-    assert not tracked(f"{ANONYMOUS_PREFIX}7f00")
 
 
 def test_the_least_recently_used_name_is_forgotten_past_the_limit(monkeypatch):
