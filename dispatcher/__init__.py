@@ -7,8 +7,10 @@ from dispatcher.errors import (
     IsolationLevelMismatchError,
     SubscriptionBusyError,
     SubscriptionClosedError,
+    TooManyConsumersError,
 )
 from dispatcher.kinds import IsolationLevel, SubscriptionType
+from dispatcher.limits import DispatchLimits
 from dispatcher.read_view import CommittedReadView, LogReadView, ReadView
 from dispatcher.subscription import Subscription
 
@@ -17,6 +19,7 @@ __all__ = [
     "Consumer",
     "ControlEvent",
     "Delivery",
+    "DispatchLimits",
     "DispatcherError",
     "InvalidAckError",
     "IsolationLevel",
@@ -27,4 +30,5 @@ __all__ = [
     "SubscriptionBusyError",
     "SubscriptionClosedError",
     "SubscriptionType",
+    "TooManyConsumersError",
 ]

@@ -36,16 +36,33 @@ class Consumer:
     priority_level: int = 0
     consumer_id: int = field(default_factory=lambda: next(_ids))
     permits: int = 0
-    # Entries delivered and not yet acknowledged: position -> message count.
+    # Entries delivered and not yet acknowledged: position -> message count. Changed
+    # only through hold/release/release_all, which keep unacked_messages its sum.
     pending: dict[Position, int] = field(default_factory=dict)
+    unacked_messages: int = 0
+    # Dispatch to it stopped at the unacked limit (dispatcher/limits.py).
+    blocked: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     messages_out: int = 0
     bytes_out: int = 0
     connected_since_ms: int = 0
 
-    @property
-    def unacked_messages(self) -> int:
-        return sum(self.pending.values())
+    def hold(self, position: Position, num_messages: int) -> None:
+        assert position not in self.pending
+        self.pending[position] = num_messages
+        self.unacked_messages += num_messages
+
+    def release(self, position: Position) -> int:
+        """Forget a held entry; the number of messages it held (0 if it held none)."""
+        num_messages = self.pending.pop(position, 0)
+        self.unacked_messages -= num_messages
+        return num_messages
+
+    def release_all(self) -> int:
+        released = self.unacked_messages
+        self.pending.clear()
+        self.unacked_messages = 0
+        return released
 
     def push(self, deliveries: list[Delivery]) -> None:
         self.outbox.put_nowait(deliveries)

@@ -19,3 +19,7 @@ class InvalidAckError(DispatcherError):
 
 class SubscriptionClosedError(DispatcherError):
     """The subscription was unsubscribed or its topic closed."""
+
+
+class TooManyConsumersError(DispatcherError):
+    """The subscription has max_consumers_per_subscription consumers already."""

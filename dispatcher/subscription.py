@@ -5,7 +5,9 @@ Promises:
   view's bound, and each entry is delivered to one consumer at a time.
 - Entries the read view skips (markers, aborted transactions under
   READ_COMMITTED) are acknowledged by the broker and never delivered.
-- A consumer receives entries only while it has permits (messages, not entries).
+- A consumer receives entries only while it has permits (messages, not entries),
+  and not while it, or the subscription, is blocked at its unacked limit
+  (dispatcher/limits.py).
 - The dispatch task waits on an event that appends, commits, acks, permits and
   consumer changes set: no polling.
 """
@@ -26,8 +28,10 @@ from dispatcher.errors import (
     IsolationLevelMismatchError,
     SubscriptionBusyError,
     SubscriptionClosedError,
+    TooManyConsumersError,
 )
 from dispatcher.kinds import IsolationLevel, SubscriptionType
+from dispatcher.limits import DispatchLimits
 from dispatcher.read_view import ReadView
 from managed_ledger import Entry, ManagedCursor, Position, TxnId
 
@@ -43,8 +47,15 @@ ISOLATION_PROPERTY = "isolation_level"
 
 
 class Subscription:
-    def __init__(self, topic: str, cursor: ManagedCursor, view: ReadView):
+    def __init__(
+        self,
+        topic: str,
+        cursor: ManagedCursor,
+        view: ReadView,
+        limits: DispatchLimits | None = None,
+    ):
         self.topic = topic
+        self.limits = limits or DispatchLimits()
         self.cursor = cursor
         self.name = cursor.name
         self.view = view
@@ -55,6 +66,10 @@ class Subscription:
             cursor.properties.get(TYPE_PROPERTY, SubscriptionType.EXCLUSIVE.value)
         )
         self.consumers: list[Consumer] = []
+        # Messages delivered to the consumers and not acknowledged (their sum), and
+        # whether dispatch stopped at max_unacked_per_subscription.
+        self.unacked_messages = 0
+        self.blocked = False
         # Entries to deliver again (nacked, or held by a consumer that left).
         self._redeliver: SortedSet = SortedSet()
         # Who holds each delivered, unacknowledged entry.
@@ -126,6 +141,12 @@ class Subscription:
                 f"({self.consumers[0].name!r}); use a Shared or Failover subscription to "
                 "consume with several consumers"
             )
+        if len(self.consumers) >= self.limits.max_consumers:
+            raise TooManyConsumersError(
+                f"subscription {self.name!r} on {self.topic} has {len(self.consumers)} "
+                f"consumers, the most max_consumers_per_subscription allows; close one "
+                "or raise the limit"
+            )
         previous_active = self.active_consumer
         consumer.connected_since_ms = int(time.time() * 1000)
         self.consumers.append(consumer)
@@ -173,7 +194,49 @@ class Subscription:
             self._owner.pop(position, None)
             if not self.cursor.is_acked(position):
                 self._redeliver.add(position)
-        consumer.pending.clear()
+        self.unacked_messages -= consumer.release_all()
+        self._unblock()
+
+    # ------------------------------------------------------------ unacked limits
+
+    def _hold(self, consumer: Consumer, position: Position, num_messages: int) -> None:
+        if position in self._owner:  # a redelivery of an entry still counted as held
+            self._release(position)
+        consumer.hold(position, num_messages)
+        self._owner[position] = consumer
+        self.unacked_messages += num_messages
+        limits = self.limits
+        if consumer.unacked_messages >= limits.max_unacked_per_consumer:
+            consumer.blocked = True
+        if self.unacked_messages >= limits.max_unacked_per_subscription:
+            self.blocked = True
+
+    def _release(self, position: Position) -> None:
+        """The entry is no longer held by whoever held it (acked, or to redeliver)."""
+        owner = self._owner.pop(position, None)
+        if owner is not None:
+            self.unacked_messages -= owner.release(position)
+
+    def _unblock(self) -> None:
+        """Resume dispatch to those whose unacked count fell to half their limit."""
+        limits = self.limits
+        resumed = False
+        if self.blocked and self.unacked_messages <= limits.max_unacked_per_subscription // 2:
+            self.blocked = False
+            resumed = True
+        for consumer in self.consumers:
+            if (
+                consumer.blocked
+                and consumer.unacked_messages <= limits.max_unacked_per_consumer // 2
+            ):
+                consumer.blocked = False
+                resumed = True
+        if resumed:
+            self.wake()
+
+    @property
+    def blocked_consumers(self) -> int:
+        return sum(1 for consumer in self.consumers if consumer.blocked)
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         if permits < 0:
@@ -230,11 +293,14 @@ class Subscription:
             self._partial_acks.pop(position, None)
             self._redelivery_counts.pop(position, None)
             self._redeliver.discard(position)
-            owner = self._owner.pop(position, None)
-            if owner is not None:
-                owner.pending.pop(position, None)
+            self._release(position)
         if positions:
             self.cursor.ack(positions)
+            self._unblock_after_acks()
+
+    def _unblock_after_acks(self) -> None:
+        if self.blocked or any(consumer.blocked for consumer in self.consumers):
+            self._unblock()
 
     def ack_cumulative(self, position: Position, batch_index: int) -> None:
         if self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
@@ -253,8 +319,7 @@ class Subscription:
             upto = Position(position.ledger_id, position.entry_id - 1)
             self._partial_acks.setdefault(position, set()).update(range(batch_index + 1))
         for held in [p for p in self._owner if p <= upto]:
-            owner = self._owner.pop(held)
-            owner.pending.pop(held, None)
+            self._release(held)
         for held in [p for p in self._partial_acks if p <= upto]:
             del self._partial_acks[held]
         for held in [p for p in self._redelivery_counts if p <= upto]:
@@ -263,6 +328,7 @@ class Subscription:
             self._redeliver.discard(held)
         if upto > self.cursor.mark_delete:
             self.cursor.ack_cumulative(upto)
+        self._unblock_after_acks()
 
     def hold_for_transaction(self, txn_id: TxnId, message_ids: list[tuple[Position, int]]) -> None:
         """A transactional ack: the entries wait for the transaction's outcome."""
@@ -278,10 +344,9 @@ class Subscription:
             self._check_batch_index(position, batch_index, self._num_messages(position))
         for position, _batch_index in message_ids:
             self._held_for_txn[position] = txn_id
-            owner = self._owner.pop(position, None)
-            if owner is not None:
-                owner.pending.pop(position, None)
+            self._release(position)
             self._redeliver.discard(position)
+        self._unblock_after_acks()
 
     def end_transaction_acks(
         self, txn_id: TxnId, message_ids: list[tuple[Position, int]], commit: bool
@@ -304,10 +369,11 @@ class Subscription:
             self._return_pending(consumer)
         else:
             for position in positions:
-                if consumer.pending.pop(position, None) is not None:
-                    self._owner.pop(position, None)
+                if self._owner.get(position) is consumer:
+                    self._release(position)
                     if not self.cursor.is_acked(position):
                         self._redeliver.add(position)
+            self._unblock_after_acks()
         self.wake()
 
     def seek(self, mark_delete: Position) -> None:
@@ -317,8 +383,11 @@ class Subscription:
         self._owner.clear()
         self._partial_acks.clear()
         for consumer in self.consumers:
-            consumer.pending.clear()
+            consumer.release_all()
+            consumer.blocked = False
             consumer.permits = 0
+        self.unacked_messages = 0
+        self.blocked = False
         self.wake()
 
     # ------------------------------------------------------------ dispatch
@@ -342,11 +411,13 @@ class Subscription:
         """The consumer for the next entry; `peek` leaves the round-robin turn alone."""
         if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
             active = self.active_consumer
-            return active if active is not None and active.permits > 0 else None
+            if active is None or active.permits <= 0 or active.blocked:
+                return None
+            return active
         count = len(self.consumers)
         for step in range(count):
             consumer = self.consumers[(self._round_robin + step) % count]
-            if consumer.permits > 0:
+            if consumer.permits > 0 and not consumer.blocked:
                 if not peek:
                     self._round_robin = (self._round_robin + step + 1) % count
                 return consumer
@@ -354,7 +425,7 @@ class Subscription:
 
     def _dispatch_once(self) -> bool:
         """One pass: deliver what permits allow. True when anything moved."""
-        if not self.consumers or self._next_consumer(peek=True) is None:
+        if self.blocked or not self.consumers or self._next_consumer(peek=True) is None:
             return False
         batches: dict[Consumer, list[Delivery]] = {}
         progressed = self._dispatch_redeliveries(batches)
@@ -406,6 +477,8 @@ class Subscription:
             self.skipped_entries += 1
             self._ack_entries([position])
             return True
+        if self.blocked:
+            return False
         consumer = self._next_consumer()
         if consumer is None:
             return False
@@ -419,8 +492,7 @@ class Subscription:
                 self._redelivery_counts[position] = count
         num = entry.header.num_messages
         consumer.permits -= num
-        consumer.pending[position] = num
-        self._owner[position] = consumer
+        self._hold(consumer, position, num)
         consumer.messages_out += num
         consumer.bytes_out += entry.size
         self.messages_out += num
@@ -434,7 +506,3 @@ class Subscription:
     @property
     def backlog(self) -> int:
         return self.cursor.backlog
-
-    @property
-    def unacked_messages(self) -> int:
-        return sum(consumer.unacked_messages for consumer in self.consumers)

@@ -307,6 +307,8 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         for consumer in self.consumers:
             assert consumer.permits == self.permits[consumer]
             assert consumer.pending == {p: self.messages[p] for p in self.held_by(consumer)}
+            assert consumer.unacked_messages == sum(consumer.pending.values())
+        assert subscription.unacked_messages == sum(self.messages[p] for p in self.holder)
         cursor = subscription.cursor
         for position in self.acked:
             assert cursor.is_acked(position)
