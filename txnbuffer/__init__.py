@@ -4,12 +4,14 @@ from txnbuffer.abort_index import AbortedTxn, AbortIndex
 from txnbuffer.buffer import BufferState, SnapshotPolicy, TransactionBuffer
 from txnbuffer.coordinator import (
     TransactionCoordinator,
+    TransactionLimits,
     TransactionParticipant,
     TxnAck,
     TxnMetadata,
     TxnState,
 )
 from txnbuffer.errors import (
+    TooManyTransactionsError,
     TransactionBufferNotReadyError,
     TransactionEndedError,
     TransactionError,
@@ -21,11 +23,13 @@ __all__ = [
     "AbortedTxn",
     "BufferState",
     "SnapshotPolicy",
+    "TooManyTransactionsError",
     "TransactionBuffer",
     "TransactionBufferNotReadyError",
     "TransactionCoordinator",
     "TransactionEndedError",
     "TransactionError",
+    "TransactionLimits",
     "TransactionNotFoundError",
     "TransactionParticipant",
     "TxnAck",

@@ -6,6 +6,9 @@ written; after a restart every decided transaction is driven to its end again,
 so a decided transaction never changes its mind. The low watermark is the
 highest sequence at or below which every transaction of this coordinator has
 ended; markers carry it so topics can abort zombies and refuse late appends.
+Open transactions are bounded (TransactionLimits): in all, and per owner (the
+client connection that opened them, as the broker names it); past either a new
+transaction is refused and nothing is written.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from typing import Protocol
 from sortedcontainers import SortedSet
 
 from managed_ledger import MetadataStore, TxnId
-from txnbuffer.errors import TransactionEndedError, TransactionNotFoundError
+from txnbuffer.errors import (
+    TooManyTransactionsError,
+    TransactionEndedError,
+    TransactionNotFoundError,
+)
 from txnbuffer.failpoint import TXN_DECIDED, TXN_END_TOPIC, Failpoint, reach
 
 log = logging.getLogger(__name__)
@@ -33,6 +40,17 @@ SEQUENCE_BLOCK = 1000
 ENDED_RETENTION_S = 3600.0
 MAX_NAME_LENGTH = 256
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionLimits:
+    # Transactions not yet ended (open, or decided and still ending).
+    max_open: int = 100_000
+    max_open_per_owner: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_open < 1 or self.max_open_per_owner < 1:
+            raise ValueError("transaction limits must be >= 1")
 
 
 class TxnState(enum.Enum):
@@ -135,9 +153,14 @@ def _key(sequence: int) -> str:
 
 class TransactionCoordinator:
     def __init__(
-        self, coordinator_id: int, store: MetadataStore, participant: TransactionParticipant
+        self,
+        coordinator_id: int,
+        store: MetadataStore,
+        participant: TransactionParticipant,
+        limits: TransactionLimits | None = None,
     ):
         self.coordinator_id = coordinator_id
+        self.limits = limits or TransactionLimits()
         self.store = store
         self.participant = participant
         self._txns: dict[int, TxnMetadata] = {}
@@ -147,6 +170,10 @@ class TransactionCoordinator:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._drivers: dict[int, asyncio.Task] = {}
         self._by_name: dict[str, int] = {}  # name -> sequence of its latest transaction
+        # Who opened each open transaction, in memory only (owners are connections, which
+        # do not outlive the process); transactions recovered at start have no owner.
+        self._owner_of: dict[int, str] = {}
+        self._open_by_owner: dict[str, int] = {}
         self.committed_count = 0
         self.aborted_count = 0
         self.timed_out_count = 0
@@ -209,7 +236,7 @@ class TransactionCoordinator:
         self._next_sequence += 1
         return sequence
 
-    def named_transaction(self, name: str, timeout_ms: int) -> TxnMetadata:
+    def named_transaction(self, name: str, timeout_ms: int, owner: str = "") -> TxnMetadata:
         """The transaction called `name` while it is open or committed (asking again,
         e.g. a retried or replayed writer, joins it or learns it is done); otherwise,
         never opened or aborted, a new one under that name."""
@@ -219,21 +246,26 @@ class TransactionCoordinator:
         meta = self._txns.get(sequence) if sequence is not None else None
         if meta is not None and (meta.state is TxnState.OPEN or meta.state.commits):
             return meta
-        txn_id = self.new_transaction(timeout_ms)
+        txn_id = self.new_transaction(timeout_ms, owner)
         meta = self._txns[txn_id.least_bits]
         meta.name = name
         self._by_name[name] = txn_id.least_bits
         self._persist(meta)
         return meta
 
-    def new_transaction(self, timeout_ms: int) -> TxnId:
+    def new_transaction(self, timeout_ms: int, owner: str = "") -> TxnId:
+        """Open a transaction for `owner` ("" counts only against the total limit)."""
         if timeout_ms <= 0:
             raise ValueError(f"transaction timeout must be > 0 ms, got {timeout_ms}")
         if timeout_ms > MAX_TIMEOUT_MS:
             raise ValueError(
                 f"transaction timeout must be <= {MAX_TIMEOUT_MS} ms, got {timeout_ms}"
             )
+        self._check_limits(owner)
         sequence = self._reserve()
+        if owner:
+            self._owner_of[sequence] = owner
+            self._open_by_owner[owner] = self._open_by_owner.get(owner, 0) + 1
         meta = TxnMetadata(
             TxnId(self.coordinator_id, sequence), TxnState.OPEN, timeout_ms, int(time.time() * 1000)
         )
@@ -242,6 +274,24 @@ class TransactionCoordinator:
         self._persist(meta)
         self._arm_timeout(meta)
         return meta.txn_id
+
+    def _check_limits(self, owner: str) -> None:
+        limits = self.limits
+        if len(self._open) >= limits.max_open:
+            raise TooManyTransactionsError(
+                f"coordinator {self.coordinator_id} has {len(self._open)} open transactions, "
+                f"the most max_open_transactions allows; end some (or let them time out) "
+                "before opening more"
+            )
+        if owner and self._open_by_owner.get(owner, 0) >= limits.max_open_per_owner:
+            raise TooManyTransactionsError(
+                f"client {owner} has {self._open_by_owner[owner]} open transactions, the most "
+                "max_open_transactions_per_client allows; end some before opening more"
+            )
+
+    def open_by(self, owner: str) -> int:
+        """Transactions `owner` opened that have not ended."""
+        return self._open_by_owner.get(owner, 0)
 
     def get(self, txn_id: TxnId) -> TxnMetadata:
         meta = (
@@ -342,6 +392,7 @@ class TransactionCoordinator:
         meta.ended_ms = int(time.time() * 1000)
         self._persist(meta)
         self._open.discard(meta.txn_id.least_bits)
+        self._forget_owner(meta.txn_id.least_bits)
         if commit:
             self.committed_count += 1
         else:
@@ -352,6 +403,15 @@ class TransactionCoordinator:
     ) -> None:
         await reach(self.failpoint, TXN_END_TOPIC, topic)
         await self.participant.end_on_topic(topic, txn_id, commit, low_watermark)
+
+    def _forget_owner(self, sequence: int) -> None:
+        owner = self._owner_of.pop(sequence, None)
+        if owner is not None:
+            left = self._open_by_owner[owner] - 1
+            if left:
+                self._open_by_owner[owner] = left
+            else:
+                del self._open_by_owner[owner]
 
     def _arm_timeout(self, meta: TxnMetadata) -> None:
         remaining_ms = meta.opened_ms + meta.timeout_ms - int(time.time() * 1000)
@@ -380,6 +440,9 @@ class TransactionCoordinator:
             "coordinatorId": self.coordinator_id,
             "lowWaterMark": self.low_watermark,
             "openTxns": len(self._open),
+            "maxOpenTxns": self.limits.max_open,
+            "maxOpenTxnsPerClient": self.limits.max_open_per_owner,
+            "clientsWithOpenTxns": len(self._open_by_owner),
             "committedCount": self.committed_count,
             "abortedCount": self.aborted_count,
             "timedOutCount": self.timed_out_count,

@@ -13,5 +13,9 @@ class TransactionNotFoundError(TransactionError):
     """No transaction with that id is known."""
 
 
+class TooManyTransactionsError(TransactionError):
+    """Opening one more transaction would pass the coordinator's limit (all, or per client)."""
+
+
 class TransactionBufferNotReadyError(TransactionError):
     """The topic's transaction buffer is recovering or closed."""

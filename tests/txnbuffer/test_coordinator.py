@@ -13,8 +13,10 @@ import pytest
 
 from managed_ledger import MetadataStore, TxnId
 from txnbuffer import (
+    TooManyTransactionsError,
     TransactionCoordinator,
     TransactionEndedError,
+    TransactionLimits,
     TransactionNotFoundError,
     TxnAck,
     TxnMetadata,
@@ -433,3 +435,49 @@ async def test_names_survive_a_restart(store, participant):
 async def test_a_transaction_name_must_have_1_to_256_characters(coordinator, name):
     with pytest.raises(ValueError, match="1 to 256"):
         coordinator.named_transaction(name, LONG_TIMEOUT_MS)
+
+
+# ---------------------------------------------------------------- limits
+
+
+@pytest.fixture
+async def limited(store: MetadataStore, participant: FakeParticipant):
+    tc = TransactionCoordinator(
+        COORDINATOR_ID, store, participant, TransactionLimits(max_open=3, max_open_per_owner=2)
+    )
+    participant.coordinator = tc
+    await tc.recover()
+    yield tc
+    await tc.close()
+
+
+async def test_an_owner_past_its_open_transaction_limit_is_refused_until_one_ends(limited):
+    first = limited.new_transaction(LONG_TIMEOUT_MS, owner="a")
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="a")
+    reserved = len(list(limited.store.scan_prefix(COORDINATOR_DB, "txn:")))
+    with pytest.raises(TooManyTransactionsError, match=r"client a .*max_open_transactions_per"):
+        limited.new_transaction(LONG_TIMEOUT_MS, owner="a")
+    assert len(list(limited.store.scan_prefix(COORDINATOR_DB, "txn:"))) == reserved
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="b")  # another owner still may
+
+    assert await limited.end(first, commit=False) is TxnState.ABORTED
+    assert limited.open_by("a") == 1
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="a")
+
+
+async def test_the_coordinator_refuses_past_max_open_whoever_asks(limited):
+    for owner in ("a", "b", ""):
+        limited.new_transaction(LONG_TIMEOUT_MS, owner=owner)
+    with pytest.raises(TooManyTransactionsError, match="max_open_transactions allows"):
+        limited.new_transaction(LONG_TIMEOUT_MS, owner="c")
+    with pytest.raises(TooManyTransactionsError):
+        limited.named_transaction("job-1", LONG_TIMEOUT_MS, owner="c")
+    assert limited.stats()["openTxns"] == 3
+
+
+async def test_a_timed_out_transaction_frees_its_owners_slot(limited):
+    limited.new_transaction(50, owner="a")
+    limited.new_transaction(50, owner="a")
+    await eventually(lambda: limited.open_by("a") == 0, "both transactions to time out")
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="a")
+    assert limited.timed_out_count == 2
