@@ -206,10 +206,18 @@ class ManagedLedger:
         if current is not None:
             # Only the fsyncs run in a worker thread; file descriptors are closed
             # and the ledger list changed here, on the loop, where readers run.
-            await asyncio.get_running_loop().run_in_executor(None, current.seal)
-            info = self._ledgers[current.ledger_id]
-            info.entries, info.size, info.closed = current.entry_count, current.size, True
-            self._persist_ledger_list()
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, current.seal)
+            except OSError as error:
+                # Left listed as open: the next start scans it and cuts its tail,
+                # as after a crash. Its acknowledged entries were fsynced already.
+                log.error(
+                    "%s: cannot seal ledger %d on close: %s", self.name, current.ledger_id, error
+                )
+            else:
+                info = self._ledgers[current.ledger_id]
+                info.entries, info.size, info.closed = current.entry_count, current.size, True
+                self._persist_ledger_list()
         for segment in self._segments.values():
             segment.release()
 

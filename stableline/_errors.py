@@ -51,6 +51,14 @@ class NotReady(StableLineError):
     """The topic or broker is not ready (starting, recovering or shutting down)."""
 
 
+class StorageError(StableLineError):
+    """The broker's disk failed the write; nothing of it was kept, so a retry is safe."""
+
+
+class StorageFull(StorageError):
+    """The broker's disk is full; nothing of the write was kept. Retry once space is freed."""
+
+
 class BrokerUnavailable(StableLineError):
     """The broker cannot be reached or the connection broke."""
 
@@ -79,6 +87,8 @@ CODES: dict[str, type[StableLineError]] = {
     "NotReady": NotReady,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,
+    "StorageFull": StorageFull,
+    "StorageError": StorageError,
 }
 
 STATUSES: dict[grpc.StatusCode, type[StableLineError]] = {

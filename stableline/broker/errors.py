@@ -15,7 +15,7 @@ from dispatcher import (
     SubscriptionBusyError,
     SubscriptionClosedError,
 )
-from managed_ledger import EntryTooLargeError, LedgerClosedError
+from managed_ledger import EntryTooLargeError, LedgerClosedError, StorageError, StorageFullError
 from stableline.broker.registry import TopicNotFoundError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
@@ -45,6 +45,9 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
     (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
+    # Before StorageError, its base: a full disk is a quota the operator can lift.
+    (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED, "StorageFull"),
+    (StorageError, grpc.StatusCode.UNAVAILABLE, "StorageError"),
     (TransactionEndedError, grpc.StatusCode.FAILED_PRECONDITION, "TransactionEnded"),
     (TransactionNotFoundError, grpc.StatusCode.NOT_FOUND, "TransactionNotFound"),
     (TransactionBufferNotReadyError, grpc.StatusCode.UNAVAILABLE, "NotReady"),

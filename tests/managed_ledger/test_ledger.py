@@ -717,6 +717,19 @@ async def test_failing_fsyncs_fence_the_ledger_and_appends_resume_in_a_new_one_o
     assert sequence_ids(read_all(reopened)) == [0, 1, 2]
 
 
+async def test_close_with_a_failing_disk_leaves_the_ledger_to_be_scanned_on_reopen(
+    harness, faulty_disk
+):
+    ledger = await harness.open(DURABLE)
+    await append_many(ledger, range(3))
+    faulty_disk.fail_syncs(errno.EIO)
+    await ledger.close()  # logs the failed seal instead of raising out of shutdown
+    faulty_disk.heal()
+    assert not ledger_file(harness, ledger.current_ledger_id).with_suffix(".idx").exists()
+    reopened = await harness.open(DURABLE)
+    assert sequence_ids(read_all(reopened)) == [0, 1, 2]
+
+
 # ---------------------------------------------------------------- orphan files
 
 
