@@ -5,10 +5,13 @@ positions acknowledged individually above it, and the subscription's properties
 (type, isolation level), which are fixed when the cursor is created. The read
 position is where the dispatcher reads next; it is not persisted (after a restart
 reading resumes after mark-delete, skipping what was individually acknowledged).
+Changes are written in the background; persist() writes at once and waits for
+the fsync, for an acknowledgement that is confirmed only once it is durable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING
 
@@ -35,6 +38,7 @@ class ManagedCursor:
         self.properties = properties
         self.individually_acked: SortedList = SortedList(individually_acked or ())
         self.read_position = mark_delete.next_in_ledger()
+        self._persisting: asyncio.Task | None = None
         self._advance_mark_delete()
 
     # ------------------------------------------------------------ acks
@@ -96,6 +100,19 @@ class ManagedCursor:
         return max(total - acked_within, 0)
 
     # ------------------------------------------------------------ persistence
+
+    async def persist(self) -> None:
+        """Write this cursor now and return once it is durable. Callers in the same
+        loop iteration share one write, and concurrent writes share fsyncs."""
+        if self._persisting is None:
+            self._persisting = asyncio.get_running_loop().create_task(self._persist_round())
+        await asyncio.shield(self._persisting)
+
+    async def _persist_round(self) -> None:
+        await asyncio.sleep(0)  # acks applied meanwhile ride on this write
+        self._persisting = None
+        self.ledger._write_cursors([self.name])
+        await self.ledger.store.sync_async()
 
     def to_json(self) -> bytes:
         limit = self.ledger.config.max_persisted_acked_positions

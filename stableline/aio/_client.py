@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
@@ -21,12 +23,24 @@ from stableline._types import (
 from stableline.aio._consumer import Consumer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
+from stableline.aio._reconnect import Backoff, with_retries
 from stableline.aio._transaction import Transaction
+
+T = TypeVar("T")
 
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 30_000),
+    # A connection of its own per Client, as Pulsar clients have: gRPC would otherwise
+    # share one between channels to the same broker, and the broker's per-connection
+    # limits (max_connections, open transactions per client) would lump clients together.
+    ("grpc.use_local_subchannel_pool", 1),
+    # gRPC's own reconnect backoff grows to minutes by default; a restarted broker
+    # should be found within about a second.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 
@@ -51,7 +65,12 @@ class Client:
         tls_trust_certs_file_path: str | Path | None = None,
         tls_certificate_file_path: str | Path | None = None,
         tls_private_key_file_path: str | Path | None = None,
+        connection_backoff: Backoff | None = None,
     ):
+        """Producers and consumers reconnect on their own when the broker goes away,
+        waiting `connection_backoff` between attempts; after operation_timeout_seconds
+        without a broker their pending sends and receives fail with BrokerUnavailable.
+        A broker never reached fails the first call at once."""
         target, tls = parse_service_url(service_url)
         # A CA or client certificate means TLS even on a stableline:// URL.
         tls = tls or any(
@@ -77,6 +96,8 @@ class Client:
         self._tls = tls
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._timeout = operation_timeout_seconds
+        self._backoff = connection_backoff or Backoff()
+        self._reached = False  # a broker answered once: later outages are waited out
         self._closeables: list = []
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
@@ -90,6 +111,14 @@ class Client:
             hint = _TLS_HINT if self._tls else _PLAINTEXT_HINT
             return BrokerUnavailable(f"{failure} ({hint})")
         return failure
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
+        """`attempt()`, waiting out a broker that went away (not one never reached)."""
+        if not self._reached:
+            result = await attempt()
+            self._reached = True
+            return result
+        return await with_retries(attempt, self._backoff, self._timeout, what)
 
     async def __aenter__(self) -> Client:
         return self
@@ -153,28 +182,36 @@ class Client:
         return reader
 
     async def _get_last(self, topic: str, missing_ok: bool = False) -> pb.Position:
-        try:
-            response = await self._stub.GetLastMessageId(
-                pb.GetLastMessageIdRequest(topic=topic),
-                timeout=self._timeout,
-                metadata=self._metadata(),
-            )
-        except grpc.aio.AioRpcError as error:
-            if missing_ok and error.code() == grpc.StatusCode.NOT_FOUND:
-                return pb.Position(ledger_id=-1, entry_id=-1)
-            raise self._error(error) from None
-        return response.last_confirmed_entry
+        async def attempt() -> pb.Position:
+            try:
+                response = await self._stub.GetLastMessageId(
+                    pb.GetLastMessageIdRequest(topic=topic),
+                    timeout=self._timeout,
+                    metadata=self._metadata(),
+                )
+            except grpc.aio.AioRpcError as error:
+                if missing_ok and error.code() == grpc.StatusCode.NOT_FOUND:
+                    return pb.Position(ledger_id=-1, entry_id=-1)
+                raise self._error(error) from None
+            return response.last_confirmed_entry
+
+        return await self._with_retries(attempt, f"last message id of {topic}")
 
     async def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
         """Open a transaction; it aborts by itself if not ended within timeout_ms."""
-        try:
-            response = await self._stub.NewTransaction(
-                pb.NewTransactionRequest(timeout_ms=timeout_ms),
-                timeout=self._timeout,
-                metadata=self._metadata(),
-            )
-        except grpc.aio.AioRpcError as error:
-            raise self._error(error) from None
+
+        async def attempt() -> pb.NewTransactionResponse:
+            try:
+                return await self._stub.NewTransaction(
+                    pb.NewTransactionRequest(timeout_ms=timeout_ms),
+                    timeout=self._timeout,
+                    metadata=self._metadata(),
+                )
+            except grpc.aio.AioRpcError as error:
+                raise self._error(error) from None
+
+        # A retry after a lost answer leaves the first transaction open; it times out.
+        response = await self._with_retries(attempt, "new transaction")
         return Transaction(self, response.txn_id.most_bits, response.txn_id.least_bits, timeout_ms)
 
     async def get_last_message_id(self, topic: str) -> MessageId:

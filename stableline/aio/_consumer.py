@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 
 import grpc
@@ -29,8 +29,12 @@ from stableline._types import (
     Messages,
     message_indexes,
 )
+from stableline.aio._reconnect import is_transient, stream_failure
 
 MessageOrId = Message | MessageId
+
+# Partly acknowledged entries whose acked indexes are remembered across a reconnect.
+MAX_REMEMBERED_PARTIAL_ENTRIES = 10_000
 
 
 def _id_of(item: MessageOrId) -> MessageId:
@@ -110,7 +114,11 @@ class Consumer:
         self._arrived = asyncio.Event()
         self._consumed_since_flow = 0
         self._requests = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future] = {}
+        # request id -> (answer, request): resent on a new stream if unanswered.
+        self._waiting: dict[int, tuple[asyncio.Future, pb.SubscribeRequest]] = {}
+        # Confirmed acks of partly acknowledged entries: the broker keeps those in
+        # memory, so after a reconnect they are sent again and filtered meanwhile.
+        self._acked_indexes: OrderedDict[tuple[int, int], set[int]] = OrderedDict()
         self._discarding = False
         self._unacked: dict[tuple[int, int], float] = {}
         self._nacked: dict[tuple[int, int], float] = {}
@@ -125,31 +133,66 @@ class Consumer:
     # ------------------------------------------------------------ open
 
     async def _open(self) -> None:
-        self._call = self._client._stub.Subscribe(metadata=self._client._metadata())
-        try:
-            await self._call.write(
-                pb.SubscribeRequest(
-                    subscribe=pb.SubscribeOpen(
-                        topic=self._topic,
-                        subscription=self._subscription,
-                        type=self._type.value,
-                        initial_position=self._initial_position.value,
-                        isolation_level=self._isolation.value,
-                        consumer_name=self._name,
-                        priority_level=self._priority,
-                    )
-                )
-            )
-            response = await self._call.read()
-        except grpc.aio.AioRpcError as error:
-            raise self._client._error(error) from None
-        if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
-            raise BrokerUnavailable(f"broker closed the subscribe stream for {self._topic}")
-        self._topic = response.subscribed.topic
+        await self._open_stream()
         self._receiver = asyncio.create_task(self._receive())
         await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
         if self._ack_timeout_s or self._nack_delay_s:
             self._timer = asyncio.create_task(self._redelivery_timer())
+
+    async def _open_stream(self) -> None:
+        """A new Subscribe stream: the same subscription, type and isolation level."""
+        call = self._client._stub.Subscribe(metadata=self._client._metadata())
+        try:
+            # A write the connection refused says only "Internal error from Core";
+            # the read after it raises with the call's real status.
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await call.write(
+                    pb.SubscribeRequest(
+                        subscribe=pb.SubscribeOpen(
+                            topic=self._topic,
+                            subscription=self._subscription,
+                            type=self._type.value,
+                            initial_position=self._initial_position.value,
+                            isolation_level=self._isolation.value,
+                            consumer_name=self._name,
+                            priority_level=self._priority,
+                        )
+                    )
+                )
+            response = await call.read()
+        except grpc.aio.AioRpcError as error:
+            call.cancel()
+            raise self._client._error(error) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
+            call.cancel()
+            raise BrokerUnavailable(f"broker closed the subscribe stream for {self._topic}")
+        self._client._reached = True
+        self._call = call
+        self._topic = response.subscribed.topic
+
+    async def _reopen(self) -> None:
+        """After a broken stream: subscribe again and start afresh. What was queued and
+        not acknowledged comes again from the broker; acks that were not answered are
+        sent again (acking twice is harmless), as are the confirmed acks of partly
+        acknowledged entries, which the broker keeps in memory only."""
+        await self._open_stream()
+        self._queue.clear()
+        self._queued = 0
+        self._consumed_since_flow = 0
+        self._unacked.clear()
+        self._nacked.clear()
+        requests = [request for _future, request in self._waiting.values()]
+        if self._acked_indexes:
+            ids = [
+                pb.MessageIdData(ledger_id=ledger, entry_id=entry, batch_index=index)
+                for (ledger, entry), indexes in self._acked_indexes.items()
+                for index in sorted(indexes)
+            ]
+            # Request id 0 is never waited for: its answer is dropped.
+            requests.insert(0, pb.SubscribeRequest(ack=pb.Ack(request_id=0, message_ids=ids)))
+        for request in requests:
+            await self._call.write(request)
+        await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
 
     def topic(self) -> str:
         return self._topic
@@ -158,41 +201,73 @@ class Consumer:
         return self._subscription
 
     async def _receive(self) -> None:
+        """Deliveries and answers, until closed or the broker stays away too long."""
         try:
             while True:
-                response = await self._call.read()
-                if response is grpc.aio.EOF:
+                failure = await self._read_stream()
+                if self._closed or not is_transient(failure):
                     break
-                kind = response.WhichOneof("response")
-                if kind == "deliveries":
-                    if self._discarding:
-                        continue
-                    for delivery in response.deliveries.entries:
-                        entry = DeliveredEntry.of(self._topic, delivery)
-                        indexes = message_indexes(entry, delivery.acked_batch_indexes)
-                        if indexes:
-                            self._queue.append((entry, indexes))
-                            self._queued += len(indexes)
-                    self._arrived.set()
-                elif kind == "done":
-                    future = self._waiting.pop(response.done.request_id, None)
-                    if future is not None and not future.done():
-                        future.set_result(response.done)
-                elif kind == "active_change":
-                    self.is_active = response.active_change.is_active
-            self._failure = BrokerUnavailable(f"subscribe stream to {self._topic} ended")
-        except grpc.aio.AioRpcError as error:
-            self._failure = from_rpc_error(error)
+                old_call = self._call
+                try:
+                    await self._client._with_retries(
+                        self._reopen_once, f"consumer of {self._subscription} on {self._topic}"
+                    )
+                except StableLineError as error:
+                    failure = error
+                    break
+                finally:
+                    old_call.cancel()
+            self._failure = failure
         except asyncio.CancelledError:
             self._failure = StableLineError("consumer closed")
             raise
         finally:
             failure = self._failure or StableLineError("consumer closed")
-            for future in self._waiting.values():
+            for future, _request in self._waiting.values():
                 if not future.done():
                     future.set_exception(failure)
             self._waiting.clear()
             self._arrived.set()
+
+    async def _reopen_once(self) -> None:
+        try:
+            await self._reopen()
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def _read_stream(self) -> StableLineError:
+        """Take what the current stream brings; returns why it ended."""
+        call = self._call
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    return BrokerUnavailable(f"subscribe stream to {self._topic} ended")
+                kind = response.WhichOneof("response")
+                if kind == "deliveries":
+                    if self._discarding:
+                        continue
+                    remembered = self._acked_indexes
+                    for delivery in response.deliveries.entries:
+                        entry = DeliveredEntry.of(self._topic, delivery)
+                        skip = delivery.acked_batch_indexes
+                        if remembered:
+                            acked = remembered.get((entry.ledger_id, entry.entry_id))
+                            if acked:
+                                skip = acked.union(skip)
+                        indexes = message_indexes(entry, skip)
+                        if indexes:
+                            self._queue.append((entry, indexes))
+                            self._queued += len(indexes)
+                    self._arrived.set()
+                elif kind == "done":
+                    waiting = self._waiting.pop(response.done.request_id, None)
+                    if waiting is not None and not waiting[0].done():
+                        waiting[0].set_result(response.done)
+                elif kind == "active_change":
+                    self.is_active = response.active_change.is_active
+        except grpc.aio.AioRpcError as error:
+            return stream_failure(error)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -204,14 +279,23 @@ class Consumer:
             raise self._failure
         try:
             await self._call.write(request)
-        except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as error:
+            failure = (
+                from_rpc_error(error)
+                if isinstance(error, grpc.aio.AioRpcError)
+                else BrokerUnavailable(f"subscribe stream to {self._topic} is closed: {error}")
+            )
+            if self._closed or not is_transient(failure):
+                raise failure from None
+            # The stream broke: the receiver subscribes again, resends what waits for
+            # an answer and gives fresh permits; a lost nack is redelivered anyway.
 
     async def _request(self, build) -> pb.RequestDone:
         request_id = next(self._requests)
         future = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = future
-        await self._write(build(request_id))
+        request = build(request_id)
+        self._waiting[request_id] = (future, request)
+        await self._write(request)
         done = await future
         if done.error_code:
             raise from_code(done.error_code, done.error_message)
@@ -296,6 +380,17 @@ class Consumer:
             for message_id in ids:
                 self._unacked.pop((message_id.ledger_id, message_id.entry_id), None)
 
+    def _remember_partial(self, ids: Iterable[MessageId]) -> None:
+        remembered = self._acked_indexes
+        for message_id in ids:
+            key = (message_id.ledger_id, message_id.entry_id)
+            if message_id.batch_index < 0:
+                remembered.pop(key, None)
+            else:
+                remembered.setdefault(key, set()).add(message_id.batch_index)
+        while len(remembered) > MAX_REMEMBERED_PARTIAL_ENTRIES:
+            remembered.popitem(last=False)
+
     async def acknowledge(
         self, message: MessageOrId | list[MessageOrId] | Messages, txn=None
     ) -> None:
@@ -316,6 +411,8 @@ class Consumer:
             )
         )
         self._forget(wire)
+        if txn is None:
+            self._remember_partial(wire)
 
     async def acknowledge_cumulative(self, message: MessageOrId) -> None:
         message_id = _id_of(message)
@@ -324,11 +421,12 @@ class Consumer:
                 ack=pb.Ack(request_id=rid, message_ids=[message_id.to_proto()], cumulative=True)
             )
         )
+        upto = (message_id.ledger_id, message_id.entry_id)
         if self._unacked:
-            for key in [
-                k for k in self._unacked if k <= (message_id.ledger_id, message_id.entry_id)
-            ]:
+            for key in [k for k in self._unacked if k <= upto]:
                 del self._unacked[key]
+        for key in [k for k in self._acked_indexes if k < upto]:
+            del self._acked_indexes[key]
 
     async def negative_acknowledge(self, message: MessageOrId) -> None:
         """Ask for the message's entry again after negative_ack_redelivery_delay_ms."""

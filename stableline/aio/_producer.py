@@ -14,17 +14,20 @@ from stableline._errors import (
     MessageTooBig,
     StableLineError,
     from_code,
-    from_rpc_error,
 )
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
 from stableline._wire import encode_message, known_plain_prefix, plain_prefix
 from stableline.aio._batch import Batch, SendReceipt, new_receipt
+from stableline.aio._reconnect import is_transient, stream_failure
 
 # Batches sent and not yet acknowledged; send() waits past this.
 MAX_PENDING_BATCHES = 1000
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024
+_LOST_POSITION = (
+    "the broker holds this batch from before a reconnect, but no longer knows its position"
+)
 
 
 class Producer:
@@ -55,58 +58,79 @@ class Producer:
         self._closed = False
         self.topic = topic
         self.max_message_size = 5 * 1024 * 1024
+        # (stream generation, sequence id, request): a reconnect starts a generation.
         self._outgoing: asyncio.Queue = asyncio.Queue()
+        self._generation = 0
         self._writer: asyncio.Task | None = None
 
     async def _open(self) -> None:
-        self._call = self._client._stub.Produce(metadata=self._client._metadata())
-        try:
-            await self._call.write(
-                pb.ProduceRequest(
-                    open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
-                )
-            )
-            response = await self._call.read()
-        except grpc.aio.AioRpcError as error:
-            raise self._client._error(error) from None
-        if response is grpc.aio.EOF or response.WhichOneof("response") != "opened":
-            raise BrokerUnavailable(f"broker closed the produce stream for {self._requested_topic}")
-        self.topic = response.opened.topic
-        self._name = response.opened.producer_name
-        self.max_message_size = response.opened.max_message_size
+        opened = await self._open_stream()
+        self.topic = opened.topic
+        self.max_message_size = opened.max_message_size
         # A named producer continues after what the topic already holds of it.
-        self._sequence = itertools.count(response.opened.last_sequence_id + 1)
+        self._sequence = itertools.count(opened.last_sequence_id + 1)
         self._receiver = asyncio.create_task(self._receive())
         self._writer = asyncio.create_task(self._write_batches())
+
+    async def _open_stream(self) -> pb.ProducerOpened:
+        """A new Produce stream under this producer's name (the broker's, when it gave
+        one: the same name on a reconnect is what de-duplicates the resends)."""
+        call = self._client._stub.Produce(metadata=self._client._metadata())
+        try:
+            # A write the connection refused says only "Internal error from Core";
+            # the read after it raises with the call's real status.
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await call.write(
+                    pb.ProduceRequest(
+                        open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
+                    )
+                )
+            response = await call.read()
+        except grpc.aio.AioRpcError as error:
+            call.cancel()
+            raise self._client._error(error) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != "opened":
+            call.cancel()
+            raise BrokerUnavailable(f"broker closed the produce stream for {self._requested_topic}")
+        self._client._reached = True
+        self._call = call
+        self._name = response.opened.producer_name
+        return response.opened
+
+    async def _reopen(self) -> None:
+        """After a broken stream: a new one, then every batch without a receipt again,
+        in sequence order, before anything newer. Batches the broker already holds
+        are answered as duplicates with their first copy's position."""
+        await self._open_stream()
+        self._generation += 1
+        while not self._outgoing.empty():
+            self._outgoing.get_nowait()
+        for sequence_id in sorted(self._pending):
+            request = self._pending[sequence_id].to_send(sequence_id, self._name)
+            self._outgoing.put_nowait((self._generation, sequence_id, request))
 
     @property
     def producer_name(self) -> str:
         return self._name
 
     async def _receive(self) -> None:
+        """Receipts, until the producer closes or the broker stays away too long."""
         try:
             while True:
-                response = await self._call.read()
-                if response is grpc.aio.EOF:
+                failure = await self._read_receipts()
+                if self._closed or not is_transient(failure):
                     break
-                kind = response.WhichOneof("response")
-                if kind == "receipt":
-                    receipt = response.receipt
-                    batch = self._pending.pop(receipt.sequence_id, None)
-                    if batch is None:
-                        continue
-                    self._space.set()
-                    if not batch.future.done():
-                        batch.future.set_result((receipt.ledger_id, receipt.entry_id))
-                elif kind == "error":
-                    batch = self._pending.pop(response.error.sequence_id, None)
-                    if batch is None:
-                        continue
-                    self._space.set()
-                    _fail(batch, from_code(response.error.code, response.error.message))
-            self._failure = BrokerUnavailable(f"produce stream to {self.topic} ended")
-        except grpc.aio.AioRpcError as error:
-            self._failure = from_rpc_error(error)
+                old_call = self._call
+                try:
+                    await self._client._with_retries(
+                        self._reopen, f"producer {self._name} on {self.topic}"
+                    )
+                except StableLineError as error:
+                    failure = error
+                    break
+                finally:
+                    old_call.cancel()
+            self._failure = failure
         except asyncio.CancelledError:
             self._failure = BrokerUnavailable("producer closed")
             raise
@@ -116,6 +140,35 @@ class Producer:
                 _fail(batch, failure)
             self._pending.clear()
             self._space.set()
+
+    async def _read_receipts(self) -> StableLineError:
+        """Settle pending batches from the current stream; returns why it ended."""
+        call = self._call
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    return BrokerUnavailable(f"produce stream to {self.topic} ended")
+                kind = response.WhichOneof("response")
+                if kind == "receipt":
+                    receipt = response.receipt
+                    batch = self._pending.pop(receipt.sequence_id, None)
+                    if batch is None:
+                        continue
+                    self._space.set()
+                    if receipt.ledger_id < 0:
+                        # A duplicate whose first copy the log no longer holds.
+                        _fail(batch, StableLineError(_LOST_POSITION))
+                    elif not batch.future.done():
+                        batch.future.set_result((receipt.ledger_id, receipt.entry_id))
+                elif kind == "error":
+                    batch = self._pending.pop(response.error.sequence_id, None)
+                    if batch is None:
+                        continue
+                    self._space.set()
+                    _fail(batch, from_code(response.error.code, response.error.message))
+        except grpc.aio.AioRpcError as error:
+            return stream_failure(error)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -247,23 +300,22 @@ class Producer:
             return
         sequence_id = next(self._sequence)
         self._pending[sequence_id] = batch
-        self._outgoing.put_nowait((sequence_id, batch.to_send(sequence_id, self._name)))
+        self._outgoing.put_nowait(
+            (self._generation, sequence_id, batch.to_send(sequence_id, self._name))
+        )
 
     async def _write_batches(self) -> None:
         """The one task that writes to the stream, so batches go out in sequence order."""
         while True:
-            sequence_id, request = await self._outgoing.get()
+            generation, sequence_id, request = await self._outgoing.get()
+            if generation != self._generation or sequence_id not in self._pending:
+                continue  # queued for a stream that broke: _reopen queued it again
             try:
                 await self._call.write(request)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as error:
-                failure = (
-                    from_rpc_error(error)
-                    if isinstance(error, grpc.aio.AioRpcError)
-                    else BrokerUnavailable(f"produce stream to {self.topic} is closed: {error}")
-                )
-                batch = self._pending.pop(sequence_id, None)
-                if batch is not None:
-                    _fail(batch, failure)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
+                # The stream broke: the receiver reconnects and this batch is sent
+                # again, or fails with the reason once the producer gives up.
+                continue
 
     async def flush(self) -> None:
         """Send the open batch and wait until every message sent so far is acknowledged."""

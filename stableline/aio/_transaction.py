@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import grpc
 
 from stableline._errors import StableLineError, TransactionEnded
+from stableline._proto import admin_pb2, admin_pb2_grpc
 from stableline._proto import broker_pb2 as pb
+
+_ENDED_BY = {pb.TXN_ACTION_COMMIT: "COMMITTED", pb.TXN_ACTION_ABORT: "ABORTED"}
 
 
 class Transaction:
@@ -41,15 +45,42 @@ class Transaction:
             raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
 
     async def _end(self, action: int) -> None:
+        """End on the coordinator, retried across a reconnect. Asking again for the same
+        end joins one still under way; when the first ask was lost with the broker and
+        the end has completed since, the coordinator's record says how it ended."""
+        attempts = 0
+
+        async def attempt() -> pb.EndTransactionResponse:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return await self._client._stub.EndTransaction(
+                    pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
+                    timeout=self._client._timeout,
+                    metadata=self._client._metadata(),
+                )
+            except grpc.aio.AioRpcError as error:
+                failure = self._client._error(error)
+                if attempts > 1 and isinstance(failure, TransactionEnded):
+                    state = await self._recorded_state()
+                    if state == _ENDED_BY[action]:
+                        return pb.EndTransactionResponse(txn_id=self._proto_id(), state=state)
+                raise failure from None
+
+        response = await self._client._with_retries(attempt, f"ending transaction {self}")
+        self._state = response.state
+
+    async def _recorded_state(self) -> str | None:
+        """The coordinator's state of this transaction, or None if it cannot be read."""
         try:
-            response = await self._client._stub.EndTransaction(
-                pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
+            response = await admin_pb2_grpc.AdminStub(self._client._channel).GetTransactionMetadata(
+                admin_pb2.TransactionRequest(most_bits=self.id[0], least_bits=self.id[1]),
                 timeout=self._client._timeout,
                 metadata=self._client._metadata(),
             )
-        except grpc.aio.AioRpcError as error:
-            raise self._client._error(error) from None
-        self._state = response.state
+        except grpc.aio.AioRpcError:
+            return None
+        return json.loads(response.json).get("status")
 
     async def commit(self) -> None:
         """Wait for this transaction's sends, then commit; if a send failed, abort and raise."""

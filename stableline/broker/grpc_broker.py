@@ -214,6 +214,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request_iterator, topic, subscription: Subscription, consumer: Consumer
     ) -> None:
         outbox = consumer.outbox
+        confirmations: set[asyncio.Task] = set()
         try:
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
@@ -226,7 +227,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     subscription.flow(consumer, request.flow.permits)
                 elif kind == "ack":
                     ack = request.ack
-                    outbox.put_nowait(self._done(ack.request_id, self._ack, subscription, ack))
+                    done = self._done(ack.request_id, self._ack, subscription, ack)
+                    if done.done.error_code or ack.HasField("txn_id"):
+                        outbox.put_nowait(done)
+                    else:
+                        confirming = asyncio.create_task(
+                            self._confirm_durable(subscription, outbox, done)
+                        )
+                        confirmations.add(confirming)
+                        confirming.add_done_callback(confirmations.discard)
                 elif kind == "redeliver":
                     positions = [
                         Position(m.ledger_id, m.entry_id) for m in request.redeliver.message_ids
@@ -253,6 +262,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except Exception as error:
             log.debug("subscribe stream of %s ended: %s", consumer.name, error)
         outbox.put_nowait(ControlEvent("end"))
+
+    @staticmethod
+    async def _confirm_durable(
+        subscription: Subscription, outbox: asyncio.Queue, done: pb.SubscribeResponse
+    ) -> None:
+        """Answer an ack once the cursor holding it is durable: a message whose ack was
+        confirmed never comes back after a crash (a transactional ack is confirmed by
+        its commit instead)."""
+        try:
+            await subscription.cursor.persist()
+        except Exception as error:
+            failure = classify(error)
+            done.done.error_code, done.done.error_message = failure.code, str(failure)
+        outbox.put_nowait(done)
 
     @staticmethod
     def _done(request_id: int, action, *args) -> pb.SubscribeResponse:

@@ -58,3 +58,44 @@ async def test_a_transaction_starts_a_new_batch_and_plain_sends_after_it_too(bro
 
 async def _await(receipt):
     return await receipt
+
+
+async def _restart(broker: BrokerProcess) -> None:
+    """Start the killed broker again (same data dir and ports), off the event loop so
+    clients keep trying meanwhile."""
+    await asyncio.to_thread(broker.start)
+
+
+async def test_sends_continue_across_a_broker_kill_with_no_loss_and_no_duplicate(broker):
+    async with aio.Client(broker.service_url) as client:
+        producer = await client.create_producer("through-kill", batching_max_messages=10)
+        name = producer.producer_name
+        before = [producer.send_nowait(b"m%03d" % i) for i in range(100)]
+        await asyncio.gather(*before[:50])  # some durable; others may be in flight
+        broker.kill()
+        during = [producer.send_nowait(b"m%03d" % i) for i in range(100, 150)]
+        await _restart(broker)
+        ids = [await receipt for receipt in before + during]
+        assert producer.producer_name == name  # reopened under the broker's name
+        reader = await client.create_reader(
+            "through-kill", aio.MessageId.earliest, aio.IsolationLevel.READ_UNCOMMITTED
+        )
+        read = []
+        while await reader.has_message_available():
+            message = await reader.read_next(5000)
+            read.append((message.data(), message.message_id()))
+    assert [data for data, _ in read] == [b"m%03d" % i for i in range(150)]
+    assert [message_id for _, message_id in read] == ids  # every receipt names its copy
+
+
+async def test_pending_sends_fail_with_broker_unavailable_once_the_broker_stays_down(broker):
+    async with aio.Client(broker.service_url, operation_timeout_seconds=1.0) as client:
+        producer = await client.create_producer("stays-down")
+        await producer.send(b"first")
+        broker.kill()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(aio.BrokerUnavailable, match="stayed unreachable"):
+            await producer.send(b"second")
+        assert 0.9 <= asyncio.get_running_loop().time() - started < 10
+        with pytest.raises(aio.BrokerUnavailable):
+            producer.send_nowait(b"third")
