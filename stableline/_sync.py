@@ -191,6 +191,7 @@ class Client:
         tls_trust_certs_file_path: str | Path | None = None,
         tls_certificate_file_path: str | Path | None = None,
         tls_private_key_file_path: str | Path | None = None,
+        connection_backoff: aio.Backoff | None = None,
     ):
         self._loop = _LoopThread()
 
@@ -202,6 +203,7 @@ class Client:
                 tls_trust_certs_file_path=tls_trust_certs_file_path,
                 tls_certificate_file_path=tls_certificate_file_path,
                 tls_private_key_file_path=tls_private_key_file_path,
+                connection_backoff=connection_backoff,
             )
 
         try:

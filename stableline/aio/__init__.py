@@ -7,10 +7,12 @@ from stableline.aio._client import Client
 from stableline.aio._consumer import Consumer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
+from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
 
 __all__ = [
     "AuthenticationToken",
+    "Backoff",
     "Client",
     "Consumer",
     "ConsumerType",
