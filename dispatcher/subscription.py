@@ -75,7 +75,7 @@ class Subscription:
         # Who holds each delivered, unacknowledged entry.
         self._owner: dict[Position, Consumer] = {}
         # Batch indexes acknowledged within entries not yet fully acknowledged.
-        self._partial_acks: dict[Position, set[int]] = {}
+        self._partial_acks: dict[Position, set[int]] = cursor.partial_acks  # persisted
         self._redelivery_counts: dict[Position, int] = {}
         # Entries acknowledged inside a transaction that has not ended: held (neither
         # acknowledged nor redelivered) until it commits or aborts.

@@ -1,7 +1,8 @@
 """A durable cursor: how far a subscription has consumed a topic.
 
 State: the mark-delete position (everything at or before it is acknowledged), the
-positions acknowledged individually above it, and the subscription's properties
+positions acknowledged individually above it, the batch indexes acknowledged in
+entries acknowledged in part, and the subscription's properties
 (type, isolation level), which are fixed when the cursor is created. The read
 position is where the dispatcher reads next; it is not persisted (after a restart
 reading resumes after mark-delete, skipping what was individually acknowledged).
@@ -31,12 +32,16 @@ class ManagedCursor:
         mark_delete: Position,
         properties: dict[str, str],
         individually_acked: list[Position] | None = None,
+        partial_acks: dict[Position, set[int]] | None = None,
     ):
         self.ledger = ledger
         self.name = name
         self.mark_delete = mark_delete
         self.properties = properties
         self.individually_acked: SortedList = SortedList(individually_acked or ())
+        # Entry -> acknowledged batch indexes, for entries acknowledged in part; kept
+        # by the subscription, persisted here so a confirmed ack survives a crash.
+        self.partial_acks: dict[Position, set[int]] = partial_acks or {}
         self.read_position = mark_delete.next_in_ledger()
         self._persisting: asyncio.Task | None = None
         self._advance_mark_delete()
@@ -117,10 +122,16 @@ class ManagedCursor:
     def to_json(self) -> bytes:
         limit = self.ledger.config.max_persisted_acked_positions
         acked = [[p.ledger_id, p.entry_id] for p in self.individually_acked[:limit]]
+        partial = [
+            [p.ledger_id, p.entry_id, sorted(indexes)]
+            for p, indexes in list(self.partial_acks.items())[:limit]
+            if p > self.mark_delete and indexes
+        ]
         return json.dumps(
             {
                 "mark_delete": [self.mark_delete.ledger_id, self.mark_delete.entry_id],
                 "acked": acked,
+                "partial": partial,
                 "properties": self.properties,
             },
             separators=(",", ":"),
@@ -135,4 +146,8 @@ class ManagedCursor:
             Position(*data["mark_delete"]),
             data["properties"],
             [Position(*p) for p in data["acked"]],
+            {
+                Position(ledger, entry): set(indexes)
+                for ledger, entry, indexes in data.get("partial", ())
+            },
         )

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 import grpc
@@ -32,9 +32,6 @@ from stableline._types import (
 from stableline.aio._reconnect import is_transient, stream_failure
 
 MessageOrId = Message | MessageId
-
-# Partly acknowledged entries whose acked indexes are remembered across a reconnect.
-MAX_REMEMBERED_PARTIAL_ENTRIES = 10_000
 
 
 def _id_of(item: MessageOrId) -> MessageId:
@@ -116,9 +113,6 @@ class Consumer:
         self._requests = itertools.count(1)
         # request id -> (answer, request): resent on a new stream if unanswered.
         self._waiting: dict[int, tuple[asyncio.Future, pb.SubscribeRequest]] = {}
-        # Confirmed acks of partly acknowledged entries: the broker keeps those in
-        # memory, so after a reconnect they are sent again and filtered meanwhile.
-        self._acked_indexes: OrderedDict[tuple[int, int], set[int]] = OrderedDict()
         self._discarding = False
         self._unacked: dict[tuple[int, int], float] = {}
         self._nacked: dict[tuple[int, int], float] = {}
@@ -172,25 +166,16 @@ class Consumer:
 
     async def _reopen(self) -> None:
         """After a broken stream: subscribe again and start afresh. What was queued and
-        not acknowledged comes again from the broker; acks that were not answered are
-        sent again (acking twice is harmless), as are the confirmed acks of partly
-        acknowledged entries, which the broker keeps in memory only."""
+        not acknowledged comes again from the broker (a confirmed ack is durable, so
+        never what was acknowledged); acks not yet answered are sent again (acking
+        twice is harmless)."""
         await self._open_stream()
         self._queue.clear()
         self._queued = 0
         self._consumed_since_flow = 0
         self._unacked.clear()
         self._nacked.clear()
-        requests = [request for _future, request in self._waiting.values()]
-        if self._acked_indexes:
-            ids = [
-                pb.MessageIdData(ledger_id=ledger, entry_id=entry, batch_index=index)
-                for (ledger, entry), indexes in self._acked_indexes.items()
-                for index in sorted(indexes)
-            ]
-            # Request id 0 is never waited for: its answer is dropped.
-            requests.insert(0, pb.SubscribeRequest(ack=pb.Ack(request_id=0, message_ids=ids)))
-        for request in requests:
+        for _future, request in list(self._waiting.values()):
             await self._call.write(request)
         await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
 
@@ -247,15 +232,9 @@ class Consumer:
                 if kind == "deliveries":
                     if self._discarding:
                         continue
-                    remembered = self._acked_indexes
                     for delivery in response.deliveries.entries:
                         entry = DeliveredEntry.of(self._topic, delivery)
-                        skip = delivery.acked_batch_indexes
-                        if remembered:
-                            acked = remembered.get((entry.ledger_id, entry.entry_id))
-                            if acked:
-                                skip = acked.union(skip)
-                        indexes = message_indexes(entry, skip)
+                        indexes = message_indexes(entry, delivery.acked_batch_indexes)
                         if indexes:
                             self._queue.append((entry, indexes))
                             self._queued += len(indexes)
@@ -380,17 +359,6 @@ class Consumer:
             for message_id in ids:
                 self._unacked.pop((message_id.ledger_id, message_id.entry_id), None)
 
-    def _remember_partial(self, ids: Iterable[MessageId]) -> None:
-        remembered = self._acked_indexes
-        for message_id in ids:
-            key = (message_id.ledger_id, message_id.entry_id)
-            if message_id.batch_index < 0:
-                remembered.pop(key, None)
-            else:
-                remembered.setdefault(key, set()).add(message_id.batch_index)
-        while len(remembered) > MAX_REMEMBERED_PARTIAL_ENTRIES:
-            remembered.popitem(last=False)
-
     async def acknowledge(
         self, message: MessageOrId | list[MessageOrId] | Messages, txn=None
     ) -> None:
@@ -411,8 +379,6 @@ class Consumer:
             )
         )
         self._forget(wire)
-        if txn is None:
-            self._remember_partial(wire)
 
     async def acknowledge_cumulative(self, message: MessageOrId) -> None:
         message_id = _id_of(message)
@@ -425,8 +391,6 @@ class Consumer:
         if self._unacked:
             for key in [k for k in self._unacked if k <= upto]:
                 del self._unacked[key]
-        for key in [k for k in self._acked_indexes if k < upto]:
-            del self._acked_indexes[key]
 
     async def negative_acknowledge(self, message: MessageOrId) -> None:
         """Ask for the message's entry again after negative_ack_redelivery_delay_ms."""
