@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from stableline._types import IsolationLevel
+from stableline._types import IsolationLevel, parse_service_url
+from stableline.spark._connection import Connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 5_000
@@ -19,9 +21,31 @@ class OptionError(ValueError):
     """A stableline option is missing or malformed."""
 
 
+def parse_connection(options: Mapping[str, str]) -> Connection:
+    """`service` (host:port, or stableline+ssl://host:port for TLS), `token` (a JWT
+    sent with every call) and `tlsTrustCertsFile` (the broker's CA; turns TLS on)."""
+    service = options.get("service")
+    if not service:
+        raise OptionError(
+            "option 'service' is required: the broker's gRPC host:port "
+            "(stableline+ssl://host:port for TLS)"
+        )
+    try:
+        target, tls = parse_service_url(service)
+    except ValueError as error:
+        raise OptionError(f"option 'service': {error}") from None
+    trust = options.get("tlsTrustCertsFile") or None
+    if trust is not None and not Path(trust).is_file():
+        raise OptionError(f"option 'tlsTrustCertsFile': no file {trust}")
+    token = options.get("token")
+    if token is not None and not token.strip():
+        raise OptionError("option 'token' is empty")
+    return Connection(target, tls or trust is not None, trust, token.strip() if token else None)
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    service: str
+    connection: Connection
     topics: tuple[str, ...]  # full names
     isolation: IsolationLevel
     # Per topic: "earliest", "latest" or a position "ledger:entry".
@@ -86,9 +110,7 @@ def _positions(options: Mapping[str, str], option: str, topics: tuple[str, ...],
 
 
 def parse_options(options: Mapping[str, str], streaming: bool = False) -> SourceOptions:
-    service = options.get("service")
-    if not service:
-        raise OptionError("option 'service' is required: the broker's gRPC host:port")
+    connection = parse_connection(options)
     topics = _topics(options)
     try:
         isolation = IsolationLevel.parse(options.get("isolationLevel", "read_committed"))
@@ -106,7 +128,7 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> Source
             ("maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
         )
     ]
-    return SourceOptions(service, topics, isolation, starting, ending, *limits)
+    return SourceOptions(connection, topics, isolation, starting, ending, *limits)
 
 
 def _whole_number(options: Mapping[str, str], option: str, default: int) -> int:

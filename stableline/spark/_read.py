@@ -16,16 +16,15 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from stableline._aborted_filter import AbortedFilter
-from stableline._errors import from_rpc_error
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import IsolationLevel
 from stableline._wire import plain_layout
+from stableline.spark._connection import RPC_TIMEOUT_S, Connection, result
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
 
 # Each column and its Spark type, in the order of the default schema.
@@ -45,7 +44,6 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.string())
 # Entries per Fetch: a client batch of 1,000 small messages is ~100 KB an entry.
 FETCH_MAX_ENTRIES = 64
-RPC_TIMEOUT_S = 30.0
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 
@@ -72,7 +70,7 @@ class Position:
 class LedgerRange:
     """Entries first..last (inclusive) of one ledger of one topic: a Spark partition."""
 
-    service: str
+    connection: Connection
     topic: str
     isolation: int  # IsolationLevel value
     ledger_id: int
@@ -90,20 +88,13 @@ class TopicLayout:
         return Position(self.ledgers[0][0], 0) if self.ledgers else self.bound.after()
 
 
-def _rpc(call, *args):
-    try:
-        return call(*args, timeout=RPC_TIMEOUT_S)
-    except grpc.RpcError as error:
-        raise from_rpc_error(error) from None
-
-
-def topic_layout(service: str, topic: str, isolation: IsolationLevel) -> TopicLayout:
+def topic_layout(connection: Connection, topic: str, isolation: IsolationLevel) -> TopicLayout:
     """The topic's ledgers and its bound for the isolation level, asked of the broker."""
-    with grpc.insecure_channel(service) as channel:
+    with connection.channel() as channel:
         admin = admin_pb2_grpc.AdminStub(channel)
         request = admin_pb2.TopicRequest(topic=topic)
-        internal = json.loads(_rpc(admin.GetInternalStats, request).json)
-        buffer = json.loads(_rpc(admin.GetTransactionBufferStats, request).json)
+        internal = json.loads(connection.call(admin.GetInternalStats, request).json)
+        buffer = json.loads(connection.call(admin.GetTransactionBufferStats, request).json)
     bound_text = (
         buffer["maxReadPosition"]
         if isolation is IsolationLevel.READ_COMMITTED
@@ -145,7 +136,7 @@ def plan(
         for first in range(low.entry_id, last + 1, step):
             ranges.append(
                 LedgerRange(
-                    options.service,
+                    options.connection,
                     topic,
                     options.isolation.value,
                     ledger_id,
@@ -173,7 +164,8 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
     aborted = AbortedFilter()
     committed_only = part.isolation == IsolationLevel.READ_COMMITTED.value
     next_entry = part.first_entry
-    with grpc.insecure_channel(part.service, options=CHANNEL_OPTIONS) as channel:
+    connection = part.connection
+    with connection.channel(CHANNEL_OPTIONS) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
 
         def fetch(first_entry: int):
@@ -184,11 +176,11 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
                 max_entries=min(FETCH_MAX_ENTRIES, part.last_entry - first_entry + 1),
                 isolation_level=part.isolation,
             )
-            return stub.Fetch.future(request, timeout=RPC_TIMEOUT_S)
+            return stub.Fetch.future(request, timeout=RPC_TIMEOUT_S, metadata=connection.metadata)
 
         pending = fetch(next_entry)
         while pending is not None:
-            response = _rpc(pending.result)
+            response = result(pending)
             following = response.next_position
             if following.ledger_id != part.ledger_id:
                 pending = None  # the ledger ended (the rest of the range were markers)

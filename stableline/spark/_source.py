@@ -59,6 +59,12 @@ class StablelineDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StreamReader(parse_options(self.options, streaming=True), read_columns(schema))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(parse_write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamWriter(parse_write_options(self.options), schema)
+
 
 def read_columns(schema: StructType) -> tuple[str, ...]:
     """The columns a read makes: those of a schema the user gave (any of ours, any
@@ -78,12 +84,6 @@ def read_columns(schema: StructType) -> tuple[str, ...]:
             )
         columns.append(field.name)
     return tuple(columns)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(parse_write_options(self.options), schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return StreamWriter(parse_write_options(self.options), schema)
 
 
 def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -> list:
@@ -105,7 +105,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         layouts = {
-            t: topic_layout(self.options.service, t, self.options.isolation)
+            t: topic_layout(self.options.connection, t, self.options.isolation)
             for t in self.options.topics
         }
         start = {t: str(resolve(layouts[t], self.options.starting[t])) for t in layouts}
@@ -126,7 +126,7 @@ class StreamReader(DataSourceStreamReader):
 
     def _layouts(self) -> dict:
         return {
-            t: topic_layout(self.options.service, t, self.options.isolation)
+            t: topic_layout(self.options.connection, t, self.options.isolation)
             for t in self.options.topics
         }
 
@@ -168,7 +168,7 @@ class BatchWriter(DataSourceWriter):
         self.options = options
         self.columns = _columns(schema)
         self.write_id = new_write_id()
-        self.transaction = Transaction.open(options.service, options.txn_timeout_ms)
+        self.transaction = Transaction.open(options.connection, options.txn_timeout_ms)
 
     def write(self, iterator: Iterator) -> WriterCommitMessage:
         from pyspark import TaskContext
@@ -212,7 +212,7 @@ class StreamWriter(DataSourceStreamWriter):
             raise StableLineError("the streaming writer runs only in a streaming query")
         partition = context.partitionId()
         name = f"spark-stream-{query}-{batch}-{self.options.topic}"
-        transaction = Transaction.open(self.options.service, self.options.txn_timeout_ms, name)
+        transaction = Transaction.open(self.options.connection, self.options.txn_timeout_ms, name)
         if transaction.state != "OPEN":  # COMMITTING or COMMITTED: a replayed batch
             return _TaskDone(TaskReport(partition, 0, 0, 0, transaction.id, True))
         # Unique per transaction: a batch written afresh after an abort starts anew.
@@ -232,7 +232,7 @@ class StreamWriter(DataSourceStreamWriter):
         txn_id, already_committed = self._transaction(messages)
         if txn_id is None or already_committed:
             return
-        state = Transaction(self.options.service, txn_id).end(commit=True)
+        state = Transaction(self.options.connection, txn_id).end(commit=True)
         if state != "COMMITTED":
             raise StableLineError(f"micro-batch {batchId}'s transaction ended {state}")
 
@@ -241,4 +241,4 @@ class StreamWriter(DataSourceStreamWriter):
         if txn_id is None or already_committed:
             return
         with contextlib.suppress(StableLineError):
-            Transaction(self.options.service, txn_id).end(commit=False)
+            Transaction(self.options.connection, txn_id).end(commit=False)

@@ -25,8 +25,8 @@ from stableline._errors import StableLineError, from_code
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._wire import encode_message, plain_prefix
-from stableline.spark._options import OptionError
-from stableline.spark._read import _rpc
+from stableline.spark._connection import Connection
+from stableline.spark._options import OptionError, parse_connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
 DEFAULT_ROWS_PER_BATCH = 1000
@@ -38,16 +38,14 @@ _END = object()
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    service: str
+    connection: Connection
     topic: str
     rows_per_batch: int
     txn_timeout_ms: int
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    service = options.get("service")
-    if not service:
-        raise OptionError("option 'service' is required: the broker's gRPC host:port")
+    connection = parse_connection(options)
     topic = options.get("topic")
     if not topic:
         raise OptionError("option 'topic' is required: the topic to write to")
@@ -64,7 +62,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         if not text.isdigit() or int(text) < 1:
             raise OptionError(f"option '{option}' must be a whole number >= 1, not {text!r}")
         numbers[option] = int(text)
-    return WriteOptions(service, topic, numbers["rowsPerBatch"], numbers["transactionTimeoutMs"])
+    return WriteOptions(connection, topic, numbers["rowsPerBatch"], numbers["transactionTimeoutMs"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,26 +81,30 @@ class TaskReport:
 class Transaction:
     """One transaction for a whole write (or a micro-batch), by id: pickles anywhere."""
 
-    service: str
+    connection: Connection
     id: tuple[int, int]
     state: str = "OPEN"
 
     @classmethod
-    def open(cls, service: str, timeout_ms: int, name: str = "") -> Transaction:
+    def open(cls, connection: Connection, timeout_ms: int, name: str = "") -> Transaction:
         """A new transaction, or with a name the one of that name while it is open or
         committed (its state says which)."""
         request = pb.NewTransactionRequest(timeout_ms=timeout_ms, name=name)
-        with grpc.insecure_channel(service) as channel:
-            response = _rpc(broker_pb2_grpc.BrokerStub(channel).NewTransaction, request)
-        return cls(service, (response.txn_id.most_bits, response.txn_id.least_bits), response.state)
+        with connection.channel() as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            response = connection.call(stub.NewTransaction, request)
+        return cls(
+            connection, (response.txn_id.most_bits, response.txn_id.least_bits), response.state
+        )
 
     def end(self, commit: bool) -> str:
         action = pb.TXN_ACTION_COMMIT if commit else pb.TXN_ACTION_ABORT
         request = pb.EndTransactionRequest(
             txn_id=pb.TxnId(most_bits=self.id[0], least_bits=self.id[1]), action=action
         )
-        with grpc.insecure_channel(self.service) as channel:
-            return _rpc(broker_pb2_grpc.BrokerStub(channel).EndTransaction, request).state
+        with self.connection.channel() as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            return self.connection.call(stub.EndTransaction, request).state
 
 
 def _encode(row, columns: frozenset[str]) -> bytes:
@@ -150,8 +152,11 @@ def write_partition(
         while (request := requests.get()) is not _END:
             yield request
 
-    with grpc.insecure_channel(options.service) as channel:
-        responses = broker_pb2_grpc.BrokerStub(channel).Produce(request_stream())
+    connection = options.connection
+    with connection.channel() as channel:
+        responses = broker_pb2_grpc.BrokerStub(channel).Produce(
+            request_stream(), metadata=connection.metadata
+        )
         try:
             opened = next(responses).opened
             already = opened.last_sequence_id  # batches 0..already: written before

@@ -80,7 +80,7 @@ def test_a_retried_task_sends_only_what_its_failed_attempt_did_not_write(broker)
     options = parse_write_options(
         {"service": broker.service_url, "topic": "retried", "rowsPerBatch": "100"}
     )
-    transaction = Transaction.open(options.service, options.txn_timeout_ms)
+    transaction = Transaction.open(options.connection, options.txn_timeout_ms)
     rows = [Row(value=f"v{i:05d}".encode()) for i in range(1000)]
 
     def dies_at_row_250():
