@@ -111,8 +111,8 @@ class Row:
 
 
 @contextlib.contextmanager
-def broker(prefix: str) -> Iterator[BrokerProcess]:
-    with temporary_broker(REPO / "bench-results", f"bench-all-{prefix}-") as process:
+def broker(prefix: str, env: dict[str, str] | None = None) -> Iterator[BrokerProcess]:
+    with temporary_broker(REPO / "bench-results", f"bench-all-{prefix}-", env=env or {}) as process:
         progress(f"broker ready on {process.target}")
         yield process
 
@@ -363,7 +363,10 @@ def fig_many_subscriptions(sizes: Sizes, ctx: dict) -> list[Row]:
 
 def fig_scaling(sizes: Sizes, ctx: dict) -> list[Row]:
     rows = []
-    with broker("scaling") as process:
+    # 10,000 open transactions plus the ones a producer opens ahead pass the default
+    # per-client limit (10,000): this broker allows twice that.
+    limit = {"STABLELINE_MAX_OPEN_TRANSACTIONS_PER_CLIENT": str(2 * max(sizes.open_txns))}
+    with broker("scaling", env=limit) as process:
         results = {}
         for processes in sizes.scaling_processes:
             results[processes] = run_perf(
