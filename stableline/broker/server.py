@@ -22,6 +22,7 @@ from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
+from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.settings import SecuritySettings
@@ -83,7 +84,8 @@ class Broker:
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
             ],
-            interceptors=self.security.grpc_interceptors(),
+            # Unparsable requests are refused before anything else looks at them.
+            interceptors=[MalformedRequestInterceptor(), *self.security.grpc_interceptors()],
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
             BrokerService(self.registry, config, self.coordinator), self._grpc
