@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kill_checks import buffer_stats, parse_position, settled, wait_until
+
 import stableline
 from stableline.testing import BrokerProcess
 
@@ -143,11 +145,6 @@ def _in_producer_order(indexes: list[int]) -> bool:
     return True
 
 
-def _position(text: str) -> tuple[int, int]:
-    ledger_id, entry_id = text.split(":")
-    return int(ledger_id), int(entry_id)
-
-
 def check(broker: BrokerProcess, journal: Journal, before_kill: dict[str, str]) -> list[str]:
     """Every promise of the module docstring; returns the violations found."""
     violations = []
@@ -190,30 +187,9 @@ def check(broker: BrokerProcess, journal: Journal, before_kill: dict[str, str]) 
         violations.append(f"transactions visible without an end asked: {sorted(never_ended)[:5]}")
     for topic, position in before_kill.items():
         now = buffer_stats(broker, topic)["maxReadPosition"]
-        if _position(now) < _position(position):
+        if parse_position(now) < parse_position(position):
             violations.append(f"{topic}: maxReadPosition back from {position} to {now}")
     return violations
-
-
-def buffer_stats(broker: BrokerProcess, topic: str) -> dict:
-    return broker.admin(f"/admin/v3/transactions/transactionBufferStats/public/default/{topic}")
-
-
-def settled(broker: BrokerProcess) -> bool:
-    """Both buffers READY with nothing open: every transaction of the kill has ended."""
-    try:
-        stats = [buffer_stats(broker, topic) for topic in (TOPIC_A, TOPIC_B)]
-    except OSError:
-        return False
-    return all(s["state"] == "Ready" and s["ongoingTxnSize"] == 0 for s in stats)
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout_s} s")
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------- the cycles (parent)
@@ -250,7 +226,7 @@ def run_cycle(broker: BrokerProcess, journal: Journal, cycle: int, rng: random.R
 
     started = time.monotonic()
     broker.start()
-    wait_until(lambda: settled(broker), SETTLE_TIMEOUT_S, "settled buffers")
+    wait_until(lambda: settled(broker, (TOPIC_A, TOPIC_B)), SETTLE_TIMEOUT_S, "settled buffers")
     stats = buffer_stats(broker, TOPIC_A)
     violations = check(broker, journal, before_kill)
     return {

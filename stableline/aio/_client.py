@@ -10,7 +10,7 @@ from typing import TypeVar
 import grpc
 
 from stableline._auth import AuthenticationToken, channel_credentials
-from stableline._errors import BrokerUnavailable, StableLineError, from_rpc_error
+from stableline._errors import BrokerUnavailable, StableLineError
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._types import (
@@ -23,7 +23,7 @@ from stableline._types import (
 from stableline.aio._consumer import Consumer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
-from stableline.aio._reconnect import Backoff, with_retries
+from stableline.aio._reconnect import Backoff, stream_failure, with_retries
 from stableline.aio._transaction import Transaction
 
 T = TypeVar("T")
@@ -106,7 +106,7 @@ class Client:
 
     def _error(self, error: grpc.aio.AioRpcError) -> StableLineError:
         """The typed error; one that is a failure to connect says what to check about TLS."""
-        failure = from_rpc_error(error)
+        failure = stream_failure(error)
         if type(failure) is BrokerUnavailable:
             hint = _TLS_HINT if self._tls else _PLAINTEXT_HINT
             return BrokerUnavailable(f"{failure} ({hint})")

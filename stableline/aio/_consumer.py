@@ -16,7 +16,6 @@ from stableline._errors import (
     StableLineError,
     Timeout,
     from_code,
-    from_rpc_error,
 )
 from stableline._proto import broker_pb2 as pb
 from stableline._types import (
@@ -218,7 +217,7 @@ class Consumer:
         try:
             await self._reopen()
         except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
+            raise stream_failure(error) from None
 
     async def _read_stream(self) -> StableLineError:
         """Take what the current stream brings; returns why it ended."""
@@ -260,7 +259,7 @@ class Consumer:
             await self._call.write(request)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as error:
             failure = (
-                from_rpc_error(error)
+                stream_failure(error)
                 if isinstance(error, grpc.aio.AioRpcError)
                 else BrokerUnavailable(f"subscribe stream to {self._topic} is closed: {error}")
             )
