@@ -188,16 +188,16 @@ class Producer:
         batch = self._batch
         if (
             batch is not None
-            and txn is None
-            and batch.txn is None
             and type(content) is bytes
             and not (properties or event_time_ms)
             and partition_key is None
             and self._failure is None
             and not self._closed
+            and (batch.txn is None if txn is None else batch.txn == txn.id and txn._state == "OPEN")
         ):
-            # The usual send, a plain payload into an open batch with room, costs
-            # two appends: this path skips the checks only the rest can fail.
+            # The usual send, a plain payload into an open batch (of its transaction,
+            # if any) with room, costs two appends: this path skips the checks only
+            # the rest can fail.
             prefix = known_plain_prefix(len(content))
             if prefix is not None:
                 total = batch.size_bytes + len(prefix) + len(content)
