@@ -177,9 +177,10 @@ async def txn_producer(client: aio.Client, load: Load, rng: random.Random) -> No
 async def consume(consumer: aio.Consumer, record: Subscription, load: Load, rng) -> None:
     while True:
         messages = await consumer.batch_receive(100, 200)
+        epoch = load.epoch  # when delivered: acking the batch may span a kill
         for message in messages:
             value = message.data().decode()
-            record.take(value, str(message.message_id()), load.epoch, load)
+            record.take(value, str(message.message_id()), epoch, load)
             if rng.random() < NACK_FRACTION and record.name.startswith("shared"):
                 await consumer.negative_acknowledge(message)
                 continue
