@@ -59,6 +59,16 @@ class StorageFull(StorageError):
     """The broker's disk is full; nothing of the write was kept. Retry once space is freed."""
 
 
+class LimitExceeded(StableLineError):
+    """A broker limit refused the request (RESOURCE_EXHAUSTED): too many consumers on the
+    subscription, open transactions, or connections. Nothing was done; retry later."""
+
+
+class ProducerQueueIsFull(LimitExceeded):
+    """The producer already holds max_pending_messages unacknowledged messages and was
+    created with block_if_queue_full=False. The message was not queued."""
+
+
 class BrokerUnavailable(StableLineError):
     """The broker cannot be reached or the connection broke."""
 
@@ -87,6 +97,9 @@ CODES: dict[str, type[StableLineError]] = {
     "NotReady": NotReady,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,
+    "TooManyConsumers": LimitExceeded,
+    "TooManyTransactions": LimitExceeded,
+    "TooManyConnections": LimitExceeded,
     "StorageFull": StorageFull,
     "StorageError": StorageError,
 }
@@ -98,6 +111,7 @@ STATUSES: dict[grpc.StatusCode, type[StableLineError]] = {
     grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
     grpc.StatusCode.PERMISSION_DENIED: AuthorizationError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: LimitExceeded,
 }
 
 

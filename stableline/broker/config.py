@@ -21,6 +21,24 @@ class BrokerConfig:
     http_address: str = "127.0.0.1:8080"
     # Largest message payload a producer may send, and largest batch entry.
     max_message_size: int = 5 * 1024 * 1024
+    # Limits and back-pressure (Pulsar's names in brackets); each bounds a queue.
+    # Sends of one Produce stream appending at once; past it the broker stops reading
+    # the stream and gRPC flow control holds the producer [maxPendingPublishRequests].
+    max_pending_publishes_per_producer: int = 1000
+    # Messages delivered and not acknowledged before the broker stops dispatching to a
+    # consumer, or to a whole subscription; it resumes once acks bring the count down
+    # to half [maxUnackedMessagesPerConsumer, maxUnackedMessagesPerSubscription].
+    max_unacked_messages_per_consumer: int = 50_000
+    max_unacked_messages_per_subscription: int = 200_000
+    # Consumers one subscription takes; one more is refused [maxConsumersPerSubscription].
+    max_consumers_per_subscription: int = 1000
+    # Open transactions in the coordinator, and per client connection; a new one past
+    # either is refused [transactionCoordinator max active transactions].
+    max_open_transactions: int = 100_000
+    max_open_transactions_per_client: int = 10_000
+    # Client connections (distinct gRPC peers with a call open) served at once; calls
+    # from one more peer are refused [maxConnections].
+    max_connections: int = 4096
     # Entries pushed to one consumer per gRPC frame.
     max_entries_per_frame: int = 500
     # How often the metadata store is fsynced (cursor positions).
@@ -107,4 +125,21 @@ def load_config(
                 )
         else:
             raise ValueError(f"unknown config key {key!r}")
-    return BrokerConfig(**broker_kwargs, ledger=ManagedLedgerConfig(**ledger_kwargs))
+    config = BrokerConfig(**broker_kwargs, ledger=ManagedLedgerConfig(**ledger_kwargs))
+    for name in LIMIT_KEYS:
+        if getattr(config, name) < 1:
+            raise ValueError(f"config {name} must be >= 1, got {getattr(config, name)}")
+    return config
+
+
+# Limits that bound a queue: each must be at least 1 (there is no "unlimited").
+LIMIT_KEYS = (
+    "max_message_size",
+    "max_pending_publishes_per_producer",
+    "max_unacked_messages_per_consumer",
+    "max_unacked_messages_per_subscription",
+    "max_consumers_per_subscription",
+    "max_open_transactions",
+    "max_open_transactions_per_client",
+    "max_connections",
+)

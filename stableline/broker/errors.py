@@ -14,11 +14,13 @@ from dispatcher import (
     IsolationLevelMismatchError,
     SubscriptionBusyError,
     SubscriptionClosedError,
+    TooManyConsumersError,
 )
 from managed_ledger import EntryTooLargeError, LedgerClosedError, StorageError, StorageFullError
 from stableline.broker.registry import TopicNotFoundError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
+    TooManyTransactionsError,
     TransactionBufferNotReadyError,
     TransactionEndedError,
     TransactionNotFoundError,
@@ -43,6 +45,7 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (IsolationLevelMismatchError, grpc.StatusCode.FAILED_PRECONDITION, "IsolationLevelMismatch"),
     (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidAck"),
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
+    (TooManyConsumersError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyConsumers"),
     (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
     # Before StorageError, its base: a full disk is a quota the operator can lift.
@@ -50,6 +53,7 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (StorageError, grpc.StatusCode.UNAVAILABLE, "StorageError"),
     (TransactionEndedError, grpc.StatusCode.FAILED_PRECONDITION, "TransactionEnded"),
     (TransactionNotFoundError, grpc.StatusCode.NOT_FOUND, "TransactionNotFound"),
+    (TooManyTransactionsError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTransactions"),
     (TransactionBufferNotReadyError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
     # Last: any other malformed value in a request.
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument"),

@@ -6,6 +6,9 @@ failpoints by name, or by name and detail. A broker reaching an armed one prints
 `{"event": "failpoint", "name": ..., "detail": ...}` on stdout, logs a warning,
 and waits there until SIGUSR1 releases every failpoint for good, or it is killed.
 
+`publish:TOPIC` holds every append to TOPIC (full name) before it is written, as
+if the disk were slow: the broker's back-pressure on producers shows.
+
 Two more make the disk misbehave under every ledger (managed_ledger.disk):
 - `disk-full`: every ledger write fails with ENOSPC until SIGUSR1 (space is
   back); `disk-full:N`: the next N writes fail.
@@ -24,6 +27,7 @@ from managed_ledger import disk
 
 log = logging.getLogger(__name__)
 
+PUBLISH = "publish"
 DISK_FULL = "disk-full"
 FSYNC_FAIL = "fsync-fail"
 

@@ -22,16 +22,15 @@ from stableline._proto import broker_pb2_grpc
 from stableline.broker import convert
 from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError, abort, classify, invalid
+from stableline.broker.failpoints import PUBLISH
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.topic import Publisher
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TransactionError
 from txnbuffer.producer_state import ANONYMOUS_PREFIX
 
 log = logging.getLogger(__name__)
 
-# Sends of one producer stream that may wait for their append at once; past this
-# the broker stops reading the stream and gRPC flow control pushes back.
-MAX_PENDING_SENDS_PER_PRODUCER = 1000
 MAX_FETCH_ENTRIES = 10_000
 MAX_FETCH_WAIT_MS = 30_000
 _END = object()
@@ -75,11 +74,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         )
         out: asyncio.Queue = asyncio.Queue()
-        in_flight = asyncio.Semaphore(MAX_PENDING_SENDS_PER_PRODUCER)
+        # Sends appending at once; past the limit the broker stops reading the stream
+        # and gRPC flow control holds the producer.
+        in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
         tasks: set[asyncio.Task] = set()
+        publisher = Publisher(producer_name, self.config.max_pending_publishes_per_producer)
+        topic.producers[id(context)] = publisher
 
         async def append(send: pb.ProducerSend) -> None:
             try:
+                if self.registry.failpoint is not None:  # tests hold appends here
+                    await self.registry.failpoint(PUBLISH, str(topic.name))
                 header = convert.header_from_send(send, producer_name)
                 if len(send.payload) > self.config.max_message_size:
                     raise EntryTooLargeError(
@@ -109,6 +114,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     )
                 )
             finally:
+                publisher.pending_publishes -= 1
                 in_flight.release()
 
         async def read_sends() -> None:
@@ -118,6 +124,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         out.put_nowait(invalid("only 'send' may follow 'open' on a Produce stream"))
                         return
                     await in_flight.acquire()
+                    publisher.pending_publishes += 1
                     task = asyncio.create_task(append(request.send))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
@@ -137,6 +144,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 yield item
         finally:
             reader.cancel()
+            topic.producers.pop(id(context), None)
 
     # ------------------------------------------------------------ Subscribe
 
@@ -435,10 +443,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def NewTransaction(self, request, context) -> pb.NewTransactionResponse:
         try:
             if request.name:
-                meta = self.coordinator.named_transaction(request.name, request.timeout_ms)
+                meta = self.coordinator.named_transaction(
+                    request.name, request.timeout_ms, context.peer()
+                )
                 txn_id, state = meta.txn_id, meta.state.value
             else:
-                txn_id, state = self.coordinator.new_transaction(request.timeout_ms), "OPEN"
+                txn_id = self.coordinator.new_transaction(request.timeout_ms, context.peer())
+                state = "OPEN"
         except Exception as error:
             await abort(context, error)
         return pb.NewTransactionResponse(

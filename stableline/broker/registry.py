@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from dispatcher import DispatchLimits
 from managed_ledger import ManagedLedger, MetadataStore
 from stableline.broker.config import BrokerConfig
 from stableline.broker.topic import Topic
@@ -33,6 +34,11 @@ class TopicRegistry:
         # Given to every topic loaded from now on (see Topic.on_recovered, failpoints).
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
         self.failpoint: Failpoint | None = None
+        self.dispatch_limits = DispatchLimits(
+            max_unacked_per_consumer=config.max_unacked_messages_per_consumer,
+            max_unacked_per_subscription=config.max_unacked_messages_per_subscription,
+            max_consumers=config.max_consumers_per_subscription,
+        )
         self._known: set[str] = {
             key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _TOPIC_PREFIX)
         }
@@ -84,6 +90,7 @@ class TopicRegistry:
             SnapshotPolicy(
                 self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
             ),
+            self.dispatch_limits,
         )
         topic.on_recovered = self.on_recovered
         topic.buffer.failpoint = self.failpoint

@@ -18,6 +18,11 @@ from grpc_reflection.v1alpha import reflection
 from managed_ledger import MetadataStore
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from stableline.broker.config import BrokerConfig
+from stableline.broker.connection_limit import (
+    ConnectionLimitInterceptor,
+    ConnectionTable,
+    add_routes,
+)
 from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
@@ -27,7 +32,7 @@ from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
-from txnbuffer import TransactionCoordinator
+from txnbuffer import TransactionCoordinator, TransactionLimits
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,7 @@ class Broker:
         self.security: BrokerSecurity | None = None
         self.grpc_port = 0
         self.http_port = 0
+        self.connections = ConnectionTable(config.max_connections)
 
     async def start(self) -> None:
         config = self.config
@@ -63,7 +69,14 @@ class Broker:
         self.store = MetadataStore(config.metadata_dir)
         self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
-        self.coordinator = TransactionCoordinator(0, self.store, BrokerParticipant(self.registry))
+        self.coordinator = TransactionCoordinator(
+            0,
+            self.store,
+            BrokerParticipant(self.registry),
+            TransactionLimits(
+                config.max_open_transactions, config.max_open_transactions_per_client
+            ),
+        )
         if config.failpoints:
             self.failpoints = Failpoints(config.failpoints)
             self.registry.failpoint = self.coordinator.failpoint = self.failpoints
@@ -83,9 +96,18 @@ class Broker:
                 ("grpc.max_receive_message_length", message_limit),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
+                # Clients ping every 30 s to keep idle streams alive; gRPC's default
+                # (one ping per 5 minutes, then GOAWAY "too_many_pings") would drop
+                # an idle consumer after about a minute and a half.
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ],
-            # Unparsable requests are refused before anything else looks at them.
-            interceptors=[MalformedRequestInterceptor(), *self.security.grpc_interceptors()],
+            # Unparsable requests are refused before anything else looks at them; then
+            # the connection count, so a refused connection costs no token check.
+            interceptors=[
+                MalformedRequestInterceptor(),
+                ConnectionLimitInterceptor(self.connections),
+                *self.security.grpc_interceptors(),
+            ],
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
             BrokerService(self.registry, config, self.coordinator), self._grpc
@@ -109,6 +131,7 @@ class Broker:
         await self._grpc.start()
 
         http_app = make_app(self.registry, self.coordinator)
+        add_routes(http_app, self.connections)
         self.security.attach_http(http_app)
         self._http = web.AppRunner(http_app, access_log=None)
         await self._http.setup()

@@ -14,6 +14,7 @@ def _subscription_stats(subscription: Subscription) -> dict[str, Any]:
             "consumerName": consumer.name,
             "availablePermits": consumer.permits,
             "unackedMessages": consumer.unacked_messages,
+            "blockedConsumerOnUnackedMsgs": consumer.blocked,
             "msgOutCounter": consumer.messages_out,
             "bytesOutCounter": consumer.bytes_out,
             "priorityLevel": consumer.priority_level,
@@ -29,6 +30,7 @@ def _subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "msgOutCounter": subscription.messages_out,
         "bytesOutCounter": subscription.bytes_out,
         "unackedMessages": subscription.unacked_messages,
+        "blockedSubscriptionOnUnackedMsgs": subscription.blocked,
         "markDeletePosition": str(subscription.cursor.mark_delete),
         "readPosition": str(subscription.cursor.read_position),
         "activeConsumerName": active.name if active is not None else None,
@@ -61,7 +63,14 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "storageSize": ledger.total_size,
         "lastConfirmedEntry": str(ledger.last_confirmed),
         "transactionBuffer": topic.buffer.stats(),
-        "publishers": [{"producerName": name} for name in sorted(topic.producers.values())],
+        "publishers": [
+            {
+                "producerName": publisher.name,
+                "pendingPublishes": publisher.pending_publishes,
+                "maxPendingPublishes": publisher.max_pending_publishes,
+            }
+            for publisher in sorted(topic.producers.values(), key=lambda p: p.name)
+        ],
         "subscriptions": subscriptions,
     }
 

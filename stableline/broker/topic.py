@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from dispatcher import (
     CommittedReadView,
     Consumer,
+    DispatchLimits,
     IsolationLevel,
     LogReadView,
     ReadView,
@@ -76,14 +77,30 @@ class TotalsRate:
             self._sampled_at = time.monotonic()
 
 
+@dataclass(slots=True)
+class Publisher:
+    """One open Produce stream, for the topic's stats."""
+
+    name: str
+    max_pending_publishes: int
+    # Sends read from the stream and not yet appended; at the max the broker stops
+    # reading the stream (max_pending_publishes_per_producer).
+    pending_publishes: int = 0
+
+
 class Topic:
     def __init__(
-        self, name: TopicName, ledger: ManagedLedger, snapshot_policy: SnapshotPolicy | None = None
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        snapshot_policy: SnapshotPolicy | None = None,
+        dispatch_limits: DispatchLimits | None = None,
     ):
         self.name = name
+        self.dispatch_limits = dispatch_limits or DispatchLimits()
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
-        self.producers: dict[int, str] = {}
+        self.producers: dict[int, Publisher] = {}  # by stream
         self.rate_in = RateCounter()
         self.rate_out = TotalsRate()
         self.buffer = TransactionBuffer(ledger, snapshot_policy)
@@ -103,7 +120,7 @@ class Topic:
         ledger.add_listener(self._on_append)
         for cursor in ledger.cursors.values():
             subscription = Subscription(
-                str(name), cursor, self._views[IsolationLevel.READ_COMMITTED]
+                str(name), cursor, self._views[IsolationLevel.READ_COMMITTED], self.dispatch_limits
             )
             subscription.view = self.read_view(subscription.isolation_level)
             self.subscriptions[cursor.name] = subscription
@@ -217,7 +234,9 @@ class Topic:
             cursor, _created = self.ledger.open_cursor(
                 subscription_name, start_at_earliest, Subscription.properties_for(type_, level)
             )
-            subscription = Subscription(str(self.name), cursor, self.read_view(level))
+            subscription = Subscription(
+                str(self.name), cursor, self.read_view(level), self.dispatch_limits
+            )
             self.subscriptions[subscription_name] = subscription
         subscription.add_consumer(consumer, type_, level)
         return subscription

@@ -1,0 +1,132 @@
+"""max_connections for the gRPC port: a server interceptor that counts client connections.
+
+A connection here is one client's HTTP/2 connection, which gRPC names by its peer
+address (`ipv4:127.0.0.1:53122`): one stableline.Client is one connection however
+many producers and consumers it multiplexes. gRPC does not tell a server when a
+connection opens or closes, so a connection counts while it has at least one call
+open (a producer, a consumer, a unary call in progress); an idle connection counts
+for nothing. A call from a peer that is not counted while max_connections are is
+refused with RESOURCE_EXHAUSTED ("TooManyConnections"); calls of counted peers go
+on. Health checks and reflection are neither counted nor refused: probes must work
+on a full broker. GET /admin/v2/broker-stats/connections shows the count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from stableline.broker.errors import BrokerError, abort
+
+UNCOUNTED_SERVICES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+
+class ConnectionTable:
+    """Open calls per peer; at most `max_connections` peers at once."""
+
+    def __init__(self, max_connections: int):
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        self.max_connections = max_connections
+        self._open_calls: dict[str, int] = {}
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self._open_calls)
+
+    def enter(self, peer: str) -> bool:
+        """Count one more call of `peer`; False (nothing counted) when it would be one
+        connection too many."""
+        calls = self._open_calls.get(peer)
+        if calls is None:
+            if len(self._open_calls) >= self.max_connections:
+                self.refused += 1
+                return False
+            calls = 0
+        self._open_calls[peer] = calls + 1
+        return True
+
+    def leave(self, peer: str) -> None:
+        calls = self._open_calls[peer] - 1
+        assert calls >= 0
+        if calls:
+            self._open_calls[peer] = calls
+        else:
+            del self._open_calls[peer]
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "connections": len(self._open_calls),
+            "maxConnections": self.max_connections,
+            "refusedConnections": self.refused,
+        }
+
+
+class ConnectionLimitInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, table: ConnectionTable):
+        self.table = table
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(UNCOUNTED_SERVICES):
+            return handler
+        table = self.table
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=_unary(table, handler.unary_unary))
+        if handler.stream_stream is not None:
+            return handler._replace(stream_stream=_streaming(table, handler.stream_stream))
+        if handler.unary_stream is not None:
+            return handler._replace(unary_stream=_streaming(table, handler.unary_stream))
+        return handler._replace(stream_unary=_unary(table, handler.stream_unary))
+
+
+def _refusal(table: ConnectionTable) -> BrokerError:
+    return BrokerError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "TooManyConnections",
+        f"the broker serves {len(table)} client connections, the most max_connections "
+        f"({table.max_connections}) allows; retry later or close idle clients",
+    )
+
+
+def _unary(table: ConnectionTable, behavior):
+    async def counted(request: Any, context) -> Any:
+        peer = context.peer()
+        if not table.enter(peer):
+            await abort(context, _refusal(table))
+        try:
+            return await behavior(request, context)
+        finally:
+            table.leave(peer)
+
+    return counted
+
+
+def _streaming(table: ConnectionTable, behavior):
+    async def counted(request: Any, context) -> AsyncIterator[Any]:
+        peer = context.peer()
+        if not table.enter(peer):
+            await abort(context, _refusal(table))
+        try:
+            async for response in behavior(request, context):
+                yield response
+        finally:
+            table.leave(peer)
+
+    return counted
+
+
+def add_routes(app: web.Application, table: ConnectionTable) -> None:
+    """GET /admin/v2/broker-stats/connections: counted, limit, refused so far."""
+
+    async def connections(_request: web.Request) -> web.Response:
+        return web.json_response(table.stats())
+
+    app.router.add_get("/admin/v2/broker-stats/connections", connections)
