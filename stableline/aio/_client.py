@@ -36,10 +36,6 @@ _CHANNEL_OPTIONS = [
     # share one between channels to the same broker, and the broker's per-connection
     # limits (max_connections, open transactions per client) would lump clients together.
     ("grpc.use_local_subchannel_pool", 1),
-    # A connection of its own per Client, as Pulsar clients have: gRPC would otherwise
-    # share one between channels to the same broker, and the broker's per-connection
-    # limits (max_connections, open transactions per client) would lump clients together.
-    ("grpc.use_local_subchannel_pool", 1),
     # gRPC's own reconnect backoff grows to minutes by default; a restarted broker
     # should be found within about a second.
     ("grpc.initial_reconnect_backoff_ms", 100),
