@@ -19,6 +19,7 @@ from stableline._types import (
     MessageId,
     Messages,
 )
+from stableline.aio._producer import DEFAULT_MAX_PENDING_MESSAGES
 
 T = TypeVar("T")
 
@@ -50,6 +51,12 @@ class Producer:
     def __init__(self, inner: aio.Producer, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
+        # send_async with block_if_queue_full blocks the calling thread for room. The
+        # loop thread cannot be asked cheaply, so the calls this thread has queued
+        # hold a slot each until their callbacks run.
+        self._room = (
+            threading.Semaphore(inner.max_pending_messages) if inner.block_if_queue_full else None
+        )
 
     def topic(self) -> str:
         return self._inner.topic
@@ -74,10 +81,19 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
     ) -> None:
+        room = self._room
+        if room is not None:
+            room.acquire()
+            user_callback = callback
+
+            def callback(error, message_id) -> None:
+                room.release()
+                user_callback(error, message_id)
+
         def queue() -> None:
             try:
                 self._inner.send_async(
-                    content, callback, properties, partition_key, _inner_txn(txn)
+                    content, callback, properties, partition_key, _inner_txn(txn), room is not None
                 )
             except StableLineError as error:
                 callback(error, None)
@@ -224,10 +240,17 @@ class Client:
         producer_name: str | None = None,
         batching_max_messages: int = 1000,
         batching_max_publish_delay_ms: float = 1,
+        max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
+        block_if_queue_full: bool = False,
     ) -> Producer:
         inner = self._loop.run(
             self._inner.create_producer(
-                topic, producer_name, batching_max_messages, batching_max_publish_delay_ms
+                topic,
+                producer_name,
+                batching_max_messages,
+                batching_max_publish_delay_ms,
+                max_pending_messages,
+                block_if_queue_full,
             )
         )
         return Producer(inner, self._loop)

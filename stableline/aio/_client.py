@@ -21,7 +21,7 @@ from stableline._types import (
     parse_service_url,
 )
 from stableline.aio._consumer import Consumer
-from stableline.aio._producer import Producer
+from stableline.aio._producer import DEFAULT_MAX_PENDING_MESSAGES, Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff, stream_failure, with_retries
 from stableline.aio._transaction import Transaction
@@ -132,9 +132,19 @@ class Client:
         producer_name: str | None = None,
         batching_max_messages: int = 1000,
         batching_max_publish_delay_ms: float = 1,
+        max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
+        block_if_queue_full: bool = False,
     ) -> Producer:
+        """A producer; past max_pending_messages unacknowledged, send() waits when
+        block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics)."""
         producer = Producer(
-            self, topic, producer_name, batching_max_messages, batching_max_publish_delay_ms
+            self,
+            topic,
+            producer_name,
+            batching_max_messages,
+            batching_max_publish_delay_ms,
+            max_pending_messages,
+            block_if_queue_full,
         )
         await producer._open()
         self._closeables.append(producer)

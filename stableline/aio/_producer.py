@@ -12,6 +12,7 @@ import grpc
 from stableline._errors import (
     BrokerUnavailable,
     MessageTooBig,
+    ProducerQueueIsFull,
     StableLineError,
     from_code,
 )
@@ -21,8 +22,10 @@ from stableline._wire import encode_message, known_plain_prefix, plain_prefix
 from stableline.aio._batch import Batch, SendReceipt, new_receipt
 from stableline.aio._reconnect import is_transient, stream_failure
 
-# Batches sent and not yet acknowledged; send() waits past this.
-MAX_PENDING_BATCHES = 1000
+# Messages queued and not yet acknowledged, by default (create_producer's
+# max_pending_messages). Pulsar's Python client allows 1000; with batches of up to
+# 1000 messages that would leave one batch in flight, so the default is larger.
+DEFAULT_MAX_PENDING_MESSAGES = 100_000
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024
 _LOST_POSITION = (
@@ -38,9 +41,20 @@ class Producer:
         producer_name: str | None,
         batching_max_messages: int,
         batching_max_publish_delay_ms: float,
+        max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
+        block_if_queue_full: bool = False,
     ):
         if batching_max_messages < 1:
             raise ValueError("batching_max_messages must be >= 1")
+        if max_pending_messages < 1:
+            raise ValueError("max_pending_messages must be >= 1")
+        # The queue: messages in sent batches without a receipt (_pending_messages)
+        # plus the open batch, which may grow to _batch_cap, the room left when it
+        # was opened. The limit is checked once per batch, never per message.
+        self.max_pending_messages = max_pending_messages
+        self.block_if_queue_full = block_if_queue_full
+        self._pending_messages = 0
+        self._batch_cap = batching_max_messages
         self._client = client
         self._requested_topic = topic
         self._name = producer_name or ""
@@ -139,6 +153,7 @@ class Producer:
             for batch in self._pending.values():
                 _fail(batch, failure)
             self._pending.clear()
+            self._pending_messages = 0
             self._space.set()
 
     async def _read_receipts(self) -> StableLineError:
@@ -155,6 +170,7 @@ class Producer:
                     batch = self._pending.pop(receipt.sequence_id, None)
                     if batch is None:
                         continue
+                    self._pending_messages -= batch.count
                     self._space.set()
                     if receipt.ledger_id < 0:
                         # A duplicate whose first copy the log no longer holds.
@@ -165,6 +181,7 @@ class Producer:
                     batch = self._pending.pop(response.error.sequence_id, None)
                     if batch is None:
                         continue
+                    self._pending_messages -= batch.count
                     self._space.set()
                     _fail(batch, from_code(response.error.code, response.error.message))
         except grpc.aio.AioRpcError as error:
@@ -183,8 +200,13 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
         event_time_ms: int = 0,
+        _admitted: bool = False,
     ) -> SendReceipt:
-        """Queue one message; await the returned receipt for its MessageId."""
+        """Queue one message; await the returned receipt for its MessageId.
+
+        Never waits: with max_pending_messages unacknowledged it raises
+        ProducerQueueIsFull whatever block_if_queue_full says (await send() to wait).
+        """
         batch = self._batch
         if (
             batch is not None
@@ -208,7 +230,7 @@ class Producer:
                     index = batch.count
                     batch.count = index + 1
                     batch.size_bytes = total
-                    if index + 1 >= self._max_messages:
+                    if index + 1 >= self._batch_cap:
                         self._flush_batch()
                     return new_receipt(SendReceipt, (batch.future, index))
         self._check_open()
@@ -233,11 +255,19 @@ class Producer:
             txn_id = txn.id
         batch = self._batch
         if batch is not None and (
-            batch.txn != txn_id or batch.size_bytes + size > self.max_message_size
+            batch.txn != txn_id
+            or batch.size_bytes + size > self.max_message_size
+            or batch.count >= self._batch_cap
         ):
             self._flush_batch()
             batch = None
         if batch is None:
+            room = self.max_pending_messages - self._pending_messages
+            if room <= 0:
+                if not _admitted:
+                    raise self._queue_full_error()
+                room = 1  # a blocking caller was admitted before the queue filled
+            self._batch_cap = min(self._max_messages, room)
             batch = self._batch = Batch(txn_id, asyncio.get_running_loop().create_future())
             if txn is not None:
                 txn._join(self, batch.future)
@@ -250,7 +280,7 @@ class Producer:
         batch.count += 1
         batch.size_bytes += size
         if (
-            batch.count >= self._max_messages
+            batch.count >= self._batch_cap
             or batch.size_bytes >= BATCHING_MAX_BYTES
             or self._delay_s == 0
         ):
@@ -265,11 +295,28 @@ class Producer:
         txn=None,
         event_time_ms: int = 0,
     ) -> MessageId:
-        while len(self._pending) >= MAX_PENDING_BATCHES and self._failure is None:
-            # Back-pressure: wait for the broker to catch up.
+        """Send one message and wait for its MessageId. With max_pending_messages
+        unacknowledged: waits for room if block_if_queue_full, else raises
+        ProducerQueueIsFull."""
+        while self.queue_full() and self._failure is None and not self._closed:
+            if not self.block_if_queue_full:
+                raise self._queue_full_error()
             self._space.clear()
             await self._space.wait()
         return await self.send_nowait(content, properties, partition_key, txn, event_time_ms)
+
+    def _queue_full_error(self) -> ProducerQueueIsFull:
+        return ProducerQueueIsFull(
+            f"producer for {self.topic} holds {self._pending_messages} messages not yet "
+            f"acknowledged, its max_pending_messages; wait for receipts, or create it "
+            "with block_if_queue_full=True and await send()"
+        )
+
+    def queue_full(self) -> bool:
+        """Whether a send now would find max_pending_messages unacknowledged."""
+        batch = self._batch
+        queued = self._pending_messages + (batch.count if batch is not None else 0)
+        return queued >= self.max_pending_messages
 
     def send_async(
         self,
@@ -278,8 +325,9 @@ class Producer:
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         txn=None,
+        _admitted: bool = False,
     ) -> None:
-        receipt = self.send_nowait(content, properties, partition_key, txn)
+        receipt = self.send_nowait(content, properties, partition_key, txn, 0, _admitted)
 
         def done(batch_future: asyncio.Future) -> None:
             if batch_future.cancelled():
@@ -300,6 +348,7 @@ class Producer:
             return
         sequence_id = next(self._sequence)
         self._pending[sequence_id] = batch
+        self._pending_messages += batch.count
         self._outgoing.put_nowait(
             (self._generation, sequence_id, batch.to_send(sequence_id, self._name))
         )

@@ -8,6 +8,7 @@ broker of its own.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import urllib.request
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import stableline
-from stableline import ConsumerType, InitialPosition
+from stableline import ConsumerType, InitialPosition, aio
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
 
@@ -297,3 +298,90 @@ def test_one_connection_past_max_connections_is_refused_until_one_closes(tmp_pat
             client.close()
     finally:
         assert broker.stop() == 0, broker.log()
+
+
+# ---------------------------------------------------------------- producer queue (client side)
+
+
+def drain(client: stableline.Client, topic: str, count: int) -> list[bytes]:
+    consumer = client.subscribe(topic, "drain", initial_position=EARLIEST)
+    values = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=5000)
+        consumer.acknowledge(message)
+        values.append(message.data())
+    assert receive_until_quiet(consumer) == []
+    consumer.close()
+    return values
+
+
+def test_full_queue_raises_producer_queue_is_full_and_keeps_what_it_took(limited):
+    async def run() -> list[bytes]:
+        async with aio.Client(limited.service_url) as client:
+            producer = await client.create_producer(
+                "queue-raises", batching_max_messages=2, max_pending_messages=5
+            )
+            # No await in between: no receipt can come back, so the queue fills.
+            receipts = [producer.send_nowait(b"m%d" % i) for i in range(5)]
+            assert producer.queue_full()
+            with pytest.raises(stableline.ProducerQueueIsFull, match="max_pending_messages"):
+                producer.send_nowait(b"refused")
+            with pytest.raises(stableline.ProducerQueueIsFull):
+                await producer.send(b"refused too")
+            await asyncio.gather(*receipts)
+            assert not producer.queue_full()
+            await producer.send(b"after")
+            await producer.close()
+        return [b"m%d" % i for i in range(5)] + [b"after"]
+
+    sent = asyncio.run(run())
+    with stableline.Client(limited.service_url) as client:
+        assert drain(client, "queue-raises", len(sent)) == sent
+
+
+def test_blocking_producer_waits_for_room_and_sends_everything(limited):
+    async def run() -> list[bytes]:
+        async with aio.Client(limited.service_url) as client:
+            producer = await client.create_producer(
+                "queue-blocks",
+                batching_max_messages=1,
+                max_pending_messages=3,
+                block_if_queue_full=True,
+            )
+            values = [b"b%d" % i for i in range(20)]
+            sends = [asyncio.create_task(producer.send(value)) for value in values]
+            for _ in range(5):
+                await asyncio.sleep(0)  # the tasks start; receipts need the broker
+            assert producer.queue_full()
+            assert sum(task.done() for task in sends) < len(values)
+            ids = await asyncio.gather(*sends)
+            assert len(set(ids)) == len(values)
+            await producer.close()
+        return values
+
+    sent = asyncio.run(run())
+    with stableline.Client(limited.service_url) as client:
+        assert sorted(drain(client, "queue-blocks", len(sent))) == sorted(sent)
+
+
+@pytest.mark.parametrize("block", [True, False])
+def test_send_async_blocks_the_caller_or_reports_a_full_queue_and_loses_nothing(limited, block):
+    topic = f"queue-send-async-{block}"
+    with stableline.Client(limited.service_url) as client:
+        producer = client.create_producer(
+            topic, batching_max_messages=4, max_pending_messages=8, block_if_queue_full=block
+        )
+        results: dict[bytes, Exception | None] = {}
+        values = [b"a%04d" % i for i in range(1000)]
+        for value in values:
+            producer.send_async(value, lambda error, _id, v=value: results.__setitem__(v, error))
+        producer.flush()
+        wait_until(lambda: len(results) == len(values), message="every callback")
+        taken = [v for v in values if results[v] is None]
+        refused = [v for v in values if results[v] is not None]
+        assert all(isinstance(results[v], stableline.ProducerQueueIsFull) for v in refused)
+        if block:
+            assert refused == []
+        else:
+            assert refused, "1000 sends into a queue of 8 should have found it full"
+        assert drain(client, topic, len(taken)) == taken
