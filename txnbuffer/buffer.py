@@ -81,6 +81,10 @@ class TransactionBuffer:
         # needed to refuse late appends) -> their marker; trimmed as watermarks rise
         # and with the ledger of their marker.
         self.committed: dict[TxnId, Position] = {}
+        # The ids of ongoing and committed in order, so a rising low watermark finds
+        # what it passed without a scan of every open transaction.
+        self._ongoing_ids: SortedSet = SortedSet()
+        self._committed_ids: SortedSet = SortedSet()
         self.low_watermarks: dict[int, int] = {}
         self.producers = ProducerSequences()
         self.abort_index = AbortIndex()
@@ -186,6 +190,8 @@ class TransactionBuffer:
         self.ongoing = dict(snapshot.ongoing)
         self.low_watermarks = dict(snapshot.low_watermarks)
         self.committed = {t: m for t, m in snapshot.committed if m.ledger_id in retained}
+        self._ongoing_ids = SortedSet(self.ongoing)
+        self._committed_ids = SortedSet(self.committed)
         self.producers.load(
             {
                 n: (seq, ledger)
@@ -208,6 +214,8 @@ class TransactionBuffer:
     def take_snapshot(self) -> int:
         """Write the state after the last applied entry; returns the bytes written."""
         assert self.state is BufferState.READY, self.state
+        assert len(self._ongoing_ids) == len(self.ongoing), "ongoing index out of step"
+        assert len(self._committed_ids) == len(self.committed), "committed index out of step"
         started = time.monotonic()
         snapshot = Snapshot(
             position=self.applied_position,
@@ -314,10 +322,12 @@ class TransactionBuffer:
                     self._advance(position)
             else:
                 self.ongoing[txn_id] = position
+                self._ongoing_ids.add(txn_id)
                 self._changed()
             return
         assert txn_id is not None, f"marker at {position} without a transaction"
         first = self.ongoing.pop(txn_id, None)
+        self._ongoing_ids.discard(txn_id)
         if self.ongoing:
             self._advance(max(self.max_read_position, _before(next(iter(self.ongoing.values())))))
         else:
@@ -329,6 +339,7 @@ class TransactionBuffer:
             self._new_aborts.append(aborted)
         else:
             self.committed[txn_id] = position
+            self._committed_ids.add(txn_id)
         self._raise_watermark(txn_id.most_bits, header.low_watermark)
         self._changed()
 
@@ -336,13 +347,11 @@ class TransactionBuffer:
         if low_watermark <= self.low_watermarks.get(coordinator, 0):
             return
         self.low_watermarks[coordinator] = low_watermark
-        for txn_id in [
-            t
-            for t in self.committed
-            if t.most_bits == coordinator and t.least_bits <= low_watermark
-        ]:
+        passed = (TxnId(coordinator, 0), TxnId(coordinator, low_watermark))
+        for txn_id in list(self._committed_ids.irange(*passed)):
             del self.committed[txn_id]
-        for txn_id in list(self.ongoing):
+            self._committed_ids.discard(txn_id)
+        for txn_id in list(self._ongoing_ids.irange(*passed)):
             self._abort_if_zombie(txn_id)
 
     def _abort_if_zombie(self, txn_id: TxnId) -> None:
@@ -368,6 +377,7 @@ class TransactionBuffer:
             self.aborted.pop(aborted.txn_id, None)
         for txn_id in [t for t, marker in self.committed.items() if marker.ledger_id == ledger_id]:
             del self.committed[txn_id]
+            self._committed_ids.discard(txn_id)
         self.producers.forget_ledger(ledger_id)
         self._new_aborts = [a for a in self._new_aborts if a.marker_position.ledger_id != ledger_id]
         self._dropped_ledgers.append(ledger_id)
