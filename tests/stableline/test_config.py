@@ -31,3 +31,15 @@ def test_unknown_keys_and_bad_values_are_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("STABLELINE_MAX_MESSAGE_SIZE", "lots")
     with pytest.raises(ValueError, match="max_message_size"):
         load_config()
+
+
+def test_every_limit_has_a_default_and_must_be_at_least_one(monkeypatch):
+    from stableline.broker.config import LIMIT_KEYS, BrokerConfig
+
+    defaults = BrokerConfig()
+    assert all(getattr(defaults, key) >= 1 for key in LIMIT_KEYS)
+    monkeypatch.setenv("STABLELINE_MAX_UNACKED_MESSAGES_PER_CONSUMER", "7")
+    assert load_config().max_unacked_messages_per_consumer == 7
+    monkeypatch.setenv("STABLELINE_MAX_CONNECTIONS", "0")
+    with pytest.raises(ValueError, match="max_connections must be >= 1"):
+        load_config()
