@@ -70,7 +70,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 topic=str(topic.name),
                 producer_name=producer_name,
                 max_message_size=self.config.max_message_size,
-                last_sequence_id=await topic.last_sequence_id(producer_name),
+                # A name made just now has sent nothing: no need to wait for the
+                # buffer's recovery to learn that (plain sends go on meanwhile).
+                last_sequence_id=(
+                    await topic.last_sequence_id(producer_name) if first.open.producer_name else -1
+                ),
             )
         )
         out: asyncio.Queue = asyncio.Queue()

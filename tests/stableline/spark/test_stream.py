@@ -38,7 +38,8 @@ def test_a_commit_between_micro_batches_is_read_in_the_next_one_and_resumes_exac
     checkpoint = str(tmp_path / "checkpoint")
     producer = client.create_producer("streamed", batching_max_messages=1)
     producer.send(b"p1")
-    txn = client.new_transaction()
+    # Open across a streaming run (Spark start-up on a busy machine can take a minute).
+    txn = client.new_transaction(timeout_ms=300_000)
     producer.send(b"t1", txn=txn)
     producer.send(b"p2")
 
