@@ -491,13 +491,16 @@ class Subscription:
             ):
                 self._redelivery_counts[position] = count
         num = entry.header.num_messages
-        consumer.permits -= num
-        self._hold(consumer, position, num)
-        consumer.messages_out += num
-        consumer.bytes_out += entry.size
-        self.messages_out += num
-        self.bytes_out += entry.size
         acked = tuple(sorted(self._partial_acks.get(position, ())))
+        # Permits count messages the consumer gets: a redelivered batch leaves out its
+        # acknowledged indexes, and the client gives back permits only for the rest.
+        delivered = num - len(acked)
+        consumer.permits -= delivered
+        self._hold(consumer, position, num)
+        consumer.messages_out += delivered
+        consumer.bytes_out += entry.size
+        self.messages_out += delivered
+        self.bytes_out += entry.size
         batches.setdefault(consumer, []).append(Delivery(entry, count, acked))
         return True
 

@@ -542,6 +542,25 @@ async def test_partial_batch_acks_are_carried_on_redelivery(ledger, subscription
     assert again.acked_batch_indexes == (0, 2)
 
 
+async def test_a_redelivered_batch_costs_permits_only_for_its_unacked_messages(
+    ledger, subscriptions
+):
+    # The client gives back a permit per message it gets; charging the acked ones too
+    # would drain the consumer's permits a little with every redelivery until it stalls.
+    subscription = subscriptions(SHARED)
+    consumer = join(subscription, Consumer("c"), permits=4)
+    (batch,) = await append(ledger, messages=4)
+    await receive(consumer, 1)
+    subscription.ack([(batch, 0), (batch, 1), (batch, 2)])
+    subscription.flow(consumer, 1)  # the client returns what it got of the first copy...
+
+    subscription.redeliver(consumer, [batch])
+    (again,) = await receive(consumer, 1)
+
+    assert again.acked_batch_indexes == (0, 1, 2)
+    assert consumer.permits == 0  # ...and the redelivery of one message costs one
+
+
 async def test_cumulative_ack_inside_a_batch_carries_the_acked_indexes(ledger, subscriptions):
     subscription = subscriptions(EXCLUSIVE)
     consumer = join(subscription, Consumer("c"), permits=10)

@@ -291,7 +291,8 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
                 redelivered.append(position)
             self.deliveries[position] = times + 1
             self.holder[position] = consumer
-            self.permits[consumer] -= self.messages[position]
+            # Permits pay for the messages delivered: acknowledged indexes are left out.
+            self.permits[consumer] -= self.messages[position] - len(self.partial.get(position, ()))
         assert first_time == sorted(first_time)
         assert redelivered == sorted(redelivered)
         return first_time
