@@ -122,13 +122,17 @@ class Consumer:
         self._failure: StableLineError | None = None
         self._closed = False
         self.is_active = True
+        # One write at a time on the stream: the redelivery timer, acks, flows and a
+        # reopen may all want to write, and gRPC takes one write at a time.
+        self._write_lock = asyncio.Lock()
 
     # ------------------------------------------------------------ open
 
     async def _open(self) -> None:
         await self._open_stream()
         self._receiver = asyncio.create_task(self._receive())
-        await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
+        async with self._write_lock:
+            await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
         if self._ack_timeout_s or self._nack_delay_s:
             self._timer = asyncio.create_task(self._redelivery_timer())
 
@@ -174,9 +178,10 @@ class Consumer:
         self._consumed_since_flow = 0
         self._unacked.clear()
         self._nacked.clear()
-        for _future, request in list(self._waiting.values()):
-            await self._call.write(request)
-        await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
+        async with self._write_lock:
+            for _future, request in list(self._waiting.values()):
+                await self._call.write(request)
+            await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
 
     def topic(self) -> str:
         return self._topic
@@ -256,7 +261,8 @@ class Consumer:
         if self._failure is not None:
             raise self._failure
         try:
-            await self._call.write(request)
+            async with self._write_lock:
+                await self._call.write(request)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as error:
             failure = (
                 stream_failure(error)

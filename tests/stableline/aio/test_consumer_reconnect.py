@@ -42,3 +42,47 @@ async def test_commit_is_retried_across_a_kill(broker):
         assert txn.state == "COMMITTED"
         reader = await client.create_reader("txn-resume", aio.MessageId.earliest)
         assert (await reader.read_next(10_000)).data() == b"in-txn"
+
+
+async def test_nacks_and_acks_written_at_once_never_stall_a_shared_subscription(broker):
+    # The redelivery timer writes a nack's Redeliver while the application writes
+    # acks: two writers on one stream, which gRPC takes one at a time.
+    async with aio.Client(broker.service_url) as client:
+        consumers = [
+            await client.subscribe(
+                "nacked",
+                "sub",
+                aio.ConsumerType.Shared,
+                aio.InitialPosition.Earliest,
+                negative_ack_redelivery_delay_ms=5,
+            )
+            for _ in range(2)
+        ]
+        producer = await client.create_producer("nacked", batching_max_messages=10)
+        for i in range(1000):
+            producer.send_nowait(b"m%d" % i)
+        await producer.flush()
+        acked: set[bytes] = set()
+
+        async def consume(consumer, nack_every: int) -> None:
+            seen = 0
+            while True:
+                for message in await consumer.batch_receive(100, 100):
+                    seen += 1
+                    if seen % nack_every == 0:
+                        await consumer.negative_acknowledge(message)
+                    else:
+                        await consumer.acknowledge(message)
+                        acked.add(message.value())
+
+        tasks = [
+            asyncio.create_task(consume(c, n)) for c, n in zip(consumers, (7, 11), strict=True)
+        ]
+        try:
+            async with asyncio.timeout(30):  # about 2 s when nothing stalls
+                while len(acked) < 1000:
+                    await asyncio.sleep(0.05)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
