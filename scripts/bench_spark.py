@@ -71,7 +71,7 @@ def read_once(spark, broker, level: str) -> tuple[float, int, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with temporary_broker(REPO / "bench-results", "bench-spark-") as broker:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +12,8 @@ from stableline._types import IsolationLevel, parse_service_url
 from stableline.spark._connection import Connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
-DEFAULT_MAX_ENTRIES_PER_PARTITION = 5_000
-DEFAULT_MAX_BYTES_PER_PARTITION = 16 * 1024 * 1024
+DEFAULT_MAX_ENTRIES_PER_PARTITION = 50_000  # a ledger's worth by default
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024  # spark.sql.files.maxPartitionBytes
 EARLIEST = "earliest"
 LATEST = "latest"
 
@@ -55,6 +56,9 @@ class SourceOptions:
     # and about this many bytes.
     max_entries_per_partition: int
     max_bytes_per_partition: int
+    # Split a read into at least this many partitions (Kafka's source has the same
+    # option); by default the planning machine's CPUs, the cores of a local session.
+    min_partitions: int
 
 
 def _topics(options: Mapping[str, str]) -> tuple[str, ...]:
@@ -126,6 +130,7 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> Source
         for option, default in (
             ("maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION),
             ("maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
+            ("minPartitions", os.cpu_count() or 1),
         )
     ]
     return SourceOptions(connection, topics, isolation, starting, ending, *limits)

@@ -44,6 +44,7 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.string())
 # Entries per Fetch: a client batch of 1,000 small messages is ~100 KB an entry.
 FETCH_MAX_ENTRIES = 64
+MIN_PARTITION_BYTES = 4 * 1024 * 1024
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 
@@ -115,25 +116,45 @@ def resolve(layout: TopicLayout, text: str) -> Position:
     return Position.parse(text)
 
 
-def plan(
-    options: SourceOptions, topic: str, layout: TopicLayout, start: Position, end: Position
-) -> list[LedgerRange]:
-    """Partitions covering [start, end) of the topic, each within one ledger and at most
-    options.max_entries_per_partition entries or about max_bytes_per_partition long."""
-    end = min(end, layout.bound.after())  # never past what the level may read now
-    ranges = []
+def _spans(layout: TopicLayout, start: Position, end: Position):
+    """(ledger id, first, last entry, estimated bytes) of each ledger's part of
+    [start, end), never past what the level may read now."""
+    end = min(end, layout.bound.after())
     for ledger_id, entries, size in layout.ledgers:
         low = max(Position(ledger_id, 0), start)
         high = min(Position(ledger_id, entries), end)  # exclusive
         if low >= high:
             continue
         last = high.entry_id - 1 if high.ledger_id == ledger_id else entries - 1
-        # As many entries as fit the byte budget (entries hold 1 to 1,000s of messages).
-        step = min(
-            options.max_entries_per_partition,
-            max(1, options.max_bytes_per_partition * entries // max(size, 1)),
-        )
-        for first in range(low.entry_id, last + 1, step):
+        yield ledger_id, low.entry_id, last, size * (last - low.entry_id + 1) // entries
+
+
+def partition_bytes(options: SourceOptions, total_bytes: int) -> int:
+    """About how long a partition is: Spark's rule for files, the read split into at
+    least minPartitions parts of at most maxBytesPerPartition, none under 4 MB. Each
+    part costs a task and a Fetch stream, so fewer, longer ones read faster."""
+    share = -(-total_bytes // options.min_partitions)
+    return min(options.max_bytes_per_partition, max(MIN_PARTITION_BYTES, share))
+
+
+def plan(
+    options: SourceOptions,
+    topic: str,
+    layout: TopicLayout,
+    start: Position,
+    end: Position,
+    target_bytes: int,
+) -> list[LedgerRange]:
+    """Partitions covering [start, end) of the topic, each within one ledger and at most
+    options.max_entries_per_partition entries or about target_bytes long."""
+    ranges = []
+    for ledger_id, first_entry, last, size in _spans(layout, start, end):
+        entries = last - first_entry + 1
+        # As many entries as fit the byte budget (entries hold 1 to 1,000s of messages),
+        # in parts of equal length.
+        parts = max(-(-size // target_bytes), -(-entries // options.max_entries_per_partition))
+        step = -(-entries // parts)
+        for first in range(first_entry, last + 1, step):
             ranges.append(
                 LedgerRange(
                     options.connection,
@@ -145,6 +166,11 @@ def plan(
                 )
             )
     return ranges
+
+
+def read_bytes(layout: TopicLayout, start: Position, end: Position) -> int:
+    """About how many bytes of the topic [start, end) holds."""
+    return sum(size for *_, size in _spans(layout, start, end))
 
 
 def read_range(part: LedgerRange, fields: Sequence[str] = FIELDS) -> Iterator:

@@ -24,7 +24,9 @@ from stableline.spark._read import (
     SCHEMA,
     LedgerRange,
     Position,
+    partition_bytes,
     plan,
+    read_bytes,
     read_range,
     resolve,
     topic_layout,
@@ -87,12 +89,12 @@ def read_columns(schema: StructType) -> tuple[str, ...]:
 
 
 def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -> list:
+    bounds = {t: (Position.parse(start[t]), Position.parse(end[t])) for t in options.topics}
+    total = sum(read_bytes(layouts[t], *bounds[t]) for t in options.topics)
+    target = partition_bytes(options, total)
     parts = []
     for topic in options.topics:
-        layout = layouts[topic]
-        parts += plan(
-            options, topic, layout, Position.parse(start[topic]), Position.parse(end[topic])
-        )
+        parts += plan(options, topic, layouts[topic], *bounds[topic], target)
     return [_Partition(part) for part in parts]
 
 
