@@ -100,7 +100,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if header.txn_id is not None:
                     # Recorded before the write, so an abort (or timeout) reaches this topic.
                     self.coordinator.add_topic(header.txn_id, str(topic.name))
-                position, duplicate = await topic.publish(header, send.payload)
+                position, duplicate = await topic.publish(
+                    header, send.payload, new_producer=not first.open.producer_name
+                )
                 # A duplicate carries its first copy's position (-1:-1 when no longer held).
                 receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
                 if position is None:

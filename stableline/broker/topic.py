@@ -158,14 +158,21 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.wake()
 
-    async def publish(self, header: EntryHeader, payload: bytes) -> tuple[Position | None, bool]:
+    async def publish(
+        self, header: EntryHeader, payload: bytes, new_producer: bool = False
+    ) -> tuple[Position | None, bool]:
         """Append one batch: (its position, False). A duplicate of a named producer's
         earlier batch (same or lower sequence id) is not written again: (the first
-        copy's position, True), or (None, True) when the log no longer holds it."""
+        copy's position, True), or (None, True) when the log no longer holds it.
+
+        A new producer (its name made by this broker run) has nothing in the log, so
+        its sends need not wait for recovery: plain sends go on while a topic recovers.
+        """
         name = header.producer_name
         deduplicated = tracked(name)
         if deduplicated:
-            await self.buffer.wait_ready()  # recovery rebuilds the sequences
+            if not new_producer:
+                await self.buffer.wait_ready()  # recovery rebuilds the sequences
             producers = self.buffer.producers
             key = (name, header.sequence_id)
             if producers.is_duplicate(*key):
@@ -176,7 +183,7 @@ class Topic:
                 if position is not None:
                     return position, True
                 # The first copy failed, so this one is not a duplicate any more.
-                return await self.publish(header, payload)
+                return await self.publish(header, payload, new_producer)
             producers.push(*key)
             appending = self._appending[key] = asyncio.get_running_loop().create_future()
         position = None
