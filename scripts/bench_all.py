@@ -363,9 +363,9 @@ def fig_many_subscriptions(sizes: Sizes, ctx: dict) -> list[Row]:
 
 def fig_scaling(sizes: Sizes, ctx: dict) -> list[Row]:
     rows = []
-    # 10,000 open transactions plus the ones a producer opens ahead pass the default
-    # per-client limit (10,000): this broker allows twice that.
-    limit = {"STABLELINE_MAX_OPEN_TRANSACTIONS_PER_CLIENT": str(2 * max(sizes.open_txns))}
+    # 10,000 open transactions plus the ones a producer opens ahead and those still
+    # ending pass the default per-client limit (10,000): this broker allows more.
+    limit = {"STABLELINE_MAX_OPEN_TRANSACTIONS_PER_CLIENT": str(2 * max(sizes.open_txns) + 1000)}
     with broker("scaling", env=limit) as process:
         results = {}
         for processes in sizes.scaling_processes:
