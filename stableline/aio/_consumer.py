@@ -28,7 +28,7 @@ from stableline._types import (
     Messages,
     message_indexes,
 )
-from stableline.aio._reconnect import is_transient, stream_failure
+from stableline.aio._reconnect import is_transient, read_until_gone, stream_failure
 
 MessageOrId = Message | MessageId
 
@@ -192,21 +192,12 @@ class Consumer:
     async def _receive(self) -> None:
         """Deliveries and answers, until closed or the broker stays away too long."""
         try:
-            while True:
-                failure = await self._read_stream()
-                if self._closed or not is_transient(failure):
-                    break
-                old_call = self._call
-                try:
-                    await self._client._with_retries(
-                        self._reopen_once, f"consumer of {self._subscription} on {self._topic}"
-                    )
-                except StableLineError as error:
-                    failure = error
-                    break
-                finally:
-                    old_call.cancel()
-            self._failure = failure
+            self._failure = await read_until_gone(
+                self,
+                self._read_stream,
+                self._reopen_once,
+                f"consumer of {self._subscription} on {self._topic}",
+            )
         except asyncio.CancelledError:
             self._failure = StableLineError("consumer closed")
             raise

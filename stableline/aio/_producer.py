@@ -20,7 +20,7 @@ from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
 from stableline._wire import encode_message, known_plain_prefix, plain_prefix
 from stableline.aio._batch import Batch, SendReceipt, new_receipt
-from stableline.aio._reconnect import is_transient, stream_failure
+from stableline.aio._reconnect import read_until_gone, stream_failure
 
 # Messages queued and not yet acknowledged, by default (create_producer's
 # max_pending_messages). Pulsar's Python client allows 1000; with batches of up to
@@ -130,21 +130,9 @@ class Producer:
     async def _receive(self) -> None:
         """Receipts, until the producer closes or the broker stays away too long."""
         try:
-            while True:
-                failure = await self._read_receipts()
-                if self._closed or not is_transient(failure):
-                    break
-                old_call = self._call
-                try:
-                    await self._client._with_retries(
-                        self._reopen, f"producer {self._name} on {self.topic}"
-                    )
-                except StableLineError as error:
-                    failure = error
-                    break
-                finally:
-                    old_call.cancel()
-            self._failure = failure
+            self._failure = await read_until_gone(
+                self, self._read_receipts, self._reopen, f"producer {self._name} on {self.topic}"
+            )
         except asyncio.CancelledError:
             self._failure = BrokerUnavailable("producer closed")
             raise

@@ -75,3 +75,20 @@ async def with_retries(
                 ) from error
         await asyncio.sleep(min(delay, remaining))
         delay = min(delay * backoff.multiplier, backoff.max_s)
+
+
+async def read_until_gone(stream_owner, read: Callable, reopen: Callable, what: str):
+    """Read a producer's or consumer's stream until it ends for good: after a transient
+    break, reopen it (the client's backoff and time limit) and read on. Returns why it
+    ended: the owner closed, a lasting error, or the broker staying away too long."""
+    while True:
+        failure = await read()
+        if stream_owner._closed or not is_transient(failure):
+            return failure
+        old_call = stream_owner._call
+        try:
+            await stream_owner._client._with_retries(reopen, what)
+        except StableLineError as error:
+            return error
+        finally:
+            old_call.cancel()
