@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher import DispatchLimits, IsolationLevel, LogReadView, Subscription, SubscriptionType
 from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
 
 
@@ -24,3 +25,28 @@ async def ledger(
     )
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+async def subscriptions(ledger: ManagedLedger):
+    """`open(type, level, view=None, name="sub", limits=None)`: a Subscription woken by
+    appends, as Topic does."""
+    opened: list[Subscription] = []
+
+    def open_(
+        type_: SubscriptionType = SubscriptionType.EXCLUSIVE,
+        level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        view=None,
+        name: str = "sub",
+        limits: DispatchLimits | None = None,
+    ) -> Subscription:
+        cursor, _ = ledger.open_cursor(name, True, Subscription.properties_for(type_, level))
+        subscription = Subscription(ledger.name, cursor, view or LogReadView(ledger), limits)
+        ledger.add_listener(subscription.wake)
+        opened.append(subscription)
+        return subscription
+
+    yield open_
+    for subscription in opened:
+        ledger.remove_listener(subscription.wake)
+        await subscription.close()

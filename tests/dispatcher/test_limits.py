@@ -7,15 +7,12 @@ import pytest
 from dispatcher import (
     Consumer,
     DispatchLimits,
-    LogReadView,
     Subscription,
     SubscriptionType,
     TooManyConsumersError,
 )
-from managed_ledger import ManagedLedger
 from tests.dispatcher.test_subscription import (
     EXCLUSIVE,
-    RU,
     SHARED,
     append,
     assert_nothing_delivered,
@@ -26,21 +23,13 @@ from tests.dispatcher.test_subscription import (
 
 
 @pytest.fixture
-async def limited(ledger: ManagedLedger):
+def limited(subscriptions):
     """`limited(limits, type)`: a subscription with these limits, woken by appends."""
-    opened: list[Subscription] = []
 
     def open_(limits: DispatchLimits, type_: SubscriptionType = EXCLUSIVE) -> Subscription:
-        cursor, _ = ledger.open_cursor("sub", True, Subscription.properties_for(type_, RU))
-        subscription = Subscription(ledger.name, cursor, LogReadView(ledger), limits)
-        ledger.add_listener(subscription.wake)
-        opened.append(subscription)
-        return subscription
+        return subscriptions(type_, limits=limits)
 
-    yield open_
-    for subscription in opened:
-        ledger.remove_listener(subscription.wake)
-        await subscription.close()
+    return open_
 
 
 async def test_consumer_at_its_unacked_limit_gets_nothing_until_acks_halve_its_count(

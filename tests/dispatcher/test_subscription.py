@@ -51,29 +51,6 @@ SETTLE_TURNS = 10
 # ---------------------------------------------------------------- helpers
 
 
-@pytest.fixture
-async def subscriptions(ledger: ManagedLedger):
-    """`open(type, level, view=None, name="sub")`: a Subscription woken by appends, as Topic does."""
-    opened: list[Subscription] = []
-
-    def open_(
-        type_: SubscriptionType = EXCLUSIVE,
-        level: IsolationLevel = RU,
-        view=None,
-        name: str = "sub",
-    ) -> Subscription:
-        cursor, _ = ledger.open_cursor(name, True, Subscription.properties_for(type_, level))
-        subscription = Subscription(ledger.name, cursor, view or LogReadView(ledger))
-        ledger.add_listener(subscription.wake)
-        opened.append(subscription)
-        return subscription
-
-    yield open_
-    for subscription in opened:
-        ledger.remove_listener(subscription.wake)
-        await subscription.close()
-
-
 async def append(
     ledger: ManagedLedger, count: int = 1, *, messages: int = 1, txn: TxnId | None = None
 ) -> list[Position]:
