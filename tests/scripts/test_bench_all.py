@@ -4,13 +4,9 @@ one markdown table and one JSON file, each row with its same-run baseline."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_all.py"
 GROUPS = (
     "E2E publish",
     "Publish latency",
@@ -26,14 +22,8 @@ GROUPS = (
 
 
 @pytest.mark.slow
-def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path):
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path, run_script):
+    run = run_script("bench_all.py", "--quick", "--out", tmp_path, timeout=600)
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
     for group in GROUPS:

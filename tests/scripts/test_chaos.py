@@ -4,27 +4,16 @@ their own, every promise checked after every restart (100 cycles is the full run
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
 CYCLES = 10
 
 
 @pytest.mark.slow
-def test_sigkill_under_a_mixed_load_breaks_no_promise(tmp_path):
+def test_sigkill_under_a_mixed_load_breaks_no_promise(tmp_path, run_script):
     rows_path = tmp_path / "rows.json"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cycles", str(CYCLES), "--seed", "7",
-         "--json", str(rows_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    run = run_script("chaos.py", "--cycles", CYCLES, "--seed", 7, "--json", rows_path, timeout=600)
     assert f"{CYCLES} cycles, 0 with violations" in run.stdout
     rows = json.loads(rows_path.read_text())
     assert len(rows) == CYCLES

@@ -5,13 +5,9 @@ normal workload whole (the default run sends 10,000)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fuzz.py"
 REQUESTS = 400
 SEED = 11
 EVERY_RPC = {
@@ -32,16 +28,11 @@ EVERY_RPC = {
 
 
 @pytest.mark.slow
-def test_fuzzed_requests_get_proper_statuses_and_leave_the_broker_serving(tmp_path):
+def test_fuzzed_requests_get_proper_statuses_and_leave_the_broker_serving(tmp_path, run_script):
     summary_path = tmp_path / "fuzz.json"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--requests", str(REQUESTS), "--seed", str(SEED),
-         "--json", str(summary_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    run_script(
+        "fuzz.py", "--requests", REQUESTS, "--seed", SEED, "--json", summary_path, timeout=120
+    )
     summary = json.loads(summary_path.read_text())
     assert summary["violations"] == 0
     assert summary["requests"] >= REQUESTS

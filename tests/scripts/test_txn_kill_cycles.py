@@ -4,28 +4,20 @@ after every restart (the script's own checks; 100 cycles is the full run)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "txn_kill_cycles.py"
 CYCLES = 4
 SEED = 3  # its cycles include kills mid-commit and after a finished commit
 
 
 @pytest.mark.slow
-def test_sigkill_under_transactional_load_breaks_no_promise(tmp_path):
+def test_sigkill_under_transactional_load_breaks_no_promise(tmp_path, run_script):
     rows_path = tmp_path / "rows.json"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cycles", str(CYCLES), "--seed", str(SEED),
-         "--json", str(rows_path)],
-        capture_output=True,
-        text=True,
+    run = run_script(
+        "txn_kill_cycles.py", "--cycles", CYCLES, "--seed", SEED, "--json", rows_path,
         timeout=300,
     )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
     assert f"{CYCLES} cycles, 0 with violations" in run.stdout
     rows = json.loads(rows_path.read_text())
     assert len(rows) == CYCLES
