@@ -181,22 +181,10 @@ def format_summary(result: dict) -> str:
     rows: list[tuple[str, str]] = []
     produced, consumed = result.get("produced"), result.get("consumed")
     if produced:
-        rows.append(
-            (
-                "published (durable)",
-                f"{produced['messages']:,} msgs in {produced['seconds']} s: "
-                f"{produced['msgs_per_s']:,} msg/s, {produced['mb_per_s']} MB/s",
-            )
-        )
+        rows.append(("published (durable)", _summary_rate(produced)))
         rows.append(("publish latency", _summary_latency(produced["publish_latency"])))
     if consumed:
-        rows.append(
-            (
-                "received",
-                f"{consumed['messages']:,} msgs in {consumed['seconds']} s: "
-                f"{consumed['msgs_per_s']:,} msg/s, {consumed['mb_per_s']} MB/s",
-            )
-        )
+        rows.append(("received", _summary_rate(consumed)))
         rows.append(("end-to-end latency", _summary_latency(consumed["e2e_latency"])))
     txns = result.get("transactions")
     if txns:
@@ -222,6 +210,13 @@ def format_summary(result: dict) -> str:
     rows.append(("checks", f"{verdict} " + ", ".join(f"{k}={v}" for k, v in checks.items())))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _summary_rate(side: dict) -> str:
+    return (
+        f"{side['messages']:,} msgs in {side['seconds']} s: "
+        f"{side['msgs_per_s']:,} msg/s, {side['mb_per_s']} MB/s"
+    )
 
 
 def _summary_latency(summary: dict) -> str:
