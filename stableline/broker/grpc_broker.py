@@ -61,6 +61,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             await abort(context, error)
         # A generated name is unique across runs: the client reopens with it after a
         # reconnect, and its batches are de-duplicated like any named producer's.
+        new_producer = not first.open.producer_name
         producer_name = (
             first.open.producer_name
             or f"{ANONYMOUS_PREFIX}{self._run_tag}-{next(self._generated_names)}"
@@ -70,11 +71,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 topic=str(topic.name),
                 producer_name=producer_name,
                 max_message_size=self.config.max_message_size,
-                # A name made just now has sent nothing: no need to wait for the
-                # buffer's recovery to learn that (plain sends go on meanwhile).
-                last_sequence_id=(
-                    await topic.last_sequence_id(producer_name) if first.open.producer_name else -1
-                ),
+                last_sequence_id=await topic.last_sequence_id(producer_name, new_producer),
             )
         )
         out: asyncio.Queue = asyncio.Queue()
@@ -100,9 +97,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if header.txn_id is not None:
                     # Recorded before the write, so an abort (or timeout) reaches this topic.
                     self.coordinator.add_topic(header.txn_id, str(topic.name))
-                position, duplicate = await topic.publish(
-                    header, send.payload, new_producer=not first.open.producer_name
-                )
+                position, duplicate = await topic.publish(header, send.payload, new_producer)
                 # A duplicate carries its first copy's position (-1:-1 when no longer held).
                 receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
                 if position is None:

@@ -221,9 +221,10 @@ class Topic:
                 self._sent.pop(next(iter(self._sent)))
         return found.get(sequence_id)
 
-    async def last_sequence_id(self, producer_name: str) -> int:
-        """Where a (re)connecting named producer continues: its last sequence id here."""
-        if not tracked(producer_name):
+    async def last_sequence_id(self, producer_name: str, new_producer: bool = False) -> int:
+        """Where a (re)connecting named producer continues: its last sequence id here.
+        A new producer (named by this broker run) has sent nothing: no wait for recovery."""
+        if new_producer or not tracked(producer_name):
             return -1
         await self.buffer.wait_ready()
         return self.buffer.producers.last(producer_name)
