@@ -3,6 +3,7 @@
 from stableline._auth import AuthenticationToken
 from stableline._errors import *  # noqa: F403  (the same typed errors)
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
+from stableline.aio._batch import SendReceipt
 from stableline.aio._client import Client
 from stableline.aio._consumer import Consumer
 from stableline.aio._producer import Producer
@@ -22,5 +23,6 @@ __all__ = [
     "MessageId",
     "Producer",
     "Reader",
+    "SendReceipt",
     "Transaction",
 ]

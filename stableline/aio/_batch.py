@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,18 @@ class SendReceipt(tuple):
 
     def done(self) -> bool:
         return self[0].done()
+
+    def cancelled(self) -> bool:
+        return self[0].cancelled()
+
+    def exception(self) -> BaseException | None:
+        """The send's failure once done (None if it succeeded), as Future.exception()."""
+        return self[0].exception()
+
+    def add_done_callback(self, fn: Callable[[SendReceipt], None]) -> None:
+        """Call fn(receipt) once the send is durable or failed; no task is made
+        (asyncio.ensure_future on a receipt would wrap it in one)."""
+        self[0].add_done_callback(lambda _batch_future: fn(self))
 
     def result(self) -> MessageId:
         future, index = self

@@ -33,6 +33,10 @@ _common = [
         "--processes", default=1, show_default=True,
         help="Worker processes for the producers, and as many for the consumers.",
     ),
+    click.option(
+        "--warmup", "warmup_s", default=1.0, show_default=True,
+        help="Seconds at the start whose latencies are not recorded (rates are).",
+    ),
     click.option("--interval", "interval_s", default=1.0, show_default=True, help="Progress every N s."),
     click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the summary here."),
     click.option("--broker-pid", type=int, help="A local broker's pid: report its CPU per message."),

@@ -69,6 +69,7 @@ class ConsumerSide:
         self.first_seen: dict[tuple[str, str], dict[int, int]] = {}
         self.first_receive = 0.0
         self.last_receive = 0.0
+        self.record_from_us = 0  # latencies of messages sent before this are not recorded
 
     async def open(self) -> None:
         w = self.workload
@@ -86,6 +87,8 @@ class ConsumerSide:
             )
 
     async def run(self) -> None:
+        if self.workload.warmup_s:
+            self.record_from_us = now_us() + int(self.workload.warmup_s * 1e6)
         await asyncio.gather(
             *(
                 self._drain(consumer, spec)
@@ -122,13 +125,14 @@ class ConsumerSide:
             self.by_level[level] += count
             self.coord.received[self.slot] = self.received
             histogram = e2e["e2e"]
+            record_from_us = self.record_from_us
             for index in range(0, count, STRIDE):
                 data = messages[index].data()
                 if len(data) != size:
                     self.wrong_size += 1
-                histogram.record(
-                    received_us - int.from_bytes(data[:8], "little"), min(STRIDE, count - index)
-                )
+                sent_us = int.from_bytes(data[:8], "little")
+                if sent_us >= record_from_us:
+                    histogram.record(received_us - sent_us, min(STRIDE, count - index))
             if w.transactional:
                 keys = transaction_headers(messages)
                 for header, seen in keys.items():

@@ -21,7 +21,7 @@ import collections
 import struct
 from dataclasses import dataclass
 
-from stableline.aio import Client, Transaction
+from stableline.aio import Client, SendReceipt, Transaction
 from stableline.perf.coordination import Coordination, monotonic, now_us
 from stableline.perf.worker import IntervalHistograms
 from stableline.perf.workload import (
@@ -57,7 +57,7 @@ class OpenTxn:
     kind: int  # KIND_COMMIT or KIND_ABORT: decided when opened
     opened: float
     count: int = 0
-    last_chunk: asyncio.Future | None = None
+    last_chunk: SendReceipt | None = None
 
 
 class ProducerSide:
@@ -78,6 +78,7 @@ class ProducerSide:
         self.aborted_txns = 0
         self.commit_started_us: dict[int, int] = {}  # txn key -> just before EndTransaction
         self.last_ack = 0.0
+        self.record_from_us = 0  # latencies of sends before this are not recorded
         self.failure: BaseException | None = None
         self._loops: list[ProducerLoop] = []
 
@@ -87,6 +88,8 @@ class ProducerSide:
         await asyncio.gather(*(loop.open() for loop in self._loops))
 
     async def run(self) -> None:
+        if self.workload.warmup_s:
+            self.record_from_us = now_us() + int(self.workload.warmup_s * 1e6)
         await asyncio.gather(*(loop.run() for loop in self._loops))
 
     async def close(self) -> dict:
@@ -100,18 +103,19 @@ class ProducerSide:
             "last_ack": self.last_ack,
         }
 
-    def acknowledged(self, count: int, visible: bool, sent_us: int, future: asyncio.Future) -> None:
+    def acknowledged(self, count: int, visible: bool, sent_us: int, receipt: SendReceipt) -> None:
         """Done callback of a chunk's receipt."""
-        if future.cancelled():
+        if receipt.cancelled():
             return
-        if future.exception() is not None:
-            self.failure = self.failure or future.exception()
+        if receipt.exception() is not None:
+            self.failure = self.failure or receipt.exception()
             return
         self.published += count
         self.coord.published[self.slot] = self.published
         if visible:
             self.add_visible(count)
-        self.histograms["publish"].record(now_us() - sent_us, count)
+        if sent_us >= self.record_from_us:
+            self.histograms["publish"].record(now_us() - sent_us, count)
         self.last_ack = monotonic()
 
     def add_visible(self, count: int) -> None:
@@ -128,7 +132,7 @@ class ProducerLoop:
         self.workload = side.workload
         self.producer = None
         self.filler = b"p" * (self.workload.message_size - PAYLOAD_HEADER_BYTES)
-        self.window: collections.deque[asyncio.Future] = collections.deque()
+        self.window: collections.deque[SendReceipt] = collections.deque()
         self.slots: list[OpenTxn] = []
         self.turn = 0
         self.spares: collections.deque[asyncio.Task] = collections.deque()
@@ -196,10 +200,10 @@ class ProducerLoop:
             for _ in range(count):
                 receipt = send(data, txn=txn)
             sent += count
-            chunk = asyncio.ensure_future(receipt)
+            chunk = receipt  # the chunk's last message: durable when all of it is
             chunk.add_done_callback(
-                lambda future, n=count, plain=txn is None, t=sent_us: side.acknowledged(
-                    n, plain, t, future
+                lambda done, n=count, plain=txn is None, t=sent_us: side.acknowledged(
+                    n, plain, t, done
                 )
             )
             self.window.append(chunk)
@@ -241,7 +245,8 @@ class ProducerLoop:
             side.committed_txns += 1
             side.commit_started_us[open_txn.key] = started_us
             side.add_visible(open_txn.count)
-        side.histograms["commit"].record(now_us() - started_us)
+        if started_us >= side.record_from_us:
+            side.histograms["commit"].record(now_us() - started_us)
 
     async def finish(self) -> None:
         """End the open transactions (as decided), wait for every ack and end, drop the spares."""

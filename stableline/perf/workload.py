@@ -64,6 +64,9 @@ class Workload:
     max_lag: int = 200_000  # producers wait while consumers are this many messages behind
     window_batches: int = 64  # batches a producer has sent and not yet seen acknowledged
     duration_s: float = 10.0
+    # Latencies of what is sent in the first seconds are not recorded (rates are):
+    # connections, the first ledger and caches warm up then (pulsar-perf's --warmup-time).
+    warmup_s: float = 1.0
     messages: int = 0
     drain_timeout_s: float = 60.0
     interval_s: float = 1.0
@@ -103,8 +106,8 @@ class Workload:
             problems.append("--initial-position must be Earliest or Latest")
         if self.receive_max < 1 or self.receiver_queue_size < 1 or self.window_batches < 1:
             problems.append("--receive-max, --receiver-queue-size and the window must be >= 1")
-        if self.max_lag < 0 or self.duration_s < 0 or self.messages < 0:
-            problems.append("--max-lag, --duration and --messages must be >= 0")
+        if self.max_lag < 0 or self.duration_s < 0 or self.messages < 0 or self.warmup_s < 0:
+            problems.append("--max-lag, --duration, --messages and --warmup must be >= 0")
         if self.duration_s == 0 and self.messages == 0:
             problems.append("unbounded run: give --duration or --messages")
         if self.interval_s <= 0 or self.drain_timeout_s <= 0:

@@ -35,3 +35,21 @@ async def test_receipts_of_one_batch_resolve_to_their_own_batch_index():
     batch_future.set_result((4, 11))
     assert [await receipt for receipt in receipts] == [MessageId(4, 11, i) for i in range(3)]
     assert receipts[2].result() == MessageId(4, 11, 2)
+
+
+async def test_a_receipt_calls_back_with_itself_once_its_batch_is_durable_or_failed():
+    loop = asyncio.get_running_loop()
+    durable, failing = loop.create_future(), loop.create_future()
+    called: list[tuple[object, BaseException | None]] = []
+    for receipt in (SendReceipt(durable, 1), SendReceipt(failing, 0)):
+        receipt.add_done_callback(
+            lambda done: called.append(
+                (done.result() if done.exception() is None else None, done.exception())
+            )
+        )
+    durable.set_result((4, 11))
+    failure = OSError("disk full")
+    failing.set_exception(failure)
+    await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
+    assert called == [(MessageId(4, 11, 1), None), (None, failure)]
+    assert not SendReceipt(durable, 0).cancelled()
