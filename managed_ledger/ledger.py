@@ -463,6 +463,10 @@ class ManagedLedger:
                 position = Position(ledger_id, entry_id + offset)
                 into.append(Entry(position, EntryHeader.decode(header), payload))
 
+    def has_entry(self, position: Position) -> bool:
+        """Whether `position` is an entry of a retained ledger."""
+        return 0 <= position.entry_id < self._entry_count(position.ledger_id)
+
     def first_position_after(self, position: Position) -> Position | None:
         """The first existing entry after `position`, or None when there is none yet."""
         for ledger_id in self._ledgers.irange(minimum=max(position.ledger_id, 0)):

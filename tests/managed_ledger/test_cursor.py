@@ -103,6 +103,20 @@ async def test_mark_delete_moves_across_a_ledger_boundary(harness):
     assert state(cursor)[:2] == (positions[2], [])
 
 
+async def test_in_order_acks_cross_ledgers_and_a_skipped_entry_still_holds_them_back(harness):
+    config = ManagedLedgerConfig(
+        fsync=False, max_entries_per_ledger=2, cursor_flush_interval_s=3600.0
+    )
+    ledger, positions = await with_entries(harness, 6, config)
+    cursor, _ = ledger.open_cursor("c", start_at_earliest=True)
+    assert cursor.ack(positions[:3]) == 3  # 0, 1 | 2: the next entry is in the next ledger
+    assert state(cursor)[:2] == (positions[2], [])
+    assert cursor.ack([positions[4], positions[5]]) == 2  # entry 3 not acknowledged
+    assert state(cursor)[:2] == (positions[2], [positions[4], positions[5]])
+    cursor.ack([positions[3]])
+    assert state(cursor)[:2] == (positions[5], [])
+
+
 async def test_cumulative_ack_drops_individual_acks_at_or_below_it(harness):
     ledger, positions = await with_entries(harness, 6)
     cursor, _ = ledger.open_cursor("c", start_at_earliest=True)
