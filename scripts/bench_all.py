@@ -53,7 +53,7 @@ class Sizes:
     latency_seconds: float = 8.0
     txn_seconds: float = 5.0  # each of the 8 runs of the transaction overhead
     raw_seconds: float = 9.0  # bench_e2e's raw run takes a third of this
-    latency_iterations: int = 300
+    latency_iterations: int = 1000  # p99 of 300 samples was the 3rd worst: one stall
     rc_ru_prefill: int = 500_000  # fits the 64 MB entry cache: both drains read memory
     many_subscriptions: int = 100
     many_subs_messages: int = 20_000
@@ -323,19 +323,32 @@ def fig_rc_ru(sizes: Sizes, ctx: dict) -> list[Row]:
         bench_txn.bench_rc_vs_ru(replace(bench_txn.Sizes(), prefill_messages=sizes.rc_ru_prefill))
     )
     rc, ru = result["READ_COMMITTED"], result["READ_UNCOMMITTED"]
+    figure = "RC vs RU, 10% of transactions aborted (bench_txn)"
+    cpu = (
+        f"broker CPU us/delivered msg RC {rc['broker_cpu_us_per_delivered_msg']}, "
+        f"RU {ru['broker_cpu_us_per_delivered_msg']}; {rc['drains']} drains each"
+    )
     return [
         Row(
-            "RC vs RU, 10% of transactions aborted (bench_txn)",
-            "READ_COMMITTED drain, delivered msgs/s",
-            rc["delivered_msgs_per_s"],
+            figure,
+            "READ_COMMITTED: log drained, msgs/s",
+            rc["log_msgs_scanned_per_s"],
             "msgs/s",
             "READ_UNCOMMITTED drain of the same log",
-            ru["delivered_msgs_per_s"],
+            ru["log_msgs_scanned_per_s"],
             "ratio >= 0.95",
-            result["ratio_delivered"] >= 0.95,
-            f"log scanned RC/RU {result['ratio_scanned']}; broker CPU us/delivered msg "
-            f"RC {rc['broker_cpu_us_per_delivered_msg']}, RU {ru['broker_cpu_us_per_delivered_msg']}",
-        )
+            result["ratio_scanned"] >= 0.95,
+            cpu,
+        ),
+        Row(
+            figure,
+            "READ_COMMITTED: delivered msgs/s (90% of the log)",
+            rc["delivered_msgs_per_s"],
+            "msgs/s",
+            "READ_UNCOMMITTED delivered msgs/s (all of it)",
+            ru["delivered_msgs_per_s"],
+            note="at most 0.9 x the drain ratio: RC skips the aborted 10%",
+        ),
     ]
 
 
