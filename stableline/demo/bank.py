@@ -163,6 +163,17 @@ def run(service: str | None, count: int, accounts: int, seed: int, out=print) ->
     """The whole demo; True when the committed total equals deposits - withdrawals."""
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bank-demo-")))
+        # Spark starts first, while this process has no gRPC threads: its JVM is
+        # forked from here and exits when its stdin closes, and a fork while gRPC's
+        # threads close and reuse descriptors once cost it that pipe ("Java gateway
+        # process exited before sending its port number").
+        out("starting Spark (local[2]); the balances job reads READ_COMMITTED")
+        from stableline.spark import local_session
+
+        spark = local_session(
+            app_name="stableline-bank-demo", **{"spark.sql.shuffle.partitions": "2"}
+        )
+        stack.callback(spark.stop)
         if service is None:
             from stableline.testing import temporary_broker
 
@@ -172,13 +183,6 @@ def run(service: str | None, count: int, accounts: int, seed: int, out=print) ->
         run_id = uuid.uuid4().hex[:6]
         requests, balances = f"bank-requests-{run_id}", f"bank-balances-{run_id}"
         client = stack.enter_context(stableline.Client(service))
-        out("starting Spark (local[2]); the balances job reads READ_COMMITTED")
-        from stableline.spark import local_session
-
-        spark = local_session(
-            app_name="stableline-bank-demo", **{"spark.sql.shuffle.partitions": "2"}
-        )
-        stack.callback(spark.stop)
         query = start_balances_job(spark, service, requests, balances, str(work / "checkpoint"))
         stack.callback(query.stop)
 

@@ -19,7 +19,8 @@ def test_the_committed_total_equals_deposits_minus_withdrawals():
         text=True,
         timeout=300,
     )
-    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    # The head of stderr holds what a JVM or broker said first; the tail, the traceback.
+    assert run.returncode == 0, run.stdout + run.stderr[:3000] + "\n...\n" + run.stderr[-3000:]
 
     def total(label: str) -> int:
         match = re.search(rf"\| {re.escape(label)} \| (-?[\d,]+) \|", run.stdout)
