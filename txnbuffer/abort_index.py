@@ -12,6 +12,7 @@ or retention first needs it, so recovery does not build every abort up front.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ class AbortedTxn:
     first_position: Position
     marker_position: Position
     max_read_position_after: Position
+
+
+def _marker_position(aborted: AbortedTxn) -> Position:
+    return aborted.marker_position
 
 
 class AbortIndex:
@@ -103,9 +108,10 @@ class AbortIndex:
                 continue
             self.index_lookups += 1
             complete = False
-            for aborted in self._entries(ledger_id):
-                if aborted.marker_position < start:
-                    continue
+            entries = self._entries(ledger_id)
+            # Aborts whose marker lies before the range cannot overlap it: bisect past them.
+            first = bisect.bisect_left(entries, start, key=_marker_position)
+            for aborted in itertools.islice(entries, first, None):
                 if aborted.first_position <= end:
                     found.append(aborted)
                 if aborted.max_read_position_after >= end:
