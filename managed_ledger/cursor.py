@@ -56,10 +56,9 @@ class ManagedCursor:
         newly = 0
         acked = self.individually_acked
         for position in positions:
-            mark_delete = self.mark_delete
-            if position <= mark_delete:
+            if position <= self.mark_delete:
                 continue
-            if not acked and position == self._next_after(mark_delete):
+            if not acked and position == self.ledger.first_position_after(self.mark_delete):
                 # In-order acks (the usual case) move the mark-delete position at once.
                 self.mark_delete = position
                 newly += 1
@@ -81,18 +80,10 @@ class ManagedCursor:
         self._advance_mark_delete()
         self.ledger.cursor_changed(self.name)
 
-    def _next_after(self, position: Position) -> Position | None:
-        """The entry after `position`: the next in its ledger when that exists, which
-        spares the ledger lookup for all but the last entry of a ledger."""
-        following = Position(position.ledger_id, position.entry_id + 1)
-        if self.ledger.has_entry(following):
-            return following
-        return self.ledger.first_position_after(position)
-
     def _advance_mark_delete(self) -> None:
         acked = self.individually_acked
         while acked:
-            following = self._next_after(self.mark_delete)
+            following = self.ledger.first_position_after(self.mark_delete)
             if following is None or acked[0] != following:
                 break
             self.mark_delete = acked.pop(0)

@@ -463,12 +463,11 @@ class ManagedLedger:
                 position = Position(ledger_id, entry_id + offset)
                 into.append(Entry(position, EntryHeader.decode(header), payload))
 
-    def has_entry(self, position: Position) -> bool:
-        """Whether `position` is an entry of a retained ledger."""
-        return 0 <= position.entry_id < self._entry_count(position.ledger_id)
-
     def first_position_after(self, position: Position) -> Position | None:
         """The first existing entry after `position`, or None when there is none yet."""
+        following = position.next_in_ledger()
+        if 0 <= following.entry_id < self._entry_count(following.ledger_id):
+            return following  # the usual case, asked per ack: no walk over the ledgers
         for ledger_id in self._ledgers.irange(minimum=max(position.ledger_id, 0)):
             first = position.entry_id + 1 if ledger_id == position.ledger_id else 0
             if first < self._entry_count(ledger_id):

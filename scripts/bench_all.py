@@ -206,7 +206,8 @@ def fig_publish_latency(sizes: Sizes, ctx: dict) -> list[Row]:
             duration_s=sizes.latency_seconds,
             rate=max(max_rate // 2, 1000),
         )
-    batch_bytes = perf.Workload().batch_max_messages * perf.Workload().message_size
+    workload = half["workload"]
+    batch_bytes = workload["batch_max_messages"] * workload["message_size"]
     progress("publish latency: raw write+fdatasync at the same bytes/s, from when each was due")
     fsync = raw_fsync_latency(
         REPO / "bench-results",

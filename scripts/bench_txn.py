@@ -48,6 +48,7 @@ from managed_ledger import (
     TxnId,
 )
 from stableline.aio import Client, InitialPosition, IsolationLevel
+from stableline.perf.consumer import AckWindow
 from stableline.testing import BrokerProcess, temporary_broker
 from txnbuffer import TransactionBuffer
 
@@ -146,19 +147,16 @@ class Progress:
             await self.moved.wait()
 
 
-ACKS_IN_FLIGHT = 16  # as the perf consumer: waiting for each ack would time the round trip
-
-
 async def drain(consumer, expected: int, progress: Progress | None = None) -> tuple[float, int]:
     """batch_receive + acknowledge(list) until `expected` messages; (seconds, bytes).
 
-    Up to ACKS_IN_FLIGHT acknowledgements are outstanding while the next lists are
-    received (the consumer serialises its stream writes); the time includes the
-    last ack, so the subscription has moved past everything drained.
+    Acknowledgements stay in flight while the next lists are received, as the perf
+    consumer keeps them (waiting for each would time its round trip); the time
+    includes the last ack, so the subscription has moved past everything drained.
     """
     received = 0
     size = 0
-    acks: deque[asyncio.Future] = deque()
+    acks = AckWindow()
     started = time.perf_counter()
     while received < expected:
         messages = await consumer.batch_receive(max_num_messages=1000, timeout_millis=100)
@@ -166,13 +164,10 @@ async def drain(consumer, expected: int, progress: Progress | None = None) -> tu
             continue
         received += len(messages)
         size += sum(map(len, messages.values()))
-        acks.append(asyncio.ensure_future(consumer.acknowledge(messages)))
-        while acks and (acks[0].done() or len(acks) > ACKS_IN_FLIGHT):
-            await acks.popleft()
+        await acks.add(consumer.acknowledge(messages))
         if progress is not None:
             progress.add(len(messages))
-    for ack in acks:
-        await ack
+    await acks.drain()
     elapsed = time.perf_counter() - started
     assert received == expected, (received, expected)
     return elapsed, size
@@ -372,7 +367,7 @@ async def bench_rc_vs_ru(sizes: Sizes) -> dict:
             # drain of a broker is slower), then ABBA BAAB so drift falls on both
             # alike; a drain takes well under a second, and single ones vary +-10%.
             order = [RU_NAME, RC_NAME, RC_NAME, RU_NAME, RC_NAME, RU_NAME, RU_NAME, RC_NAME]
-            for index, name in enumerate(["READ_UNCOMMITTED", *order]):
+            for index, name in enumerate([RU_NAME, *order]):
                 warm_up = index == 0
                 level, expected = levels[name]
                 consumer = await client.subscribe(

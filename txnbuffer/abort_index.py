@@ -16,6 +16,7 @@ import bisect
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from sortedcontainers import SortedDict
 
@@ -28,10 +29,6 @@ class AbortedTxn:
     first_position: Position
     marker_position: Position
     max_read_position_after: Position
-
-
-def _marker_position(aborted: AbortedTxn) -> Position:
-    return aborted.marker_position
 
 
 class AbortIndex:
@@ -110,7 +107,7 @@ class AbortIndex:
             complete = False
             entries = self._entries(ledger_id)
             # Aborts whose marker lies before the range cannot overlap it: bisect past them.
-            first = bisect.bisect_left(entries, start, key=_marker_position)
+            first = bisect.bisect_left(entries, start, key=attrgetter("marker_position"))
             for aborted in itertools.islice(entries, first, None):
                 if aborted.first_position <= end:
                     found.append(aborted)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Awaitable
 
 from stableline import Messages
 from stableline.aio import Client, ConsumerType, InitialPosition, IsolationLevel
@@ -34,6 +35,26 @@ ACKS_IN_FLIGHT = 16
 # client groups acks the same way (up to 1,000 ids or 100 ms by default).
 ACK_GROUP_MESSAGES = 5000
 ACK_GROUP_S = 0.01
+
+
+class AckWindow:
+    """Acknowledgements in flight, at most `limit`: adding one past the limit waits
+    for the oldest, so the consumer keeps receiving while acks travel."""
+
+    def __init__(self, limit: int = ACKS_IN_FLIGHT) -> None:
+        self._limit = limit
+        self._acks: collections.deque[asyncio.Future] = collections.deque()
+
+    async def add(self, ack: Awaitable) -> None:
+        acks = self._acks
+        acks.append(asyncio.ensure_future(ack))
+        while acks and (acks[0].done() or len(acks) > self._limit):
+            await acks.popleft()
+
+    async def drain(self) -> None:
+        """Wait for every acknowledgement still in flight."""
+        while self._acks:
+            await self._acks.popleft()
 
 
 def transaction_headers(messages: Messages) -> collections.Counter[bytes]:
@@ -93,8 +114,7 @@ class ConsumerSide:
             )
 
     async def run(self) -> None:
-        if self.workload.warmup_s:
-            self.record_from_us = now_us() + int(self.workload.warmup_s * 1e6)
+        self.record_from_us = self.workload.record_latencies_from_us(now_us())
         await asyncio.gather(
             *(
                 self._drain(consumer, spec)
@@ -103,14 +123,13 @@ class ConsumerSide:
         )
 
     async def _drain(self, consumer, spec: ConsumerSpec) -> None:
-        acks: collections.deque[asyncio.Future] = collections.deque()
+        acks = AckWindow()
         try:
             await self._receive_loop(consumer, spec, acks)
         finally:
-            for ack in acks:
-                await ack
+            await acks.drain()
 
-    async def _receive_loop(self, consumer, spec: ConsumerSpec, acks: collections.deque) -> None:
+    async def _receive_loop(self, consumer, spec: ConsumerSpec, acks: AckWindow) -> None:
         w = self.workload
         stop = self.coord.stop_consuming
         e2e = self.histograms
@@ -155,12 +174,10 @@ class ConsumerSide:
             group += messages.runs()
             grouped += count
             if grouped >= ACK_GROUP_MESSAGES or monotonic() - group_started >= ACK_GROUP_S:
-                acks.append(asyncio.ensure_future(consumer.acknowledge(Messages(group))))
+                await acks.add(consumer.acknowledge(Messages(group)))
                 group, grouped, group_started = [], 0, monotonic()
-                while acks and (acks[0].done() or len(acks) > ACKS_IN_FLIGHT):
-                    await acks.popleft()
         if group:
-            acks.append(asyncio.ensure_future(consumer.acknowledge(Messages(group))))
+            await acks.add(consumer.acknowledge(Messages(group)))
 
     async def close(self) -> dict:
         await self.client.close()

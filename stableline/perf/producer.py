@@ -88,8 +88,7 @@ class ProducerSide:
         await asyncio.gather(*(loop.open() for loop in self._loops))
 
     async def run(self) -> None:
-        if self.workload.warmup_s:
-            self.record_from_us = now_us() + int(self.workload.warmup_s * 1e6)
+        self.record_from_us = self.workload.record_latencies_from_us(now_us())
         await asyncio.gather(*(loop.run() for loop in self._loops))
 
     async def close(self) -> dict:
@@ -200,16 +199,16 @@ class ProducerLoop:
             for _ in range(count):
                 receipt = send(data, txn=txn)
             sent += count
-            chunk = receipt  # the chunk's last message: durable when all of it is
-            chunk.add_done_callback(
+            # The chunk's last message: its receipt is done when the whole chunk is.
+            receipt.add_done_callback(
                 lambda done, n=count, plain=txn is None, t=sent_us: side.acknowledged(
                     n, plain, t, done
                 )
             )
-            self.window.append(chunk)
+            self.window.append(receipt)
             if open_txn is not None:
                 open_txn.count += count
-                open_txn.last_chunk = chunk
+                open_txn.last_chunk = receipt
                 full = w.txn_size and open_txn.count >= w.txn_size
                 if full or (interval_s and monotonic() - open_txn.opened >= interval_s):
                     await self._end(open_txn)

@@ -119,6 +119,10 @@ class Workload:
         if problems:
             raise ValueError("; ".join(problems))
 
+    def record_latencies_from_us(self, now_us: int) -> int:
+        """The send time (us) from which latencies are recorded, for a run starting now."""
+        return now_us + int(self.warmup_s * 1e6) if self.warmup_s else 0
+
     @property
     def transactional(self) -> bool:
         return self.txn_size > 0 or self.commit_interval_ms > 0
