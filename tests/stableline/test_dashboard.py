@@ -115,14 +115,40 @@ def _wait(driver, condition, message: str):
         raise AssertionError(f"dashboard never showed {message}") from None
 
 
-def _css(driver, selector: str):
-    from selenium.webdriver.common.by import By
+# The page re-renders on every poll, so an element found in one WebDriver call may be
+# gone by the next. Each helper reads or acts inside a single script, which the browser
+# runs between renders, so nothing it touches can go stale.
 
-    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+def _count(driver, selector: str) -> int:
+    """How many elements match selector now."""
+    return driver.execute_script("return document.querySelectorAll(arguments[0]).length", selector)
 
 
 def _text(driver, selector: str) -> str:
-    return " ".join(element.text for element in _css(driver, selector))
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]),"
+        " e => e.innerText.trim()).join(' ')",
+        selector,
+    )
+
+
+def _attribute(driver, selector: str, name: str) -> str | None:
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]);"
+        " return e === null ? null : e.getAttribute(arguments[1])",
+        selector,
+        name,
+    )
+
+
+def _click(driver, selector: str) -> None:
+    clicked = driver.execute_script(
+        "const e = document.querySelector(arguments[0]);"
+        " if (e === null) return false; e.click(); return true",
+        selector,
+    )
+    assert clicked, f"nothing on the page matches {selector}"
 
 
 def _screenshot(driver, name: str) -> Path:
@@ -169,7 +195,9 @@ def test_dashboard_shows_the_stalled_topic_and_the_transaction_that_pins_it(
     row = f'#topics-body tr[data-topic="{TOPIC}"]'
 
     driver.get(broker.http_url + "/")
-    _wait(driver, lambda d: _css(d, row + ".pinned"), "the payments topic highlighted as held back")
+    _wait(
+        driver, lambda d: _count(d, row + ".pinned"), "the payments topic highlighted as held back"
+    )
     assert txn_id in _text(driver, row)
     assert TOPIC in _text(driver, "#topics-alert")
     assert "everything" in _text(driver, '#topics-body tr[data-topic$="/audit"]')
@@ -178,7 +206,7 @@ def test_dashboard_shows_the_stalled_topic_and_the_transaction_that_pins_it(
     driver.get(broker.http_url + "/#/transactions")
     _wait(
         driver,
-        lambda d: _css(d, f'#open-transactions tr[data-txn="{txn_id}"].pinning'),
+        lambda d: _count(d, f'#open-transactions tr[data-txn="{txn_id}"].pinning'),
         f"open transaction {txn_id} highlighted as pinning",
     )
     assert "pins 1 topic" in _text(driver, f'#open-transactions tr[data-txn="{txn_id}"]')
@@ -197,7 +225,7 @@ def test_dashboard_shows_the_stalled_topic_and_the_transaction_that_pins_it(
     assert "waiting" in _text(driver, '#subscriptions tr[data-subscription="business"]')
     assert "Ready" in _text(driver, "#buffer")
 
-    _css(driver, 'button[data-peek="business"][data-level="READ_UNCOMMITTED"]')[0].click()
+    _click(driver, 'button[data-peek="business"][data-level="READ_UNCOMMITTED"]')
     _wait(
         driver, lambda d: "transfer #3" in _text(d, "#peek-messages"), "the READ_UNCOMMITTED peek"
     )
@@ -205,7 +233,7 @@ def test_dashboard_shows_the_stalled_topic_and_the_transaction_that_pins_it(
     assert f"{txn_id} OPEN" in peeked and "transfer #1" not in peeked  # #1 is acknowledged
     _screenshot(driver, "topic")
 
-    _css(driver, 'button[data-peek="business"][data-level="READ_COMMITTED"]')[0].click()
+    _click(driver, 'button[data-peek="business"][data-level="READ_COMMITTED"]')
     _wait(
         driver, lambda d: "READ_COMMITTED" in _text(d, "#peek-summary"), "the READ_COMMITTED peek"
     )
@@ -232,7 +260,7 @@ def test_dashboard_shows_each_subscriptions_isolation_level_and_the_rate_chart(
     driver.get(broker.http_url + "/#/topic/public/default/payments")
     _wait(
         driver,
-        lambda d: _css(d, '#subscriptions tr[data-subscription="ledger"]'),
+        lambda d: _count(d, '#subscriptions tr[data-subscription="ledger"]'),
         "the ledger subscription",
     )
     assert "READ_UNCOMMITTED" in _text(driver, '#subscriptions tr[data-subscription="ledger"]')
@@ -241,9 +269,8 @@ def test_dashboard_shows_each_subscriptions_isolation_level_and_the_rate_chart(
     _wait(
         driver,
         lambda d: (
-            len(_css(d, "#topic-chart polyline")) == 2
-            and len(_css(d, "#topic-chart polyline.rate-in")[0].get_attribute("points").split())
-            >= 2
+            _count(d, "#topic-chart polyline") == 2
+            and len((_attribute(d, "#topic-chart polyline.rate-in", "points") or "").split()) >= 2
         ),
         "the rate chart",
     )
