@@ -186,7 +186,10 @@ class TransactionBuffer:
         """Take the state a snapshot recorded, less what retention deleted since."""
         retained = set(self.ledger.ledger_ids())
         self.applied_position = snapshot.position
-        self.max_read_position = snapshot.max_read_position
+        # Retention deletes only ledgers below the stable position (its trim floor),
+        # so what it deleted since the snapshot was stable: a snapshot older than
+        # the deletion must not take the stable position back behind it.
+        self.max_read_position = max(snapshot.max_read_position, self.ledger.first_position())
         self.ongoing = dict(snapshot.ongoing)
         self.low_watermarks = dict(snapshot.low_watermarks)
         self.committed = {t: m for t, m in snapshot.committed if m.ledger_id in retained}

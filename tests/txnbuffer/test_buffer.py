@@ -631,6 +631,39 @@ async def test_max_read_position_never_moves_backwards(buffer):
     assert len(set(watch.seen)) > 4
 
 
+async def test_a_snapshot_older_than_a_retention_deletion_keeps_the_stable_position(
+    open_ledger,
+):
+    # Found by the model test: a snapshot of the empty topic, then a plain entry (no
+    # change, so a clean close takes no new snapshot), retention deletes its ledger,
+    # a crash: loading the old snapshot took the stable position back behind it.
+    only_when_asked = SnapshotPolicy(every_changes=10**9, interval_s=3600)
+    ledger = await open_ledger()
+    buffer = TransactionBuffer(ledger, only_when_asked)
+    await buffer.recover()
+    buffer.take_snapshot()
+    stable = await publish(buffer, b"p")
+    assert buffer.stable_position == stable
+    buffer.close()
+    await ledger.close()
+
+    ledger = await open_ledger()  # the entry's ledger is closed; retention can delete it
+    buffer = TransactionBuffer(ledger, only_when_asked)
+    await buffer.recover()
+    cursor, _ = ledger.open_cursor("retention", start_at_earliest=True)
+    cursor.ack_cumulative(stable)
+    ledger.trim()
+    assert stable.ledger_id not in ledger.ledger_ids()
+    buffer.close(snapshot=False)  # a crash
+    await ledger.close()
+
+    recovered = TransactionBuffer(await open_ledger())
+    await recovered.recover()
+    assert recovered.recovered_from_snapshot
+    assert recovered.max_read_position >= stable
+    assert recovered.stable_position >= stable
+
+
 # ---------------------------------------------------------------- the aborted-transaction index
 
 # Kafka's design ("Exactly Once Delivery and Transactional Messaging in Kafka", sections
