@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from managed_ledger.position import Position
 
@@ -20,8 +21,11 @@ class EntryType(enum.IntEnum):
     TXN_ABORT = 2
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TxnId:
+class TxnId(NamedTuple):
+    """A tuple, as Position is: the transaction buffer hashes and orders ids on every
+    transactional entry and marker (its sorted sets bisect over them), and a frozen
+    dataclass's generated methods made that the largest part of its own cost."""
+
     most_bits: int
     least_bits: int
 

@@ -59,12 +59,6 @@ class Snapshot:
     taken_at_ms: int = 0
 
 
-def _pair(value: Position | TxnId) -> list[int]:
-    if isinstance(value, TxnId):
-        return [value.most_bits, value.least_bits]
-    return [value.ledger_id, value.entry_id]
-
-
 def _with_crc(body: bytes) -> bytes:
     return body + _CRC.pack(zlib.crc32(body))
 
@@ -137,12 +131,13 @@ class SnapshotStore:
         meta = json.dumps(
             {
                 "version": SNAPSHOT_VERSION,
-                "position": _pair(snapshot.position),
-                "max_read_position": _pair(snapshot.max_read_position),
-                "ongoing": [[*_pair(t), *_pair(p)] for t, p in snapshot.ongoing],
+                # Ids and positions are (int, int) tuples: JSON writes them as arrays.
+                "position": snapshot.position,
+                "max_read_position": snapshot.max_read_position,
+                "ongoing": [t + p for t, p in snapshot.ongoing],
                 "low_watermarks": {str(k): v for k, v in snapshot.low_watermarks.items()},
-                "committed": [[*_pair(t), *_pair(p)] for t, p in snapshot.committed],
-                "late_positions": [_pair(p) for p in snapshot.late_positions],
+                "committed": [t + p for t, p in snapshot.committed],
+                "late_positions": snapshot.late_positions,
                 "producers": {n: list(v) for n, v in snapshot.producers.items()},
                 "taken_at_ms": snapshot.taken_at_ms,
             },
