@@ -14,7 +14,8 @@ GROUPS = (
     "RC vs RU",
     "Many subscriptions",
     "Scaling: producer processes",
-    "Scaling: open transactions",
+    "Scaling: open transactions, each committed after 1 s",
+    "Scaling: open transactions at a fixed commit rate",
     "Scaling: aborted-set size",
     "Ledger append",
     "Recovery",
@@ -41,5 +42,10 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
     assert table.count("\n| ") == len(rows) + 1  # the header and a line per row
     assert "| figure | metric | value | baseline (same run) | ratio | goal | met |" in table
     assert "=== e2e" in run.stderr  # progress while it runs
-    for produced in ("aborted-set.json", "recovery.json", "ledger-100b-entries.json"):
+    for produced in (
+        "aborted-set.json",
+        "open-txns.json",
+        "recovery.json",
+        "ledger-100b-entries.json",
+    ):
         assert (tmp_path / produced).exists(), produced

@@ -664,6 +664,31 @@ async def test_a_snapshot_older_than_a_retention_deletion_keeps_the_stable_posit
     assert recovered.stable_position >= stable
 
 
+async def test_snapshots_by_count_wait_for_as_many_changes_as_there_are_open_transactions(
+    ledger,
+):
+    # A snapshot records every open transaction: with more open than every_changes,
+    # taking one every every_changes would cost each change more as more are open.
+    buffer = TransactionBuffer(ledger, SnapshotPolicy(every_changes=2, interval_s=3600))
+    await buffer.recover()
+    for sequence in (1, 2):
+        await publish(buffer, b"o", txn(sequence))
+    assert buffer.snapshots_taken == 1  # 2 changes, 2 open
+    for sequence in range(3, 7):
+        await publish(buffer, b"o", txn(sequence))
+        await publish(buffer, b"p")  # plain entries are no change
+    assert buffer.snapshots_taken == 1  # 4 changes, but 6 open
+    await buffer.end(txn(1), True, 0)
+    assert buffer.snapshots_taken == 2  # 5 changes, 5 open
+    assert [t for t, _ in buffer.snapshots.read().ongoing] == [txn(s) for s in range(2, 7)]
+    for sequence in (2, 3):
+        await buffer.end(txn(sequence), True, 0)
+    assert buffer.snapshots_taken == 2  # 2 changes, 3 open
+    await buffer.end(txn(4), True, 0)
+    assert buffer.snapshots_taken == 3  # 3 changes, 2 open
+    buffer.close(snapshot=False)
+
+
 # ---------------------------------------------------------------- the aborted-transaction index
 
 # Kafka's design ("Exactly Once Delivery and Transactional Messaging in Kafka", sections
