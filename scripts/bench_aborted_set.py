@@ -20,30 +20,18 @@ the abort; memory linear in retained aborts.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
-import json
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from bench_txn import deep_size  # scripts/ is on the path of a script
+from in_process_buffer import checkpoints_main, fresh_topic
 
 from dispatcher.read_view import CommittedReadView
-from managed_ledger import (
-    EntryHeader,
-    ManagedLedger,
-    ManagedLedgerConfig,
-    MetadataStore,
-    Position,
-    TxnId,
-)
+from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
 from txnbuffer import TransactionBuffer
 
-REPO = Path(__file__).resolve().parent.parent
 PAYLOAD = b"x" * 100
 BUILD_BATCH = 1000  # transactions appended and aborted concurrently
 FILTER_ENTRIES = 2000
@@ -109,18 +97,8 @@ def measure(ledger: ManagedLedger, buffer: TransactionBuffer, entries: list) -> 
 
 
 async def run(checkpoints: list[int]) -> list[dict]:
-    root = Path(tempfile.mkdtemp(prefix="bench-aborted-", dir=REPO / "bench-results"))
-    store = MetadataStore(root / "metadata")
     rows = []
-    try:
-        ledger = await ManagedLedger.open(
-            "persistent://public/default/aborted-set",
-            root / "ledger",
-            store,
-            ManagedLedgerConfig(fsync=False),
-        )
-        buffer = TransactionBuffer(ledger)
-        await buffer.recover()
+    async with fresh_topic("aborted-set") as (ledger, buffer):
         built = 0
         extra = 0  # aborts added by the filter samples
         for target in checkpoints:
@@ -154,11 +132,6 @@ async def run(checkpoints: list[int]) -> list[dict]:
                 f"snapshot {row['snapshot_bytes']:,} B {row['snapshot_ms']} ms, "
                 f"memory {row['memory_bytes']:,} B"
             )
-        buffer.close(snapshot=False)
-        await ledger.close()
-    finally:
-        store.close()
-        shutil.rmtree(root, ignore_errors=True)
     return rows
 
 
@@ -189,22 +162,8 @@ def report(rows: list[dict]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoints", default="0,10000,100000,1000000")
-    parser.add_argument("--json", type=Path, help="write the figures to this file")
-    args = parser.parse_args()
-    checkpoints = sorted({int(c) for c in args.checkpoints.split(",")})
-    if checkpoints[0] < 0 or len(checkpoints) < 2:
-        parser.error("--checkpoints: two or more sizes >= 0")
-    (REPO / "bench-results").mkdir(exist_ok=True)
-    result = report(asyncio.run(run(checkpoints)))
-    result["total_seconds"] = round(time.perf_counter() - _STARTED, 1)
-    print(f"total {result['total_seconds']} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    description = __doc__.split("\n\n")[0]
+    return checkpoints_main(description, "0,10000,100000,1000000", 0, run, report)
 
 
 if __name__ == "__main__":

@@ -24,23 +24,18 @@ included). Goal: flat, i.e. the buffer's share at the largest open count within
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import gc
-import json
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from bench_txn import deep_size  # scripts/ is on the path of a script
+from in_process_buffer import checkpoints_main, fresh_topic
 
-from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, MetadataStore, TxnId
+from managed_ledger import EntryHeader, ManagedLedger, TxnId
 from txnbuffer import TransactionBuffer
 
-REPO = Path(__file__).resolve().parent.parent
 PAYLOAD = b"x" * 100
 COORDINATOR = 1
 COMMITS = 2_000
@@ -170,18 +165,8 @@ async def measure(open_set: OpenSet) -> dict:
 
 
 async def run(checkpoints: list[int]) -> list[dict]:
-    root = Path(tempfile.mkdtemp(prefix="bench-open-", dir=REPO / "bench-results"))
-    store = MetadataStore(root / "metadata")
     rows = []
-    try:
-        ledger = await ManagedLedger.open(
-            "persistent://public/default/open-txns",
-            root / "ledger",
-            store,
-            ManagedLedgerConfig(fsync=False),
-        )
-        buffer = TransactionBuffer(ledger)
-        await buffer.recover()
+    async with fresh_topic("open-txns") as (ledger, buffer):
         open_set = OpenSet(ledger, buffer)
         for target in checkpoints:
             await open_set.grow_to(target)
@@ -200,11 +185,6 @@ async def run(checkpoints: list[int]) -> list[dict]:
                 f"plain append {row['plain_append_cpu_us']} us "
                 f"({row['plain_append_buffer_us']}), memory {row['memory_bytes']:,} B"
             )
-        buffer.close(snapshot=False)
-        await ledger.close()
-    finally:
-        store.close()
-        shutil.rmtree(root, ignore_errors=True)
     return rows
 
 
@@ -240,22 +220,8 @@ def report(rows: list[dict]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoints", default="1,100,1000,10000")
-    parser.add_argument("--json", type=Path, help="write the figures to this file")
-    args = parser.parse_args()
-    checkpoints = sorted({int(c) for c in args.checkpoints.split(",")})
-    if checkpoints[0] < 1 or len(checkpoints) < 2:
-        parser.error("--checkpoints: two or more open counts >= 1")
-    (REPO / "bench-results").mkdir(exist_ok=True)
-    result = report(asyncio.run(run(checkpoints)))
-    result["total_seconds"] = round(time.perf_counter() - _STARTED, 1)
-    print(f"total {result['total_seconds']} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    description = __doc__.split("\n\n")[0]
+    return checkpoints_main(description, "1,100,1000,10000", 1, run, report)
 
 
 if __name__ == "__main__":
