@@ -54,6 +54,7 @@ class Sizes:
     txn_seconds: float = 5.0  # each of the 8 runs of the transaction overhead
     raw_seconds: float = 9.0  # bench_e2e's raw run takes a third of this
     latency_iterations: int = 1000  # p99 of 300 samples was the 3rd worst: one stall
+    rpc_requests: int = 3000
     rc_ru_prefill: int = 500_000  # fits the 64 MB entry cache: both drains read memory
     many_subscriptions: int = 100
     many_subs_messages: int = 20_000
@@ -75,6 +76,7 @@ QUICK = Sizes(
     txn_seconds=1.0,
     raw_seconds=3.0,
     latency_iterations=20,
+    rpc_requests=200,
     rc_ru_prefill=5_000,
     many_subscriptions=4,
     many_subs_messages=2_000,
@@ -318,6 +320,32 @@ def fig_txn(sizes: Sizes, ctx: dict) -> list[Row]:
             note=f"commit call p99 {ends['end_latency'].get('p99_ms')} ms",
         )
     )
+    costs = run_script(
+        "bench_rpc_cost.py", ctx["out"] / "rpc-cost.json", "--requests", str(sizes.rpc_requests)
+    )
+    bare = costs["bare"]["server_cpu_us"]
+    for key, label in (
+        ("open_txn", "open a transaction"),
+        ("send_in_txn", "1-message send in a transaction"),
+        ("commit_one_topic", "commit 1 message on 1 topic (2 fsyncs)"),
+    ):
+        rows.append(
+            Row(
+                "Transactions",
+                f"broker CPU per request: {label} (bench_rpc_cost)",
+                costs["broker"][key]["server_cpu_us"],
+                "us",
+                "a bare grpc.aio server's unary call",
+                bare,
+                note=f"{costs['broker'][key]['requests_per_s']:,}/s at 64 in flight"
+                + (
+                    f"; open + send + commit: {costs['txn_cpu_us']:,} us, at most "
+                    f"~{1e6 / costs['txn_cpu_us']:,.0f} commits/s on one core"
+                    if key == "commit_one_topic"
+                    else ""
+                ),
+            )
+        )
     return rows
 
 

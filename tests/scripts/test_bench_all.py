@@ -45,6 +45,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
     for produced in (
         "aborted-set.json",
         "open-txns.json",
+        "rpc-cost.json",
         "recovery.json",
         "ledger-100b-entries.json",
     ):
