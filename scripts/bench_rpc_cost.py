@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from results_file import finish  # scripts/ is on the path of a script
 
 from stableline.aio import Client
 from stableline.testing import temporary_broker
@@ -175,13 +175,7 @@ def main() -> int:
     (REPO / "bench-results").mkdir(exist_ok=True)
     result = run(args.requests)
     report(result)
-    result["total_seconds"] = round(time.perf_counter() - _STARTED, 1)
-    print(f"total {result['total_seconds']} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    return finish(result, _STARTED, args.json)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+
+from results_file import finish
 
 from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
 from txnbuffer import TransactionBuffer
@@ -61,10 +62,4 @@ def checkpoints_main(
     if checkpoints[0] < minimum or len(checkpoints) < 2:
         parser.error(f"--checkpoints: two or more sizes >= {minimum}")
     result = report(asyncio.run(run(checkpoints)))
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    print(f"total {result['total_seconds']} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0
+    return finish(result, started, args.json)
