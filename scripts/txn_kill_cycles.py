@@ -45,6 +45,7 @@ ABORT_FRACTION = 0.2
 TXN_TIMEOUT_MS = 3000
 SNAPSHOT_EVERY_CHANGES = 50
 SETTLE_TIMEOUT_S = 30.0
+WORKLOAD_TIMEOUT_S = 5.0
 CYCLE_START_STRIDE = 10_000_000  # each cycle's indexes: cycle * stride + worker * 1e6 + n
 WORKER_STRIDE = 1_000_000
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +58,11 @@ async def workload(service_url: str, start: int, seed: int) -> None:
     def emit(*fields: object) -> None:
         print(*fields, flush=True)
 
-    async with stableline.aio.Client(service_url) as client:
+    # After the kill, requests retried across the outage give up this long after it
+    # and the child exits: the default 30 s was most of each cycle's time.
+    async with stableline.aio.Client(
+        service_url, operation_timeout_seconds=WORKLOAD_TIMEOUT_S
+    ) as client:
         to_a = await client.create_producer(TOPIC_A)
         to_b = await client.create_producer(TOPIC_B)
 

@@ -27,7 +27,9 @@ def main(service_url: str, topic: str, start: int) -> None:
 
         return callback
 
-    with stableline.Client(service_url) as client:
+    # Once the broker is killed, pending sends fail after the operation timeout and
+    # this process exits: the default 30 s would be most of each crash cycle.
+    with stableline.Client(service_url, operation_timeout_seconds=5.0) as client:
         producer = client.create_producer(topic, batching_max_messages=50)
         index = start
         while not failed.is_set():

@@ -45,9 +45,14 @@ def _txn_status(broker, txn_id: tuple[int, int]) -> str:
     return broker.admin(path)["status"]
 
 
+# A client whose broker the test kills mid-request: its request, retried across the
+# outage, gives up this long after the kill (the default 30 s would only be waited out).
+KILLED_CLIENT_TIMEOUT_S = 5.0
+
+
 def _end_in_background(end) -> threading.Thread:
-    """txn.commit or txn.abort from a thread: it hangs at the failpoint and fails with
-    the kill; the restart decides what happened."""
+    """txn.commit or txn.abort from a thread: it hangs at the failpoint, and fails once
+    the kill has lasted KILLED_CLIENT_TIMEOUT_S; the restart decides what happened."""
 
     def run() -> None:
         with contextlib.suppress(stableline.StableLineError):
@@ -71,7 +76,9 @@ def _start_with_failpoints(broker, spec: str) -> None:
 )
 def test_a_kill_during_commit_ends_with_the_commit_on_every_topic(broker, wait, failpoint):
     _start_with_failpoints(broker, failpoint)
-    with stableline.Client(broker.service_url) as client:
+    with stableline.Client(
+        broker.service_url, operation_timeout_seconds=KILLED_CLIENT_TIMEOUT_S
+    ) as client:
         txn = client.new_transaction(timeout_ms=60_000)
         client.create_producer("kill-a").send(b"a", txn=txn)
         client.create_producer("kill-b").send(b"b", txn=txn)
@@ -99,7 +106,9 @@ def test_a_kill_during_commit_ends_with_the_commit_on_every_topic(broker, wait, 
 
 def test_a_kill_during_abort_leaves_nothing_visible_and_nothing_open(broker, wait):
     _start_with_failpoints(broker, "txn-decided")
-    with stableline.Client(broker.service_url) as client:
+    with stableline.Client(
+        broker.service_url, operation_timeout_seconds=KILLED_CLIENT_TIMEOUT_S
+    ) as client:
         txn = client.new_transaction(timeout_ms=60_000)
         client.create_producer("kill-abort").send(b"x", txn=txn)
         client.create_producer("kill-abort").send(b"plain")
