@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from results_file import finish  # scripts/ is on the path of a script
 
 from stableline.aio import Client
+from stableline.perf.coordination import process_cpu_seconds
 from stableline.testing import temporary_broker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,11 +39,6 @@ _STARTED = time.perf_counter()
 
 def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stableline.perf.coordination import process_cpu_seconds
+
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 _POLL_S = 0.02
@@ -152,13 +154,10 @@ class BrokerProcess:
         self.process.send_signal(signum)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU of the running broker so far (Linux /proc)."""
-        try:
-            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        except (OSError, AttributeError):
+        """User + system CPU of the running broker so far (Linux /proc); NaN if none runs."""
+        if self.process is None:
             return float("nan")
-        fields = stat.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.process.pid)
 
 
 @contextlib.contextmanager
