@@ -324,26 +324,25 @@ def fig_txn(sizes: Sizes, ctx: dict) -> list[Row]:
         "bench_rpc_cost.py", ctx["out"] / "rpc-cost.json", "--requests", str(sizes.rpc_requests)
     )
     bare = costs["bare"]["server_cpu_us"]
-    for key, label in (
-        ("open_txn", "open a transaction"),
-        ("send_in_txn", "1-message send in a transaction"),
-        ("commit_one_topic", "commit 1 message on 1 topic (2 fsyncs)"),
+    per_txn = (
+        f"; open + send + commit: {costs['txn_cpu_us']:,} us, at most "
+        f"~{1e6 / costs['txn_cpu_us']:,.0f} commits/s on one core"
+    )
+    for key, label, more in (
+        ("open_txn", "open a transaction", ""),
+        ("send_in_txn", "1-message send in a transaction", ""),
+        ("commit_one_topic", "commit 1 message on 1 topic (2 fsyncs)", per_txn),
     ):
+        cost = costs["broker"][key]
         rows.append(
             Row(
                 "Transactions",
                 f"broker CPU per request: {label} (bench_rpc_cost)",
-                costs["broker"][key]["server_cpu_us"],
+                cost["server_cpu_us"],
                 "us",
                 "a bare grpc.aio server's unary call",
                 bare,
-                note=f"{costs['broker'][key]['requests_per_s']:,}/s at 64 in flight"
-                + (
-                    f"; open + send + commit: {costs['txn_cpu_us']:,} us, at most "
-                    f"~{1e6 / costs['txn_cpu_us']:,.0f} commits/s on one core"
-                    if key == "commit_one_topic"
-                    else ""
-                ),
+                note=f"{cost['requests_per_s']:,}/s at {costs['in_flight']} in flight{more}",
             )
         )
     return rows
@@ -483,10 +482,19 @@ def fig_scaling(sizes: Sizes, ctx: dict) -> list[Row]:
     out = ctx["out"] / "open-txns.json"
     opened = run_script("bench_open_txns.py", out, "--checkpoints", sizes.open_txn_checkpoints)
     first, last = opened["checkpoints"][0], opened["checkpoints"][-1]
-    for key, label, info_key in (
-        ("commit_buffer_us", "commit (and a new one opened), in the buffer", "commit_cpu_us"),
-        ("txn_append_buffer_us", "transactional entry, in the buffer", "txn_append_cpu_us"),
-        ("plain_append_buffer_us", "plain entry, in the buffer", "plain_append_cpu_us"),
+    snapshot = (
+        f"; snapshot of {last['open']:,} open: {last['snapshot_bytes']:,} B in "
+        f"{last['snapshot_ms']} ms; {last['memory_bytes_per_open']} B per open txn"
+    )
+    for key, label, info_key, more in (
+        (
+            "commit_buffer_us",
+            "commit (and a new one opened), in the buffer",
+            "commit_cpu_us",
+            snapshot,
+        ),
+        ("txn_append_buffer_us", "transactional entry, in the buffer", "txn_append_cpu_us", ""),
+        ("plain_append_buffer_us", "plain entry, in the buffer", "plain_append_cpu_us", ""),
     ):
         rows.append(
             Row(
@@ -498,14 +506,8 @@ def fig_scaling(sizes: Sizes, ctx: dict) -> list[Row]:
                 first[key],
                 "<= 2x",
                 last[key] <= 2 * first[key],
-                note=f"whole operation {last[info_key]} us CPU (at {first['open']:,}: "
-                f"{first[info_key]})"
-                + (
-                    f"; snapshot of {last['open']:,} open: {last['snapshot_bytes']:,} B in "
-                    f"{last['snapshot_ms']} ms; {last['memory_bytes_per_open']} B per open txn"
-                    if key == "commit_buffer_us"
-                    else ""
-                ),
+                note=f"whole operation {last[info_key]} us CPU "
+                f"(at {first['open']:,}: {first[info_key]}){more}",
             )
         )
     out = ctx["out"] / "aborted-set.json"

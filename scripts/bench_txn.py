@@ -339,7 +339,7 @@ async def _prefill(client, topic: str, sizes: Sizes) -> tuple[int, int]:
     return counts["committed"], counts["aborted"]
 
 
-RC_NAME, RU_NAME = "READ_COMMITTED", "READ_UNCOMMITTED"
+RC_NAME, RU_NAME = RC.name, RU.name
 
 
 async def bench_rc_vs_ru(sizes: Sizes) -> dict:

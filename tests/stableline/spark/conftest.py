@@ -18,9 +18,9 @@ def pytest_collection_finish(session) -> None:
     stdin pipe the gateway watches, and it exits before it sends its port ("Java
     gateway process exited before sending its port number"): the bank demo did, 2
     times in 7, until it started Spark first. Here, before any test, there are none."""
-    here = Path(__file__).parent
     if session.config.option.collectonly:
         return
+    here = Path(__file__).parent
     if any(here in Path(item.path).parents for item in session.items):
         from stableline.spark import local_session
 
