@@ -4,7 +4,8 @@ It holds ledger lists, cursors and (for the other engines) transaction-buffer
 snapshots and the coordinator log, each in its own named database. Writes are
 not fsynced one by one: callers that need durability (a new ledger in the list)
 ask for `sync()`; cursor positions are synced in the background, so a crash may
-redeliver the last acknowledgements but never loses data.
+redeliver the last acknowledgements but never loses data. One process at a time
+opens a store: it holds the directory's lock (data_dir_lock.py) until close().
 """
 
 from __future__ import annotations
@@ -17,20 +18,27 @@ from typing import Any
 
 import lmdb
 
+from managed_ledger.data_dir_lock import DataDirLock
+
 DATABASES = (b"ledgers", b"cursors", b"snapshots", b"coordinator", b"broker")
 
 
 class MetadataStore:
     def __init__(self, path: Path, map_size: int = 1 << 34):
-        path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(
-            str(path),
-            map_size=map_size,
-            max_dbs=len(DATABASES) + 4,
-            sync=False,
-            metasync=False,
-            writemap=False,
-        )
+        # Before LMDB opens anything: DataDirInUseError if another process has it.
+        self._lock = DataDirLock.acquire(path)
+        try:
+            self._env = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=len(DATABASES) + 4,
+                sync=False,
+                metasync=False,
+                writemap=False,
+            )
+        except BaseException:
+            self._lock.release()
+            raise
         self._dbs = {name: self._env.open_db(name) for name in DATABASES}
         # Group sync: callers waiting for durability share one fsync, run off the loop.
         self._sync_waiters: asyncio.Future | None = None
@@ -121,3 +129,4 @@ class MetadataStore:
     def close(self) -> None:
         self._env.sync(True)
         self._env.close()
+        self._lock.release()

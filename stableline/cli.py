@@ -23,7 +23,14 @@ DEFAULT_SERVICE = "127.0.0.1:6650"
 DEFAULT_ADMIN = "http://127.0.0.1:8080"
 
 
+class _Refused(click.ClickException):
+    """A one-line refusal (`Error: ...` on stderr) with the usage-error exit code."""
+
+    exit_code = 2
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="stableline", prog_name="stableline")
 def main() -> None:
     """stableline: a message broker with transactions you can trust."""
 
@@ -55,7 +62,7 @@ def serve(
 ) -> None:
     """Start a broker."""
     from stableline.broker.config import load_config
-    from stableline.broker.server import run
+    from stableline.broker.server import StartupError, lock_data_dir, run
 
     try:
         config = load_config(
@@ -67,10 +74,19 @@ def serve(
                 **serve_security_overrides(),
             },
         )
-        config = finish_serve_config(config)
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
-    run(config)
+    try:
+        # Held until the process ends, taken before anything writes under the data
+        # dir (--secure's files included): a second broker stops here.
+        lock_data_dir(config.data_dir)
+        try:
+            config = finish_serve_config(config)
+        except (ValueError, OSError) as error:
+            raise click.UsageError(str(error)) from None
+        run(config)
+    except StartupError as error:
+        raise _Refused(str(error)) from None
 
 
 def _isolation(value: str):

@@ -41,6 +41,10 @@ class ConnectionTable:
     def __len__(self) -> int:
         return len(self._open_calls)
 
+    def open_calls(self) -> int:
+        """Calls (streams included) open now, over every counted peer."""
+        return sum(self._open_calls.values())
+
     def enter(self, peer: str) -> bool:
         """Count one more call of `peer`; False (nothing counted) when it would be one
         connection too many."""

@@ -1,14 +1,26 @@
-"""The broker process: storage, topic registry, gRPC and HTTP faces, clean shutdown."""
+"""The broker process: storage, topic registry, gRPC and HTTP faces, clean shutdown.
+
+Startup refuses, before it recovers or writes anything, a data dir another process
+holds (managed_ledger/data_dir_lock.py) and a listen address already taken; either
+is a `StartupError` whose text is the one line an operator needs (what, where, which
+flag to change). Ready, the log says what runs where; on SIGTERM it says what the
+shutdown waits for and when it is done.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
+import importlib.metadata
 import json
 import logging
 import signal
+import socket
 import sys
+import time
+from pathlib import Path
 
 import grpc
 from aiohttp import web
@@ -16,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from managed_ledger import MetadataStore
+from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
@@ -39,11 +52,69 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0
 
 
+class StartupError(Exception):
+    """The broker cannot start; the text is one line naming the cause and the fix."""
+
+
+def lock_data_dir(data_dir: Path) -> DataDirLock:
+    """Hold `data_dir` for this process (its metadata store's lock) or refuse.
+
+    The command line takes it before anything writes under the data dir; the broker's
+    metadata store shares it (the lock counts holders within a process).
+    """
+    try:
+        return DataDirLock.acquire(data_dir / "metadata")
+    except DataDirInUseError as error:
+        raise _data_dir_in_use(data_dir, error) from None
+    except OSError as error:  # not writable, not a directory, ...
+        raise StartupError(f"cannot use data dir {data_dir}: {error}") from None
+
+
+def _data_dir_in_use(data_dir: Path, error: DataDirInUseError) -> StartupError:
+    holder = f"pid {error.pid}" if error.pid is not None else "another process"
+    return StartupError(
+        f"data dir {data_dir.resolve()} is in use by {holder}; stop that broker "
+        f"or pass another --data-dir"
+    )
+
+
 def _split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def _cannot_listen(face: str, flag: str, address: str, reason: str) -> StartupError:
+    return StartupError(f"cannot listen for {face} on {address}: {reason}; pass another {flag}")
+
+
+def _check_address_free(face: str, flag: str, address: str) -> None:
+    """Refuse an address something already listens on, before recovery starts.
+
+    A probe, bound with SO_REUSEADDR as both servers bind (so a port left in
+    TIME_WAIT is free) and closed at once; the real bind reports a race the same way.
+    """
+    try:
+        host, port = _split_address(address)
+    except ValueError as error:
+        raise _cannot_listen(face, flag, address, str(error)) from None
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+    except OSError as error:
+        reason = (
+            "the address is in use"
+            if error.errno == errno.EADDRINUSE
+            else (error.strerror or str(error))
+        )
+        raise _cannot_listen(face, flag, address, reason) from None
 
 
 class Broker:
@@ -65,8 +136,15 @@ class Broker:
     async def start(self) -> None:
         config = self.config
         security_settings = SecuritySettings.from_config(config)
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = MetadataStore(config.metadata_dir)
+        # The store first: it holds the data dir's lock (see lock_data_dir), so a
+        # second owner is refused before anything else under the data dir is opened.
+        assert config.metadata_dir == config.data_dir / "metadata"
+        try:
+            self.store = MetadataStore(config.metadata_dir)
+        except DataDirInUseError as error:
+            raise _data_dir_in_use(config.data_dir, error) from None
+        _check_address_free("gRPC", "--grpc HOST:PORT", config.grpc_address)
+        _check_address_free("HTTP", "--http HOST:PORT", config.http_address)
         self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
         self.coordinator = TransactionCoordinator(
@@ -125,9 +203,14 @@ class Broker:
             ),
             self._grpc,
         )
-        self.grpc_port = self.security.add_grpc_port(self._grpc, config.grpc_address)
+        try:
+            self.grpc_port = self.security.add_grpc_port(self._grpc, config.grpc_address)
+        except RuntimeError as error:  # grpc's "Failed to bind to address ..."
+            raise _cannot_listen(
+                "gRPC", "--grpc HOST:PORT", config.grpc_address, str(error)
+            ) from None
         if self.grpc_port == 0:
-            raise OSError(f"cannot listen for gRPC on {config.grpc_address}")
+            raise _cannot_listen("gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed")
         await self._grpc.start()
 
         http_app = make_app(self.registry, self.coordinator)
@@ -139,13 +222,20 @@ class Broker:
         site = web.TCPSite(
             self._http, host, port, reuse_address=True, ssl_context=self.security.http_ssl_context()
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            reason = (
+                "the address is in use"
+                if error.errno == errno.EADDRINUSE
+                else (error.strerror or str(error))
+            )
+            raise _cannot_listen("HTTP", "--http HOST:PORT", config.http_address, reason) from None
         self.http_port = site._server.sockets[0].getsockname()[1]
 
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._sync_task = asyncio.create_task(self._sync_metadata())
-        log.info("broker ready: grpc port %d, http port %d", self.grpc_port, self.http_port)
 
     async def _sync_metadata(self) -> None:
         # Cursor positions are written without fsync; make them durable periodically.
@@ -155,10 +245,29 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
-        log.info("broker stopping")
+        started = time.monotonic()
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
+            calls, clients = self.connections.open_calls(), len(self.connections)
+            if calls:
+                # Streams (producers, consumers) end only when their clients close
+                # them, so with any open the whole grace is waited for.
+                log.info(
+                    "stopping: %d gRPC call(s) open (streams included) from %d client(s); "
+                    "waiting up to %.0f s for them to finish, then cancelling the rest",
+                    calls,
+                    clients,
+                    SHUTDOWN_GRACE_S,
+                )
+            else:
+                log.info("stopping: no gRPC calls open")
             await self._grpc.stop(SHUTDOWN_GRACE_S)
+            left = self.connections.open_calls()
+            log.info(
+                "gRPC server stopped after %.1f s%s",
+                time.monotonic() - started,
+                f" ({left} call(s) still open were cancelled)" if left else "",
+            )
         if self._http is not None:
             await self._http.cleanup()
         if self._sync_task is not None:
@@ -171,12 +280,51 @@ class Broker:
             await self.registry.close()
         if self.store is not None:
             self.store.close()
-        log.info("broker stopped")
+        if self.registry is not None:  # a start refused before recovery says nothing more
+            log.info("broker stopped after %.1f s", time.monotonic() - started)
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when run from a bare tree)."""
+    try:
+        return importlib.metadata.version("stableline")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _log_banner(broker: Broker, took_s: float) -> None:
+    """What runs where, for the operator reading the log."""
+    config, settings = broker.config, broker.security.settings
+    grpc_host = config.grpc_address.rpartition(":")[0]
+    http_host = config.http_address.rpartition(":")[0]
+    http_url = f"{'https' if settings.tls else 'http'}://{http_host}:{broker.http_port}"
+    security = []
+    if settings.tls is not None:
+        security.append("TLS")
+    if settings.authentication_enabled:
+        security.append("token authentication")
+    if settings.authorization_enabled:
+        security.append("authorization")
+    log.info("stableline %s ready in %.1f s", version(), took_s)
+    log.info("data dir: %s", config.data_dir.resolve())
+    log.info("gRPC (clients' service URL): %s:%d", grpc_host, broker.grpc_port)
+    log.info("HTTP admin: %s   dashboard: %s/", http_url, http_url)
+    log.info(
+        "security: %s",
+        "on (" + ", ".join(security) + ")" if security else "off (plaintext, no tokens)",
+    )
 
 
 async def serve(config: BrokerConfig) -> None:
+    started = time.monotonic()
     broker = Broker(config)
-    await broker.start()
+    try:
+        await broker.start()
+    except Exception:
+        # Whatever opened before the failure is closed (topics, metadata, the lock).
+        await broker.stop()
+        raise
+    _log_banner(broker, time.monotonic() - started)
     # One line on stdout that tools and tests can read for the bound ports.
     print(
         json.dumps(
@@ -200,6 +348,7 @@ async def serve(config: BrokerConfig) -> None:
 
 
 def run(config: BrokerConfig) -> None:
+    """Serve until SIGTERM/SIGINT; StartupError (one line) if the broker cannot start."""
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
