@@ -205,12 +205,12 @@ class Broker:
         )
         try:
             self.grpc_port = self.security.add_grpc_port(self._grpc, config.grpc_address)
-        except RuntimeError as error:  # grpc's "Failed to bind to address ..."
-            raise _cannot_listen(
-                "gRPC", "--grpc HOST:PORT", config.grpc_address, str(error)
-            ) from None
+        except RuntimeError:  # grpc's "Failed to bind to address ..." (it logs why)
+            self.grpc_port = 0
         if self.grpc_port == 0:
-            raise _cannot_listen("gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed")
+            raise _cannot_listen(
+                "gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed (in use?)"
+            )
         await self._grpc.start()
 
         http_app = make_app(self.registry, self.coordinator)
