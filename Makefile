@@ -11,13 +11,13 @@ DATA_DIR ?= ./stableline-data
 $(VENV)/.base-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e .
+	$(PY) -m pip install --quiet -e .
 	touch $@
 
 $(VENV)/.all-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --config-settings editable_mode=compat -e ".[dev,spark]"
+	$(PY) -m pip install --quiet -e ".[dev,spark]"
 	touch $(VENV)/.base-installed $@
 
 run: $(VENV)/.base-installed
