@@ -4,7 +4,10 @@
 prints its `ready` event. It restarts on the same data dir and ports; kill() is
 SIGKILL. Its stdout (one JSON event a line) and stderr (the log) go to files
 beside the data dir, one pair per run, so nothing blocks on a full pipe and the
-log of a killed run stays readable.
+log of a killed run stays readable. The broker's stdout carries only those events
+(its log goes to stderr), which is why the `ready` line is read from there. A
+broker that exits before it is ready (its data dir held by another, a port taken)
+raises `BrokerExited` whose first line is the broker's own one-line reason.
 """
 
 from __future__ import annotations
@@ -28,6 +31,16 @@ from stableline.perf.coordination import process_cpu_seconds
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 _POLL_S = 0.02
+
+
+class BrokerExited(RuntimeError):
+    """The broker process ended before the awaited event."""
+
+    def __init__(self, returncode: int, event: str, log: str):
+        self.returncode = returncode
+        lines = log.strip().splitlines()
+        reason = lines[-1] if lines else "no log"
+        super().__init__(f"broker exited with {returncode} before {event!r}: {reason}\n{log}")
 
 
 @dataclass
@@ -111,9 +124,7 @@ class BrokerProcess:
                 if event.get("event") == name:
                     return event
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"broker exited with {self.process.returncode} before {name!r}\n{self.log()}"
-                )
+                raise BrokerExited(self.process.returncode, name, self.log())
             if time.monotonic() > deadline:
                 self.process.kill()
                 raise RuntimeError(f"no {name!r} event within {timeout_s} s\n{self.log()}")
