@@ -79,7 +79,7 @@ def serve(
     try:
         # Held until the process ends, taken before anything writes under the data
         # dir (--secure's files included): a second broker stops here.
-        lock_data_dir(config.data_dir)
+        lock_data_dir(config)
         try:
             config = finish_serve_config(config)
         except (ValueError, OSError) as error:

@@ -56,18 +56,18 @@ class StartupError(Exception):
     """The broker cannot start; the text is one line naming the cause and the fix."""
 
 
-def lock_data_dir(data_dir: Path) -> DataDirLock:
-    """Hold `data_dir` for this process (its metadata store's lock) or refuse.
+def lock_data_dir(config: BrokerConfig) -> DataDirLock:
+    """Hold the data dir for this process (its metadata store's lock) or refuse.
 
     The command line takes it before anything writes under the data dir; the broker's
     metadata store shares it (the lock counts holders within a process).
     """
     try:
-        return DataDirLock.acquire(data_dir / "metadata")
+        return DataDirLock.acquire(config.metadata_dir)
     except DataDirInUseError as error:
-        raise _data_dir_in_use(data_dir, error) from None
+        raise _data_dir_in_use(config.data_dir, error) from None
     except OSError as error:  # not writable, not a directory, ...
-        raise StartupError(f"cannot use data dir {data_dir}: {error}") from None
+        raise StartupError(f"cannot use data dir {config.data_dir}: {error}") from None
 
 
 def _data_dir_in_use(data_dir: Path, error: DataDirInUseError) -> StartupError:
@@ -87,6 +87,12 @@ def _split_address(address: str) -> tuple[str, int]:
 
 def _cannot_listen(face: str, flag: str, address: str, reason: str) -> StartupError:
     return StartupError(f"cannot listen for {face} on {address}: {reason}; pass another {flag}")
+
+
+def _bind_failure(error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return "the address is in use"
+    return error.strerror or str(error)
 
 
 def _check_address_free(face: str, flag: str, address: str) -> None:
@@ -109,12 +115,7 @@ def _check_address_free(face: str, flag: str, address: str) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(sockaddr)
     except OSError as error:
-        reason = (
-            "the address is in use"
-            if error.errno == errno.EADDRINUSE
-            else (error.strerror or str(error))
-        )
-        raise _cannot_listen(face, flag, address, reason) from None
+        raise _cannot_listen(face, flag, address, _bind_failure(error)) from None
 
 
 class Broker:
@@ -138,7 +139,6 @@ class Broker:
         security_settings = SecuritySettings.from_config(config)
         # The store first: it holds the data dir's lock (see lock_data_dir), so a
         # second owner is refused before anything else under the data dir is opened.
-        assert config.metadata_dir == config.data_dir / "metadata"
         try:
             self.store = MetadataStore(config.metadata_dir)
         except DataDirInUseError as error:
@@ -225,12 +225,9 @@ class Broker:
         try:
             await site.start()
         except OSError as error:
-            reason = (
-                "the address is in use"
-                if error.errno == errno.EADDRINUSE
-                else (error.strerror or str(error))
-            )
-            raise _cannot_listen("HTTP", "--http HOST:PORT", config.http_address, reason) from None
+            raise _cannot_listen(
+                "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
+            ) from None
         self.http_port = site._server.sockets[0].getsockname()[1]
 
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
@@ -262,11 +259,13 @@ class Broker:
             else:
                 log.info("stopping: no gRPC calls open")
             await self._grpc.stop(SHUTDOWN_GRACE_S)
-            left = self.connections.open_calls()
+            waited = time.monotonic() - started
             log.info(
-                "gRPC server stopped after %.1f s%s",
-                time.monotonic() - started,
-                f" ({left} call(s) still open were cancelled)" if left else "",
+                "gRPC server stopped after %.1f s: %s",
+                waited,
+                "the grace ran out and the calls still open were cancelled"
+                if waited >= SHUTDOWN_GRACE_S
+                else "every call had finished",
             )
         if self._http is not None:
             await self._http.cleanup()

@@ -137,8 +137,21 @@ def test_sigterm_with_a_consumer_connected_says_what_it_waits_for_and_when_done(
         r"waiting up to 5 s for them to finish, then cancelling the rest",
         log,
     ), log
-    assert re.search(r"gRPC server stopped after \d+\.\d s", log), log
+    assert re.search(
+        r"gRPC server stopped after \d+\.\d s: the grace ran out and the calls still open "
+        r"were cancelled",
+        log,
+    ), log
     assert re.search(r"broker stopped after \d+\.\d s", log), log
+
+
+def test_sigterm_without_calls_open_stops_at_once_and_says_so(tmp_path):
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    assert broker.stop() == 0
+    log = broker.log()
+    assert "stopping: no gRPC calls open" in log
+    assert re.search(r"gRPC server stopped after \d+\.\d s: every call had finished", log), log
 
 
 def test_version_option_prints_the_installed_version():
