@@ -338,8 +338,7 @@ class Subscription:
             holder = self._held_for_txn.get(position)
             if holder is not None and holder != txn_id:
                 raise InvalidAckError(
-                    f"message {position}:{batch_index} is acknowledged in open transaction "
-                    f"{holder.most_bits}:{holder.least_bits}"
+                    f"message {position}:{batch_index} is acknowledged in open transaction {holder}"
                 )
             self._check_batch_index(position, batch_index, self._num_messages(position))
         for position, _batch_index in message_ids:

@@ -8,6 +8,7 @@ is stored and dispatched byte for byte.
 from __future__ import annotations
 
 import enum
+import re
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -30,7 +31,25 @@ class TxnId(NamedTuple):
     least_bits: int
 
     def __str__(self) -> str:
-        return f"({self.most_bits},{self.least_bits})"
+        """The one text form, "most:least" (admin JSON, errors, Spark, the CLI)."""
+        return f"{self.most_bits}:{self.least_bits}"
+
+    @classmethod
+    def parse(cls, text: str) -> TxnId:
+        """ "most:least" (two unsigned 64-bit decimals) -> TxnId; ValueError otherwise."""
+        match = _TXN_ID_TEXT.fullmatch(text)
+        if match is not None:
+            most, least = int(match[1]), int(match[2])
+            if most < 2**64 and least < 2**64:
+                return cls(most, least)
+        raise ValueError(
+            f"not a transaction id {text!r}: expected 'most:least', two whole numbers "
+            "from 0 to 2**64-1 (e.g. '0:17')"
+        )
+
+
+# ASCII digits only: int() alone would also take '+1', ' 1', '1_0' and other scripts' digits.
+_TXN_ID_TEXT = re.compile(r"([0-9]+):([0-9]+)")
 
 
 # type, flags, num_messages, publish_time_ms, sequence_id, txn most, txn least,

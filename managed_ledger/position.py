@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 _MAX = 2**63 - 1
+# ASCII digits only: int() alone would also take '+1', ' 1', '1_0' and other scripts' digits.
+_POSITION_TEXT = re.compile(r"(-?[0-9]+):(-?[0-9]+)")
 
 
 class Position(NamedTuple):
@@ -20,11 +23,14 @@ class Position(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        ledger, _, entry = text.partition(":")
-        try:
-            return cls(int(ledger), int(entry))
-        except ValueError:
-            raise ValueError(f"not a position {text!r}: expected 'ledger_id:entry_id'") from None
+        """ "ledger:entry" (the text __str__ makes) -> Position; ValueError otherwise."""
+        match = _POSITION_TEXT.fullmatch(text)
+        if match is None:
+            raise ValueError(
+                f"not a position {text!r}: expected 'ledger_id:entry_id', two whole "
+                "numbers (e.g. '3:120'; -1 stands before the first)"
+            )
+        return cls(int(match[1]), int(match[2]))
 
     def next_in_ledger(self) -> Position:
         return Position(self.ledger_id, self.entry_id + 1)

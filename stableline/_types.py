@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -76,6 +77,34 @@ class MessageId:
 
 MessageId.earliest = MessageId(-1, -1, -1)
 MessageId.latest = MessageId(_MAX, _MAX, -1)
+
+# The project's text forms on the client's side: a position is "ledger:entry", a
+# transaction id "most:least". The engines' Position and TxnId (managed_ledger) make
+# and parse the same text; the client never imports the engines, so the forms are
+# written twice and tests/stableline/test_text_forms.py holds both sides to one.
+_POSITION_TEXT = re.compile(r"(-?[0-9]+):(-?[0-9]+)")  # ASCII digits, as the engines'
+
+
+def position_text(position: MessageId) -> str:
+    """ "ledger:entry" of the entry a message id names (its batch index left out)."""
+    return f"{position.ledger_id}:{position.entry_id}"
+
+
+def parse_position(text: str) -> MessageId:
+    """ "ledger:entry" -> the MessageId of that whole entry (batch index -1)."""
+    match = _POSITION_TEXT.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"not a position {text!r}: expected 'ledger_id:entry_id', two whole "
+            "numbers (e.g. '3:120'; -1 stands before the first)"
+        )
+    return MessageId(int(match[1]), int(match[2]))
+
+
+def txn_id_text(txn_id: tuple[int, int]) -> str:
+    """ "most:least": how a transaction id (`txn.id`, `msg.txn_id()`) is written."""
+    most_bits, least_bits = txn_id
+    return f"{most_bits}:{least_bits}"
 
 
 class DeliveredEntry:

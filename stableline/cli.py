@@ -324,6 +324,7 @@ def txn_produce(
 ) -> None:
     """Send messages to TOPIC in one transaction, then commit (or abort) it."""
     import stableline
+    from stableline._types import txn_id_text
 
     with stableline.Client(service_url, **client_credentials()) as client:
         try:
@@ -334,8 +335,10 @@ def txn_produce(
             transaction.abort() if abort else transaction.commit()
         except stableline.StableLineError as error:
             raise click.ClickException(f"{type(error).__name__}: {error}") from None
-    txn_text = f"{transaction.id[0]}:{transaction.id[1]}"
-    click.echo(f"transaction {txn_text} {transaction.state}: {len(messages)} message(s) to {topic}")
+    click.echo(
+        f"transaction {txn_id_text(transaction.id)} {transaction.state}: "
+        f"{len(messages)} message(s) to {topic}"
+    )
 
 
 if __name__ == "__main__":

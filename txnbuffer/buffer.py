@@ -530,5 +530,5 @@ class TransactionBuffer:
 
     def _oldest_ongoing(self) -> dict | None:
         for txn_id, first in self.ongoing.items():
-            return {"txnId": f"{txn_id.most_bits}:{txn_id.least_bits}", "firstPosition": str(first)}
+            return {"txnId": str(txn_id), "firstPosition": str(first)}
         return None

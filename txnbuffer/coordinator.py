@@ -123,7 +123,7 @@ class TxnMetadata:
     def describe(self) -> dict:
         """The transactionMetadata document (Pulsar's field names where they exist)."""
         return {
-            "txnId": f"{self.txn_id.most_bits}:{self.txn_id.least_bits}",
+            "txnId": str(self.txn_id),
             "status": self.state.value,
             "openTimestamp": self.opened_ms,
             "timeoutAt": self.opened_ms + self.timeout_ms,
@@ -299,7 +299,7 @@ class TransactionCoordinator:
         )
         if meta is None:
             raise TransactionNotFoundError(
-                f"transaction {txn_id.most_bits}:{txn_id.least_bits} is not known to coordinator "
+                f"transaction {txn_id} is not known to coordinator "
                 f"{self.coordinator_id} (never opened, or ended more than {ENDED_RETENTION_S:.0f}s ago)"
             )
         return meta
@@ -308,8 +308,7 @@ class TransactionCoordinator:
         meta = self.get(txn_id)
         if meta.state is not TxnState.OPEN:
             raise TransactionEndedError(
-                f"transaction {txn_id.most_bits}:{txn_id.least_bits} is {meta.state.value}; "
-                "start a new transaction"
+                f"transaction {txn_id} is {meta.state.value}; start a new transaction"
             )
         return meta
 
@@ -338,9 +337,7 @@ class TransactionCoordinator:
         if meta.state is TxnState.OPEN:
             self._decide(meta, TxnState.COMMITTING if commit else TxnState.ABORTING)
         elif meta.state.commits != commit or meta.state.terminal:
-            raise TransactionEndedError(
-                f"transaction {txn_id.most_bits}:{txn_id.least_bits} is already {meta.state.value}"
-            )
+            raise TransactionEndedError(f"transaction {txn_id} is already {meta.state.value}")
         await asyncio.shield(self._drivers[meta.txn_id.least_bits])
         return meta.state
 

@@ -74,11 +74,11 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
         return web.json_response(topic.buffer.stats())
 
     async def transaction_metadata(request: web.Request) -> web.Response:
-        text = request.query.get("txnId", "")
-        most, _, least = text.partition(":")
-        if not (most.isdigit() and least.isdigit()):
-            return _error(400, f"txnId must be MOST:LEAST (two numbers), got {text!r}")
-        return web.json_response(coordinator.get(TxnId(int(most), int(least))).describe())
+        try:
+            txn_id = TxnId.parse(request.query.get("txnId", ""))
+        except ValueError as error:
+            return _error(400, f"txnId: {error}")
+        return web.json_response(coordinator.get(txn_id).describe())
 
     async def coordinator_stats(_request: web.Request) -> web.Response:
         return web.json_response(

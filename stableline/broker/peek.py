@@ -87,7 +87,7 @@ def _messages_of(entry: Entry, buffer: TransactionBuffer) -> list[dict[str, Any]
     common = {
         "publishTime": header.publish_time_ms,
         "producerName": header.producer_name or None,
-        "txnId": f"{txn_id.most_bits}:{txn_id.least_bits}" if txn_id is not None else None,
+        "txnId": str(txn_id) if txn_id is not None else None,
         "txnState": _txn_state(buffer, entry),
         "visibleToReadCommitted": entry.position <= buffer.stable_position
         and not buffer.is_aborted_entry(entry),
@@ -95,7 +95,7 @@ def _messages_of(entry: Entry, buffer: TransactionBuffer) -> list[dict[str, Any]
     position = entry.position
     return [
         {
-            "messageId": f"{position.ledger_id}:{position.entry_id}:{index}",
+            "messageId": f"{position}:{index}",
             **common,
             "eventTime": message.event_time_ms or None,
             "key": message.partition_key,

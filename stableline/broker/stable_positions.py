@@ -24,9 +24,7 @@ def _pinning_transaction(topic: Topic, coordinator: TransactionCoordinator) -> d
         except TransactionNotFoundError:
             # Left ongoing by an earlier run and not settled yet (or another
             # coordinator's): the topic will abort it once it settles leftovers.
-            pinning.update(
-                {"txnId": f"{txn_id.most_bits}:{txn_id.least_bits}", "status": "UNKNOWN"}
-            )
+            pinning.update({"txnId": str(txn_id), "status": "UNKNOWN"})
         return pinning
     return None
 
