@@ -34,6 +34,16 @@ class TxnAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TXN_ACTION_COMMIT: _ClassVar[TxnAction]
     TXN_ACTION_ABORT: _ClassVar[TxnAction]
+
+class TxnState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TXN_STATE_UNSPECIFIED: _ClassVar[TxnState]
+    TXN_STATE_OPEN: _ClassVar[TxnState]
+    TXN_STATE_COMMITTING: _ClassVar[TxnState]
+    TXN_STATE_COMMITTED: _ClassVar[TxnState]
+    TXN_STATE_ABORTING: _ClassVar[TxnState]
+    TXN_STATE_TIMEOUT: _ClassVar[TxnState]
+    TXN_STATE_ABORTED: _ClassVar[TxnState]
 ENTRY_TYPE_DATA: EntryType
 ENTRY_TYPE_TXN_COMMIT: EntryType
 ENTRY_TYPE_TXN_ABORT: EntryType
@@ -47,6 +57,13 @@ ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel
 ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel
 TXN_ACTION_COMMIT: TxnAction
 TXN_ACTION_ABORT: TxnAction
+TXN_STATE_UNSPECIFIED: TxnState
+TXN_STATE_OPEN: TxnState
+TXN_STATE_COMMITTING: TxnState
+TXN_STATE_COMMITTED: TxnState
+TXN_STATE_ABORTING: TxnState
+TXN_STATE_TIMEOUT: TxnState
+TXN_STATE_ABORTED: TxnState
 
 class TxnId(_message.Message):
     __slots__ = ("most_bits", "least_bits")
@@ -360,18 +377,34 @@ class FetchResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[EntryDelivery, _Mapping]]] = ..., next_position: _Optional[_Union[Position, _Mapping]] = ..., bound: _Optional[_Union[Position, _Mapping]] = ..., aborted: _Optional[_Iterable[_Union[AbortedTxn, _Mapping]]] = ...) -> None: ...
 
 class GetLastMessageIdRequest(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "include_ledgers")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_LEDGERS_FIELD_NUMBER: _ClassVar[int]
     topic: str
-    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+    include_ledgers: bool
+    def __init__(self, topic: _Optional[str] = ..., include_ledgers: _Optional[bool] = ...) -> None: ...
+
+class LedgerInfo(_message.Message):
+    __slots__ = ("ledger_id", "entries", "size_bytes", "closed")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entries: int
+    size_bytes: int
+    closed: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., entries: _Optional[int] = ..., size_bytes: _Optional[int] = ..., closed: _Optional[bool] = ...) -> None: ...
 
 class GetLastMessageIdResponse(_message.Message):
-    __slots__ = ("last_confirmed_entry", "max_read_position")
+    __slots__ = ("last_confirmed_entry", "max_read_position", "ledgers")
     LAST_CONFIRMED_ENTRY_FIELD_NUMBER: _ClassVar[int]
     MAX_READ_POSITION_FIELD_NUMBER: _ClassVar[int]
+    LEDGERS_FIELD_NUMBER: _ClassVar[int]
     last_confirmed_entry: Position
     max_read_position: Position
-    def __init__(self, last_confirmed_entry: _Optional[_Union[Position, _Mapping]] = ..., max_read_position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
+    ledgers: _containers.RepeatedCompositeFieldContainer[LedgerInfo]
+    def __init__(self, last_confirmed_entry: _Optional[_Union[Position, _Mapping]] = ..., max_read_position: _Optional[_Union[Position, _Mapping]] = ..., ledgers: _Optional[_Iterable[_Union[LedgerInfo, _Mapping]]] = ...) -> None: ...
 
 class NewTransactionRequest(_message.Message):
     __slots__ = ("timeout_ms", "name")
@@ -404,3 +437,25 @@ class EndTransactionResponse(_message.Message):
     txn_id: TxnId
     state: str
     def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...
+
+class GetTransactionRequest(_message.Message):
+    __slots__ = ("txn_id",)
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    txn_id: TxnId
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+
+class GetTransactionResponse(_message.Message):
+    __slots__ = ("txn_id", "state", "open_timestamp_ms", "timeout_at_ms", "ended_timestamp_ms", "name")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OPEN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    txn_id: TxnId
+    state: TxnState
+    open_timestamp_ms: int
+    timeout_at_ms: int
+    ended_timestamp_ms: int
+    name: str
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[_Union[TxnState, str]] = ..., open_timestamp_ms: _Optional[int] = ..., timeout_at_ms: _Optional[int] = ..., ended_timestamp_ms: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...

@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=stableline_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
                 _registered_method=True)
+        self.GetTransaction = channel.unary_unary(
+                '/stableline.v1.Broker/GetTransaction',
+                request_serializer=stableline_dot_v1_dot_broker__pb2.GetTransactionRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_broker__pb2.GetTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -105,6 +110,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +148,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.EndTransaction,
                     request_deserializer=stableline_dot_v1_dot_broker__pb2.EndTransactionRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_broker__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'GetTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTransaction,
+                    request_deserializer=stableline_dot_v1_dot_broker__pb2.GetTransactionRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_broker__pb2.GetTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +317,33 @@ class Broker:
             '/stableline.v1.Broker/EndTransaction',
             stableline_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
             stableline_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Broker/GetTransaction',
+            stableline_dot_v1_dot_broker__pb2.GetTransactionRequest.SerializeToString,
+            stableline_dot_v1_dot_broker__pb2.GetTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

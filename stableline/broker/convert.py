@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from dispatcher import Delivery, IsolationLevel, SubscriptionType
 from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
+from managed_ledger.ledger import LedgerInfo
 from stableline._proto import broker_pb2 as pb
+from txnbuffer import TxnMetadata, TxnState
 
 SUBSCRIPTION_TYPES = {
     pb.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
@@ -20,6 +22,15 @@ ISOLATION_LEVELS = {
     pb.ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel.READ_UNCOMMITTED,
 }
 ISOLATION_TO_PROTO = {level: value for value, level in ISOLATION_LEVELS.items()}
+TXN_STATES_TO_PROTO = {
+    TxnState.OPEN: pb.TXN_STATE_OPEN,
+    TxnState.COMMITTING: pb.TXN_STATE_COMMITTING,
+    TxnState.COMMITTED: pb.TXN_STATE_COMMITTED,
+    TxnState.ABORTING: pb.TXN_STATE_ABORTING,
+    TxnState.TIMEOUT: pb.TXN_STATE_TIMEOUT,
+    TxnState.ABORTED: pb.TXN_STATE_ABORTED,
+}
+assert set(TXN_STATES_TO_PROTO) == set(TxnState), "every coordinator state has a wire value"
 
 
 def subscription_type(value: int) -> SubscriptionType:
@@ -45,19 +56,51 @@ def position_to_proto(value: Position) -> pb.Position:
     return pb.Position(ledger_id=value.ledger_id, entry_id=value.entry_id)
 
 
+def message_positions(ids) -> list[tuple[Position, int]]:
+    """(entry position, batch index) of each MessageIdData (acks, redeliveries)."""
+    return [(Position(m.ledger_id, m.entry_id), m.batch_index) for m in ids]
+
+
+def txn_id(message: pb.TxnId) -> TxnId:
+    return TxnId(message.most_bits, message.least_bits)
+
+
+def optional_txn_id(message, field: str = "txn_id") -> TxnId | None:
+    """The TxnId in `message.<field>`, or None when the field is not set."""
+    return txn_id(getattr(message, field)) if message.HasField(field) else None
+
+
+def txn_id_to_proto(value: TxnId) -> pb.TxnId:
+    return pb.TxnId(most_bits=value.most_bits, least_bits=value.least_bits)
+
+
+def transaction_to_proto(meta: TxnMetadata) -> pb.GetTransactionResponse:
+    return pb.GetTransactionResponse(
+        txn_id=txn_id_to_proto(meta.txn_id),
+        state=TXN_STATES_TO_PROTO[meta.state],
+        open_timestamp_ms=meta.opened_ms,
+        timeout_at_ms=meta.opened_ms + meta.timeout_ms,
+        ended_timestamp_ms=meta.ended_ms,
+        name=meta.name,
+    )
+
+
+def ledger_to_proto(info: LedgerInfo) -> pb.LedgerInfo:
+    return pb.LedgerInfo(
+        ledger_id=info.ledger_id, entries=info.entries, size_bytes=info.size, closed=info.closed
+    )
+
+
 def header_from_send(send: pb.ProducerSend, producer_name: str) -> EntryHeader:
     """The stored header of a sent batch; its sequence id is the send's (de-duplication)."""
     metadata = send.metadata
-    txn = None
-    if metadata.HasField("txn_id"):
-        txn = TxnId(metadata.txn_id.most_bits, metadata.txn_id.least_bits)
     return EntryHeader(
         type=EntryType.DATA,
         num_messages=metadata.num_messages,
         publish_time_ms=metadata.publish_time_ms or int(time.time() * 1000),
         producer_name=producer_name,
         sequence_id=send.sequence_id,
-        txn_id=txn,
+        txn_id=optional_txn_id(metadata),
     )
 
 

@@ -1,4 +1,8 @@
-"""The data plane over gRPC: Produce, Subscribe, Fetch, GetLastMessageId."""
+"""The data plane over gRPC: Produce, Subscribe, Fetch, GetLastMessageId, transactions.
+
+Wire handling only: requests are turned into engine values by convert.py and
+answered from them; what a call does lives with the engines (transactional acks in
+transactional_acks.py, ends in the coordinator)."""
 
 from __future__ import annotations
 
@@ -10,13 +14,7 @@ import secrets
 from collections.abc import AsyncIterator
 
 from dispatcher import Consumer, ControlEvent, DispatcherError, IsolationLevel, Subscription
-from managed_ledger import (
-    EntryTooLargeError,
-    LedgerClosedError,
-    ManagedLedgerError,
-    Position,
-    TxnId,
-)
+from managed_ledger import EntryTooLargeError, LedgerClosedError, ManagedLedgerError, Position
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline.broker import convert
@@ -25,6 +23,7 @@ from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.topic import Publisher
+from stableline.broker.transactional_acks import ack_in_transaction
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TransactionError
 from txnbuffer.producer_state import ANONYMOUS_PREFIX
@@ -247,7 +246,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         confirming.add_done_callback(confirmations.discard)
                 elif kind == "redeliver":
                     positions = [
-                        Position(m.ledger_id, m.entry_id) for m in request.redeliver.message_ids
+                        p for p, _ in convert.message_positions(request.redeliver.message_ids)
                     ]
                     subscription.redeliver(consumer, positions or None)
                 elif kind == "seek":
@@ -300,26 +299,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return pb.SubscribeResponse(done=pb.RequestDone(request_id=request_id))
 
     def _ack(self, subscription: Subscription, ack: pb.Ack) -> None:
-        ids = [(Position(m.ledger_id, m.entry_id), m.batch_index) for m in ack.message_ids]
+        ids = convert.message_positions(ack.message_ids)
+        txn_id = convert.optional_txn_id(ack)
+        if txn_id is not None:
+            ack_in_transaction(self.coordinator, subscription, txn_id, ids, ack.cumulative)
+            return
         if not ids:
             raise ValueError("an ack must name at least one message id")
-        if ack.HasField("txn_id"):
-            if ack.cumulative:
-                raise ValueError("a transactional ack must be individual, not cumulative")
-            txn_id = TxnId(ack.txn_id.most_bits, ack.txn_id.least_bits)
-            self.coordinator.get(txn_id)
-            subscription.hold_for_transaction(txn_id, ids)
-            try:
-                self.coordinator.add_ack(
-                    txn_id,
-                    subscription.topic,
-                    subscription.name,
-                    [(p.ledger_id, p.entry_id, b) for p, b in ids],
-                )
-            except TransactionError:
-                subscription.end_transaction_acks(txn_id, ids, commit=False)
-                raise
-            return
         if ack.cumulative:
             if len(ids) != 1:
                 raise ValueError("a cumulative ack names exactly one message id")
@@ -392,7 +378,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             # transactions overlapping the range, and the reader filters them.
             aborted = [
                 pb.AbortedTxn(
-                    txn_id=pb.TxnId(most_bits=a.txn_id.most_bits, least_bits=a.txn_id.least_bits),
+                    txn_id=convert.txn_id_to_proto(a.txn_id),
                     first_position=convert.position_to_proto(a.first_position),
                 )
                 for a in topic.buffer.aborted_overlapping(entries[0].position, entries[-1].position)
@@ -428,15 +414,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     # ------------------------------------------------------------ GetLastMessageId
 
     async def GetLastMessageId(self, request, context) -> pb.GetLastMessageIdResponse:
+        """The LAC and the stable position (and, asked, the ledgers), read together:
+        nothing awaits between them, so they describe one instant of the topic."""
         try:
             topic = await self.registry.get(TopicName.parse(request.topic), create=False)
         except Exception as error:
             await abort(context, error)
+        ledgers = topic.ledger.ledger_infos() if request.include_ledgers else ()
         return pb.GetLastMessageIdResponse(
             last_confirmed_entry=convert.position_to_proto(topic.ledger.last_confirmed),
             max_read_position=convert.position_to_proto(
                 topic.read_view(IsolationLevel.READ_COMMITTED).bound()
             ),
+            ledgers=[convert.ledger_to_proto(info) for info in ledgers],
         )
 
     # ------------------------------------------------------------ transactions
@@ -453,19 +443,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 state = "OPEN"
         except Exception as error:
             await abort(context, error)
-        return pb.NewTransactionResponse(
-            txn_id=pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits),
-            state=state,
-        )
+        return pb.NewTransactionResponse(txn_id=convert.txn_id_to_proto(txn_id), state=state)
 
     async def EndTransaction(self, request, context) -> pb.EndTransactionResponse:
         try:
             if request.action not in (pb.TXN_ACTION_COMMIT, pb.TXN_ACTION_ABORT):
                 raise invalid(f"unknown transaction action {request.action}: use COMMIT or ABORT")
-            txn_id = TxnId(request.txn_id.most_bits, request.txn_id.least_bits)
             state = await self.coordinator.end(
-                txn_id, commit=request.action == pb.TXN_ACTION_COMMIT
+                convert.txn_id(request.txn_id), commit=request.action == pb.TXN_ACTION_COMMIT
             )
         except Exception as error:
             await abort(context, error)
         return pb.EndTransactionResponse(txn_id=request.txn_id, state=state.value)
+
+    async def GetTransaction(self, request, context) -> pb.GetTransactionResponse:
+        """The coordinator's record of a transaction: how a client whose end was lost
+        with a connection learns how it ended, without admin rights."""
+        try:
+            meta = self.coordinator.get(convert.txn_id(request.txn_id))
+        except Exception as error:
+            await abort(context, error)
+        return convert.transaction_to_proto(meta)

@@ -1,9 +1,9 @@
 """A grpc.aio server interceptor: every data-plane and admin RPC passes the Guard first.
 
 Each RPC maps to the action it needs on the topic it names: Produce -> produce;
-Subscribe, Fetch, GetLastMessageId -> consume; transactions -> any authenticated
-role (their writes and acks go through Produce and Subscribe, which check the
-topic); every Admin RPC, and any RPC not in the table, -> admin. The check runs
+Subscribe, Fetch, GetLastMessageId -> consume; transactions (new, end, state) ->
+any authenticated role (their writes and acks go through Produce and Subscribe,
+which check the topic); every Admin RPC, and any RPC not in the table, -> admin. The check runs
 before the service sees the request (for a stream, before its first message
 reaches the service), so a refused call writes nothing and creates no topic.
 Health and reflection stay open: probes and tools need no token.
@@ -58,6 +58,7 @@ RULES: dict[str, Rule] = {
     "/stableline.v1.Broker/GetLastMessageId": Rule(Action.CONSUME, lambda r: r.topic),
     "/stableline.v1.Broker/NewTransaction": Rule(None),
     "/stableline.v1.Broker/EndTransaction": Rule(None),
+    "/stableline.v1.Broker/GetTransaction": Rule(None),
 }
 ADMIN_RULE = Rule(Action.ADMIN)
 
