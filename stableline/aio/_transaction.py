@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import grpc
 
 from stableline._errors import StableLineError, TransactionEnded
-from stableline._proto import admin_pb2, admin_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 
 _ENDED_BY = {pb.TXN_ACTION_COMMIT: "COMMITTED", pb.TXN_ACTION_ABORT: "ABORTED"}
@@ -71,16 +69,17 @@ class Transaction:
         self._state = response.state
 
     async def _recorded_state(self) -> str | None:
-        """The coordinator's state of this transaction, or None if it cannot be read."""
+        """The coordinator's state of this transaction ("COMMITTED", ...), or None if it
+        cannot be read. A data-plane call: the transaction's owner needs no admin rights."""
         try:
-            response = await admin_pb2_grpc.AdminStub(self._client._channel).GetTransactionMetadata(
-                admin_pb2.TransactionRequest(most_bits=self.id[0], least_bits=self.id[1]),
+            response = await self._client._stub.GetTransaction(
+                pb.GetTransactionRequest(txn_id=self._proto_id()),
                 timeout=self._client._timeout,
                 metadata=self._client._metadata(),
             )
         except grpc.aio.AioRpcError:
             return None
-        return json.loads(response.json).get("status")
+        return pb.TxnState.Name(response.state).removeprefix("TXN_STATE_")
 
     async def commit(self) -> None:
         """Wait for this transaction's sends, then commit; if a send failed, abort and raise."""

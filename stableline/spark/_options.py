@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from stableline._types import IsolationLevel, parse_service_url
+from stableline._types import IsolationLevel, parse_position, parse_service_url, position_text
 from stableline.spark._connection import Connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
@@ -79,9 +79,10 @@ def _position_text(option: str, topic: str, value: object) -> str:
     if value in (EARLIEST, LATEST):
         return value
     if isinstance(value, str):
-        ledger, sep, entry = value.partition(":")
-        if sep and ledger.lstrip("-").isdigit() and entry.lstrip("-").isdigit():
-            return f"{int(ledger)}:{int(entry)}"
+        try:
+            return position_text(parse_position(value))
+        except ValueError:
+            pass
     raise OptionError(
         f"option '{option}': position {value!r} for {topic} is not "
         "'earliest', 'latest' or 'ledger:entry'"

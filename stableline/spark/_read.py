@@ -8,11 +8,15 @@ executor reads it with Fetch (no subscription) and, at READ_COMMITTED, drops
 the entries of the aborted transactions Fetch lists (ledgers whose abort index
 is empty cost no lookup on the broker). Nothing here holds a connection
 between calls, so plans pickle to executors in other processes.
+
+The plan comes from one data-plane call, GetLastMessageId with the ledgers: a reader
+with `consume` on the topic plans without admin rights, and the ledgers and the bound
+are read at the same instant. Positions are the client's MessageId (batch index -1:
+the whole entry), written "ledger:entry".
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -20,9 +24,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stableline._aborted_filter import AbortedFilter
-from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
-from stableline._types import IsolationLevel
+from stableline._proto import broker_pb2_grpc
+from stableline._types import (
+    IsolationLevel,
+    MessageId,
+    parse_position,
+    position_text,
+    txn_id_text,
+)
 from stableline._wire import plain_layout
 from stableline.spark._connection import RPC_TIMEOUT_S, Connection, result
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
@@ -48,23 +58,9 @@ MIN_PARTITION_BYTES = 4 * 1024 * 1024
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Position:
-    """(ledger_id, entry_id), ordered; a plain value that pickles to executors."""
-
-    ledger_id: int
-    entry_id: int
-
-    @classmethod
-    def parse(cls, text: str) -> Position:
-        ledger_id, entry_id = text.split(":")
-        return cls(int(ledger_id), int(entry_id))
-
-    def __str__(self) -> str:
-        return f"{self.ledger_id}:{self.entry_id}"
-
-    def after(self) -> Position:
-        return Position(self.ledger_id, self.entry_id + 1)
+def after(position: MessageId) -> MessageId:
+    """The next entry of the same ledger."""
+    return MessageId(position.ledger_id, position.entry_id + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,47 +78,44 @@ class LedgerRange:
 @dataclass(frozen=True, slots=True)
 class TopicLayout:
     ledgers: tuple[tuple[int, int, int], ...]  # (ledger id, entries, bytes), oldest first
-    bound: Position  # the last position readable at the isolation level, now
+    bound: MessageId  # the last entry readable at the isolation level, now
 
     @property
-    def earliest(self) -> Position:
-        return Position(self.ledgers[0][0], 0) if self.ledgers else self.bound.after()
+    def earliest(self) -> MessageId:
+        return MessageId(self.ledgers[0][0], 0) if self.ledgers else after(self.bound)
 
 
 def topic_layout(connection: Connection, topic: str, isolation: IsolationLevel) -> TopicLayout:
     """The topic's ledgers and its bound for the isolation level, asked of the broker."""
+    request = pb.GetLastMessageIdRequest(topic=topic, include_ledgers=True)
     with connection.channel() as channel:
-        admin = admin_pb2_grpc.AdminStub(channel)
-        request = admin_pb2.TopicRequest(topic=topic)
-        internal = json.loads(connection.call(admin.GetInternalStats, request).json)
-        buffer = json.loads(connection.call(admin.GetTransactionBufferStats, request).json)
-    bound_text = (
-        buffer["maxReadPosition"]
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        response = connection.call(stub.GetLastMessageId, request)
+    bound = (
+        response.max_read_position
         if isolation is IsolationLevel.READ_COMMITTED
-        else buffer["lastConfirmedEntry"]
+        else response.last_confirmed_entry
     )
-    ledgers = tuple(
-        (i["ledgerId"], i["entries"], i["size"]) for i in internal["ledgers"] if i["entries"]
-    )
-    return TopicLayout(ledgers, Position.parse(bound_text))
+    ledgers = tuple((i.ledger_id, i.entries, i.size_bytes) for i in response.ledgers if i.entries)
+    return TopicLayout(ledgers, MessageId(bound.ledger_id, bound.entry_id))
 
 
-def resolve(layout: TopicLayout, text: str) -> Position:
+def resolve(layout: TopicLayout, text: str) -> MessageId:
     """'earliest', 'latest' or 'ledger:entry' as the first position to read (or not)."""
     if text == EARLIEST:
         return layout.earliest
     if text == LATEST:
-        return layout.bound.after()
-    return Position.parse(text)
+        return after(layout.bound)
+    return parse_position(text)
 
 
-def _spans(layout: TopicLayout, start: Position, end: Position):
+def _spans(layout: TopicLayout, start: MessageId, end: MessageId):
     """(ledger id, first, last entry, estimated bytes) of each ledger's part of
     [start, end), never past what the level may read now."""
-    end = min(end, layout.bound.after())
+    end = min(end, after(layout.bound))
     for ledger_id, entries, size in layout.ledgers:
-        low = max(Position(ledger_id, 0), start)
-        high = min(Position(ledger_id, entries), end)  # exclusive
+        low = max(MessageId(ledger_id, 0), start)
+        high = min(MessageId(ledger_id, entries), end)  # exclusive
         if low >= high:
             continue
         last = high.entry_id - 1 if high.ledger_id == ledger_id else entries - 1
@@ -141,8 +134,8 @@ def plan(
     options: SourceOptions,
     topic: str,
     layout: TopicLayout,
-    start: Position,
-    end: Position,
+    start: MessageId,
+    end: MessageId,
     target_bytes: int,
 ) -> list[LedgerRange]:
     """Partitions covering [start, end) of the topic, each within one ledger and at most
@@ -168,7 +161,7 @@ def plan(
     return ranges
 
 
-def read_bytes(layout: TopicLayout, start: Position, end: Position) -> int:
+def read_bytes(layout: TopicLayout, start: MessageId, end: MessageId) -> int:
     """About how many bytes of the topic [start, end) holds."""
     return sum(size for *_, size in _spans(layout, start, end))
 
@@ -213,7 +206,7 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
             elif following.entry_id <= next_entry:
                 raise RuntimeError(
                     f"{part.topic}: the broker's bound is behind the planned range at "
-                    f"{part.ledger_id}:{next_entry}"
+                    f"{position_text(MessageId(part.ledger_id, next_entry))}"
                 )
             else:
                 next_entry = following.entry_id
@@ -292,10 +285,9 @@ class _Columns:
         self.run_ends.append(self.rows)
         self.id_prefixes.append(f"{entry.ledger_id}:{entry.entry_id}:")
         self.published.append(metadata.publish_time_ms * 1000)
+        txn = metadata.txn_id
         self.txn_ids.append(
-            f"{metadata.txn_id.most_bits}:{metadata.txn_id.least_bits}"
-            if metadata.HasField("txn_id")
-            else None
+            txn_id_text((txn.most_bits, txn.least_bits)) if metadata.HasField("txn_id") else None
         )
 
     def _add_decoded(self, payloads: list[bytes]) -> int:

@@ -18,12 +18,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from stableline._errors import StableLineError
+from stableline._types import parse_position, position_text
 from stableline.spark._options import OptionError, SourceOptions, parse_options
 from stableline.spark._read import (
     COLUMN_TYPES,
     SCHEMA,
     LedgerRange,
-    Position,
+    after,
     partition_bytes,
     plan,
     read_bytes,
@@ -89,7 +90,7 @@ def read_columns(schema: StructType) -> tuple[str, ...]:
 
 
 def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -> list:
-    bounds = {t: (Position.parse(start[t]), Position.parse(end[t])) for t in options.topics}
+    bounds = {t: (parse_position(start[t]), parse_position(end[t])) for t in options.topics}
     total = sum(read_bytes(layouts[t], *bounds[t]) for t in options.topics)
     target = partition_bytes(options, total)
     parts = []
@@ -110,8 +111,8 @@ class BatchReader(DataSourceReader):
             t: topic_layout(self.options.connection, t, self.options.isolation)
             for t in self.options.topics
         }
-        start = {t: str(resolve(layouts[t], self.options.starting[t])) for t in layouts}
-        end = {t: str(resolve(layouts[t], self.options.ending[t])) for t in layouts}
+        start = {t: position_text(resolve(layouts[t], self.options.starting[t])) for t in layouts}
+        end = {t: position_text(resolve(layouts[t], self.options.ending[t])) for t in layouts}
         return _partitions(self.options, start, end, layouts)
 
     def read(self, partition: _Partition) -> Iterator[tuple]:
@@ -134,10 +135,10 @@ class StreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         layouts = self._layouts()
-        return {t: str(resolve(layouts[t], self.options.starting[t])) for t in layouts}
+        return {t: position_text(resolve(layouts[t], self.options.starting[t])) for t in layouts}
 
     def latestOffset(self) -> dict:
-        return {t: str(layout.bound.after()) for t, layout in self._layouts().items()}
+        return {t: position_text(after(layout.bound)) for t, layout in self._layouts().items()}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return _partitions(self.options, start, end, self._layouts())
