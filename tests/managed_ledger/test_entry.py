@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from managed_ledger import EARLIEST, LATEST, EntryHeader, EntryType, Position, TxnId
 
@@ -57,3 +59,46 @@ def test_position_parse_round_trips_its_string():
 def test_position_parse_rejects_malformed_text(text):
     with pytest.raises(ValueError, match="not a position"):
         Position.parse(text)
+
+
+@given(st.integers(-1, 2**63 - 1), st.integers(-1, 2**63 - 1))
+def test_position_text_round_trips(ledger_id, entry_id):
+    position = Position(ledger_id, entry_id)
+    assert str(position) == f"{ledger_id}:{entry_id}"
+    assert Position.parse(str(position)) == position
+
+
+@pytest.mark.parametrize("text", ["+1:2", " 1:2", "1:2 ", "1_0:2", "\u0661:2", "1:", ":2", "1;2"])
+def test_position_parse_takes_only_the_text_str_makes(text):
+    with pytest.raises(ValueError, match="not a position"):
+        Position.parse(text)
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_txn_id_text_is_most_colon_least_and_round_trips(most, least):
+    txn_id = TxnId(most, least)
+    assert str(txn_id) == f"{most}:{least}"
+    assert TxnId.parse(str(txn_id)) == txn_id
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "1",
+        "(1,2)",
+        "1,2",
+        "1:2:3",
+        "-1:2",
+        "1:-2",
+        "+1:2",
+        " 1:2",
+        "1_0:2",
+        "\u0661:2",
+        f"{2**64}:0",
+        f"0:{2**64}",
+    ],
+)
+def test_txn_id_parse_refuses_anything_else_saying_what_it_expects(text):
+    with pytest.raises(ValueError, match=r"not a transaction id .*expected 'most:least'"):
+        TxnId.parse(text)
