@@ -6,22 +6,23 @@ the entries, and the coordinator, which must know the ack to apply it at the end
 (broker/transactions.py applies it then: commit acks, abort redelivers).
 
 Promises of `ack_in_transaction`:
-- An unknown transaction (TransactionNotFoundError), a cumulative ack or an empty one
-  (ValueError) changes nothing.
+- An unknown transaction (TransactionNotFoundError), an ended one
+  (TransactionEndedError), a cumulative ack or an empty one (ValueError) changes
+  nothing: an entry a consumer holds stays with it, not sent to another.
 - An entry already acknowledged, or held by another open transaction, is refused
   (InvalidAckError) and nothing of the ack is held.
 - The entries are held (neither acked nor redelivered) before the coordinator records
   the ack, so an end that follows always finds them held.
-- If the coordinator refuses the ack (the transaction has ended since), the hold is
-  released before the error is raised: nothing stays held for a transaction that
-  will never end it.
+- If the coordinator still refuses the ack, the hold is released (the entries go
+  back for redelivery) before the error is raised: nothing stays held for a
+  transaction that will never end it.
 """
 
 from __future__ import annotations
 
 from dispatcher import Subscription
 from managed_ledger import Position, TxnId
-from txnbuffer import TransactionCoordinator, TransactionError
+from txnbuffer import TransactionCoordinator, TransactionEndedError, TransactionError, TxnState
 
 
 def ack_in_transaction(
@@ -36,7 +37,12 @@ def ack_in_transaction(
         raise ValueError("an ack must name at least one message id")
     if cumulative:
         raise ValueError("a transactional ack must be individual, not cumulative")
-    coordinator.get(txn_id)  # TransactionNotFoundError before anything is held
+    # Checked before anything is held: holding takes the entries from their consumer.
+    state = coordinator.get(txn_id).state
+    if state is not TxnState.OPEN:
+        raise TransactionEndedError(
+            f"transaction {txn_id} is {state.value}; start a new transaction"
+        )
     subscription.hold_for_transaction(txn_id, message_ids)
     try:
         coordinator.add_ack(
