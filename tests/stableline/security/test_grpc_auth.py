@@ -269,3 +269,64 @@ def test_an_rs256_broker_accepts_tokens_signed_with_the_private_key(tmp_path, ke
             hs256.create_producer("rs256")
     finally:
         assert broker.stop() == 0, broker.log()
+
+
+def test_a_transactions_owner_reads_how_it_ended_without_admin_rights(auth_broker, keys):
+    role = unique("erin")
+    metadata = (("authorization", f"Bearer {keys.token(role)}"),)
+    with client_for(auth_broker, keys.token(role)) as erin:
+        txn = erin.new_transaction()
+        txn.commit()
+        # What a client whose end was lost with its connection asks before it answers:
+        # the admin record is refused to this role, the data-plane call is not.
+        assert erin._loop.run(txn._inner._recorded_state()) == "COMMITTED"
+    txn_id = broker_pb2.TxnId(most_bits=txn.id[0], least_bits=txn.id[1])
+    with grpc.insecure_channel(auth_broker.service_url) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            admin.GetTransactionMetadata(
+                admin_pb2.TransactionRequest(most_bits=txn.id[0], least_bits=txn.id[1]),
+                timeout=10,
+                metadata=metadata,
+            )
+        assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        state = broker_pb2_grpc.BrokerStub(channel).GetTransaction(
+            broker_pb2.GetTransactionRequest(txn_id=txn_id), timeout=10, metadata=metadata
+        )
+        assert state.state == broker_pb2.TXN_STATE_COMMITTED
+        with pytest.raises(grpc.RpcError) as raised:
+            broker_pb2_grpc.BrokerStub(channel).GetTransaction(
+                broker_pb2.GetTransactionRequest(txn_id=txn_id), timeout=10
+            )
+        assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_reader_with_consume_gets_the_ledgers_and_bounds_without_admin_rights(
+    auth_broker, keys, superuser
+):
+    role = unique("frank")
+    topic = unique("plan")
+    superuser.create_producer(topic).send(b"x")
+    metadata = (("authorization", f"Bearer {keys.token(role)}"),)
+    request = broker_pb2.GetLastMessageIdRequest(topic=topic, include_ledgers=True)
+    with grpc.insecure_channel(auth_broker.service_url) as channel:
+        broker = broker_pb2_grpc.BrokerStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            broker.GetLastMessageId(request, timeout=10, metadata=metadata)
+        assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        grant(
+            auth_broker,
+            keys,
+            f"/admin/v2/persistent/public/default/{topic}/permissions",
+            role,
+            ["consume"],
+        )
+        layout = broker.GetLastMessageId(request, timeout=10, metadata=metadata)
+        assert [(i.entries, i.closed) for i in layout.ledgers] == [(1, False)]
+        assert layout.max_read_position == layout.last_confirmed_entry
+        # The admin JSON a planner once read stays the admin's.
+        with pytest.raises(grpc.RpcError) as raised:
+            admin_pb2_grpc.AdminStub(channel).GetInternalStats(
+                admin_pb2.TopicRequest(topic=topic), timeout=10, metadata=metadata
+            )
+        assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
