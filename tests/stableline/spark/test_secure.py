@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import ssl
+import urllib.request
+
 import pytest
 
+from stableline.broker.security.tokens import create_token
 from stableline.testing import BrokerProcess
 
 
@@ -55,3 +60,28 @@ def test_bad_connection_options_fail_naming_the_option(spark, secure_broker, opt
     read = spark.read.format("stableline").options(**{**_options(secure_broker), **options})
     with pytest.raises(Exception, match=named):
         read.load().collect()
+
+
+def test_a_role_granted_only_consume_reads_a_topic(spark, secure_broker):
+    """Planning reads the topic's ledgers and bound over the data plane, so a reader
+    needs `consume` on the topic, not admin rights."""
+    security = secure_broker.data_dir / "security"
+    admin_token = (security / "admin.token").read_text()
+    options = {**_options(secure_broker, admin_token), "topic": "consume-only"}
+    rows = [(f"r{i}",) for i in range(20)]
+    spark.createDataFrame(rows, "value string").write.format("stableline").options(**options).mode(
+        "append"
+    ).save()
+    reader_token = create_token("spark-reader", secret_key=(security / "secret.key").read_bytes())
+    grant = urllib.request.Request(
+        f"{secure_broker.http_url}/admin/v2/persistent/public/default/consume-only"
+        "/permissions/spark-reader",
+        data=json.dumps(["consume"]).encode(),
+        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    context = ssl.create_default_context(cafile=str(security / "ca.pem"))
+    with urllib.request.urlopen(grant, timeout=10, context=context) as response:
+        assert response.status == 204
+    read = spark.read.format("stableline").options(**{**options, "token": reader_token}).load()
+    assert sorted(bytes(r.value).decode() for r in read.collect()) == sorted(v for (v,) in rows)
