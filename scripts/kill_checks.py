@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from managed_ledger import Position
 from stableline.testing import BrokerProcess
 
 
@@ -13,10 +14,9 @@ def buffer_stats(broker: BrokerProcess, topic: str) -> dict:
     return broker.admin(f"/admin/v3/transactions/transactionBufferStats/public/default/{topic}")
 
 
-def parse_position(text: str) -> tuple[int, int]:
-    """ "ledger:entry" as a comparable pair."""
-    ledger_id, entry_id = text.split(":")
-    return int(ledger_id), int(entry_id)
+def parse_position(text: str) -> Position:
+    """ "ledger:entry" as a comparable position."""
+    return Position.parse(text)
 
 
 def settled(broker: BrokerProcess, topics: tuple[str, ...]) -> bool:
