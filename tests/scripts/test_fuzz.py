@@ -21,6 +21,7 @@ EVERY_RPC = {
     "Broker.EndTransaction",
     "Broker.Fetch",
     "Broker.GetLastMessageId",
+    "Broker.GetTransaction",
     "Broker.NewTransaction",
     "Broker.Produce",
     "Broker.Subscribe",
