@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -96,3 +97,18 @@ def test_metrics_are_prometheus_text(broker, client):
     assert status == 200
     assert 'stableline_in_messages_total{topic="persistent://public/default/metered"} 1.0' in text
     assert 'isolation_level="READ_UNCOMMITTED"' in text
+
+
+def test_transaction_metadata_takes_and_gives_the_txn_id_as_most_colon_least(broker, client):
+    txn = client.new_transaction()
+    text = f"{txn.id[0]}:{txn.id[1]}"
+    path = "/admin/v3/transactions/transactionMetadata?txnId="
+    status, document = _request(broker, "GET", path + text)
+    assert (status, document["txnId"], document["status"]) == (200, text, "OPEN")
+    for malformed in ("", "nope", f"({txn.id[0]},{txn.id[1]})", f"{text}:0", "-1:1", "+0:1"):
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            _request(broker, "GET", path + urllib.parse.quote(malformed))
+        assert raised.value.code == 400
+        reason = json.loads(raised.value.read())["reason"]
+        assert "expected 'most:least'" in reason, reason
+    txn.abort()
