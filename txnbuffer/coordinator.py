@@ -8,22 +8,34 @@ highest sequence at or below which every transaction of this coordinator has
 ended; markers carry it so topics can abort zombies and refuse late appends.
 Open transactions are bounded (TransactionLimits): in all, and per owner (the
 client connection that opened them, as the broker names it); past either a new
-transaction is refused and nothing is written.
+transaction is refused and nothing is written. Ended transactions are bounded too:
+each is remembered (in memory and in the log) for `ended_retention_s` after its
+end and among the latest `max_ended` ends, then forgotten, name and records with
+it; a look-up of a forgotten id answers TransactionNotFound.
+
+The log: one record per transaction (`txn:SEQUENCE`, its state, topics, name) and
+one per transactional ack (`ack:SEQUENCE:INDEX`), so an ack appends a small record
+instead of rewriting all the earlier ones. Records of an older layout, with the
+acks inside the transaction's record, are read and rewritten in this one at
+recovery.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sortedcontainers import SortedSet
 
 from managed_ledger import MetadataStore, TxnId
+from txnbuffer.ended_txns import EndedTransactions
 from txnbuffer.errors import (
     TooManyTransactionsError,
     TransactionEndedError,
@@ -36,8 +48,13 @@ log = logging.getLogger(__name__)
 COORDINATOR_DB = b"coordinator"
 # Sequences are reserved durably in blocks, so a restart never reuses one.
 SEQUENCE_BLOCK = 1000
-# Ended transactions stay queryable (and their end idempotent) this long.
+# Ended transactions stay queryable (and a repeated end answers as before) this long
+# after their end, and at most this many of the latest ends.
 ENDED_RETENTION_S = 3600.0
+MAX_ENDED = 100_000
+# Records of forgotten transactions are deleted with the next write of the log, or
+# on their own once this many wait: a few LMDB write transactions, not one each.
+DELETE_BATCH = 512
 MAX_NAME_LENGTH = 256
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
 
@@ -47,10 +64,15 @@ class TransactionLimits:
     # Transactions not yet ended (open, or decided and still ending).
     max_open: int = 100_000
     max_open_per_owner: int = 10_000
+    # Ended transactions remembered: for this long after their end, and at most this many.
+    ended_retention_s: float = ENDED_RETENTION_S
+    max_ended: int = MAX_ENDED
 
     def __post_init__(self) -> None:
-        if self.max_open < 1 or self.max_open_per_owner < 1:
+        if self.max_open < 1 or self.max_open_per_owner < 1 or self.max_ended < 1:
             raise ValueError("transaction limits must be >= 1")
+        if not self.ended_retention_s > 0:
+            raise ValueError("the retention of ended transactions must be > 0 s")
 
 
 class TxnState(enum.Enum):
@@ -80,6 +102,20 @@ class TxnAck:
     subscription: str
     message_ids: list[tuple[int, int, int]]
 
+    def to_json(self) -> bytes:
+        return json.dumps(
+            [self.topic, self.subscription, self.message_ids], separators=(",", ":")
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> TxnAck:
+        return cls.from_list(json.loads(raw))
+
+    @classmethod
+    def from_list(cls, data: list) -> TxnAck:
+        topic, subscription, ids = data
+        return cls(topic, subscription, [tuple(i) for i in ids])
+
 
 @dataclass(slots=True)
 class TxnMetadata:
@@ -93,13 +129,13 @@ class TxnMetadata:
     name: str = ""  # see named_transaction()
 
     def to_json(self) -> bytes:
+        """The transaction's record; its acks are records of their own (ack_key)."""
         return json.dumps(
             {
                 "state": self.state.value,
                 "timeout_ms": self.timeout_ms,
                 "opened_ms": self.opened_ms,
                 "topics": self.topics,
-                "acks": [[a.topic, a.subscription, a.message_ids] for a in self.acks],
                 "ended_ms": self.ended_ms,
                 "name": self.name,
             },
@@ -108,6 +144,7 @@ class TxnMetadata:
 
     @classmethod
     def from_json(cls, txn_id: TxnId, raw: bytes) -> TxnMetadata:
+        """A record of either layout: an older one still holds its acks ("acks")."""
         data = json.loads(raw)
         return cls(
             txn_id,
@@ -115,7 +152,7 @@ class TxnMetadata:
             data["timeout_ms"],
             data["opened_ms"],
             data["topics"],
-            [TxnAck(t, s, [tuple(i) for i in ids]) for t, s, ids in data["acks"]],
+            [TxnAck.from_list(ack) for ack in data.get("acks", ())],
             data["ended_ms"],
             data.get("name", ""),
         )
@@ -147,8 +184,21 @@ class TransactionParticipant(Protocol):
     async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None: ...
 
 
-def _key(sequence: int) -> str:
-    return f"txn:{sequence:020d}"
+TXN_PREFIX = "txn:"
+ACK_PREFIX = "ack:"
+
+
+def txn_key(sequence: int) -> str:
+    return f"{TXN_PREFIX}{sequence:020d}"
+
+
+def ack_key(sequence: int, index: int) -> str:
+    """The record of a transaction's index-th ack; a transaction's acks sort together."""
+    return f"{ACK_PREFIX}{sequence:020d}:{index:08d}"
+
+
+def _ack_sequence(key: str) -> int:
+    return int(key[len(ACK_PREFIX) : len(ACK_PREFIX) + 20])
 
 
 class TransactionCoordinator:
@@ -158,18 +208,27 @@ class TransactionCoordinator:
         store: MetadataStore,
         participant: TransactionParticipant,
         limits: TransactionLimits | None = None,
+        clock: Callable[[], float] = time.time,
     ):
         self.coordinator_id = coordinator_id
         self.limits = limits or TransactionLimits()
         self.store = store
         self.participant = participant
+        self._clock = clock  # wall-clock seconds: stamps and retention (tests move it)
+        # Open transactions, and ended ones not yet forgotten (see self._ended).
         self._txns: dict[int, TxnMetadata] = {}
         self._open: SortedSet = SortedSet()  # sequences not yet ended
+        self._ended = EndedTransactions(
+            int(self.limits.ended_retention_s * 1000), self.limits.max_ended
+        )
+        # Keys of forgotten transactions' records, deleted with the next write.
+        self._doomed_keys: list[str] = []
         self._next_sequence = 1
         self._reserved_until = 0
         self._timers: dict[int, asyncio.TimerHandle] = {}
-        self._drivers: dict[int, asyncio.Task] = {}
-        self._by_name: dict[str, int] = {}  # name -> sequence of its latest transaction
+        self._drivers: dict[int, asyncio.Task] = {}  # running ends; each removes itself
+        # name -> sequence of its latest transaction, while that one is remembered.
+        self._by_name: dict[str, int] = {}
         # Who opened each open transaction, in memory only (owners are connections, which
         # do not outlive the process); transactions recovered at start have no owner.
         self._owner_of: dict[int, str] = {}
@@ -182,22 +241,48 @@ class TransactionCoordinator:
     # ------------------------------------------------------------ recovery
 
     async def recover(self) -> None:
-        """Load every transaction; re-drive decided ones; re-arm (or fire) timeouts."""
+        """Load every transaction; re-drive decided ones; re-arm (or fire) timeouts.
+
+        Ended transactions past the retention or the count are forgotten, and records
+        of the older layout are rewritten, in one LMDB write transaction.
+        """
         reserved = self.store.get(COORDINATOR_DB, f"sequence:{self.coordinator_id}")
         self._reserved_until = int(reserved) if reserved else 0
         self._next_sequence = self._reserved_until + 1
-        now_ms = int(time.time() * 1000)
-        for key, raw in self.store.scan_prefix(COORDINATOR_DB, "txn:"):
-            sequence = int(key[4:])
+        migrated: dict[str, bytes] = {}
+        for key, raw in self.store.scan_prefix(COORDINATOR_DB, TXN_PREFIX):
+            sequence = int(key[len(TXN_PREFIX) :])
             meta = TxnMetadata.from_json(TxnId(self.coordinator_id, sequence), raw)
-            if meta.state.terminal and now_ms - meta.ended_ms > ENDED_RETENTION_S * 1000:
-                self.store.delete(COORDINATOR_DB, key)
-                continue
             self._txns[sequence] = meta
+            if meta.acks:  # the older layout: the acks move to records of their own
+                migrated[key] = meta.to_json()
+                migrated.update(
+                    (ack_key(sequence, index), ack.to_json()) for index, ack in enumerate(meta.acks)
+                )
+        for key, raw in self.store.scan_prefix(COORDINATOR_DB, ACK_PREFIX):
+            meta = self._txns.get(_ack_sequence(key))
+            if meta is None:
+                self._doomed_keys.append(key)  # its transaction's record is gone
+                continue
+            assert key == ack_key(meta.txn_id.least_bits, len(meta.acks)), key
+            meta.acks.append(TxnAck.from_json(raw))
+        ended = sorted(
+            (meta.ended_ms, sequence)
+            for sequence, meta in self._txns.items()
+            if meta.state.terminal
+        )
+        for ended_ms, sequence in ended:
+            self._ended.add(sequence, ended_ms)
+        for sequence, meta in self._txns.items():
             if meta.name:
                 self._by_name[meta.name] = max(sequence, self._by_name.get(meta.name, 0))
             if not meta.state.terminal:
                 self._open.add(sequence)
+        self._forget_expired()
+        for key in self._doomed_keys:
+            migrated.pop(key, None)
+        self.store.write_many(COORDINATOR_DB, migrated, self._doomed_keys)
+        self._doomed_keys = []
         redriven = 0
         for sequence in list(self._open):
             meta = self._txns[sequence]
@@ -220,8 +305,29 @@ class TransactionCoordinator:
             return self._open[0] - 1
         return self._next_sequence - 1
 
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _write(self, puts: dict[str, bytes]) -> None:
+        """Write records, deleting those of forgotten transactions in the same LMDB
+        transaction."""
+        self.store.write_many(COORDINATOR_DB, puts, self._doomed_keys)
+        self._doomed_keys = []
+
     def _persist(self, meta: TxnMetadata) -> None:
-        self.store.put(COORDINATOR_DB, _key(meta.txn_id.least_bits), meta.to_json())
+        self._write({txn_key(meta.txn_id.least_bits): meta.to_json()})
+
+    def _forget_expired(self) -> None:
+        """Forget the ended transactions past the retention or the count (O(1) each)."""
+        for sequence in self._ended.expired(self._now_ms()):
+            meta = self._txns.pop(sequence)
+            assert meta.state.terminal, meta
+            if meta.name and self._by_name.get(meta.name) == sequence:
+                del self._by_name[meta.name]
+            self._doomed_keys.append(txn_key(sequence))
+            self._doomed_keys.extend(ack_key(sequence, i) for i in range(len(meta.acks)))
+        if len(self._doomed_keys) >= DELETE_BATCH:
+            self._write({})
 
     def _reserve(self) -> int:
         sequence = self._next_sequence
@@ -242,6 +348,7 @@ class TransactionCoordinator:
         never opened or aborted, a new one under that name."""
         if not 0 < len(name) <= MAX_NAME_LENGTH:
             raise ValueError(f"a transaction name has 1 to {MAX_NAME_LENGTH} characters")
+        self._forget_expired()
         sequence = self._by_name.get(name)
         meta = self._txns.get(sequence) if sequence is not None else None
         if meta is not None and (meta.state is TxnState.OPEN or meta.state.commits):
@@ -262,12 +369,13 @@ class TransactionCoordinator:
                 f"transaction timeout must be <= {MAX_TIMEOUT_MS} ms, got {timeout_ms}"
             )
         self._check_limits(owner)
+        self._forget_expired()
         sequence = self._reserve()
         if owner:
             self._owner_of[sequence] = owner
             self._open_by_owner[owner] = self._open_by_owner.get(owner, 0) + 1
         meta = TxnMetadata(
-            TxnId(self.coordinator_id, sequence), TxnState.OPEN, timeout_ms, int(time.time() * 1000)
+            TxnId(self.coordinator_id, sequence), TxnState.OPEN, timeout_ms, self._now_ms()
         )
         self._txns[sequence] = meta
         self._open.add(sequence)
@@ -294,15 +402,23 @@ class TransactionCoordinator:
         return self._open_by_owner.get(owner, 0)
 
     def get(self, txn_id: TxnId) -> TxnMetadata:
-        meta = (
-            self._txns.get(txn_id.least_bits) if txn_id.most_bits == self.coordinator_id else None
-        )
-        if meta is None:
+        self._forget_expired()
+        mine = txn_id.most_bits == self.coordinator_id
+        meta = self._txns.get(txn_id.least_bits) if mine else None
+        if meta is not None:
+            return meta
+        name = f"transaction {txn_id}"
+        if mine and 0 < txn_id.least_bits < self._next_sequence:
+            limits = self.limits
             raise TransactionNotFoundError(
-                f"transaction {txn_id} is not known to coordinator "
-                f"{self.coordinator_id} (never opened, or ended more than {ENDED_RETENTION_S:.0f}s ago)"
+                f"{name} is not known to coordinator {self.coordinator_id}: it ended more "
+                f"than {limits.ended_retention_s:g} s ago (txn_ended_retention_s) or before "
+                f"the latest {limits.max_ended} ended transactions (max_ended_transactions), "
+                "and was forgotten, or it was never opened"
             )
-        return meta
+        raise TransactionNotFoundError(
+            f"{name} is not known to coordinator {self.coordinator_id}: never opened"
+        )
 
     def _require_open(self, txn_id: TxnId) -> TxnMetadata:
         meta = self.get(txn_id)
@@ -323,8 +439,10 @@ class TransactionCoordinator:
         self, txn_id: TxnId, topic: str, subscription: str, message_ids: list[tuple[int, int, int]]
     ) -> None:
         meta = self._require_open(txn_id)
-        meta.acks.append(TxnAck(topic, subscription, list(message_ids)))
-        self._persist(meta)
+        ack = TxnAck(topic, subscription, list(message_ids))
+        # A record of its own: O(1) per ack, however many the transaction has.
+        self._write({ack_key(txn_id.least_bits, len(meta.acks)): ack.to_json()})
+        meta.acks.append(ack)
 
     def list_open(self) -> list[TxnMetadata]:
         return [self._txns[s] for s in self._open]
@@ -337,8 +455,13 @@ class TransactionCoordinator:
         if meta.state is TxnState.OPEN:
             self._decide(meta, TxnState.COMMITTING if commit else TxnState.ABORTING)
         elif meta.state.commits != commit or meta.state.terminal:
-            raise TransactionEndedError(f"transaction {txn_id} is already {meta.state.value}")
-        await asyncio.shield(self._drivers[meta.txn_id.least_bits])
+            raise TransactionEndedError(
+                f"transaction {txn_id} is already {meta.state.value}"
+            )
+        driver = self._drivers.get(meta.txn_id.least_bits)
+        if driver is None:  # only once close() cancelled it
+            driver = self._start_driver(meta)
+        await asyncio.shield(driver)
         return meta.state
 
     def _decide(self, meta: TxnMetadata, state: TxnState) -> None:
@@ -351,12 +474,18 @@ class TransactionCoordinator:
         # fsync runs off the loop and is shared by decisions made meanwhile.
         self._start_driver(meta)
 
-    def _start_driver(self, meta: TxnMetadata) -> None:
+    def _start_driver(self, meta: TxnMetadata) -> asyncio.Task:
         sequence = meta.txn_id.least_bits
-        if sequence not in self._drivers or self._drivers[sequence].done():
-            self._drivers[sequence] = asyncio.create_task(
-                self._drive(meta), name=f"txn-end:{sequence}"
-            )
+        driver = self._drivers.get(sequence)
+        if driver is None:
+            driver = asyncio.create_task(self._drive(meta), name=f"txn-end:{sequence}")
+            self._drivers[sequence] = driver
+            driver.add_done_callback(functools.partial(self._driver_done, sequence))
+        return driver
+
+    def _driver_done(self, sequence: int, driver: asyncio.Task) -> None:
+        if self._drivers.get(sequence) is driver:
+            del self._drivers[sequence]
 
     async def _drive(self, meta: TxnMetadata) -> None:
         commit = meta.state.commits
@@ -386,10 +515,15 @@ class TransactionCoordinator:
         if meta.state is TxnState.TIMEOUT:
             self.timed_out_count += 1
         meta.state = TxnState.COMMITTED if commit else TxnState.ABORTED
-        meta.ended_ms = int(time.time() * 1000)
+        meta.ended_ms = self._now_ms()
+        sequence = meta.txn_id.least_bits
+        self._open.discard(sequence)
+        self._forget_owner(sequence)
+        # Remembered from here, and forgotten once past the retention or the count;
+        # the completion and the deletions of forgotten records share one write.
+        self._ended.add(sequence, meta.ended_ms)
+        self._forget_expired()
         self._persist(meta)
-        self._open.discard(meta.txn_id.least_bits)
-        self._forget_owner(meta.txn_id.least_bits)
         if commit:
             self.committed_count += 1
         else:
@@ -411,7 +545,7 @@ class TransactionCoordinator:
                 del self._open_by_owner[owner]
 
     def _arm_timeout(self, meta: TxnMetadata) -> None:
-        remaining_ms = meta.opened_ms + meta.timeout_ms - int(time.time() * 1000)
+        remaining_ms = meta.opened_ms + meta.timeout_ms - self._now_ms()
         loop = asyncio.get_running_loop()
         self._timers[meta.txn_id.least_bits] = loop.call_later(
             max(remaining_ms, 0) / 1000, self._on_timeout, meta
@@ -440,6 +574,9 @@ class TransactionCoordinator:
             "maxOpenTxns": self.limits.max_open,
             "maxOpenTxnsPerClient": self.limits.max_open_per_owner,
             "clientsWithOpenTxns": len(self._open_by_owner),
+            "endedTxns": len(self._ended),
+            "maxEndedTxns": self.limits.max_ended,
+            "endedRetentionS": self.limits.ended_retention_s,
             "committedCount": self.committed_count,
             "abortedCount": self.aborted_count,
             "timedOutCount": self.timed_out_count,

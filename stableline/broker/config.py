@@ -36,6 +36,12 @@ class BrokerConfig:
     # either is refused [transactionCoordinator max active transactions].
     max_open_transactions: int = 100_000
     max_open_transactions_per_client: int = 10_000
+    # Ended transactions the coordinator remembers (a repeated end answers as before,
+    # transactionMetadata finds them, a committed name is joined): for this long after
+    # their end, and at most this many of the latest; then they are forgotten
+    # [Kafka: transactional.id.expiration.ms].
+    txn_ended_retention_s: float = 3600.0
+    max_ended_transactions: int = 100_000
     # Client connections (distinct gRPC peers with a call open) served at once; calls
     # from one more peer are refused [maxConnections].
     max_connections: int = 4096
@@ -141,5 +147,7 @@ LIMIT_KEYS = (
     "max_consumers_per_subscription",
     "max_open_transactions",
     "max_open_transactions_per_client",
+    "txn_ended_retention_s",
+    "max_ended_transactions",
     "max_connections",
 )

@@ -152,7 +152,10 @@ class Broker:
             self.store,
             BrokerParticipant(self.registry),
             TransactionLimits(
-                config.max_open_transactions, config.max_open_transactions_per_client
+                config.max_open_transactions,
+                config.max_open_transactions_per_client,
+                config.txn_ended_retention_s,
+                config.max_ended_transactions,
             ),
         )
         if config.failpoints:
