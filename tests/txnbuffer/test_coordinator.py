@@ -481,3 +481,266 @@ async def test_a_timed_out_transaction_frees_its_owners_slot(limited):
     await eventually(lambda: limited.open_by("a") == 0, "both transactions to time out")
     limited.new_transaction(LONG_TIMEOUT_MS, owner="a")
     assert limited.timed_out_count == 2
+
+
+# ---------------------------------------------------------------- forgetting ended transactions
+
+RETENTION_S = 60.0
+MAX_ENDED = 3
+
+
+class FakeClock:
+    """Wall-clock seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def bounded_coordinator(
+    store: MetadataStore, participant: FakeParticipant, clock: FakeClock
+) -> TransactionCoordinator:
+    tc = TransactionCoordinator(
+        COORDINATOR_ID,
+        store,
+        participant,
+        TransactionLimits(ended_retention_s=RETENTION_S, max_ended=MAX_ENDED),
+        clock=clock,
+    )
+    participant.coordinator = tc
+    await tc.recover()
+    return tc
+
+
+@pytest.fixture
+async def bounded(store, participant, clock) -> AsyncIterator[TransactionCoordinator]:
+    tc = await bounded_coordinator(store, participant, clock)
+    yield tc
+    await tc.close()
+
+
+def record_keys(store: MetadataStore, sequence: int) -> list[str]:
+    """The log's records of one transaction: its own and its acks'."""
+    own = f"txn:{sequence:020d}"
+    acks = f"ack:{sequence:020d}:"
+    return [
+        key
+        for prefix in ("txn:", "ack:")
+        for key, _ in store.scan_prefix(COORDINATOR_DB, prefix)
+        if key == own or key.startswith(acks)
+    ]
+
+
+async def ended_txn(coordinator: TransactionCoordinator, commit: bool = True) -> TxnId:
+    txn_id = open_txn(coordinator, "a")
+    coordinator.add_ack(txn_id, "b", "sub", [(0, 1, 0)])
+    await asyncio.wait_for(coordinator.end(txn_id, commit), WAIT_S)
+    return txn_id
+
+
+async def test_an_ended_txn_is_forgotten_once_past_the_retention(bounded, clock):
+    txn_id = await ended_txn(bounded)
+    clock.now += RETENTION_S  # exactly the retention: still remembered
+    assert bounded.get(txn_id).state is TxnState.COMMITTED
+
+    clock.now += 1
+    with pytest.raises(TransactionNotFoundError, match=r"more than 60 s ago \(txn_ended_ret"):
+        bounded.get(txn_id)
+    with pytest.raises(TransactionNotFoundError):
+        await bounded.end(txn_id, True)
+    assert bounded.stats()["endedTxns"] == 0
+
+
+async def test_only_the_latest_max_ended_txns_are_remembered(bounded):
+    ended = [await ended_txn(bounded, commit=i % 2 == 0) for i in range(MAX_ENDED + 2)]
+    for forgotten in ended[:2]:
+        with pytest.raises(TransactionNotFoundError, match=r"latest 3 ended .*max_ended_trans"):
+            bounded.get(forgotten)
+    assert [bounded.get(t).state for t in ended[2:]] == [
+        TxnState.COMMITTED,
+        TxnState.ABORTED,
+    ] * 1 + [TxnState.COMMITTED]
+    assert bounded.stats()["endedTxns"] == MAX_ENDED
+
+
+async def test_an_id_never_handed_out_is_not_found_as_never_opened(bounded):
+    with pytest.raises(TransactionNotFoundError, match=r"never opened$"):
+        bounded.get(TxnId(COORDINATOR_ID, 10**9))
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_late_duplicate_end_of_a_remembered_txn_answers_as_before(
+    bounded, clock, participant, commit
+):
+    txn_id = await ended_txn(bounded, commit)
+    for _ in range(MAX_ENDED - 1):  # others end, but not enough to push it out
+        await ended_txn(bounded)
+    clock.now += RETENTION_S / 2
+    with pytest.raises(TransactionEndedError, match="already"):
+        await bounded.end(txn_id, commit)
+    with pytest.raises(TransactionEndedError):
+        await bounded.end(txn_id, not commit)
+    assert bounded.get(txn_id).describe()["status"] == ("COMMITTED" if commit else "ABORTED")
+    assert sum(c.txn_id == txn_id for c in participant.attempts) == 1
+
+
+async def test_a_forgotten_committed_name_gets_a_new_transaction(bounded, clock):
+    first = bounded.named_transaction("query-1-batch-1", LONG_TIMEOUT_MS)
+    await asyncio.wait_for(bounded.end(first.txn_id, True), WAIT_S)
+    assert bounded.named_transaction("query-1-batch-1", LONG_TIMEOUT_MS) is first
+
+    clock.now += RETENTION_S + 1
+    again = bounded.named_transaction("query-1-batch-1", LONG_TIMEOUT_MS)
+    assert again.txn_id != first.txn_id and again.state is TxnState.OPEN
+    assert bounded._by_name == {"query-1-batch-1": again.txn_id.least_bits}
+
+
+async def test_an_open_named_txn_outlives_any_number_of_ends(bounded):
+    named = bounded.named_transaction("long-running", LONG_TIMEOUT_MS)
+    for _ in range(MAX_ENDED * 3):
+        await ended_txn(bounded)
+    assert bounded.named_transaction("long-running", LONG_TIMEOUT_MS) is named
+
+
+async def test_finished_end_tasks_are_dropped(bounded):
+    for _ in range(5):
+        await ended_txn(bounded)
+    assert bounded._drivers == {}
+
+
+async def test_records_of_forgotten_txns_are_deleted_with_the_next_write(bounded, store):
+    forgotten = await ended_txn(bounded)
+    assert len(record_keys(store, forgotten.least_bits)) == 2  # its record and its ack's
+    writes = 0
+    real_write_many = store.write_many
+
+    def counting_write_many(*args, **kwargs) -> None:
+        nonlocal writes
+        writes += 1
+        real_write_many(*args, **kwargs)
+
+    store.write_many = counting_write_many
+    kept = [await ended_txn(bounded) for _ in range(MAX_ENDED)]
+    store.write_many = real_write_many
+
+    assert record_keys(store, forgotten.least_bits) == []
+    assert all(len(record_keys(store, t.least_bits)) == 2 for t in kept)
+    # open, topic, ack, decision, completion: the deletion took no write of its own
+    assert writes == 5 * MAX_ENDED
+
+
+async def test_recovery_forgets_and_deletes_what_is_past_either_bound(store, participant, clock):
+    first = await bounded_coordinator(store, participant, clock)
+    pushed_out = await ended_txn(first)
+    clock.now += RETENTION_S / 2
+    ended = []
+    for _ in range(MAX_ENDED):  # one a second
+        clock.now += 1
+        ended.append(await ended_txn(first))
+    first_end = clock.now - MAX_ENDED + 1
+    still_open = open_txn(first, "a")
+    await first.close()
+    assert record_keys(store, pushed_out.least_bits) == []  # deleted with a completion
+
+    second = await bounded_coordinator(store, participant, clock)
+    assert [second.get(t).state for t in ended] == [TxnState.COMMITTED] * MAX_ENDED
+    await second.close()
+
+    clock.now = first_end + RETENTION_S + 0.5  # the first of `ended` is past the retention
+    third = await bounded_coordinator(store, participant, clock)
+    try:
+        with pytest.raises(TransactionNotFoundError):
+            third.get(ended[0])
+        assert record_keys(store, ended[0].least_bits) == []
+        assert [third.get(t).state for t in ended[1:]] == [TxnState.COMMITTED] * (MAX_ENDED - 1)
+        assert third.get(still_open).state is TxnState.OPEN
+    finally:
+        await third.close()
+
+
+# ---------------------------------------------------------------- acks in the log
+
+
+async def test_each_ack_is_a_record_of_its_own_and_recovery_reads_them_back(store, participant):
+    first = await restarted(store, participant)
+    txn_id = open_txn(first, "a")
+    acks = [
+        ("t1", "s1", [(1, 2, 0)]),
+        ("t2", "s2", [(3, 4, 0), (3, 5, -1)]),
+        ("t1", "s1", [(1, 3, 0)]),
+    ]
+    for topic, subscription, ids in acks:
+        first.add_ack(txn_id, topic, subscription, ids)
+    await first.close()
+    assert record_keys(store, txn_id.least_bits) == [
+        f"txn:{txn_id.least_bits:020d}",
+        *(f"ack:{txn_id.least_bits:020d}:{i:08d}" for i in range(3)),
+    ]
+
+    participant = FakeParticipant(store)
+    second = await restarted(store, participant)
+    try:
+        recovered = second.get(txn_id).acks
+        assert [(a.topic, a.subscription, a.message_ids) for a in recovered] == acks
+        assert await asyncio.wait_for(second.end(txn_id, True), WAIT_S) is TxnState.COMMITTED
+        assert [(a.topic, a.message_ids) for a, *_ in participant.ack_attempts] == [
+            (t, ids) for t, _, ids in acks
+        ]
+    finally:
+        await second.close()
+
+
+async def test_an_ack_writes_the_same_bytes_however_many_came_before(coordinator, store):
+    txn_id = open_txn(coordinator, "a")
+    written: list[int] = []
+    real_write_many = store.write_many
+
+    def measuring_write_many(db, puts, deletes=()) -> None:
+        written.append(sum(len(k) + len(v) for k, v in puts.items()))
+        real_write_many(db, puts, deletes)
+
+    store.write_many = measuring_write_many
+    for entry in range(500):
+        coordinator.add_ack(txn_id, "topic", "sub", [(7, entry % 10, 0)])
+    store.write_many = real_write_many
+    assert len(written) == 500
+    assert max(written) == min(written) < 200
+
+
+async def test_a_record_of_the_older_layout_with_inline_acks_loads_and_is_rewritten(store):
+    sequence = 42
+    old_record = {
+        "state": "COMMITTING",
+        "timeout_ms": LONG_TIMEOUT_MS,
+        "opened_ms": int(time.time() * 1000),
+        "topics": ["a"],
+        "acks": [["t", "s", [[1, 2, 0]]], ["t", "s", [[1, 3, -1]]]],
+        "ended_ms": 0,
+        "name": "",
+    }
+    store.put_json(COORDINATOR_DB, f"txn:{sequence:020d}", old_record)
+    store.put(COORDINATOR_DB, f"sequence:{COORDINATOR_ID}", b"1000")
+
+    participant = FakeParticipant(store)
+    tc = await restarted(store, participant)
+    try:
+        txn_id = TxnId(COORDINATOR_ID, sequence)
+        await eventually(lambda: tc.get(txn_id).state is TxnState.COMMITTED, "re-driven commit")
+        assert [(a.topic, a.message_ids) for a, *_ in participant.ack_attempts] == [
+            ("t", [(1, 2, 0)]),
+            ("t", [(1, 3, -1)]),
+        ]
+        assert "acks" not in store.get_json(COORDINATOR_DB, f"txn:{sequence:020d}")
+        assert [
+            TxnAck.from_json(raw).message_ids
+            for _, raw in store.scan_prefix(COORDINATOR_DB, f"ack:{sequence:020d}:")
+        ] == [[(1, 2, 0)], [(1, 3, -1)]]
+    finally:
+        await tc.close()
