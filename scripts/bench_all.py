@@ -594,6 +594,24 @@ def fig_scripts(sizes: Sizes, ctx: dict) -> list[Row]:
                 last["bytes"]["total"] < 1024 * 1024 and memory["growth_first_to_last"] < 1.05,
             )
         )
+        coordinator = run_script("bench_coordinator_memory.py", out / "coordinator-memory.json")
+        rows.append(
+            Row(
+                "Transaction coordinator memory (bench_coordinator_memory, in process)",
+                f"after {coordinator['ended_total']:,} ended, max_ended_transactions "
+                f"{coordinator['max_ended']:,}",
+                coordinator["bytes_after_rounds"],
+                "bytes",
+                f"at the bound ({coordinator['max_ended']:,} ended)",
+                coordinator["bytes_at_bound"],
+                f"flat: <= {coordinator['goal_growth']}x",
+                coordinator["goal_met"],
+                f"{coordinator['bytes_per_open']:,} B per open txn, "
+                f"{coordinator['bytes_per_ended']:,} B per ended; CPU per txn "
+                f"{coordinator['cpu_us_per_txn_below_bound']} us below the bound, "
+                f"{coordinator['cpu_us_per_txn_at_bound']} us at it",
+            )
+        )
     if not ctx["skip_spark"]:
         spark = run_script(
             "bench_spark.py",

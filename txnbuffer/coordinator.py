@@ -27,6 +27,7 @@ import enum
 import functools
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -432,14 +433,15 @@ class TransactionCoordinator:
         """Record that the transaction writes to topic (before the write happens)."""
         meta = self._require_open(txn_id)
         if topic not in meta.topics:
-            meta.topics.append(topic)
+            # Interned: thousands of remembered transactions share a few topic names.
+            meta.topics.append(sys.intern(topic))
             self._persist(meta)
 
     def add_ack(
         self, txn_id: TxnId, topic: str, subscription: str, message_ids: list[tuple[int, int, int]]
     ) -> None:
         meta = self._require_open(txn_id)
-        ack = TxnAck(topic, subscription, list(message_ids))
+        ack = TxnAck(sys.intern(topic), sys.intern(subscription), list(message_ids))
         # A record of its own: O(1) per ack, however many the transaction has.
         self._write({ack_key(txn_id.least_bits, len(meta.acks)): ack.to_json()})
         meta.acks.append(ack)
