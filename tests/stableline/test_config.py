@@ -43,3 +43,15 @@ def test_every_limit_has_a_default_and_must_be_at_least_one(monkeypatch):
     monkeypatch.setenv("STABLELINE_MAX_CONNECTIONS", "0")
     with pytest.raises(ValueError, match="max_connections must be >= 1"):
         load_config()
+
+
+def test_ended_transactions_are_bounded_by_time_and_count(monkeypatch):
+    defaults = load_config()
+    assert (defaults.txn_ended_retention_s, defaults.max_ended_transactions) == (3600.0, 100_000)
+    monkeypatch.setenv("STABLELINE_TXN_ENDED_RETENTION_S", "0.5")
+    with pytest.raises(ValueError, match="txn_ended_retention_s must be >= 1"):
+        load_config()
+    monkeypatch.setenv("STABLELINE_TXN_ENDED_RETENTION_S", "90")
+    monkeypatch.setenv("STABLELINE_MAX_ENDED_TRANSACTIONS", "0")
+    with pytest.raises(ValueError, match="max_ended_transactions must be >= 1"):
+        load_config()

@@ -1,4 +1,5 @@
-"""The coordinator's memory stays flat under a steady stream of transactions.
+"""The coordinator forgets ended transactions as the broker runs, and its memory
+stays flat under a steady stream of transactions.
 
 A real broker runs 12,000 one-message transactions through the asyncio SDK. Ended
 transactions past `max_ended_transactions` are forgotten as the broker runs, so its
@@ -10,11 +11,14 @@ and its name grew 13.9 MB over these 10,000 (about 1.4 KB each).
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import stableline
 from stableline import aio
 from stableline.testing import BrokerProcess
 
@@ -89,3 +93,32 @@ def test_broker_rss_stays_flat_over_10000_one_message_transactions(bounded):
         f"broker RSS grew {after - warm:.1f} MB over {MEASURED_TXNS:,} transactions "
         f"({warm:.1f} -> {after:.1f} MB)"
     )
+
+
+def test_a_forgotten_transaction_is_not_found_and_the_latest_ended_still_answer(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", env={"STABLELINE_MAX_ENDED_TRANSACTIONS": "2"})
+    broker.start()
+    try:
+        with stableline.Client(broker.service_url) as client:
+            producer = client.create_producer(TOPIC)
+            txns = []
+            for index in range(3):
+                txn = client.new_transaction(timeout_ms=60_000)
+                producer.send(b"m", txn=txn)
+                if index == 2:
+                    txn.abort()
+                else:
+                    txn.commit()
+                txns.append(txn)
+        ids = [f"{t.id[0]}:{t.id[1]}" for t in txns]
+        path = "/admin/v3/transactions/transactionMetadata?txnId="
+        with pytest.raises(urllib.error.HTTPError) as forgotten:
+            broker.admin(path + ids[0])
+        assert forgotten.value.code == 404
+        message = json.loads(forgotten.value.read())["reason"]
+        assert "latest 2 ended transactions (max_ended_transactions)" in message, message
+        assert [broker.admin(path + i)["status"] for i in ids[1:]] == ["COMMITTED", "ABORTED"]
+        stats = broker.admin("/admin/v3/transactions/coordinatorStats")
+        assert (stats["endedTxns"], stats["maxEndedTxns"]) == (2, 2)
+    finally:
+        assert broker.stop() == 0, broker.log()
