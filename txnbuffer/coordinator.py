@@ -250,16 +250,13 @@ class TransactionCoordinator:
         reserved = self.store.get(COORDINATOR_DB, f"sequence:{self.coordinator_id}")
         self._reserved_until = int(reserved) if reserved else 0
         self._next_sequence = self._reserved_until + 1
-        migrated: dict[str, bytes] = {}
+        inline_acks: list[int] = []  # records of the older layout, acks inside
         for key, raw in self.store.scan_prefix(COORDINATOR_DB, TXN_PREFIX):
             sequence = int(key[len(TXN_PREFIX) :])
             meta = TxnMetadata.from_json(TxnId(self.coordinator_id, sequence), raw)
             self._txns[sequence] = meta
-            if meta.acks:  # the older layout: the acks move to records of their own
-                migrated[key] = meta.to_json()
-                migrated.update(
-                    (ack_key(sequence, index), ack.to_json()) for index, ack in enumerate(meta.acks)
-                )
+            if meta.acks:
+                inline_acks.append(sequence)
         for key, raw in self.store.scan_prefix(COORDINATOR_DB, ACK_PREFIX):
             meta = self._txns.get(_ack_sequence(key))
             if meta is None:
@@ -280,10 +277,16 @@ class TransactionCoordinator:
             if not meta.state.terminal:
                 self._open.add(sequence)
         self._forget_expired()
-        for key in self._doomed_keys:
-            migrated.pop(key, None)
-        self.store.write_many(COORDINATOR_DB, migrated, self._doomed_keys)
-        self._doomed_keys = []
+        # The remembered ones of the older layout: their acks move to records of their own.
+        migrated: dict[str, bytes] = {}
+        for sequence in inline_acks:
+            meta = self._txns.get(sequence)
+            if meta is not None:
+                migrated[txn_key(sequence)] = meta.to_json()
+                migrated.update(
+                    (ack_key(sequence, index), ack.to_json()) for index, ack in enumerate(meta.acks)
+                )
+        self._write(migrated)
         redriven = 0
         for sequence in list(self._open):
             meta = self._txns[sequence]

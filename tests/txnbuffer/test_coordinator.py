@@ -726,6 +726,15 @@ async def test_a_record_of_the_older_layout_with_inline_acks_loads_and_is_rewrit
         "name": "",
     }
     store.put_json(COORDINATOR_DB, f"txn:{sequence:020d}", old_record)
+    # One that ended two retentions ago: forgotten, not rewritten.
+    long_ago_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+    expired = {
+        **old_record,
+        "state": "COMMITTED",
+        "opened_ms": long_ago_ms,
+        "ended_ms": long_ago_ms,
+    }
+    store.put_json(COORDINATOR_DB, f"txn:{sequence + 1:020d}", expired)
     store.put(COORDINATOR_DB, f"sequence:{COORDINATOR_ID}", b"1000")
 
     participant = FakeParticipant(store)
@@ -742,5 +751,8 @@ async def test_a_record_of_the_older_layout_with_inline_acks_loads_and_is_rewrit
             TxnAck.from_json(raw).message_ids
             for _, raw in store.scan_prefix(COORDINATOR_DB, f"ack:{sequence:020d}:")
         ] == [[(1, 2, 0)], [(1, 3, -1)]]
+        assert record_keys(store, sequence + 1) == []
+        with pytest.raises(TransactionNotFoundError):
+            tc.get(TxnId(COORDINATOR_ID, sequence + 1))
     finally:
         await tc.close()
