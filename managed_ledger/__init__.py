@@ -15,6 +15,7 @@ from managed_ledger.errors import (
 from managed_ledger.ledger import ManagedLedger
 from managed_ledger.metadata import MetadataStore
 from managed_ledger.position import EARLIEST, LATEST, Position
+from managed_ledger.state import LedgerState
 
 __all__ = [
     "EARLIEST",
@@ -26,6 +27,7 @@ __all__ = [
     "EntryTooLargeError",
     "EntryType",
     "LedgerClosedError",
+    "LedgerState",
     "ManagedCursor",
     "ManagedLedger",
     "ManagedLedgerConfig",

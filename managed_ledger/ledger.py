@@ -11,6 +11,8 @@ Promises:
   StorageError (StorageFullError for ENOSPC) and keeps none of its bytes; after
   a failed fsync the ledger is fenced and the next append rolls over to a new
   one. Earlier entries stay readable throughout.
+- The ledger is in one LedgerState at a time (managed_ledger/state.py), changed
+  only by `_transition`, which refuses a move the state table does not list.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from managed_ledger.framing import FRAME_SIZE, encode_frame
 from managed_ledger.metadata import MetadataStore
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files
+from managed_ledger.state import LedgerState, check_transition
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,9 @@ class ManagedLedger:
         self._ledger_deleted_listeners: list[Callable[[int], None]] = []
         self._dirty_cursors: set[str] = set()
         self._cursor_flush: asyncio.TimerHandle | None = None
-        self._closed = False
+        # No one holds the ledger before open() has recovered it and adopted the
+        # current ledger, so it starts as it will be seen.
+        self._state = LedgerState.LEDGER_OPENED
         self.entries_added = 0
         self.bytes_added = 0
 
@@ -192,11 +197,29 @@ class ManagedLedger:
         )
         self.store.sync()
 
+    # ------------------------------------------------------------ state
+
+    @property
+    def state(self) -> LedgerState:
+        return self._state
+
+    def _transition(self, new: LedgerState) -> None:
+        """The one place the state changes; an illegal move raises."""
+        check_transition(self.name, self._state, new)
+        self._state = new
+
+    def _writer_reached(self, new: LedgerState) -> None:
+        """What the writer found out about the current ledger. A close under way
+        keeps its state: the queue it drains still rolls over a fenced or full
+        ledger, which Segment.fenced and the ledger's size tell."""
+        if self._state is not new and self._state.is_open:
+            self._transition(new)
+
     async def close(self) -> None:
         """Finish pending appends, close the current ledger, persist cursors."""
-        if self._closed:
+        if not self._state.is_open:
             return
-        self._closed = True
+        self._transition(LedgerState.CLOSING)
         if self._writer is not None:
             await asyncio.shield(self._writer)
         self._flush_cursors()
@@ -220,6 +243,7 @@ class ManagedLedger:
                 self._persist_ledger_list()
         for segment in self._segments.values():
             segment.release()
+        self._transition(LedgerState.CLOSED)
 
     async def delete(self) -> None:
         """Close and remove every ledger file, cursor and piece of metadata."""
@@ -232,15 +256,12 @@ class ManagedLedger:
             delete_files(self._path(ledger_id))
         self.cache.clear()
 
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
-
     # ------------------------------------------------------------ append
 
     async def append(self, header: EntryHeader, payload: bytes) -> Position:
         """Append one entry; returns its position once it is durable."""
-        if self._closed:
+        state = self._state
+        if state is LedgerState.CLOSING or state is LedgerState.CLOSED:
             raise LedgerClosedError(f"{self.name} is closed")
         if len(payload) > self.config.max_entry_size_bytes:
             raise EntryTooLargeError(
@@ -250,7 +271,7 @@ class ManagedLedger:
         while self._pending_bytes > self.config.max_pending_bytes:
             self._space_available.clear()
             await self._space_available.wait()
-            if self._closed:
+            if not self._state.is_open:
                 raise LedgerClosedError(f"{self.name} is closed")
         header_bytes = header.encode()
         future = asyncio.get_running_loop().create_future()
@@ -263,7 +284,9 @@ class ManagedLedger:
     def _should_roll_over(self) -> bool:
         current = self._current
         if current.fenced:
-            return True  # the disk failed it: never written again (Segment.write)
+            # The disk failed it: never written again (Segment.write asserts it).
+            # The segment's own fence, not the state: a close keeps CLOSING.
+            return True
         info = self._ledgers[current.ledger_id]
         return current.entry_count > 0 and (
             current.entry_count >= self.config.max_entries_per_ledger
@@ -275,12 +298,17 @@ class ManagedLedger:
         loop = asyncio.get_running_loop()
         while self._pending:
             if self._should_roll_over():
+                old = self._current
+                self._writer_reached(LedgerState.CLOSING_LEDGER)
                 try:
                     await self._roll_over()
                 except Exception as error:
                     # Nothing was written to the new ledger; the next append retries
                     # the rollover. Fail what is queued rather than leave it waiting.
                     log.error("%s: rollover failed: %s", self.name, error)
+                    self._writer_reached(
+                        LedgerState.FENCED if old.fenced else LedgerState.WRITE_FAILED
+                    )
                     what = f"rollover of {self.name} failed"
                     self._fail_pending(
                         storage_error(what, error)
@@ -288,6 +316,7 @@ class ManagedLedger:
                         else ManagedLedgerError(f"{what}: {error}")
                     )
                     return
+                self._writer_reached(LedgerState.LEDGER_OPENED)
             batch: list[_PendingAppend] = []
             frames: list[bytes] = []
             batch_bytes = 0
@@ -315,6 +344,9 @@ class ManagedLedger:
                     error,
                     "; ledger fenced, the next append rolls over" if segment.fenced else "",
                 )
+                self._writer_reached(
+                    LedgerState.FENCED if segment.fenced else LedgerState.WRITE_FAILED
+                )
                 failure = storage_error(f"append to {self.name} failed", error)
                 for pending in batch:
                     if not pending.future.done():
@@ -322,6 +354,8 @@ class ManagedLedger:
                 self._release_pending(batch_bytes)
                 continue
             segment.commit_offsets([len(frame) for frame in frames])
+            if self._state is LedgerState.WRITE_FAILED:
+                self._transition(LedgerState.LEDGER_OPENED)  # the disk takes writes again
             ledger_id = segment.ledger_id
             entries = [
                 Entry(Position(ledger_id, first_entry_id + index), pending.header, pending.payload)
@@ -541,7 +575,7 @@ class ManagedLedger:
 
     def cursor_changed(self, name: str) -> None:
         self._dirty_cursors.add(name)
-        if self._cursor_flush is None and not self._closed:
+        if self._cursor_flush is None and self._state.is_open:
             loop = asyncio.get_running_loop()
             self._cursor_flush = loop.call_later(
                 self.config.cursor_flush_interval_s, self._flush_cursors
@@ -563,7 +597,7 @@ class ManagedLedger:
 
     def trim(self) -> list[int]:
         """Delete closed ledgers consumed by every cursor; returns the deleted ids."""
-        if not self.cursors or self._closed:
+        if not self.cursors or not self._state.is_open:
             return []
         slowest = min(cursor.mark_delete for cursor in self.cursors.values())
         if self._trim_floor is not None:

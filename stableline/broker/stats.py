@@ -87,7 +87,7 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
         "currentLedgerSize": current.size,
         "lastLedgerCreatedTimestamp": current.created_ms,
         "lastConfirmedEntry": str(ledger.last_confirmed),
-        "state": "Closed" if ledger.is_closed else "LedgerOpened",
+        "state": ledger.state.value,
         "cacheSize": ledger.cache.size_bytes,
         "ledgers": [
             {"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "closed": i.closed}

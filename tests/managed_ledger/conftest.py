@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger.state import LedgerState
 
 # Appends in unit tests skip fdatasync unless a test is about durability.
 FAST = ManagedLedgerConfig(fsync=False)
@@ -64,7 +65,8 @@ class LedgerHarness:
         if ledger._cursor_flush is not None:
             ledger._cursor_flush.cancel()
             ledger._cursor_flush = None
-        ledger._closed = True
+        # Not a transition: a killed process has no state left to move from.
+        ledger._state = LedgerState.CLOSED
         for segment in ledger._segments.values():
             segment.release()
         self.opened.remove(ledger)

@@ -23,6 +23,7 @@ from managed_ledger import (
     EntryHeader,
     EntryTooLargeError,
     LedgerClosedError,
+    LedgerState,
     ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerError,
@@ -32,6 +33,7 @@ from managed_ledger import (
 )
 from managed_ledger.framing import FRAME
 from managed_ledger.segment import Segment
+from managed_ledger.state import IllegalStateTransition
 
 DURABLE = ManagedLedgerConfig(fsync=True)
 # Cursors flush (and so trim) only when a test says so.
@@ -728,6 +730,145 @@ async def test_close_with_a_failing_disk_leaves_the_ledger_to_be_scanned_on_reop
     assert not ledger_file(harness, ledger.current_ledger_id).with_suffix(".idx").exists()
     reopened = await harness.open(DURABLE)
     assert sequence_ids(read_all(reopened)) == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- states
+
+
+async def test_a_ledger_is_opened_then_closing_while_it_drains_then_closed(
+    harness, fsync_gate, wait_for
+):
+    ledger = await harness.open(DURABLE)
+    assert ledger.state is LedgerState.LEDGER_OPENED
+    appending = asyncio.create_task(ledger.append(header(0), payload(0)))
+    await fsync_gate.wait_entered()
+    closing = asyncio.create_task(ledger.close())
+    await wait_for(lambda: ledger.state is LedgerState.CLOSING, 5, "the close to begin")
+    with pytest.raises(LedgerClosedError):
+        await ledger.append(header(1), payload(1))
+    fsync_gate.open.set()
+    await closing
+    assert ledger.state is LedgerState.CLOSED
+    assert (await appending).entry_id == 0
+
+
+async def test_a_full_disk_leaves_the_ledger_write_failed_until_an_append_lands(
+    harness, faulty_disk
+):
+    ledger = await harness.open(DURABLE)
+    ledger_id = ledger.current_ledger_id
+    faulty_disk.fail_writes(errno.ENOSPC)
+    for _attempt in range(2):
+        with pytest.raises(StorageFullError):
+            await ledger.append(header(0), payload(0))
+        assert ledger.state is LedgerState.WRITE_FAILED
+    faulty_disk.heal()
+    assert await ledger.append(header(1), payload(1)) == Position(ledger_id, 0)
+    assert ledger.state is LedgerState.LEDGER_OPENED
+
+
+async def test_a_failed_fsync_fences_the_ledger_until_a_rollover_opens_the_next(
+    harness, faulty_disk
+):
+    ledger = await harness.open(DURABLE)
+    first = ledger.current_ledger_id
+    await append_many(ledger, range(2))
+    faulty_disk.fail_syncs(errno.EIO)
+    with pytest.raises(StorageError, match="the disk failed"):
+        await ledger.append(header(90), payload(90))
+    assert ledger.state is LedgerState.FENCED
+    # The rollover's seal fails as well: still fenced, the file still unwritten.
+    with pytest.raises(StorageError, match="rollover"):
+        await ledger.append(header(91), payload(91))
+    assert ledger.state is LedgerState.FENCED
+    faulty_disk.heal()
+    assert await ledger.append(header(2), payload(2)) == Position(first + 1, 0)
+    assert ledger.state is LedgerState.LEDGER_OPENED
+
+
+async def test_a_rollover_is_closing_ledger_until_the_next_ledger_is_adopted(harness, monkeypatch):
+    ledger = await harness.open(ManagedLedgerConfig(fsync=False, max_entries_per_ledger=1))
+    await ledger.append(header(0), payload(0))
+    real_create = Segment.create.__func__
+    creating, release = threading.Event(), threading.Event()
+
+    def gated_create(cls, ledger_id, path):
+        creating.set()
+        assert release.wait(10), "the test never released the rollover"
+        return real_create(cls, ledger_id, path)
+
+    monkeypatch.setattr(Segment, "create", classmethod(gated_create))
+    appending = asyncio.create_task(ledger.append(header(1), payload(1)))
+    try:
+        assert await asyncio.to_thread(creating.wait, 10), "no rollover started"
+        assert ledger.state is LedgerState.CLOSING_LEDGER
+    finally:
+        release.set()
+    assert (await appending).entry_id == 0
+    assert ledger.state is LedgerState.LEDGER_OPENED
+
+
+async def test_a_failed_rollover_of_a_full_ledger_leaves_it_write_failed(harness, monkeypatch):
+    ledger = await harness.open(ManagedLedgerConfig(fsync=False, max_entries_per_ledger=1))
+    first = ledger.current_ledger_id
+    await ledger.append(header(0), payload(0))
+    real_create = Segment.create.__func__
+
+    def create_fails_once(cls, ledger_id, path):
+        monkeypatch.setattr(Segment, "create", classmethod(real_create))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Segment, "create", classmethod(create_fails_once))
+    with pytest.raises(StorageFullError, match="rollover"):
+        await ledger.append(header(90), payload(90))
+    assert ledger.state is LedgerState.WRITE_FAILED
+    assert await ledger.append(header(1), payload(1)) == Position(first + 1, 0)
+    assert ledger.state is LedgerState.LEDGER_OPENED
+
+
+async def test_appends_queued_before_a_close_still_roll_over_a_ledger_fenced_meanwhile(
+    harness, monkeypatch, wait_for
+):
+    ledger = await harness.open(DURABLE)
+    first = ledger.current_ledger_id
+    real = os.fdatasync
+    entered, release = threading.Event(), threading.Event()
+    calls = {"n": 0}
+
+    def first_sync_blocks_then_fails(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            entered.set()
+            assert release.wait(10), "the test never released the fsync"
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", first_sync_blocks_then_fails)
+    failing = asyncio.create_task(ledger.append(header(90), payload(90)))
+    try:
+        assert await asyncio.to_thread(entered.wait, 10), "no fdatasync was started"
+        queued = asyncio.create_task(ledger.append(header(0), payload(0)))
+        closing = asyncio.create_task(ledger.close())
+        await wait_for(lambda: ledger.state is LedgerState.CLOSING, 5, "the close to begin")
+    finally:
+        release.set()
+    with pytest.raises(StorageError):
+        await failing
+    # Closing keeps its state, yet the queued append is not written to the fenced
+    # file: it lands in the next ledger, which the close then seals.
+    assert await asyncio.wait_for(queued, 10) == Position(first + 1, 0)
+    await closing
+    assert ledger.state is LedgerState.CLOSED
+    reopened = await harness.open(DURABLE)
+    assert sequence_ids(read_all(reopened)) == [0]
+
+
+async def test_a_move_the_state_table_does_not_list_raises(harness):
+    ledger = await harness.open()
+    await ledger.close()
+    with pytest.raises(IllegalStateTransition, match="from Closed to LedgerOpened"):
+        ledger._transition(LedgerState.LEDGER_OPENED)
+    assert ledger.state is LedgerState.CLOSED
 
 
 # ---------------------------------------------------------------- orphan files
