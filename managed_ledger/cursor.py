@@ -8,26 +8,49 @@ position is where the dispatcher reads next; it is not persisted (after a restar
 reading resumes after mark-delete, skipping what was individually acknowledged).
 Changes are written in the background; persist() writes at once and waits for
 the fsync, for an acknowledgement that is confirmed only once it is durable.
+
+A cursor knows its ledger only as a `CursorLedger`: the few reads and writes it
+makes of it, so this module does not import the ledger's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sortedcontainers import SortedList
 
 from managed_ledger.position import Position
 
-if TYPE_CHECKING:
-    from managed_ledger.ledger import ManagedLedger
+
+class CursorLedger(Protocol):
+    """What a cursor asks of the ledger it belongs to (ManagedLedger is one)."""
+
+    @property
+    def last_confirmed(self) -> Position: ...
+
+    def first_position_after(self, position: Position) -> Position | None:
+        """The first existing entry after `position`, or None."""
+        ...
+
+    def count_entries(self, after: Position, upto: Position) -> int:
+        """How many entries lie in (after, upto]."""
+        ...
+
+    def cursor_changed(self, name: str) -> None:
+        """The cursor `name` changed: write it in the background."""
+        ...
+
+    async def write_cursor(self, name: str) -> None:
+        """Write the cursor `name` now; return once it is durable."""
+        ...
 
 
 class ManagedCursor:
     def __init__(
         self,
-        ledger: ManagedLedger,
+        ledger: CursorLedger,
         name: str,
         mark_delete: Position,
         properties: dict[str, str],
@@ -123,11 +146,11 @@ class ManagedCursor:
     async def _persist_round(self) -> None:
         await asyncio.sleep(0)  # acks applied meanwhile ride on this write
         self._persisting = None
-        self.ledger._write_cursors([self.name])
-        await self.ledger.store.sync_async()
+        await self.ledger.write_cursor(self.name)
 
-    def to_json(self) -> bytes:
-        limit = self.ledger.config.max_persisted_acked_positions
+    def to_json(self, limit: int) -> bytes:
+        """The persisted form, keeping at most `limit` individually acked positions
+        and `limit` partly acked entries."""
         acked = [[p.ledger_id, p.entry_id] for p in self.individually_acked[:limit]]
         partial = [
             [p.ledger_id, p.entry_id, sorted(indexes)]
@@ -145,7 +168,7 @@ class ManagedCursor:
         ).encode()
 
     @classmethod
-    def from_json(cls, ledger: ManagedLedger, name: str, raw: bytes) -> ManagedCursor:
+    def from_json(cls, ledger: CursorLedger, name: str, raw: bytes) -> ManagedCursor:
         data = json.loads(raw)
         return cls(
             ledger,

@@ -589,9 +589,15 @@ class ManagedLedger:
 
     def _write_cursors(self, names: list[str]) -> None:
         prefix = self._cursor_prefix()
-        puts = {prefix + n: self.cursors[n].to_json() for n in names if n in self.cursors}
+        limit = self.config.max_persisted_acked_positions
+        puts = {prefix + n: self.cursors[n].to_json(limit) for n in names if n in self.cursors}
         if puts:
             self.store.write_many(CURSORS_DB, puts)
+
+    async def write_cursor(self, name: str) -> None:
+        """Write one cursor now and return once it is durable (ManagedCursor.persist)."""
+        self._write_cursors([name])
+        await self.store.sync_async()
 
     # ------------------------------------------------------------ retention
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+from pathlib import Path
 
+import managed_ledger.cursor as cursor_module
 from managed_ledger import (
     EntryHeader,
+    ManagedCursor,
     ManagedLedger,
     ManagedLedgerConfig,
     Position,
@@ -260,3 +264,54 @@ async def test_cursors_of_different_topics_in_one_store_are_separate(harness, tm
         assert state(reopened.cursors["sub"]) == (positions[2], [], {})
     finally:
         await other.close()
+
+
+# ---------------------------------------------------------------- its collaborator
+
+
+class ListLedger:
+    """A CursorLedger over one ledger of `count` entries, recording what the cursor asks."""
+
+    def __init__(self, count: int) -> None:
+        self.positions = [Position(0, i) for i in range(count)]
+        self.changed: list[str] = []
+        self.written: list[str] = []
+
+    @property
+    def last_confirmed(self) -> Position:
+        return self.positions[-1]
+
+    def first_position_after(self, position: Position) -> Position | None:
+        return next((p for p in self.positions if p > position), None)
+
+    def count_entries(self, after: Position, upto: Position) -> int:
+        return sum(after < p <= upto for p in self.positions)
+
+    def cursor_changed(self, name: str) -> None:
+        self.changed.append(name)
+
+    async def write_cursor(self, name: str) -> None:
+        self.written.append(name)
+
+
+async def test_a_cursor_needs_of_its_ledger_only_the_cursor_ledger_calls():
+    ledger = ListLedger(4)
+    cursor = ManagedCursor(ledger, "c", Position(0, -1), {})
+    cursor.ack([Position(0, 1)])
+    cursor.ack([Position(0, 0)])
+    assert cursor.mark_delete == Position(0, 1) and cursor.backlog == 2
+    assert ledger.changed == ["c", "c"]
+    await asyncio.gather(cursor.persist(), cursor.persist())
+    assert ledger.written == ["c"]  # callers in one loop iteration share a write
+
+
+def test_the_cursor_module_does_not_import_the_ledger_module():
+    tree = ast.parse(Path(cursor_module.__file__).read_text())
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert "managed_ledger.ledger" not in imported
+    assert "managed_ledger" not in imported  # the package root imports the ledger
