@@ -122,10 +122,6 @@ class ManagedCursor:
         self.read_position = mark_delete.next_in_ledger()
         self.ledger.cursor_changed(self.name)
 
-    def rewind(self) -> None:
-        """Read again from the first unacknowledged position."""
-        self.read_position = self.mark_delete.next_in_ledger()
-
     @property
     def backlog(self) -> int:
         """Entries after mark-delete up to the LAC that are not acknowledged."""

@@ -110,7 +110,6 @@ class ManagedLedger:
         # current ledger, so it starts as it will be seen.
         self._state = LedgerState.LEDGER_OPENED
         self.entries_added = 0
-        self.bytes_added = 0
 
     # ------------------------------------------------------------ open / close
 
@@ -374,7 +373,6 @@ class ManagedLedger:
                 if not pending.future.done():
                     pending.future.set_result(entry.position)
             self.entries_added += len(batch)
-            self.bytes_added += batch_bytes
             self._release_pending(batch_bytes)
             self._notify()
 

@@ -106,9 +106,6 @@ class PermissionStore:
     def namespace_grants(self, namespace: str) -> dict[str, frozenset[Action]]:
         return dict(self._namespaces.get(namespace, {}))
 
-    def topic_grants(self, topic: TopicName) -> dict[str, frozenset[Action]]:
-        return dict(self._topics.get(str(topic), {}))
-
     def effective_grants(self, topic: TopicName) -> dict[str, frozenset[Action]]:
         """What each role may do on the topic: its namespace's grants joined with its own."""
         merged = self.namespace_grants(topic.namespace_path)
@@ -178,9 +175,6 @@ class Authorizer:
     def __init__(self, permissions: PermissionStore, superuser_roles: Iterable[str]):
         self.permissions = permissions
         self.superuser_roles = frozenset(superuser_roles)
-
-    def is_superuser(self, role: str) -> bool:
-        return role in self.superuser_roles
 
     def allows(self, role: str, action: Action, topic: TopicName | None = None) -> bool:
         if role in self.superuser_roles:

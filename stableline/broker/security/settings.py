@@ -25,10 +25,6 @@ class SecuritySettings:
     authorization_enabled: bool
     superuser_roles: tuple[str, ...]
 
-    @property
-    def any_enabled(self) -> bool:
-        return self.tls is not None or self.authentication_enabled
-
     @classmethod
     def from_config(cls, config: BrokerConfig) -> SecuritySettings:
         """Refuses combinations that would look secure but are not, with what to fix."""

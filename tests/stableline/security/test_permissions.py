@@ -48,7 +48,6 @@ async def test_effective_grants_join_namespace_and_topic_levels(store):
         "alice": {Action.PRODUCE, Action.CONSUME},
         "bob": {Action.CONSUME},
     }
-    assert permissions.topic_grants(ORDERS) == {"alice": {Action.CONSUME}, "bob": {Action.CONSUME}}
 
 
 async def test_a_grant_replaces_the_roles_actions_and_revoke_removes_them(store):

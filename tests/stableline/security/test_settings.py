@@ -18,7 +18,8 @@ def test_everything_is_off_by_default(monkeypatch):
     for key in list(os.environ):
         if key.startswith("STABLELINE_"):
             monkeypatch.delenv(key)
-    assert not settings().any_enabled
+    defaults = settings()
+    assert defaults.tls is None and not defaults.authentication_enabled
 
 
 def test_superuser_roles_come_from_a_list_or_comma_separated_text(tmp_path, monkeypatch):
