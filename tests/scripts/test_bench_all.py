@@ -3,9 +3,13 @@ one markdown table and one JSON file, each row with its same-run baseline."""
 
 from __future__ import annotations
 
+import importlib
 import json
+from pathlib import Path
 
 import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 GROUPS = (
     "E2E publish",
@@ -50,3 +54,33 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
         "ledger-100b-entries.json",
     ):
         assert (tmp_path / produced).exists(), produced
+
+
+@pytest.fixture
+def bench_all(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # as a script sees its neighbours
+    return importlib.import_module("bench_all")
+
+
+def test_a_rows_goal_text_and_its_met_check_come_from_the_same_bounds(bench_all):
+    Row, Bound = bench_all.Row, bench_all.Bound
+    goal = (Bound("value", "<", 1), Bound("ratio", "<=", 0.05))
+    fast = Row("Recovery", "to READY", 0.4, "s", "full replay", 10.0, goal=goal)
+    slow = Row("Recovery", "to READY", 0.8, "s", "full replay", 10.0, goal=goal)
+    assert fast.goal_text == slow.goal_text == "< 1 s, ratio <= 0.05"
+    assert fast.met is True and slow.met is False  # 0.08 of the baseline: not 20x faster
+    record = slow.record()
+    assert record["goal"] == "< 1 s, ratio <= 0.05" and record["met"] is False
+    assert record["ratio"] == 0.08 and record["note"] == ""
+
+
+def test_a_row_without_a_goal_is_neither_met_nor_missed(bench_all):
+    row = bench_all.Row("Scaling", "2 processes", 1200.0, "msgs/s", "1 process", 1000.0)
+    assert row.goal_text == "" and row.met is None
+    assert row.record()["ratio"] == 1.2
+
+
+def test_a_bound_on_the_ratio_without_a_baseline_is_not_met(bench_all):
+    Row, Bound = bench_all.Row, bench_all.Bound
+    row = Row("Ledger", "appends/s", 5.0, "appends/s", goal=(Bound("ratio", ">=", 0.7),))
+    assert row.met is False
