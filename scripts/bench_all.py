@@ -309,7 +309,8 @@ def fig_txn(sizes: Sizes, ctx: dict) -> list[Row]:
     rows = []
     runs: dict[str, list[dict]] = {"plain": [], "txn": []}
     with broker("txn") as process:
-        # ABBA BAAB: drift falls on both alike, and runs here vary by +-10% on their own.
+        # ABBA BAAB: drift falls on both alike, and single runs vary on their own (the
+        # row's note lists every run).
         for index, mode in enumerate(TXN_OVERHEAD_ORDER):
             settings = {"commit_interval_ms": 100.0} if mode == "txn" else {}
             runs[mode].append(

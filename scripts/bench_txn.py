@@ -11,7 +11,7 @@
    delivered msgs/s is at most 0.9 x that ratio; it is reported beside it.
    The consumers' receiver queue (20,000) is deep enough that a drain is bound
    by CPU, not by the permit round trip: at 5,000 both levels wait on permits and
-   RC, which reads 10% more entries per delivered message, fell to ~0.85.
+   RC, which reads 10% more entries per delivered message, falls below the goal.
 3. latency: send 1 message in a transaction, wait for its receipt, t0, commit;
    when does the READ_COMMITTED consumer get it? (goal: p99 < 5 ms), and the
    commit RPC itself.
@@ -365,7 +365,8 @@ async def bench_rc_vs_ru(sizes: Sizes) -> dict:
             runs: dict[str, list[dict]] = {name: [] for name in levels}
             # Each drain is a new subscription from Earliest: one warm-up (the first
             # drain of a broker is slower), then ABBA BAAB so drift falls on both
-            # alike; a drain takes well under a second, and single ones vary +-10%.
+            # alike; a drain takes well under a second, and single ones vary from
+            # run to run.
             order = [RU_NAME, RC_NAME, RC_NAME, RU_NAME, RC_NAME, RU_NAME, RU_NAME, RC_NAME]
             for index, name in enumerate([RU_NAME, *order]):
                 warm_up = index == 0

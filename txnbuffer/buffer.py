@@ -54,9 +54,9 @@ class SnapshotPolicy:
 
     A snapshot holds every open transaction, so with more open than every_changes
     it waits for as many changes as there are open: each change then pays for at
-    most one open transaction's record, however many are open (bench_open_txns:
-    at 10,000 open, snapshots every 1,000 changes doubled the buffer's cost per
-    commit). The interval still bounds the log a recovery replays."""
+    most one open transaction's record, however many are open (otherwise the cost
+    per commit grows with the open count: see scripts/bench_open_txns.py). The
+    interval still bounds the log a recovery replays."""
 
     every_changes: int = 1000
     interval_s: float = 5.0
