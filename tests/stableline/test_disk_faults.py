@@ -91,6 +91,8 @@ def test_full_disk_refuses_sends_keeps_the_topic_readable_and_recovers(broker, w
         for attempt in range(3):
             with pytest.raises(stableline.StorageFull, match="disk is full"):
                 producer.send(f"refused-{attempt}".encode())
+        stats_path = f"/admin/v2/persistent/public/default/{topic}/internalStats"
+        assert broker.admin(stats_path)["state"] == "WriteFailed"
         # A raw producer sees the code in its SendError, and the stream stays open.
         channel = grpc.insecure_channel(broker.service_url)
         stub = broker_pb2_grpc.BrokerStub(channel)
@@ -135,6 +137,7 @@ def test_full_disk_refuses_sends_keeps_the_topic_readable_and_recovers(broker, w
         wait(committed.is_set, WAIT_S, "the commit to land after the disk healed")
         producer.send(b"after")
         assert _read_all(client, topic) == [*acked, b"in-txn", b"after"]
+        assert broker.admin(stats_path)["state"] == "LedgerOpened"
     with urllib.request.urlopen(broker.http_url + "/admin/v2/brokers/health") as response:
         assert response.status == 200
 
@@ -158,9 +161,11 @@ def test_failed_fsync_fails_the_send_fences_the_ledger_and_loses_nothing_acked(b
         with pytest.raises(stableline.StorageError, match="the disk failed") as raised:
             producer.send(b"never-acknowledged")
         assert not isinstance(raised.value, stableline.StorageFull)
+        assert broker.admin(stats_path)["state"] == "Fenced"
         second = producer.send(b"second")
         # Never written to the fenced ledger again: the next append rolled over.
         assert second.ledger_id > fenced
+        assert broker.admin(stats_path)["state"] == "LedgerOpened"
         assert _read_all(client, topic) == [b"first", b"second"]
     broker.kill()
     broker.start()
