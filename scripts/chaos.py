@@ -21,40 +21,36 @@ up, and checks:
   visible (its A and B messages both or neither);
 - each producer's order kept on Exclusive subscriptions;
 - maxReadPosition never behind where it was before the kill.
-A table row per cycle and totals; exit status 1 on any violation.
+A table row per cycle and totals; exit status 1 on any violation. The broker, the
+kill and restart, and the table are scripts/kill_cycle.py's.
 
     python scripts/chaos.py [--cycles 100] [--seed S] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kill_checks import buffer_stats, parse_position, settled
+import kill_cycle
+from kill_cycle import KillCycles
 
 from stableline import aio
-from stableline.testing import BrokerProcess
 
 TOPIC_A = "chaos-a"
 TOPIC_B = "chaos-b"
 ABORT_FRACTION = 0.2
 NACK_FRACTION = 0.05
 TXN_TIMEOUT_MS = 2000
-SNAPSHOT_EVERY_CHANGES = 50
 CATCH_UP_TIMEOUT_S = 30.0
 PROGRESS_TIMEOUT_S = 30.0
 RC = aio.IsolationLevel.READ_COMMITTED
 RU = aio.IsolationLevel.READ_UNCOMMITTED
-REPO = Path(__file__).resolve().parent.parent
+COLUMNS = ("cycle", "kill_after_s", "phase", "sent_acked", "delivered", "commits", "aborts",
+           "recovery_s")  # fmt: skip
 
 
 @dataclass
@@ -204,7 +200,9 @@ def expected_for(record: Subscription, load: Load) -> set[str]:
     return plain | {f"{t}{side}" for t in load.committed}
 
 
-def check(records: list[Subscription], load: Load, before_kill: dict, after: dict) -> list[str]:
+def check(records: list[Subscription], load: Load) -> list[str]:
+    """The promises of the module docstring but maxReadPosition's (the harness checks
+    that one); returns the violations found."""
     violations = []
     for record in records:
         violations += record.violations
@@ -216,9 +214,6 @@ def check(records: list[Subscription], load: Load, before_kill: dict, after: dic
     rc_b = {_txn_of(v) for v in records[3].delivered if v.startswith("t")}
     if rc_a != rc_b:
         violations.append(f"transactions partly visible: {sorted(rc_a ^ rc_b)[:3]}")
-    for topic, position in before_kill.items():
-        if parse_position(after[topic]) < parse_position(position):
-            violations.append(f"{topic}: maxReadPosition back from {position} to {after[topic]}")
     return violations
 
 
@@ -230,11 +225,9 @@ async def wait_for(condition, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-def max_read_positions(broker: BrokerProcess) -> dict[str, str]:
-    return {t: buffer_stats(broker, t)["maxReadPosition"] for t in (TOPIC_A, TOPIC_B)}
-
-
-async def run_cycle(broker, load: Load, records, cycle: int, rng: random.Random) -> dict:
+async def run_cycle(
+    harness: KillCycles, load: Load, records, cycle: int, rng: random.Random
+) -> dict:
     counts = (len(load.plain_acked), len(load.committed), len(load.aborted))
     delivered = sum(len(r.delivered) for r in records)
     load.running.set()
@@ -244,26 +237,24 @@ async def run_cycle(broker, load: Load, records, cycle: int, rng: random.Random)
     if mid_commit:
         await wait_for(lambda: load.committing > 0, 10, "commit in flight")
     phase = "mid-commit" if load.committing else "steady"
-    before_kill = await asyncio.to_thread(max_read_positions, broker)
-    broker.kill()
+    # On the loop, not in a thread: no delivery is taken between the kill and the
+    # epoch that marks it.
+    before_kill = harness.kill()
     load.epoch += 1
-    started = time.monotonic()
     load.sent_since_restart = 0
-    await asyncio.to_thread(broker.start)
+    started = await asyncio.to_thread(harness.restart)
     await wait_for(lambda: load.sent_since_restart > 0, PROGRESS_TIMEOUT_S, "send after restart")
     recovery_s = time.monotonic() - started
     load.running.clear()
     await wait_for(lambda: load.busy == 0, CATCH_UP_TIMEOUT_S, "load to pause")
-    await asyncio.to_thread(
-        lambda: _wait_sync(lambda: settled(broker, (TOPIC_A, TOPIC_B)), CATCH_UP_TIMEOUT_S)
-    )
+    await asyncio.to_thread(harness.wait_settled, CATCH_UP_TIMEOUT_S)
     with_deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
     while time.monotonic() < with_deadline and any(
         expected_for(r, load) - set(r.delivered) for r in records
     ):
         await asyncio.sleep(0.05)
-    after = await asyncio.to_thread(max_read_positions, broker)
-    violations = check(records, load, before_kill, after)
+    violations = check(records, load)
+    violations += await asyncio.to_thread(harness.positions_gone_back, before_kill)
     return {
         "cycle": cycle,
         "kill_after_s": round(run_for, 2),
@@ -277,15 +268,7 @@ async def run_cycle(broker, load: Load, records, cycle: int, rng: random.Random)
     }
 
 
-def _wait_sync(condition, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"buffers not settled within {timeout_s} s")
-        time.sleep(0.05)
-
-
-async def chaos(broker: BrokerProcess, cycles: int, seed: int) -> list[dict]:
+async def chaos(harness: KillCycles, cycles: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     load = Load()
     records = [
@@ -294,12 +277,7 @@ async def chaos(broker: BrokerProcess, cycles: int, seed: int) -> list[dict]:
         Subscription("ru-exclusive", TOPIC_A, RU, True),
         Subscription("rc-b", TOPIC_B, RC, True),
     ]
-    columns = ("cycle", "kill_after_s", "phase", "sent_acked", "delivered", "commits",
-               "aborts", "recovery_s")  # fmt: skip
-    print("| " + " | ".join(columns) + " | violations |")
-    print("|" + "---|" * (len(columns) + 1), flush=True)
-    rows = []
-    async with aio.Client(broker.service_url, operation_timeout_seconds=60) as client:
+    async with aio.Client(harness.broker.service_url, operation_timeout_seconds=60) as client:
         tasks = []
         for record, kind in zip(
             records, ("Exclusive", "Shared", "Exclusive", "Exclusive"), strict=True
@@ -314,15 +292,16 @@ async def chaos(broker: BrokerProcess, cycles: int, seed: int) -> list[dict]:
         tasks.append(asyncio.create_task(plain_producer(client, load, "chaos-plain", "named")))
         tasks.append(asyncio.create_task(plain_producer(client, load, None, "anon")))
         tasks.append(asyncio.create_task(txn_producer(client, load, rng)))
+
+        async def cycle(number: int) -> dict:
+            row = await run_cycle(harness, load, records, number, rng)
+            for task in tasks:
+                if task.done():
+                    raise RuntimeError(f"a load task stopped: {task.exception()!r}")
+            return row
+
         try:
-            for cycle in range(cycles):
-                row = await run_cycle(broker, load, records, cycle, rng)
-                rows.append(row)
-                cells = [str(row[c]) for c in columns]
-                print(f"| {' | '.join(cells)} | {'; '.join(row['violations']) or 0} |", flush=True)
-                for task in tasks:
-                    if task.done():
-                        raise RuntimeError(f"a load task stopped: {task.exception()!r}")
+            rows = await harness.cycles(cycles, cycle)
         finally:
             for task in tasks:
                 task.cancel()
@@ -339,37 +318,14 @@ async def chaos(broker: BrokerProcess, cycles: int, seed: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cycles", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="write the rows to this file")
-    args = parser.parse_args()
-    if args.cycles < 1:
-        parser.error("--cycles must be >= 1")
-    (REPO / "bench-results").mkdir(exist_ok=True)  # git-ignored; absent in a fresh clone
-    directory = Path(tempfile.mkdtemp(prefix="chaos-", dir=REPO / "bench-results"))
-    broker = BrokerProcess(
-        directory / "data",
-        env={
-            "STABLELINE_TXN_SNAPSHOT_EVERY_CHANGES": str(SNAPSHOT_EVERY_CHANGES),
-            "STABLELINE_TXN_SNAPSHOT_INTERVAL_S": "1",
-        },
+    args = kill_cycle.parse_args(__doc__)
+    return kill_cycle.run(
+        "chaos",
+        args,
+        (TOPIC_A, TOPIC_B),
+        COLUMNS,
+        lambda harness: chaos(harness, args.cycles, args.seed),
     )
-    print(f"chaos: {args.cycles} cycles, seed {args.seed}, data in {directory}", flush=True)
-    broker.start()
-    try:
-        rows = asyncio.run(chaos(broker, args.cycles, args.seed))
-    finally:
-        broker.stop()
-    failed = sum(bool(row["violations"]) for row in rows)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
-    print(f"{len(rows)} cycles, {failed} with violations")
-    if failed:
-        print(f"data and broker logs kept in {directory}")
-    else:
-        shutil.rmtree(directory, ignore_errors=True)
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

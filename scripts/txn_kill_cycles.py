@@ -13,7 +13,8 @@ once every transaction open at the kill has timed out, it checks:
   one on both or neither (never partly), and none whose end was never asked for;
 - READ_COMMITTED shows nothing twice and keeps each producer's order;
 - maxReadPosition is not behind where it was just before the kill.
-A table row per cycle; exit status 1 on any violation.
+A table row per cycle; exit status 1 on any violation. The broker, the kill and
+restart, and the table are scripts/kill_cycle.py's.
 
     python scripts/txn_kill_cycles.py [--cycles 100] [--seed S] [--json PATH]
 """
@@ -23,17 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kill_checks import buffer_stats, parse_position, settled, wait_until
+import kill_cycle
+from kill_cycle import KillCycles, buffer_stats
 
 import stableline
 from stableline.testing import BrokerProcess
@@ -43,12 +41,13 @@ TOPIC_B = "kill-cycles-b"
 WORKERS = 4
 ABORT_FRACTION = 0.2
 TXN_TIMEOUT_MS = 3000
-SNAPSHOT_EVERY_CHANGES = 50
 SETTLE_TIMEOUT_S = 30.0
 WORKLOAD_TIMEOUT_S = 5.0
 CYCLE_START_STRIDE = 10_000_000  # each cycle's indexes: cycle * stride + worker * 1e6 + n
 WORKER_STRIDE = 1_000_000
-REPO = Path(__file__).resolve().parent.parent
+COLUMNS = ("cycle", "ended_before_kill", "mid_commit", "committed", "aborted", "unknown",
+           "replayed", "from_snapshot", "recovery_ms", "restart_to_settled_s",
+           "max_read_position")  # fmt: skip
 
 
 # ---------------------------------------------------------------- the workload (child)
@@ -150,8 +149,9 @@ def _in_producer_order(indexes: list[int]) -> bool:
     return True
 
 
-def check(broker: BrokerProcess, journal: Journal, before_kill: dict[str, str]) -> list[str]:
-    """Every promise of the module docstring; returns the violations found."""
+def check(broker: BrokerProcess, journal: Journal) -> list[str]:
+    """Every promise of the module docstring but maxReadPosition's (the harness
+    checks that one); returns the violations found."""
     violations = []
     url = broker.service_url
     rc_a = read_all(url, TOPIC_A, stableline.IsolationLevel.READ_COMMITTED)
@@ -190,17 +190,14 @@ def check(broker: BrokerProcess, journal: Journal, before_kill: dict[str, str]) 
     never_ended = (visible_a | visible_b) - set(journal.ending)
     if never_ended:
         violations.append(f"transactions visible without an end asked: {sorted(never_ended)[:5]}")
-    for topic, position in before_kill.items():
-        now = buffer_stats(broker, topic)["maxReadPosition"]
-        if parse_position(now) < parse_position(position):
-            violations.append(f"{topic}: maxReadPosition back from {position} to {now}")
     return violations
 
 
 # ---------------------------------------------------------------- the cycles (parent)
 
 
-def run_cycle(broker: BrokerProcess, journal: Journal, cycle: int, rng: random.Random) -> dict:
+def run_cycle(harness: KillCycles, journal: Journal, cycle: int, rng: random.Random) -> dict:
+    broker = harness.broker
     journal.ended_this_cycle = 0
     wanted = rng.randint(5, 80)  # transactions to end before the kill
     mid_commit = rng.random() < 0.5  # then kill at the next "ending", not after an "ended"
@@ -222,18 +219,16 @@ def run_cycle(broker: BrokerProcess, journal: Journal, cycle: int, rng: random.R
             break
         if time.monotonic() > deadline:
             break
-    before_kill = {t: buffer_stats(broker, t)["maxReadPosition"] for t in (TOPIC_A, TOPIC_B)}
-    broker.kill()
+    before_kill = harness.kill()
     for line in child.stdout:  # acknowledgements that raced the kill still count
         journal.take(line)
     child.wait(timeout=30)
     killed_after = journal.ended_this_cycle
 
-    started = time.monotonic()
-    broker.start()
-    wait_until(lambda: settled(broker, (TOPIC_A, TOPIC_B)), SETTLE_TIMEOUT_S, "settled buffers")
+    started = harness.restart()
+    harness.wait_settled(SETTLE_TIMEOUT_S)
     stats = buffer_stats(broker, TOPIC_A)
-    violations = check(broker, journal, before_kill)
+    violations = check(broker, journal) + harness.positions_gone_back(before_kill)
     return {
         "cycle": cycle,
         "ended_before_kill": killed_after,
@@ -251,55 +246,22 @@ def run_cycle(broker: BrokerProcess, journal: Journal, cycle: int, rng: random.R
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cycles", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="write the rows to this file")
-    parser.add_argument("--workload", nargs=2, metavar=("URL", "START"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    def workload_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--workload", nargs=2, metavar=("URL", "START"), help=argparse.SUPPRESS)
+
+    args = kill_cycle.parse_args(__doc__, workload_option)
     if args.workload:
         asyncio.run(workload(args.workload[0], int(args.workload[1]), args.seed))
         return 0
-
     rng = random.Random(args.seed)
     journal = Journal()
-    (REPO / "bench-results").mkdir(exist_ok=True)  # git-ignored; absent in a fresh clone
-    directory = Path(tempfile.mkdtemp(prefix="kill-cycles-", dir=REPO / "bench-results"))
-    broker = BrokerProcess(
-        directory / "data",
-        env={
-            "STABLELINE_TXN_SNAPSHOT_EVERY_CHANGES": str(SNAPSHOT_EVERY_CHANGES),
-            "STABLELINE_TXN_SNAPSHOT_INTERVAL_S": "1",
-        },
-    )
-    columns = ("cycle", "ended_before_kill", "mid_commit", "committed", "aborted", "unknown",
-               "replayed", "from_snapshot", "recovery_ms", "restart_to_settled_s",
-               "max_read_position")  # fmt: skip
-    print(f"txn_kill_cycles: {args.cycles} cycles, seed {args.seed}, data in {directory}")
-    print("| " + " | ".join(columns) + " | violations |")
-    print("|" + "---|" * (len(columns) + 1))
-    rows = []
-    failed = 0
-    try:
-        broker.start()
-        for cycle in range(args.cycles):
-            row = run_cycle(broker, journal, cycle, rng)
-            rows.append(row)
-            failed += bool(row["violations"])
-            cells = [str(row[c]) for c in columns]
-            print(
-                "| " + " | ".join(cells) + f" | {'; '.join(row['violations']) or 0} |", flush=True
-            )
-    finally:
-        broker.stop()
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
-    print(f"{len(rows)} cycles, {failed} with violations")
-    if not failed:
-        shutil.rmtree(directory, ignore_errors=True)
-    else:
-        print(f"data and broker logs kept in {directory}")
-    return 1 if failed else 0
+
+    async def drive(harness: KillCycles) -> list[dict]:
+        return await harness.cycles(
+            args.cycles, lambda n: asyncio.to_thread(run_cycle, harness, journal, n, rng)
+        )
+
+    return kill_cycle.run("txn_kill_cycles", args, (TOPIC_A, TOPIC_B), COLUMNS, drive)
 
 
 if __name__ == "__main__":
