@@ -259,7 +259,7 @@ class ManagedLedger:
 
     async def append(self, header: EntryHeader, payload: bytes) -> Position:
         """Append one entry; returns its position once it is durable."""
-        state = self._state
+        state = self._state  # not is_open: no property call on the hot path
         if state is LedgerState.CLOSING or state is LedgerState.CLOSED:
             raise LedgerClosedError(f"{self.name} is closed")
         if len(payload) > self.config.max_entry_size_bytes:
