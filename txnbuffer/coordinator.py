@@ -460,9 +460,7 @@ class TransactionCoordinator:
         if meta.state is TxnState.OPEN:
             self._decide(meta, TxnState.COMMITTING if commit else TxnState.ABORTING)
         elif meta.state.commits != commit or meta.state.terminal:
-            raise TransactionEndedError(
-                f"transaction {txn_id} is already {meta.state.value}"
-            )
+            raise TransactionEndedError(f"transaction {txn_id} is already {meta.state.value}")
         driver = self._drivers.get(meta.txn_id.least_bits)
         if driver is None:  # only once close() cancelled it
             driver = self._start_driver(meta)
