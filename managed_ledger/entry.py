@@ -1,8 +1,10 @@
 """An entry: a fixed binary header the engines understand, and an opaque payload.
 
 The header is all the broker ever decodes of an entry (type, message count, the
-transaction it belongs to); the payload is a client-encoded batch of messages that
-is stored and dispatched byte for byte.
+transaction it belongs to, the hash of its key); the payload is a client-encoded
+batch of messages that is stored and dispatched byte for byte. Every entry holds
+messages of at most one key (producers cut a batch where the key changes), so one
+key hash per entry is what Key_Shared dispatch routes by.
 """
 
 from __future__ import annotations
@@ -53,9 +55,13 @@ _TXN_ID_TEXT = re.compile(r"([0-9]+):([0-9]+)")
 
 
 # type, flags, num_messages, publish_time_ms, sequence_id, txn most, txn least,
-# low watermark, producer name length
+# low watermark, producer name length; then the name, then (flag KEY_HASH) the hash.
 _HEADER = struct.Struct("<BBIqqQQQH")
+_KEY_HASH = struct.Struct("<I")
 _FLAG_TXN = 1
+# Written by brokers that store the key hash; entries written before decode as keyless.
+_FLAG_KEY_HASH = 2
+_KNOWN_FLAGS = _FLAG_TXN | _FLAG_KEY_HASH
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,10 @@ class EntryHeader:
     sequence_id: int = -1
     txn_id: TxnId | None = None
     low_watermark: int = 0
+    # A stable 32-bit hash of the entry's key (None: the entry's messages have no key).
+    # No __post_init__ check: headers are made per entry read; struct.pack refuses
+    # a value outside 32 bits when the header is written.
+    key_hash: int | None = None
 
     @property
     def is_marker(self) -> bool:
@@ -75,10 +85,14 @@ class EntryHeader:
     def encode(self) -> bytes:
         name = self.producer_name.encode()
         txn = self.txn_id
-        return (
+        key_hash = self.key_hash
+        flags = (_FLAG_TXN if txn is not None else 0) | (
+            _FLAG_KEY_HASH if key_hash is not None else 0
+        )
+        encoded = (
             _HEADER.pack(
                 self.type,
-                _FLAG_TXN if txn is not None else 0,
+                flags,
                 self.num_messages,
                 self.publish_time_ms,
                 self.sequence_id,
@@ -89,12 +103,24 @@ class EntryHeader:
             )
             + name
         )
+        if key_hash is not None:
+            encoded += _KEY_HASH.pack(key_hash)
+        return encoded
 
     @classmethod
     def decode(cls, data: bytes | memoryview) -> EntryHeader:
         (type_, flags, num, publish, seq, most, least, lwm, name_len) = _HEADER.unpack_from(data)
+        if flags & ~_KNOWN_FLAGS:
+            raise ValueError(f"entry header has unknown flags {flags:#x}")
         end = _HEADER.size + name_len
-        if len(data) != end:
+        key_hash = None
+        if flags & _FLAG_KEY_HASH:
+            if len(data) != end + _KEY_HASH.size:
+                raise ValueError(
+                    f"entry header is {len(data)} bytes, expected {end + _KEY_HASH.size}"
+                )
+            (key_hash,) = _KEY_HASH.unpack_from(data, end)
+        elif len(data) != end:
             raise ValueError(f"entry header is {len(data)} bytes, expected {end}")
         return cls(
             type=EntryType(type_),
@@ -104,6 +130,7 @@ class EntryHeader:
             sequence_id=seq,
             txn_id=TxnId(most, least) if flags & _FLAG_TXN else None,
             low_watermark=lwm,
+            key_hash=key_hash,
         )
 
 

@@ -102,3 +102,30 @@ def test_txn_id_text_is_most_colon_least_and_round_trips(most, least):
 def test_txn_id_parse_refuses_anything_else_saying_what_it_expects(text):
     with pytest.raises(ValueError, match=r"not a transaction id .*expected 'most:least'"):
         TxnId.parse(text)
+
+
+@pytest.mark.parametrize("key_hash", [0, 1, 2**32 - 1])
+def test_key_hash_round_trips_with_and_without_a_transaction(key_hash):
+    for txn in (None, TxnId(3, 4)):
+        header = EntryHeader(producer_name="p", key_hash=key_hash, txn_id=txn)
+        assert EntryHeader.decode(header.encode()) == header
+
+
+def test_header_written_without_key_flag_decodes_as_keyless():
+    # The layout entries had before key hashes: no flag bit 2, nothing after the name.
+    old = EntryHeader(producer_name="old", txn_id=TxnId(1, 1)).encode()
+    assert old[1] == 1
+    assert EntryHeader.decode(old).key_hash is None
+
+
+def test_header_with_unknown_flag_is_rejected():
+    data = bytearray(EntryHeader().encode())
+    data[1] |= 0x80
+    with pytest.raises(ValueError, match="unknown flags"):
+        EntryHeader.decode(bytes(data))
+
+
+def test_header_with_key_flag_and_missing_hash_is_rejected():
+    data = EntryHeader(producer_name="p", key_hash=9).encode()
+    with pytest.raises(ValueError, match="entry header is"):
+        EntryHeader.decode(data[:-1])
