@@ -6,6 +6,7 @@ import asyncio
 import itertools
 from dataclasses import dataclass, field
 
+from dispatcher.key_shared import KeySharedPolicy
 from managed_ledger import Entry, Position
 
 _ids = itertools.count(1)
@@ -34,6 +35,8 @@ class Consumer:
 
     name: str
     priority_level: int = 0
+    # How it takes part in a Key_Shared subscription (other types ignore it).
+    key_shared: KeySharedPolicy = field(default_factory=KeySharedPolicy)
     consumer_id: int = field(default_factory=lambda: next(_ids))
     permits: int = 0
     # Entries delivered and not yet acknowledged: position -> message count. Changed

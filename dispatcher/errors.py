@@ -23,3 +23,8 @@ class SubscriptionClosedError(DispatcherError):
 
 class TooManyConsumersError(DispatcherError):
     """The subscription has max_consumers_per_subscription consumers already."""
+
+
+class ConsumerAssignError(DispatcherError):
+    """A Key_Shared consumer cannot be given hashes: its STICKY ranges overlap another
+    consumer's, or its Key_Shared mode differs from the subscription's consumers'."""

@@ -8,6 +8,14 @@ Promises:
 - A consumer receives entries only while it has permits (messages, not entries),
   and not while it, or the subscription, is blocked at its unacked limit
   (dispatcher/limits.py).
+- Key_Shared: an entry goes only to the current owner of its key hash
+  (dispatcher/key_shared.py), and only while no other consumer holds entries of
+  that hash (dispatcher/draining.py), so each key's entries reach one consumer at a
+  time, in log order, across joins and leaves. Entries that cannot go now are kept
+  aside in position order (at most max_key_shared_look_ahead) and retried first;
+  an entry whose hash has an earlier entry kept aside waits behind it.
+- The isolation level is fixed with the cursor; the read view is derived from it
+  here, through the view factory the topic passes, and nowhere else.
 - The dispatch task waits on an event that appends, commits, acks, permits and
   consumer changes set: no polling.
 """
@@ -18,18 +26,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sortedcontainers import SortedSet
 
 from dispatcher.consumer import Consumer, ControlEvent, Delivery
+from dispatcher.draining import DrainingHash, HashHolds
 from dispatcher.errors import (
+    ConsumerAssignError,
     InvalidAckError,
     IsolationLevelMismatchError,
     SubscriptionBusyError,
     SubscriptionClosedError,
     TooManyConsumersError,
 )
+from dispatcher.key_hash import sticky_hash
+from dispatcher.key_shared import ConsumerSelector, HashRange, KeySharedMode, selector_for
 from dispatcher.kinds import IsolationLevel, SubscriptionType
 from dispatcher.limits import DispatchLimits
 from dispatcher.read_view import ReadView
@@ -51,17 +63,19 @@ class Subscription:
         self,
         topic: str,
         cursor: ManagedCursor,
-        view: ReadView,
+        views: Callable[[IsolationLevel], ReadView],
         limits: DispatchLimits | None = None,
     ):
+        """`views` gives the read view of an isolation level; the subscription asks it
+        for its own level, read from the cursor, so level and view always agree."""
         self.topic = topic
         self.limits = limits or DispatchLimits()
         self.cursor = cursor
         self.name = cursor.name
-        self.view = view
         self.isolation_level = IsolationLevel(
             cursor.properties.get(ISOLATION_PROPERTY, IsolationLevel.READ_COMMITTED.value)
         )
+        self.view: ReadView = views(self.isolation_level)
         self.type = SubscriptionType(
             cursor.properties.get(TYPE_PROPERTY, SubscriptionType.EXCLUSIVE.value)
         )
@@ -81,6 +95,13 @@ class Subscription:
         # acknowledged nor redelivered) until it commits or aborts.
         self._held_for_txn: dict[Position, TxnId] = {}
         self._round_robin = 0
+        # Key_Shared: who owns each hash (while the subscription has consumers), who
+        # holds entries of each hash, the hash of every entry held or to deliver
+        # again, and the entries read past and kept aside (never delivered yet).
+        self._selector: ConsumerSelector | None = None
+        self._holds = HashHolds()
+        self._hash_of: dict[Position, int] = {}
+        self._looked_ahead: set[Position] = set()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closed = False
@@ -147,6 +168,8 @@ class Subscription:
                 f"consumers, the most max_consumers_per_subscription allows; close one "
                 "or raise the limit"
             )
+        if self.type is SubscriptionType.KEY_SHARED:
+            self._assign_hashes(consumer)
         previous_active = self.active_consumer
         consumer.connected_since_ms = int(time.time() * 1000)
         self.consumers.append(consumer)
@@ -163,8 +186,30 @@ class Subscription:
         previous_active = self.active_consumer
         self.consumers.remove(consumer)
         self._return_pending(consumer)
+        if self._selector is not None:
+            self._selector.remove(consumer)
+            if not self.consumers:
+                self._selector = None
         self._announce_active(previous_active)
         self.wake()
+
+    def _assign_hashes(self, consumer: Consumer) -> None:
+        """Give a Key_Shared consumer its hashes; refused, it changes nothing."""
+        mode = consumer.key_shared.mode
+        assert self._selector is not None or not self.consumers
+        selector = self._selector or selector_for(mode)
+        if selector.mode is not mode:
+            raise ConsumerAssignError(
+                f"Key_Shared subscription {self.name!r} on {self.topic} has "
+                f"{selector.mode.value} consumers; a {mode.value} consumer cannot join it"
+            )
+        try:
+            selector.add(consumer)
+        except ConsumerAssignError as error:
+            raise ConsumerAssignError(
+                f"subscription {self.name!r} on {self.topic}: {error}"
+            ) from None
+        self._selector = selector
 
     @property
     def active_consumer(self) -> Consumer | None:
@@ -190,8 +235,12 @@ class Subscription:
             active.outbox.put_nowait(ControlEvent("active", True))
 
     def _return_pending(self, consumer: Consumer) -> None:
-        for position in consumer.pending:
+        holds, hash_of = self._holds, self._hash_of
+        for position, num_messages in consumer.pending.items():
             self._owner.pop(position, None)
+            hash_ = hash_of.get(position)
+            if hash_ is not None:
+                holds.release(hash_, consumer, num_messages)
             if not self.cursor.is_acked(position):
                 self._redeliver.add(position)
         self.unacked_messages -= consumer.release_all()
@@ -199,11 +248,16 @@ class Subscription:
 
     # ------------------------------------------------------------ unacked limits
 
-    def _hold(self, consumer: Consumer, position: Position, num_messages: int) -> None:
+    def _hold(
+        self, consumer: Consumer, position: Position, num_messages: int, hash_: int | None
+    ) -> None:
         if position in self._owner:  # a redelivery of an entry still counted as held
             self._release(position)
         consumer.hold(position, num_messages)
         self._owner[position] = consumer
+        if hash_ is not None:
+            self._hash_of[position] = hash_
+            self._holds.hold(hash_, consumer, num_messages)
         self.unacked_messages += num_messages
         limits = self.limits
         if consumer.unacked_messages >= limits.max_unacked_per_consumer:
@@ -215,7 +269,15 @@ class Subscription:
         """The entry is no longer held by whoever held it (acked, or to redeliver)."""
         owner = self._owner.pop(position, None)
         if owner is not None:
-            self.unacked_messages -= owner.release(position)
+            num_messages = owner.release(position)
+            self.unacked_messages -= num_messages
+            hash_ = self._hash_of.get(position)
+            if (
+                hash_ is not None
+                and self._holds.release(hash_, owner, num_messages)
+                and self._redeliver
+            ):
+                self.wake()  # entries kept aside for this hash may go now
 
     def _unblock(self) -> None:
         """Resume dispatch to those whose unacked count fell to half their limit."""
@@ -233,10 +295,6 @@ class Subscription:
                 resumed = True
         if resumed:
             self.wake()
-
-    @property
-    def blocked_consumers(self) -> int:
-        return sum(1 for consumer in self.consumers if consumer.blocked)
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         if permits < 0:
@@ -294,6 +352,8 @@ class Subscription:
             self._redelivery_counts.pop(position, None)
             self._redeliver.discard(position)
             self._release(position)
+            self._hash_of.pop(position, None)
+            self._looked_ahead.discard(position)
         if positions:
             self.cursor.ack(positions)
             self._unblock_after_acks()
@@ -381,6 +441,9 @@ class Subscription:
         self._redeliver.clear()
         self._owner.clear()
         self._partial_acks.clear()
+        self._holds.clear()
+        self._hash_of.clear()
+        self._looked_ahead.clear()
         for consumer in self.consumers:
             consumer.release_all()
             consumer.blocked = False
@@ -427,6 +490,16 @@ class Subscription:
         if self.blocked or not self.consumers or self._next_consumer(peek=True) is None:
             return False
         batches: dict[Consumer, list[Delivery]] = {}
+        if self.type is SubscriptionType.KEY_SHARED:
+            progressed = self._dispatch_by_key(batches)
+        else:
+            progressed = self._dispatch_in_turn(batches)
+        for consumer, deliveries in batches.items():
+            consumer.push(deliveries)
+        return progressed
+
+    def _dispatch_in_turn(self, batches: dict[Consumer, list[Delivery]]) -> bool:
+        """Exclusive, Failover, Shared: each entry to the next consumer with permits."""
         progressed = self._dispatch_redeliveries(batches)
         bound = self.view.bound()
         cursor = self.cursor
@@ -443,28 +516,39 @@ class Subscription:
                 progressed = True
             if stopped or len(entries) < MAX_READ_ENTRIES:
                 break
-        for consumer, deliveries in batches.items():
-            consumer.push(deliveries)
         return progressed
 
     def _dispatch_redeliveries(self, batches: dict[Consumer, list[Delivery]]) -> bool:
         progressed = False
         while self._redeliver:
             position = self._redeliver[0]
-            entries = self.cursor.ledger.read(position, 1, position)
-            if not entries or entries[0].position != position:
-                self._redeliver.discard(position)  # deleted by retention or seek
+            entry = self._read_one(position)
+            if entry is None:
                 continue
-            if not self._offer(entries[0], batches, redelivery=True):
+            if not self._offer(entry, batches, redelivery=position not in self._looked_ahead):
                 break
-            self._redeliver.discard(position)
+            self._forget_replayed(position)
             progressed = True
         return progressed
 
-    def _offer(
-        self, entry: Entry, batches: dict[Consumer, list[Delivery]], redelivery: bool = False
-    ) -> bool:
-        """Deliver or skip one entry; False when no consumer can take it now."""
+    def _read_one(self, position: Position) -> Entry | None:
+        """The entry to deliver again; None (and forgotten) when retention or a seek
+        took it away."""
+        entries = self.cursor.ledger.read(position, 1, position)
+        if not entries or entries[0].position != position:
+            self._forget_replayed(position)
+            self._hash_of.pop(position, None)
+            return None
+        return entries[0]
+
+    def _forget_replayed(self, position: Position) -> None:
+        self._redeliver.discard(position)
+        self._looked_ahead.discard(position)
+
+    def _settled(self, entry: Entry, redelivery: bool) -> bool:
+        """True when the entry needs no delivery: acknowledged, held by a transaction,
+        held by a consumer (unless delivered again), or skipped by the view (then it
+        is acknowledged here)."""
         position = entry.position
         if (
             self.cursor.is_acked(position)
@@ -476,11 +560,31 @@ class Subscription:
             self.skipped_entries += 1
             self._ack_entries([position])
             return True
+        return False
+
+    def _offer(
+        self, entry: Entry, batches: dict[Consumer, list[Delivery]], redelivery: bool = False
+    ) -> bool:
+        """Deliver or skip one entry; False when no consumer can take it now."""
+        if self._settled(entry, redelivery):
+            return True
         if self.blocked:
             return False
         consumer = self._next_consumer()
         if consumer is None:
             return False
+        self._deliver(consumer, entry, batches, redelivery, None)
+        return True
+
+    def _deliver(
+        self,
+        consumer: Consumer,
+        entry: Entry,
+        batches: dict[Consumer, list[Delivery]],
+        redelivery: bool,
+        hash_: int | None,
+    ) -> None:
+        position = entry.position
         count = 0
         if redelivery:
             count = self._redelivery_counts.get(position, 0) + 1
@@ -495,16 +599,113 @@ class Subscription:
         # acknowledged indexes, and the client gives back permits only for the rest.
         delivered = num - len(acked)
         consumer.permits -= delivered
-        self._hold(consumer, position, num)
+        self._hold(consumer, position, num, hash_)
         consumer.messages_out += delivered
         consumer.bytes_out += entry.size
         self.messages_out += delivered
         self.bytes_out += entry.size
         batches.setdefault(consumer, []).append(Delivery(entry, count, acked))
-        return True
+
+    # ------------------------------------------------------------ Key_Shared dispatch
+
+    def _dispatch_by_key(self, batches: dict[Consumer, list[Delivery]]) -> bool:
+        """Key_Shared: entries kept aside and to deliver again first, then the log, in
+        position order; an entry goes only to its hash's owner, and only while no
+        other consumer holds entries of the hash. One that cannot go is kept aside,
+        and so is every later entry of its hash in this pass."""
+        ready = {c for c in self.consumers if c.permits > 0 and not c.blocked}
+        waiting: set[int] = set()  # hashes with an entry kept back in this pass
+        progressed = False
+        for position in list(self._redeliver):
+            if not ready or self.blocked:
+                return progressed
+            hash_ = self._hash_of.get(position)
+            entry = None
+            if hash_ is None:  # e.g. back from an aborted transactional ack
+                entry = self._read_one(position)
+                if entry is None:
+                    continue
+                hash_ = self._hash_of[position] = sticky_hash(entry.header.key_hash)
+            owner = None if hash_ in waiting else self._owner_for(hash_, ready)
+            if owner is None:
+                waiting.add(hash_)
+                continue
+            entry = entry or self._read_one(position)
+            if entry is None:
+                continue
+            redelivery = position not in self._looked_ahead
+            self._forget_replayed(position)
+            progressed = True
+            if self._settled(entry, redelivery):
+                self._hash_of.pop(position, None)
+                continue
+            self._deliver(owner, entry, batches, redelivery, hash_)
+            if owner.permits <= 0 or owner.blocked:
+                ready.discard(owner)
+        bound = self.view.bound()
+        cursor = self.cursor
+        look_ahead_limit = self.limits.max_key_shared_look_ahead
+        while cursor.read_position <= bound and ready and not self.blocked:
+            entries = cursor.ledger.read(cursor.read_position, MAX_READ_ENTRIES, bound)
+            if not entries:
+                break
+            for entry in entries:
+                if not ready or self.blocked:
+                    return progressed
+                position = entry.position
+                if not self._settled(entry, False):
+                    hash_ = sticky_hash(entry.header.key_hash)
+                    owner = None if hash_ in waiting else self._owner_for(hash_, ready)
+                    if owner is None:
+                        if len(self._looked_ahead) >= look_ahead_limit:
+                            return progressed
+                        waiting.add(hash_)
+                        self._hash_of[position] = hash_
+                        self._looked_ahead.add(position)
+                        self._redeliver.add(position)
+                    else:
+                        self._deliver(owner, entry, batches, False, hash_)
+                        if owner.permits <= 0 or owner.blocked:
+                            ready.discard(owner)
+                cursor.read_position = position.next_in_ledger()
+                progressed = True
+            if len(entries) < MAX_READ_ENTRIES:
+                break
+        return progressed
+
+    def _owner_for(self, hash_: int, ready: set[Consumer]) -> Consumer | None:
+        """The consumer an entry of the hash may go to now, if any."""
+        assert self._selector is not None
+        owner = self._selector.select(hash_)
+        if owner is None or owner not in ready:
+            return None
+        holder = self._holds.holder(hash_)
+        if holder is not None and holder is not owner:
+            return None  # draining: the previous owner still holds entries of it
+        return owner
 
     # ------------------------------------------------------------ stats
 
     @property
     def backlog(self) -> int:
         return self.cursor.backlog
+
+    @property
+    def key_shared_mode(self) -> KeySharedMode | None:
+        """The Key_Shared mode of the consumers (None: not Key_Shared, or no consumers)."""
+        return self._selector.mode if self._selector is not None else None
+
+    def hash_ranges(self) -> dict[Consumer, list[HashRange]]:
+        """Key_Shared: the hash ranges each consumer owns now."""
+        return self._selector.ranges() if self._selector is not None else {}
+
+    def draining_hashes(self) -> list[DrainingHash]:
+        """Key_Shared: hashes held by a consumer that no longer owns them."""
+        if self._selector is None:
+            return []
+        return list(self._holds.draining(self._selector.select))
+
+    @property
+    def looked_ahead_entries(self) -> int:
+        """Key_Shared: entries read past and kept aside, not delivered yet."""
+        return len(self._looked_ahead)

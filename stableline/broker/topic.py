@@ -119,11 +119,10 @@ class Topic:
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
         ledger.add_listener(self._on_append)
         for cursor in ledger.cursors.values():
-            subscription = Subscription(
-                str(name), cursor, self._views[IsolationLevel.READ_COMMITTED], self.dispatch_limits
+            # The subscription reads its level from the cursor and its view from that.
+            self.subscriptions[cursor.name] = Subscription(
+                str(name), cursor, self.read_view, self.dispatch_limits
             )
-            subscription.view = self.read_view(subscription.isolation_level)
-            self.subscriptions[cursor.name] = subscription
 
     def start_recovery(self) -> None:
         """Recover the transaction buffer in the background. Meanwhile the topic
@@ -243,7 +242,7 @@ class Topic:
                 subscription_name, start_at_earliest, Subscription.properties_for(type_, level)
             )
             subscription = Subscription(
-                str(self.name), cursor, self.read_view(level), self.dispatch_limits
+                str(self.name), cursor, self.read_view, self.dispatch_limits
             )
             self.subscriptions[subscription_name] = subscription
         subscription.add_consumer(consumer, type_, level)

@@ -41,7 +41,8 @@ async def subscriptions(ledger: ManagedLedger):
         limits: DispatchLimits | None = None,
     ) -> Subscription:
         cursor, _ = ledger.open_cursor(name, True, Subscription.properties_for(type_, level))
-        subscription = Subscription(ledger.name, cursor, view or LogReadView(ledger), limits)
+        chosen = view or LogReadView(ledger)
+        subscription = Subscription(ledger.name, cursor, lambda _level: chosen, limits)
         ledger.add_listener(subscription.wake)
         opened.append(subscription)
         return subscription

@@ -187,12 +187,12 @@ async def test_isolation_level_and_type_are_stored_with_the_cursor(tmp_path, sto
     cursor, created = ledger.open_cursor("s", True, Subscription.properties_for(FAILOVER, RU))
     assert created
     written = await append(ledger, 3)
-    Subscription("t", cursor, LogReadView(ledger)).ack([(written[1], -1)])
+    Subscription("t", cursor, lambda _level: LogReadView(ledger)).ack([(written[1], -1)])
     await ledger.close()
 
     reopened = await ManagedLedger.open("t", directory, store)
     try:
-        subscription = Subscription("t", reopened.cursors["s"], LogReadView(reopened))
+        subscription = Subscription("t", reopened.cursors["s"], lambda _level: LogReadView(reopened))
         assert subscription.isolation_level is RU
         assert subscription.type is FAILOVER
         with pytest.raises(IsolationLevelMismatchError):

@@ -78,7 +78,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             ManagedLedger.open("t", self.directory / "t", self.store, CONFIG)
         )
         cursor, _ = self.ledger.open_cursor("s", True, Subscription.properties_for(SHARED, LEVEL))
-        self.subscription = Subscription("t", cursor, LogReadView(self.ledger))
+        self.subscription = Subscription("t", cursor, lambda _level: LogReadView(self.ledger))
         self.subscription.start = lambda: None  # the machine runs the passes itself
         # The model.
         self.log: list[Position] = []  # every entry, in log order
