@@ -8,6 +8,7 @@ from stableline._errors import (
     AuthenticationError,
     AuthorizationError,
     BrokerUnavailable,
+    ConsumerAssignError,
     InvalidArgument,
     InvalidMessageId,
     InvalidTopicName,
@@ -25,6 +26,7 @@ from stableline._errors import (
     TransactionEnded,
     TransactionNotFound,
 )
+from stableline._keys import BatchingType, KeySharedMode, KeySharedPolicy
 from stableline._sync import Client, Consumer, Producer, Reader, Transaction
 from stableline._types import (
     ConsumerType,
@@ -39,9 +41,11 @@ __all__ = [
     "AuthenticationError",
     "AuthenticationToken",
     "AuthorizationError",
+    "BatchingType",
     "BrokerUnavailable",
     "Client",
     "Consumer",
+    "ConsumerAssignError",
     "ConsumerType",
     "InitialPosition",
     "InvalidArgument",
@@ -49,6 +53,8 @@ __all__ = [
     "InvalidTopicName",
     "IsolationLevel",
     "IsolationLevelMismatch",
+    "KeySharedMode",
+    "KeySharedPolicy",
     "LimitExceeded",
     "Message",
     "MessageId",

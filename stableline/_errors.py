@@ -31,6 +31,11 @@ class SubscriptionBusy(StableLineError):
     """The subscription cannot take this consumer (Exclusive taken, or other type)."""
 
 
+class ConsumerAssignError(SubscriptionBusy):
+    """A Key_Shared subscription cannot give this consumer hashes: its sticky ranges
+    overlap another consumer's, or its Key_Shared mode differs from theirs."""
+
+
 class TransactionEnded(StableLineError):
     """Send, ack, commit or abort on a transaction that has already ended."""
 
@@ -90,6 +95,7 @@ CODES: dict[str, type[StableLineError]] = {
     "InvalidTopicName": InvalidTopicName,
     "IsolationLevelMismatch": IsolationLevelMismatch,
     "SubscriptionBusy": SubscriptionBusy,
+    "ConsumerAssignError": ConsumerAssignError,
     "TransactionEnded": TransactionEnded,
     "TransactionNotFound": TransactionNotFound,
     "MessageTooBig": MessageTooBig,

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from stableline import aio
 from stableline._auth import AuthenticationToken
 from stableline._errors import StableLineError
+from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._types import (
     ConsumerType,
     InitialPosition,
@@ -242,6 +243,7 @@ class Client:
         batching_max_publish_delay_ms: float = 1,
         max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
         block_if_queue_full: bool = False,
+        batching_type: BatchingType = BatchingType.Default,
     ) -> Producer:
         inner = self._loop.run(
             self._inner.create_producer(
@@ -251,6 +253,7 @@ class Client:
                 batching_max_publish_delay_ms,
                 max_pending_messages,
                 block_if_queue_full,
+                batching_type,
             )
         )
         return Producer(inner, self._loop)
@@ -267,6 +270,7 @@ class Client:
         ack_timeout_ms: int = 0,
         negative_ack_redelivery_delay_ms: int = 60_000,
         priority_level: int = 0,
+        key_shared_policy: KeySharedPolicy | None = None,
     ) -> Consumer:
         inner = self._loop.run(
             self._inner.subscribe(
@@ -280,6 +284,7 @@ class Client:
                 ack_timeout_ms,
                 negative_ack_redelivery_delay_ms,
                 priority_level,
+                key_shared_policy,
             )
         )
         return Consumer(inner, self._loop)

@@ -30,6 +30,11 @@ class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ISOLATION_LEVEL_READ_COMMITTED: _ClassVar[IsolationLevel]
     ISOLATION_LEVEL_READ_UNCOMMITTED: _ClassVar[IsolationLevel]
 
+class KeySharedMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KEY_SHARED_MODE_AUTO_SPLIT: _ClassVar[KeySharedMode]
+    KEY_SHARED_MODE_STICKY: _ClassVar[KeySharedMode]
+
 class TxnAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TXN_ACTION_COMMIT: _ClassVar[TxnAction]
@@ -55,6 +60,8 @@ INITIAL_POSITION_LATEST: InitialPosition
 INITIAL_POSITION_EARLIEST: InitialPosition
 ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel
 ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel
+KEY_SHARED_MODE_AUTO_SPLIT: KeySharedMode
+KEY_SHARED_MODE_STICKY: KeySharedMode
 TXN_ACTION_COMMIT: TxnAction
 TXN_ACTION_ABORT: TxnAction
 TXN_STATE_UNSPECIFIED: TxnState
@@ -145,14 +152,18 @@ class ProducerOpen(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ...) -> None: ...
 
 class ProducerSend(_message.Message):
-    __slots__ = ("sequence_id", "metadata", "payload")
+    __slots__ = ("sequence_id", "metadata", "payload", "partition_key", "has_partition_key")
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
+    HAS_PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
     sequence_id: int
     metadata: EntryMetadata
     payload: bytes
-    def __init__(self, sequence_id: _Optional[int] = ..., metadata: _Optional[_Union[EntryMetadata, _Mapping]] = ..., payload: _Optional[bytes] = ...) -> None: ...
+    partition_key: str
+    has_partition_key: bool
+    def __init__(self, sequence_id: _Optional[int] = ..., metadata: _Optional[_Union[EntryMetadata, _Mapping]] = ..., payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., has_partition_key: _Optional[bool] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
     __slots__ = ("open", "send")
@@ -207,7 +218,7 @@ class ProduceResponse(_message.Message):
     def __init__(self, opened: _Optional[_Union[ProducerOpened, _Mapping]] = ..., receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., error: _Optional[_Union[SendError, _Mapping]] = ...) -> None: ...
 
 class SubscribeOpen(_message.Message):
-    __slots__ = ("topic", "subscription", "type", "initial_position", "isolation_level", "consumer_name", "priority_level")
+    __slots__ = ("topic", "subscription", "type", "initial_position", "isolation_level", "consumer_name", "priority_level", "key_shared")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +226,7 @@ class SubscribeOpen(_message.Message):
     ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    KEY_SHARED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     type: SubscriptionType
@@ -222,7 +234,24 @@ class SubscribeOpen(_message.Message):
     isolation_level: IsolationLevel
     consumer_name: str
     priority_level: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ...) -> None: ...
+    key_shared: KeySharedMeta
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., key_shared: _Optional[_Union[KeySharedMeta, _Mapping]] = ...) -> None: ...
+
+class HashRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class KeySharedMeta(_message.Message):
+    __slots__ = ("mode", "ranges")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    mode: KeySharedMode
+    ranges: _containers.RepeatedCompositeFieldContainer[HashRange]
+    def __init__(self, mode: _Optional[_Union[KeySharedMode, str]] = ..., ranges: _Optional[_Iterable[_Union[HashRange, _Mapping]]] = ...) -> None: ...
 
 class Flow(_message.Message):
     __slots__ = ("permits",)

@@ -2,6 +2,7 @@
 
 from stableline._auth import AuthenticationToken
 from stableline._errors import *  # noqa: F403  (the same typed errors)
+from stableline._keys import BatchingType, KeySharedMode, KeySharedPolicy
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
 from stableline.aio._batch import SendReceipt
 from stableline.aio._client import Client
@@ -14,11 +15,14 @@ from stableline.aio._transaction import Transaction
 __all__ = [
     "AuthenticationToken",
     "Backoff",
+    "BatchingType",
     "Client",
     "Consumer",
     "ConsumerType",
     "InitialPosition",
     "IsolationLevel",
+    "KeySharedMode",
+    "KeySharedPolicy",
     "Message",
     "MessageId",
     "Producer",

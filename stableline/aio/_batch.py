@@ -1,5 +1,8 @@
 """A producer batch: the messages of one entry, waiting to be sent.
 
+A batch holds messages of one partition key at most (None: messages without a key):
+the broker stores the key's hash with the entry and Key_Shared routes by it.
+
 One future per batch, not per message: it resolves to the entry's (ledger_id,
 entry_id), and each message's MessageId is that plus its index. A message in a
 batch costs two list appends; MessageIds are made only for the sends awaited.
@@ -19,13 +22,15 @@ from stableline._types import MessageId
 
 @dataclass(slots=True, eq=False)
 class Batch:
-    """Messages of one transaction (or none) waiting to be sent as one entry."""
+    """Messages of one transaction (or none) and one key (or none) waiting to be sent
+    as one entry."""
 
     txn: tuple[int, int] | None
     future: asyncio.Future  # -> (ledger_id, entry_id) once the entry is durable
     parts: list[bytes] = field(default_factory=list)  # encoded fields, joined on send
     count: int = 0
     size_bytes: int = 0
+    key: str | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -39,11 +44,13 @@ class Batch:
         )
         if self.txn is not None:
             metadata.txn_id.most_bits, metadata.txn_id.least_bits = self.txn
-        return pb.ProduceRequest(
-            send=pb.ProducerSend(
-                sequence_id=sequence_id, metadata=metadata, payload=b"".join(self.parts)
-            )
+        send = pb.ProducerSend(
+            sequence_id=sequence_id, metadata=metadata, payload=b"".join(self.parts)
         )
+        if self.key is not None:
+            send.partition_key = self.key
+            send.has_partition_key = True
+        return pb.ProduceRequest(send=send)
 
 
 class SendReceipt(tuple):

@@ -11,6 +11,7 @@ import grpc
 
 from stableline._auth import AuthenticationToken, channel_credentials
 from stableline._errors import BrokerUnavailable, StableLineError
+from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._types import (
@@ -134,9 +135,13 @@ class Client:
         batching_max_publish_delay_ms: float = 1,
         max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
         block_if_queue_full: bool = False,
+        batching_type: BatchingType = BatchingType.Default,
     ) -> Producer:
         """A producer; past max_pending_messages unacknowledged, send() waits when
-        block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics)."""
+        block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics).
+        A batch holds messages of one partition key at most: BatchingType.Default
+        ends a batch where the key changes (send order kept), KeyBased groups a
+        batching window's messages by key (order kept per key)."""
         producer = Producer(
             self,
             topic,
@@ -145,6 +150,7 @@ class Client:
             batching_max_publish_delay_ms,
             max_pending_messages,
             block_if_queue_full,
+            batching_type,
         )
         await producer._open()
         self._closeables.append(producer)
@@ -162,6 +168,7 @@ class Client:
         ack_timeout_ms: int = 0,
         negative_ack_redelivery_delay_ms: int = 60_000,
         priority_level: int = 0,
+        key_shared_policy: KeySharedPolicy | None = None,
     ) -> Consumer:
         consumer = Consumer(
             self,
@@ -175,6 +182,7 @@ class Client:
             ack_timeout_ms,
             negative_ack_redelivery_delay_ms,
             priority_level,
+            key_shared_policy,
         )
         await consumer._open()
         self._closeables.append(consumer)

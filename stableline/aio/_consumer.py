@@ -17,6 +17,7 @@ from stableline._errors import (
     Timeout,
     from_code,
 )
+from stableline._keys import KeySharedPolicy
 from stableline._proto import broker_pb2 as pb
 from stableline._types import (
     ConsumerType,
@@ -88,6 +89,7 @@ class Consumer:
         ack_timeout_ms: int,
         negative_ack_redelivery_delay_ms: int,
         priority_level: int = 0,
+        key_shared_policy: KeySharedPolicy | None = None,
     ):
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be >= 1")
@@ -104,6 +106,7 @@ class Consumer:
         self._ack_timeout_s = ack_timeout_ms / 1000
         self._nack_delay_s = negative_ack_redelivery_delay_ms / 1000
         self._priority = priority_level
+        self._key_shared = key_shared_policy
         # Runs of (entry, message indexes) in arrival order; messages are made on demand.
         self._queue: deque[tuple[DeliveredEntry, Sequence[int]]] = deque()
         self._queued = 0  # messages in self._queue
@@ -153,6 +156,12 @@ class Consumer:
                             isolation_level=self._isolation.value,
                             consumer_name=self._name,
                             priority_level=self._priority,
+                            key_shared=(
+                                self._key_shared.to_proto()
+                                if self._key_shared is not None
+                                and self._type is ConsumerType.KeyShared
+                                else None
+                            ),
                         )
                     )
                 )

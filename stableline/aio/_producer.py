@@ -1,4 +1,10 @@
-"""The async producer: client-side batching over one Produce stream."""
+"""The async producer: client-side batching over one Produce stream.
+
+Every batch (entry) holds messages of one partition key at most. Default batching
+keeps send order and ends a batch where the key changes; KeyBased batching keeps
+one open batch per key (and transaction) during the batching window, so order is
+kept per key only.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from stableline._errors import (
     StableLineError,
     from_code,
 )
+from stableline._keys import BatchingType
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
 from stableline._wire import encode_message, known_plain_prefix, plain_prefix
@@ -43,6 +50,7 @@ class Producer:
         batching_max_publish_delay_ms: float,
         max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
         block_if_queue_full: bool = False,
+        batching_type: BatchingType = BatchingType.Default,
     ):
         if batching_max_messages < 1:
             raise ValueError("batching_max_messages must be >= 1")
@@ -65,6 +73,11 @@ class Producer:
         self._space = asyncio.Event()
         self._space.set()
         self._batch: Batch | None = None
+        # KeyBased batching: the open batch of each (transaction, key), and the
+        # messages they hold together. Default batching uses only self._batch.
+        self._key_based = BatchingType(batching_type) is BatchingType.KeyBased
+        self._keyed: dict[tuple[tuple[int, int] | None, str | None], Batch] = {}
+        self._keyed_count = 0
         self._timer: asyncio.TimerHandle | None = None
         self._call = None
         self._receiver: asyncio.Task | None = None
@@ -201,6 +214,7 @@ class Producer:
             and type(content) is bytes
             and not (properties or event_time_ms)
             and partition_key is None
+            and batch.key is None
             and self._failure is None
             and not self._closed
             and (batch.txn is None if txn is None else batch.txn == txn.id and txn._state == "OPEN")
@@ -241,9 +255,12 @@ class Producer:
         if txn is not None:
             txn._check_open()
             txn_id = txn.id
+        if self._key_based:
+            return self._add_by_key(encoded, size, txn, txn_id, partition_key, _admitted)
         batch = self._batch
         if batch is not None and (
             batch.txn != txn_id
+            or batch.key != partition_key
             or batch.size_bytes + size > self.max_message_size
             or batch.count >= self._batch_cap
         ):
@@ -256,7 +273,9 @@ class Producer:
                     raise self._queue_full_error()
                 room = 1  # a blocking caller was admitted before the queue filled
             self._batch_cap = min(self._max_messages, room)
-            batch = self._batch = Batch(txn_id, asyncio.get_running_loop().create_future())
+            batch = self._batch = Batch(
+                txn_id, asyncio.get_running_loop().create_future(), key=partition_key
+            )
             if txn is not None:
                 txn._join(self, batch.future)
             if self._delay_s > 0:
@@ -274,6 +293,48 @@ class Producer:
         ):
             self._flush_batch()
         return receipt
+
+    def _add_by_key(
+        self,
+        encoded: list[bytes],
+        size: int,
+        txn,
+        txn_id: tuple[int, int] | None,
+        key: str | None,
+        admitted: bool,
+    ) -> SendReceipt:
+        """KeyBased batching: the message joins the open batch of its key."""
+        if self.queue_full() and not admitted:
+            raise self._queue_full_error()
+        slot = (txn_id, key)
+        batch = self._keyed.get(slot)
+        if batch is not None and (
+            batch.size_bytes + size > self.max_message_size or batch.count >= self._max_messages
+        ):
+            self._flush_slot(slot)
+            batch = None
+        if batch is None:
+            loop = asyncio.get_running_loop()
+            batch = self._keyed[slot] = Batch(txn_id, loop.create_future(), key=key)
+            if txn is not None:
+                txn._join(self, batch.future)
+            if self._delay_s > 0 and self._timer is None:
+                self._timer = loop.call_later(self._delay_s, self._flush_batch)
+        batch.parts += encoded
+        receipt = SendReceipt(batch.future, batch.count)
+        batch.count += 1
+        batch.size_bytes += size
+        self._keyed_count += 1
+        if batch.count >= self._max_messages or batch.size_bytes >= BATCHING_MAX_BYTES:
+            self._flush_slot(slot)
+        if self._delay_s == 0:
+            self._flush_batch()
+        return receipt
+
+    def _flush_slot(self, slot: tuple[tuple[int, int] | None, str | None]) -> None:
+        batch = self._keyed.pop(slot)
+        self._keyed_count -= batch.count
+        self._enqueue(batch)
 
     async def send(
         self,
@@ -304,7 +365,7 @@ class Producer:
         """Whether a send now would find max_pending_messages unacknowledged."""
         batch = self._batch
         queued = self._pending_messages + (batch.count if batch is not None else 0)
-        return queued >= self.max_pending_messages
+        return queued + self._keyed_count >= self.max_pending_messages
 
     def send_async(
         self,
@@ -332,8 +393,14 @@ class Producer:
             self._timer.cancel()
             self._timer = None
         batch, self._batch = self._batch, None
-        if not batch:
-            return
+        if batch:
+            self._enqueue(batch)
+        if self._keyed:
+            for slot in list(self._keyed):
+                self._flush_slot(slot)
+
+    def _enqueue(self, batch: Batch) -> None:
+        """Give the batch its sequence id and queue it for the stream writer."""
         sequence_id = next(self._sequence)
         self._pending[sequence_id] = batch
         self._pending_messages += batch.count

@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from dispatcher import Delivery, IsolationLevel, SubscriptionType
+from dispatcher import (
+    Delivery,
+    HashRange,
+    IsolationLevel,
+    KeySharedMode,
+    KeySharedPolicy,
+    SubscriptionType,
+    key_hash,
+)
 from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
 from managed_ledger.ledger import LedgerInfo
 from stableline._proto import broker_pb2 as pb
@@ -31,6 +39,10 @@ TXN_STATES_TO_PROTO = {
     TxnState.ABORTED: pb.TXN_STATE_ABORTED,
 }
 assert set(TXN_STATES_TO_PROTO) == set(TxnState), "every coordinator state has a wire value"
+KEY_SHARED_MODES = {
+    pb.KEY_SHARED_MODE_AUTO_SPLIT: KeySharedMode.AUTO_SPLIT,
+    pb.KEY_SHARED_MODE_STICKY: KeySharedMode.STICKY,
+}
 
 
 def subscription_type(value: int) -> SubscriptionType:
@@ -46,6 +58,18 @@ def isolation_level(value: int) -> IsolationLevel:
     except KeyError:
         names = ", ".join(level.value for level in IsolationLevel)
         raise ValueError(f"unknown isolation level {value}: use one of {names}") from None
+
+
+def key_shared_policy(message: pb.KeySharedMeta) -> KeySharedPolicy:
+    """A Key_Shared consumer's mode and ranges; ValueError names what is wrong."""
+    try:
+        mode = KEY_SHARED_MODES[message.mode]
+    except KeyError:
+        raise ValueError(
+            f"unknown Key_Shared mode {message.mode}: use AUTO_SPLIT or STICKY"
+        ) from None
+    ranges = tuple(HashRange(r.start, r.end) for r in message.ranges)
+    return KeySharedPolicy(mode, ranges)
 
 
 def position(message: pb.Position) -> Position:
@@ -101,6 +125,7 @@ def header_from_send(send: pb.ProducerSend, producer_name: str) -> EntryHeader:
         producer_name=producer_name,
         sequence_id=send.sequence_id,
         txn_id=optional_txn_id(metadata),
+        key_hash=key_hash(send.partition_key) if send.has_partition_key else None,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import grpc
 
 from dispatcher import (
+    ConsumerAssignError,
     InvalidAckError,
     IsolationLevelMismatchError,
     SubscriptionBusyError,
@@ -46,6 +47,7 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidAck"),
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
     (TooManyConsumersError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyConsumers"),
+    (ConsumerAssignError, grpc.StatusCode.FAILED_PRECONDITION, "ConsumerAssignError"),
     (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
     # Before StorageError, its base: a full disk is a quota the operator can lift.

@@ -13,7 +13,14 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 
-from dispatcher import Consumer, ControlEvent, DispatcherError, IsolationLevel, Subscription
+from dispatcher import (
+    Consumer,
+    ControlEvent,
+    DispatcherError,
+    IsolationLevel,
+    Subscription,
+    SubscriptionType,
+)
 from managed_ledger import EntryTooLargeError, LedgerClosedError, ManagedLedgerError, Position
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
@@ -166,14 +173,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if not request.subscription:
                 raise invalid("subscription name is empty")
             topic = await self.registry.get(TopicName.parse(request.topic))
+            type_ = convert.subscription_type(request.type)
             consumer = Consumer(
                 name=request.consumer_name or f"consumer-{id(context):x}",
                 priority_level=request.priority_level,
             )
+            if type_ is SubscriptionType.KEY_SHARED:
+                consumer.key_shared = convert.key_shared_policy(request.key_shared)
             subscription = topic.subscribe(
                 request.subscription,
                 consumer,
-                convert.subscription_type(request.type),
+                type_,
                 convert.isolation_level(request.isolation_level),
                 request.initial_position == pb.INITIAL_POSITION_EARLIEST,
             )

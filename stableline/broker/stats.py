@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatcher import Subscription
+from dispatcher import Subscription, SubscriptionType
 from stableline.broker.topic import Topic
 
 
@@ -23,7 +23,7 @@ def _subscription_stats(subscription: Subscription) -> dict[str, Any]:
         for consumer in subscription.consumers
     ]
     active = subscription.active_consumer
-    return {
+    stats = {
         "type": subscription.type.value,
         "subscriptionIsolationLevel": subscription.isolation_level.value,
         "msgBacklog": subscription.backlog,
@@ -37,6 +37,29 @@ def _subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "isDurable": True,
         "consumers": consumers,
     }
+    if subscription.type is SubscriptionType.KEY_SHARED:
+        _add_key_shared_stats(subscription, stats)
+    return stats
+
+
+def _add_key_shared_stats(subscription: Subscription, stats: dict[str, Any]) -> None:
+    """Pulsar 4's Key_Shared fields: the mode, the hashes draining (PIP-379) and each
+    consumer's hash ranges."""
+    mode = subscription.key_shared_mode
+    draining = subscription.draining_hashes()
+    stats["keySharedMode"] = mode.value if mode is not None else None
+    stats["allowOutOfOrderDelivery"] = False
+    stats["drainingHashesCount"] = len(draining)
+    stats["drainingHashesUnackedMessages"] = sum(d.messages for d in draining)
+    stats["lookAheadEntries"] = subscription.looked_ahead_entries
+    ranges = subscription.hash_ranges()
+    for consumer, consumer_stats in zip(subscription.consumers, stats["consumers"], strict=True):
+        owned = ranges.get(consumer, [])
+        mine = [d for d in draining if d.consumer is consumer]
+        consumer_stats["keyHashRanges"] = [str(r) for r in owned]
+        consumer_stats["keyHashRangeArrays"] = [[r.start, r.end] for r in owned]
+        consumer_stats["drainingHashesCount"] = len(mine)
+        consumer_stats["drainingHashesUnackedMessages"] = sum(d.messages for d in mine)
 
 
 def topic_stats(topic: Topic) -> dict[str, Any]:

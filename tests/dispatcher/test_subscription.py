@@ -192,7 +192,9 @@ async def test_isolation_level_and_type_are_stored_with_the_cursor(tmp_path, sto
 
     reopened = await ManagedLedger.open("t", directory, store)
     try:
-        subscription = Subscription("t", reopened.cursors["s"], lambda _level: LogReadView(reopened))
+        subscription = Subscription(
+            "t", reopened.cursors["s"], lambda _level: LogReadView(reopened)
+        )
         assert subscription.isolation_level is RU
         assert subscription.type is FAILOVER
         with pytest.raises(IsolationLevelMismatchError):
