@@ -99,3 +99,50 @@ async def test_pending_sends_fail_with_broker_unavailable_once_the_broker_stays_
         assert 0.9 <= asyncio.get_running_loop().time() - started < 10
         with pytest.raises(aio.BrokerUnavailable):
             producer.send_nowait(b"third")
+
+
+def _entries(ids) -> list[tuple[int, int]]:
+    return [(message_id.ledger_id, message_id.entry_id) for message_id in ids]
+
+
+async def test_default_batching_ends_a_batch_where_the_partition_key_changes(broker):
+    async with aio.Client(broker.service_url) as client:
+        producer = await client.create_producer("keys", batching_max_publish_delay_ms=1000)
+        keys = ["a", "a", "b", "b", None, None, "a", "", ""]
+        receipts = [producer.send_nowait(b"m", partition_key=k) for k in keys]
+        await producer.flush()
+        entries = _entries([await receipt for receipt in receipts])
+        # One entry per run of equal keys, in send order ("" is a key; None is none).
+        assert entries == sorted(entries)
+        runs = [entries[0:2], entries[2:4], entries[4:6], entries[6:7], entries[7:9]]
+        assert [len(set(run)) for run in runs] == [1] * 5
+        assert len(set(entries)) == 5
+
+
+async def test_key_based_batching_groups_a_window_s_messages_by_key(broker):
+    async with aio.Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            "keys",
+            batching_max_publish_delay_ms=1000,
+            batching_type=aio.BatchingType.KeyBased,
+        )
+        keys = ["a", "b", "a", None, "b", "a"]
+        receipts = [
+            producer.send_nowait(f"{k}{i}".encode(), partition_key=k) for i, k in enumerate(keys)
+        ]
+        await producer.flush()
+        ids = [await receipt for receipt in receipts]
+        entry_of = dict(zip(range(len(keys)), _entries(ids), strict=True))
+        by_key: dict[str | None, set] = {}
+        for index, key in enumerate(keys):
+            by_key.setdefault(key, set()).add(entry_of[index])
+        assert all(len(entries) == 1 for entries in by_key.values())
+        assert len({next(iter(e)) for e in by_key.values()}) == 3
+        # Within a key, batch indexes keep send order.
+        a_indexes = [ids[i].batch_index for i, k in enumerate(keys) if k == "a"]
+        assert a_indexes == [0, 1, 2]
+        reader = await client.create_reader("keys", aio.MessageId.earliest)
+        got = [await reader.read_next(5000) for _ in keys]
+        assert {(m.partition_key(), m.value()) for m in got} == {
+            (k, f"{k}{i}".encode()) for i, k in enumerate(keys)
+        }
