@@ -54,7 +54,7 @@ async def subscription(ledger: ManagedLedger) -> AsyncIterator[Subscription]:
         SubscriptionType.SHARED, IsolationLevel.READ_UNCOMMITTED
     )
     cursor, _ = ledger.open_cursor("sub", True, properties)
-    opened = Subscription(ledger.name, cursor, LogReadView(ledger))
+    opened = Subscription(ledger.name, cursor, lambda _level: LogReadView(ledger))
     yield opened
     await opened.close()
 
