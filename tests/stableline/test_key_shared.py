@@ -245,3 +245,32 @@ def test_grpc_admin_stats_show_key_shared_fields(broker, client):
     stats = json.loads(response.json)["subscriptions"]["ks"]
     assert stats["drainingHashesCount"] == 0
     assert _consumer_stats(stats, "only")["keyHashRanges"] == ["[0, 65535]"]
+
+
+def test_a_raw_subscribe_with_a_bad_range_is_invalid_argument_and_the_broker_stays_up(
+    broker, client
+):
+    import grpc
+
+    from stableline._proto import broker_pb2 as pb
+    from stableline._proto import broker_pb2_grpc
+
+    request = pb.SubscribeRequest(
+        subscribe=pb.SubscribeOpen(
+            topic=TOPIC,
+            subscription="ks",
+            type=pb.SUBSCRIPTION_TYPE_KEY_SHARED,
+            key_shared=pb.KeySharedMeta(
+                mode=pb.KEY_SHARED_MODE_STICKY, ranges=[pb.HashRange(start=10, end=70000)]
+            ),
+        )
+    )
+    with grpc.insecure_channel(broker.target) as channel:
+        responses = broker_pb2_grpc.BrokerStub(channel).Subscribe(iter([request]), timeout=10)
+        with pytest.raises(grpc.RpcError) as raised:
+            next(responses)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "[10, 70000] is invalid" in raised.value.details()
+    consumer = _subscribe(client, "after")
+    _send(client, 1)
+    assert len(_receive(consumer, len(KEYS))) == len(KEYS)

@@ -53,3 +53,14 @@ async def test_a_receipt_calls_back_with_itself_once_its_batch_is_durable_or_fai
     await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
     assert called == [(MessageId(4, 11, 1), None), (None, failure)]
     assert not SendReceipt(durable, 0).cancelled()
+
+
+def test_a_keyed_batch_sends_its_key_and_a_keyless_one_sends_none():
+    loop = asyncio.new_event_loop()
+    try:
+        keyed = Batch(None, loop.create_future(), key="").to_send(1, "p").send
+        keyless = Batch(None, loop.create_future()).to_send(2, "p").send
+    finally:
+        loop.close()
+    assert (keyed.has_partition_key, keyed.partition_key) == (True, "")
+    assert not keyless.has_partition_key
