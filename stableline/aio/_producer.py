@@ -1,9 +1,11 @@
 """The async producer: client-side batching over one Produce stream.
 
-Every batch (entry) holds messages of one partition key at most. Default batching
-keeps send order and ends a batch where the key changes; KeyBased batching keeps
-one open batch per key (and transaction) during the batching window, so order is
-kept per key only.
+Every batch (entry) holds messages of one partition key at most. Messages without
+a key go to `_batch`, the only batch the fast path of send_nowait looks at; keyed
+messages go to the open batches of `_keyed`, one per (transaction, key). Default
+batching keeps send order: at most one batch is open, keyed or not, and a new key
+sends it. KeyBased batching keeps a batch per key open for the batching window,
+so order is kept per key only.
 """
 
 from __future__ import annotations
@@ -73,10 +75,11 @@ class Producer:
         self._space = asyncio.Event()
         self._space.set()
         self._batch: Batch | None = None
-        # KeyBased batching: the open batch of each (transaction, key), and the
-        # messages they hold together. Default batching uses only self._batch.
+        # The open batch of each (transaction, key) with a key, and the messages they
+        # hold together. Default batching opens at most one, and only while _batch
+        # is empty; _batch never holds a keyed message.
         self._key_based = BatchingType(batching_type) is BatchingType.KeyBased
-        self._keyed: dict[tuple[tuple[int, int] | None, str | None], Batch] = {}
+        self._keyed: dict[tuple[tuple[int, int] | None, str], Batch] = {}
         self._keyed_count = 0
         self._timer: asyncio.TimerHandle | None = None
         self._call = None
@@ -214,7 +217,6 @@ class Producer:
             and type(content) is bytes
             and not (properties or event_time_ms)
             and partition_key is None
-            and batch.key is None
             and self._failure is None
             and not self._closed
             and (batch.txn is None if txn is None else batch.txn == txn.id and txn._state == "OPEN")
@@ -255,12 +257,13 @@ class Producer:
         if txn is not None:
             txn._check_open()
             txn_id = txn.id
-        if self._key_based:
-            return self._add_by_key(encoded, size, txn, txn_id, partition_key, _admitted)
+        if partition_key is not None:
+            return self._add_by_key(encoded, size, txn, (txn_id, partition_key), _admitted)
+        if self._keyed and not self._key_based:
+            self._flush_batch()  # send order: the keyed batch goes before this message
         batch = self._batch
         if batch is not None and (
             batch.txn != txn_id
-            or batch.key != partition_key
             or batch.size_bytes + size > self.max_message_size
             or batch.count >= self._batch_cap
         ):
@@ -273,12 +276,10 @@ class Producer:
                     raise self._queue_full_error()
                 room = 1  # a blocking caller was admitted before the queue filled
             self._batch_cap = min(self._max_messages, room)
-            batch = self._batch = Batch(
-                txn_id, asyncio.get_running_loop().create_future(), key=partition_key
-            )
+            batch = self._batch = Batch(txn_id, asyncio.get_running_loop().create_future())
             if txn is not None:
                 txn._join(self, batch.future)
-            if self._delay_s > 0:
+            if self._delay_s > 0 and self._timer is None:  # KeyBased: keyed batches' timer
                 self._timer = asyncio.get_running_loop().call_later(
                     self._delay_s, self._flush_batch
                 )
@@ -299,14 +300,14 @@ class Producer:
         encoded: list[bytes],
         size: int,
         txn,
-        txn_id: tuple[int, int] | None,
-        key: str | None,
+        slot: tuple[tuple[int, int] | None, str],
         admitted: bool,
     ) -> SendReceipt:
-        """KeyBased batching: the message joins the open batch of its key."""
+        """A keyed message joins the open batch of its (transaction, key)."""
+        if not self._key_based and (self._batch or (self._keyed and slot not in self._keyed)):
+            self._flush_batch()  # send order: what is open goes before this key
         if self.queue_full() and not admitted:
             raise self._queue_full_error()
-        slot = (txn_id, key)
         batch = self._keyed.get(slot)
         if batch is not None and (
             batch.size_bytes + size > self.max_message_size or batch.count >= self._max_messages
@@ -315,6 +316,7 @@ class Producer:
             batch = None
         if batch is None:
             loop = asyncio.get_running_loop()
+            txn_id, key = slot
             batch = self._keyed[slot] = Batch(txn_id, loop.create_future(), key=key)
             if txn is not None:
                 txn._join(self, batch.future)
@@ -331,7 +333,7 @@ class Producer:
             self._flush_batch()
         return receipt
 
-    def _flush_slot(self, slot: tuple[tuple[int, int] | None, str | None]) -> None:
+    def _flush_slot(self, slot: tuple[tuple[int, int] | None, str]) -> None:
         batch = self._keyed.pop(slot)
         self._keyed_count -= batch.count
         self._enqueue(batch)
