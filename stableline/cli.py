@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
+from stableline.cli_admin import admin_url_option, subscriptions, topic_path, topics
 from stableline.cli_security import (
     admin_request,
+    broker_error,
     client_credentials,
     credential_options,
     finish_serve_config,
@@ -20,7 +22,8 @@ from stableline.cli_security import (
 )
 
 DEFAULT_SERVICE = "127.0.0.1:6650"
-DEFAULT_ADMIN = "http://127.0.0.1:8080"
+# What a shell reports for a command ended by Ctrl-C (128 + SIGINT).
+INTERRUPTED_EXIT_CODE = 130
 
 
 class _Refused(click.ClickException):
@@ -100,34 +103,71 @@ def _isolation(value: str):
 
 @main.command()
 @click.argument("topic")
+@click.option("-m", "--message", "messages", multiple=True, help="Message text (repeatable).")
 @click.option(
-    "-m", "--message", "messages", multiple=True, required=True, help="Message text (repeatable)."
+    "-f",
+    "--file",
+    "source",
+    type=click.File("r", encoding="utf-8", errors="surrogateescape"),
+    default=None,
+    help="Send each line of this file as a message; - reads stdin.",
 )
 @click.option(
-    "-n", "--num-produce", default=1, show_default=True, help="Times to send each message."
+    "-n",
+    "--num-produce",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Times to send each -m message.",
 )
 @click.option("-k", "--key", default=None, help="Partition key.")
 @click.option("--service-url", default=DEFAULT_SERVICE, show_default=True)
 @credential_options
 def produce(
-    topic: str, messages: tuple[str, ...], num_produce: int, key: str | None, service_url: str
+    topic: str,
+    messages: tuple[str, ...],
+    source,
+    num_produce: int,
+    key: str | None,
+    service_url: str,
 ) -> None:
-    """Send messages to TOPIC."""
+    """Send messages to TOPIC: -m texts, or one message a line of -f FILE (- for stdin).
+
+    A line is sent without its line ending; an empty line is an empty message.
+    """
     import stableline
 
+    if not messages and source is None:
+        raise click.UsageError("give messages with -m TEXT or -f FILE (- reads stdin)")
+    if source is not None and num_produce != 1:
+        raise click.UsageError("-n repeats -m messages; the lines of -f are sent once")
+
+    def texts():
+        for _ in range(num_produce):
+            yield from messages
+        if source is not None:
+            for line in source:
+                yield line.rstrip("\r\n") if line.endswith("\n") else line
+
+    sent = 0
+    interrupted = False
     with stableline.Client(service_url, **client_credentials()) as client:
-        sent = 0
         try:
             producer = client.create_producer(topic)
-            for _ in range(num_produce):
-                for text in messages:
-                    producer.send_async(text.encode(), _raise_on_error, partition_key=key)
+            try:
+                for text in texts():
+                    data = text.encode("utf-8", errors="surrogateescape")
+                    producer.send_async(data, _raise_on_error, partition_key=key)
                     sent += 1
+            except KeyboardInterrupt:
+                interrupted = True
             producer.flush()
         except stableline.StableLineError as error:
-            raise click.ClickException(f"{type(error).__name__}: {error}") from None
+            raise broker_error(error, service_url) from None
         producer.close()
-    click.echo(f"{sent} message(s) produced to {topic}")
+    click.echo(f"{sent} message(s) produced to {topic}" + (" (interrupted)" if interrupted else ""))
+    if interrupted:
+        sys.exit(INTERRUPTED_EXIT_CODE)
 
 
 def _raise_on_error(error, _message_id) -> None:
@@ -139,7 +179,12 @@ def _raise_on_error(error, _message_id) -> None:
 @click.argument("topic")
 @click.option("-s", "--subscription", required=True, help="Subscription name.")
 @click.option(
-    "-n", "--num-messages", default=1, show_default=True, help="Messages to consume; 0 = forever."
+    "-n",
+    "--num-messages",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Messages to consume; 0 = forever.",
 )
 @click.option(
     "-t",
@@ -177,12 +222,17 @@ def consume(
     timeout: float,
     service_url: str,
 ) -> None:
-    """Receive and acknowledge messages of TOPIC, printing them."""
+    """Receive and acknowledge messages of TOPIC, printing them.
+
+    Ctrl-C stops it: the count so far goes to stderr, the exit code is 130.
+    """
     import stableline
 
     level = _isolation(isolation)
     types = {t.name.lower(): t for t in stableline.ConsumerType}
     positions = {p.name.lower(): p for p in stableline.InitialPosition}
+    received = 0
+    interrupted = False
     with stableline.Client(service_url, **client_credentials()) as client:
         try:
             consumer = client.subscribe(
@@ -193,8 +243,7 @@ def consume(
                 isolation_level=level,
             )
         except stableline.StableLineError as error:
-            raise click.ClickException(f"{type(error).__name__}: {error}") from None
-        received = 0
+            raise broker_error(error, service_url) from None
         try:
             while num_messages == 0 or received < num_messages:
                 try:
@@ -204,9 +253,18 @@ def consume(
                 click.echo(f"{message.message_id()}\t{message.data().decode(errors='replace')}")
                 consumer.acknowledge(message)
                 received += 1
+        except KeyboardInterrupt:
+            interrupted = True
+        except stableline.StableLineError as error:
+            click.echo(f"{received} message(s) consumed", err=True)
+            raise broker_error(error, service_url) from None
         finally:
             consumer.close()
-    click.echo(f"{received} message(s) consumed", err=True)
+    click.echo(
+        f"{received} message(s) consumed" + (" (interrupted)" if interrupted else ""), err=True
+    )
+    if interrupted:
+        sys.exit(INTERRUPTED_EXIT_CODE)
 
 
 @main.group()
@@ -218,53 +276,11 @@ def _admin_get(admin_url: str, path: str):
     return admin_request(admin_url, path)
 
 
-def _topic_path(topic: str) -> str:
-    from stableline.topic_name import InvalidTopicNameError, TopicName
-
-    try:
-        name = TopicName.parse(topic)
-    except InvalidTopicNameError as error:
-        raise click.BadParameter(str(error)) from None
-    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
-
-
-@admin.group()
-def topics() -> None:
-    """Topics: list, stats, internal-stats."""
-
-
-def _admin_url(function):
-    function = credential_options(function)
-    return click.option("--admin-url", default=DEFAULT_ADMIN, show_default=True)(function)
-
-
+_admin_url = admin_url_option
 main.add_command(tokens)
 admin.add_command(permissions)
-
-
-@topics.command("list")
-@click.argument("namespace", default="public/default")
-@_admin_url
-def topics_list(namespace: str, admin_url: str) -> None:
-    """List the topics of NAMESPACE (tenant/namespace)."""
-    for name in _admin_get(admin_url, f"/admin/v2/persistent/{namespace}"):
-        click.echo(name)
-
-
-@topics.command("stats")
-@click.argument("topic")
-@_admin_url
-def topics_stats(topic: str, admin_url: str) -> None:
-    """Print TOPIC's stats, with each subscription's isolation level."""
-    click.echo(json.dumps(_admin_get(admin_url, _topic_path(topic) + "/stats"), indent=2))
-
-
-@topics.command("internal-stats")
-@click.argument("topic")
-@_admin_url
-def topics_internal_stats(topic: str, admin_url: str) -> None:
-    """Print TOPIC's ledgers and cursors."""
-    click.echo(json.dumps(_admin_get(admin_url, _topic_path(topic) + "/internalStats"), indent=2))
+admin.add_command(topics)
+admin.add_command(subscriptions)
 
 
 @admin.command("txn-buffer")
@@ -272,7 +288,7 @@ def topics_internal_stats(topic: str, admin_url: str) -> None:
 @_admin_url
 def admin_txn_buffer(topic: str, admin_url: str) -> None:
     """Print TOPIC's transaction buffer: state, maxReadPosition, ongoing and aborted."""
-    path = _topic_path(topic).replace(
+    path = topic_path(topic).replace(
         "/admin/v2/persistent/", "/admin/v3/transactions/transactionBufferStats/"
     )
     click.echo(json.dumps(_admin_get(admin_url, path), indent=2))
@@ -334,7 +350,7 @@ def txn_produce(
                 producer.send(text.encode(), txn=transaction)
             transaction.abort() if abort else transaction.commit()
         except stableline.StableLineError as error:
-            raise click.ClickException(f"{type(error).__name__}: {error}") from None
+            raise broker_error(error, service_url) from None
     click.echo(
         f"transaction {txn_id_text(transaction.id)} {transaction.state}: "
         f"{len(messages)} message(s) to {topic}"

@@ -8,8 +8,10 @@ them on the click context, so commands pass them on without naming them.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
+import re
 import ssl
 import sys
 from pathlib import Path
@@ -88,11 +90,66 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
     except urllib.error.HTTPError as error:
         try:
             reason = json.loads(error.read()).get("reason", "")
-        except ValueError:
+        except (ValueError, AttributeError):
             reason = ""
         raise click.ClickException(f"{error.code}: {reason or error.reason}") from None
     except urllib.error.URLError as error:
-        raise click.ClickException(f"cannot reach {admin_url}: {error.reason}") from None
+        raise click.ClickException(_unreachable(admin_url, error.reason)) from None
+    except (ConnectionError, http.client.HTTPException) as error:
+        # A plaintext request to a TLS port: the server hangs up without an answer.
+        raise click.ClickException(_unreachable(admin_url, error)) from None
+
+
+_HTTP_TLS_HINT = (
+    "if the broker serves TLS, use an https:// --admin-url with --tls-trust-certs-file CA.pem "
+    "(a broker started with --secure writes DATA_DIR/security/ca.pem)"
+)
+
+
+def _unreachable(admin_url: str, reason: object) -> str:
+    """Why the admin API did not answer, with the TLS hint only when TLS may be why."""
+    text = f"cannot reach {admin_url}: {reason}"
+    if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason).lower():
+        return f"{text} (is the broker running, and is --admin-url its HTTP address?)"
+    if isinstance(reason, ssl.SSLError):
+        return (
+            f"{text} (TLS failed: check that --tls-trust-certs-file is the CA of the broker's "
+            "certificate; if the broker does not serve TLS, use an http:// --admin-url)"
+        )
+    if admin_url.startswith("http://"):
+        return f"{text} ({_HTTP_TLS_HINT})"
+    return text
+
+
+# The client library's own hint names its keyword arguments; the CLI names its flags.
+_LIBRARY_HINT = re.compile(r" \(if the broker serves TLS[^()]*\)$")
+
+
+def broker_error(error: Exception, service_url: str) -> click.ClickException:
+    """A client error as one line; an unreachable broker gets the CLI's TLS hint only
+    when TLS may be the cause (not when nothing listens at the address)."""
+    import stableline
+
+    text = _LIBRARY_HINT.sub("", str(error))
+    if not isinstance(error, stableline.BrokerUnavailable):
+        return click.ClickException(f"{type(error).__name__}: {text}")
+    if "refused" in text.lower():
+        return click.ClickException(
+            f"BrokerUnavailable: nothing listens at {service_url} (connection refused): "
+            "is the broker running, and is --service-url its gRPC address?"
+        )
+    meta = click.get_current_context().meta
+    if meta.get(_TRUST) or service_url.startswith("stableline+ssl://"):
+        hint = (
+            "TLS may be why: check that --tls-trust-certs-file is the CA of the broker's "
+            "certificate; if the broker does not serve TLS, leave --tls-trust-certs-file out"
+        )
+    else:
+        hint = (
+            "if the broker serves TLS, pass --tls-trust-certs-file CA.pem (a broker started "
+            "with --secure writes DATA_DIR/security/ca.pem)"
+        )
+    return click.ClickException(f"BrokerUnavailable: {text} ({hint})")
 
 
 # ---------------------------------------------------------------- tokens

@@ -7,7 +7,7 @@ import logging
 from aiohttp import web
 
 from managed_ledger import TxnId
-from stableline.broker import dashboard, http_diagnostics, stats
+from stableline.broker import dashboard, http_diagnostics, http_subscriptions, stats
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -48,7 +48,16 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
 
     async def list_topics(request: web.Request) -> web.Response:
         info = request.match_info
-        return web.json_response(registry.names(f"{info['tenant']}/{info['namespace']}"))
+        namespace = TopicName.parse(
+            f"persistent://{info['tenant']}/{info['namespace']}/_"
+        ).namespace_path
+        if not registry.namespace_exists(namespace):
+            return _error(
+                404,
+                f"namespace {namespace} does not exist: a namespace exists once a topic "
+                f"is created in it (public/default always does)",
+            )
+        return web.json_response(registry.names(namespace))
 
     async def create_topic(request: web.Request) -> web.Response:
         name = topic_name(request)
@@ -109,5 +118,6 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
     app.router.add_get(transactions + "/coordinatorStats", coordinator_stats)
     app.router.add_get("/metrics", metrics)
     http_diagnostics.add_routes(app, registry, coordinator)
+    http_subscriptions.add_routes(app, registry)
     dashboard.add_routes(app)
     return app

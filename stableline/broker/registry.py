@@ -1,4 +1,9 @@
-"""The broker's topics: created on first use, loaded from the metadata store on start."""
+"""The broker's topics: created on first use, loaded from the metadata store on start.
+
+A namespace exists once a topic was created in it (it stays when its topics are
+deleted, as a Pulsar namespace does) or when it is `public/default`, which every
+broker has from the start, as Pulsar's standalone does.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ log = logging.getLogger(__name__)
 
 TOPICS_DB = b"broker"
 _TOPIC_PREFIX = "topic:"
+_NAMESPACE_PREFIX = "namespace:"
+DEFAULT_NAMESPACE = "public/default"
 
 
 class TopicNotFoundError(LookupError):
@@ -34,6 +41,8 @@ class TopicRegistry:
         # Given to every topic loaded from now on (see Topic.on_recovered, failpoints).
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
         self.failpoint: Failpoint | None = None
+        # Called after a topic is deleted, to drop what else belongs to it (its grants).
+        self.on_deleted: list[Callable[[TopicName], Awaitable[None]]] = []
         self.dispatch_limits = DispatchLimits(
             max_unacked_per_consumer=config.max_unacked_messages_per_consumer,
             max_unacked_per_subscription=config.max_unacked_messages_per_subscription,
@@ -42,6 +51,13 @@ class TopicRegistry:
         self._known: set[str] = {
             key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _TOPIC_PREFIX)
         }
+        self._namespaces: set[str] = {DEFAULT_NAMESPACE}
+        self._namespaces.update(
+            key[len(_NAMESPACE_PREFIX) :]
+            for key, _ in store.scan_prefix(TOPICS_DB, _NAMESPACE_PREFIX)
+        )
+        # Topics written before namespaces were recorded still make theirs exist.
+        self._namespaces.update(TopicName.parse(key).namespace_path for key in self._known)
 
     def _directory(self, name: TopicName) -> Path:
         return self.config.ledgers_dir / name.tenant / name.namespace / name.local_name
@@ -52,6 +68,10 @@ class TopicRegistry:
             prefix = f"persistent://{namespace}/"
             names = [n for n in names if n.startswith(prefix)]
         return names
+
+    def namespace_exists(self, namespace: str) -> bool:
+        """True for public/default and for every namespace a topic was ever created in."""
+        return namespace in self._namespaces
 
     def loaded(self) -> list[Topic]:
         return list(self._topics.values())
@@ -83,6 +103,9 @@ class TopicRegistry:
         if key not in self._known:
             self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
             self._known.add(key)
+            if name.namespace_path not in self._namespaces:
+                self.store.put(TOPICS_DB, _NAMESPACE_PREFIX + name.namespace_path, b"")
+                self._namespaces.add(name.namespace_path)
             log.info("created topic %s", key)
         topic = Topic(
             name,
@@ -108,6 +131,8 @@ class TopicRegistry:
         self._topics.pop(str(name), None)
         self._known.discard(str(name))
         self.store.delete(TOPICS_DB, _TOPIC_PREFIX + str(name))
+        for forget in self.on_deleted:
+            await forget(name)
 
     async def close(self) -> None:
         for topic in list(self._topics.values()):

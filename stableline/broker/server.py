@@ -147,6 +147,7 @@ class Broker:
         _check_address_free("HTTP", "--http HOST:PORT", config.http_address)
         self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
+        self.registry.on_deleted.append(self.security.permissions.forget_topic)
         self.coordinator = TransactionCoordinator(
             0,
             self.store,

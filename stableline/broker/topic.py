@@ -238,14 +238,26 @@ class Topic:
     ) -> Subscription:
         subscription = self.subscriptions.get(subscription_name)
         if subscription is None:
-            cursor, _created = self.ledger.open_cursor(
-                subscription_name, start_at_earliest, Subscription.properties_for(type_, level)
+            subscription = self.create_subscription(
+                subscription_name, type_, level, start_at_earliest
             )
-            subscription = Subscription(
-                str(self.name), cursor, self.read_view, self.dispatch_limits
-            )
-            self.subscriptions[subscription_name] = subscription
         subscription.add_consumer(consumer, type_, level)
+        return subscription
+
+    def create_subscription(
+        self,
+        subscription_name: str,
+        type_: SubscriptionType,
+        level: IsolationLevel,
+        start_at_earliest: bool,
+    ) -> Subscription:
+        """A durable subscription without consumers (yet); its isolation level is fixed."""
+        assert subscription_name not in self.subscriptions
+        cursor, _created = self.ledger.open_cursor(
+            subscription_name, start_at_earliest, Subscription.properties_for(type_, level)
+        )
+        subscription = Subscription(str(self.name), cursor, self.read_view, self.dispatch_limits)
+        self.subscriptions[subscription_name] = subscription
         return subscription
 
     async def unsubscribe(self, subscription: Subscription) -> None:

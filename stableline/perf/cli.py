@@ -3,7 +3,8 @@
 Progress goes to stdout once a second; the summary follows; `--json FILE` writes
 the summary as JSON. The exit code is 1 when a consistency check failed (a
 READ_COMMITTED subscription saw an aborted or not yet committed message, a
-message went missing, or the drain timed out).
+message went missing, or the drain timed out). Ctrl-C stops the run: the summary
+of what was done so far is printed, and the exit code is 130.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import click
 
 from stableline.perf.workload import ISOLATION_CHOICES
 
+# What a shell reports for a command ended by Ctrl-C (128 + SIGINT).
+INTERRUPTED_EXIT_CODE = 130
+
 _common = [
     click.argument("topic", default="perf"),
     click.option("--service-url", default="127.0.0.1:6650", show_default=True),
@@ -25,7 +29,7 @@ _common = [
         help="Seconds of producing (consume: of consuming); 0 = no limit.",
     ),
     click.option(
-        "-n", "--messages", default=0, show_default=True,
+        "-n", "--messages", default=0, show_default=True, type=click.IntRange(0),
         help="Messages in all (consume: to receive); 0 = no limit.",
     ),
     click.option("-s", "--size", "message_size", default=100, show_default=True, help="Bytes per message."),
@@ -40,6 +44,15 @@ _common = [
     click.option("--interval", "interval_s", default=1.0, show_default=True, help="Progress every N s."),
     click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the summary here."),
     click.option("--broker-pid", type=int, help="A local broker's pid: report its CPU per message."),
+    click.option(
+        "--token", envvar="STABLELINE_TOKEN", default=None,
+        help="Authentication token (see `stableline tokens create`).",
+    ),
+    click.option(
+        "--tls-trust-certs-file", envvar="STABLELINE_TLS_TRUST_CERTS_FILE", default=None,
+        type=click.Path(exists=True, dir_okay=False),
+        help="CA certificate of a TLS broker (turns TLS on).",
+    ),
 ]  # fmt: skip
 
 _producing = [
@@ -72,12 +85,13 @@ _consuming = [
         help="mixed: subscriptions alternate READ_COMMITTED, READ_UNCOMMITTED.",
     ),
     click.option(
-        "--subscription-type", type=click.Choice(["Exclusive", "Shared", "Failover", "KeyShared"]),
+        "--subscription-type",
+        type=click.Choice(["Exclusive", "Shared", "Failover", "KeyShared"], case_sensitive=False),
         default="Shared", show_default=True,
     ),
     click.option("--subscription-prefix", default="perf-sub", show_default=True),
     click.option(
-        "-p", "--initial-position", type=click.Choice(["Earliest", "Latest"]),
+        "-p", "--initial-position", type=click.Choice(["Earliest", "Latest"], case_sensitive=False),
         default="Latest", show_default=True,
     ),
     click.option("--receive-max", default=1000, show_default=True, help="batch_receive size."),
@@ -115,11 +129,16 @@ def _run(json_path: Path | None, broker_pid: int | None, **settings) -> None:
         result = run(workload, out=click.echo, broker_cpu=broker_cpu)
     except PerfError as error:
         raise click.ClickException(str(error)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted before the run started: nothing was measured", err=True)
+        raise SystemExit(INTERRUPTED_EXIT_CODE) from None
     click.echo(format_summary(result))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result, indent=2) + "\n")
         click.echo(f"wrote {json_path}")
+    if result.get("interrupted"):
+        raise SystemExit(INTERRUPTED_EXIT_CODE)
     if not result["checks"]["ok"]:
         raise SystemExit(1)
 

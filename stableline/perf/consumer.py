@@ -101,7 +101,7 @@ class ConsumerSide:
 
     async def open(self) -> None:
         w = self.workload
-        self.client = Client(w.service_url)
+        self.client = Client(w.service_url, **w.client_options())
         for spec in self.specs:
             self.consumers.append(
                 await self.client.subscribe(

@@ -83,7 +83,7 @@ class ProducerSide:
         self._loops: list[ProducerLoop] = []
 
     async def open(self) -> None:
-        self.client = Client(self.workload.service_url)
+        self.client = Client(self.workload.service_url, **self.workload.client_options())
         self._loops = [ProducerLoop(self, spec) for spec in self.specs]
         await asyncio.gather(*(loop.open() for loop in self._loops))
 

@@ -112,9 +112,17 @@ def run(
         broker_cpu_start = broker_cpu() if broker_cpu else None
         go = monotonic()
         coord.go.set()
-        drain_timed_out = _supervise(
-            workload, coord, reports, producer_groups, consumer_groups, go, out
-        )
+        interrupted = False
+        try:
+            drain_timed_out = _supervise(
+                workload, coord, reports, producer_groups, consumer_groups, go, out
+            )
+        except KeyboardInterrupt:
+            # Ctrl-C: the workers ignore it (see run_worker); stop them and report
+            # what was done so far.
+            interrupted, drain_timed_out = True, False
+            out(f"interrupted after {monotonic() - go:.1f} s: stopping the workers")
+            _stop_and_collect(coord, reports, len(producer_groups), len(consumer_groups))
         broker_cpu_s = broker_cpu() - broker_cpu_start if broker_cpu else None
     finally:
         coord.go.set()
@@ -125,7 +133,7 @@ def run(
             if process.is_alive():
                 process.terminate()
                 process.join(5)
-    return summarise(
+    result = summarise(
         workload,
         reports.totals,
         reports.finals[PRODUCER],
@@ -134,6 +142,23 @@ def run(
         broker_cpu_s,
         drain_timed_out,
     )
+    if interrupted:
+        result["interrupted"] = True
+    return result
+
+
+def _stop_and_collect(
+    coord: Coordination, reports: _Reports, producer_workers: int, consumer_workers: int
+) -> None:
+    """Stop both sides at once and wait (bounded) for their final reports."""
+    coord.stop_producing.set()
+    coord.stop_consuming.set()
+    deadline = monotonic() + JOIN_TIMEOUT_S
+    while monotonic() < deadline and (
+        len(reports.finals[PRODUCER]) < producer_workers
+        or len(reports.finals[CONSUMER]) < consumer_workers
+    ):
+        reports.poll(coord.reports, _POLL_S)
 
 
 def _supervise(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 import traceback
 from typing import Protocol
@@ -44,7 +45,11 @@ class Side(Protocol):
 
 
 def run_worker(role: str, slot: int, coord: Coordination, interval_s: float, side: Side) -> None:
-    """Run one worker process's side to the end; everything it learns goes to `coord.reports`."""
+    """Run one worker process's side to the end; everything it learns goes to `coord.reports`.
+
+    Ctrl-C reaches every process of the terminal's group: a worker ignores it and
+    stops when the parent says so, so the parent can report what was done."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     reports = coord.reports
 
     async def life() -> dict:

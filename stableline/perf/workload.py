@@ -70,6 +70,9 @@ class Workload:
     messages: int = 0
     drain_timeout_s: float = 60.0
     interval_s: float = 1.0
+    # A secure broker: the token to authenticate with, the CA of its TLS certificate.
+    token: str | None = None
+    tls_trust_certs_file: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -122,6 +125,17 @@ class Workload:
     def record_latencies_from_us(self, now_us: int) -> int:
         """The send time (us) from which latencies are recorded, for a run starting now."""
         return now_us + int(self.warmup_s * 1e6) if self.warmup_s else 0
+
+    def client_options(self) -> dict:
+        """Keyword arguments for stableline.aio.Client: this run's credentials."""
+        from stableline._auth import AuthenticationToken
+
+        options: dict = {}
+        if self.token:
+            options["authentication"] = AuthenticationToken(self.token)
+        if self.tls_trust_certs_file:
+            options["tls_trust_certs_file_path"] = self.tls_trust_certs_file
+        return options
 
     @property
     def transactional(self) -> bool:

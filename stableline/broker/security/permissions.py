@@ -134,6 +134,14 @@ class PermissionStore:
     async def revoke_topic(self, topic: TopicName, role: str) -> bool:
         return await self._set(self._topics, _TOPIC_PREFIX, str(topic), role, None)
 
+    async def forget_topic(self, topic: TopicName) -> None:
+        """Drop every grant on a deleted topic (its namespace's grants stay), so a
+        topic created later under the same name starts with none."""
+        if self._topics.pop(str(topic), None) is None:
+            return
+        self._store.delete(PERMISSIONS_DB, _TOPIC_PREFIX + str(topic))
+        await self._store.sync_async()
+
     async def _set(
         self,
         table: dict[str, dict[str, frozenset[Action]]],

@@ -1,0 +1,254 @@
+"""`stableline admin topics ...` and `admin subscriptions ...` over the HTTP admin API.
+
+Each command is one call on Pulsar's admin paths with the command's --token and
+--tls-trust-certs-file; the broker's answer is printed (JSON as JSON, a refusal as
+`Error: STATUS: reason` with exit code 1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.parse
+
+import click
+
+from stableline.cli_security import admin_request, credential_options
+
+DEFAULT_ADMIN = "http://127.0.0.1:8080"
+
+
+def admin_url_option(function):
+    function = credential_options(function)
+    return click.option("--admin-url", default=DEFAULT_ADMIN, show_default=True)(function)
+
+
+def topic_path(topic: str) -> str:
+    """A topic name (short or full) -> its admin path."""
+    from stableline.topic_name import InvalidTopicNameError, TopicName
+
+    try:
+        name = TopicName.parse(topic)
+    except InvalidTopicNameError as error:
+        raise click.BadParameter(str(error)) from None
+    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+def _subscription_path(topic: str, subscription: str) -> str:
+    return f"{topic_path(topic)}/subscription/{urllib.parse.quote(subscription, safe='')}"
+
+
+def _print_json(document) -> None:
+    click.echo(json.dumps(document, indent=2))
+
+
+# ---------------------------------------------------------------- topics
+
+
+@click.group()
+def topics() -> None:
+    """Topics: create, delete, list, stats, internal-stats."""
+
+
+@topics.command("create")
+@click.argument("topic")
+@admin_url_option
+def topics_create(topic: str, admin_url: str) -> None:
+    """Create TOPIC (409 if it exists)."""
+    admin_request(admin_url, topic_path(topic), "PUT")
+    click.echo(f"created {topic}")
+
+
+@topics.command("delete")
+@click.argument("topic")
+@admin_url_option
+def topics_delete(topic: str, admin_url: str) -> None:
+    """Delete TOPIC with its subscriptions, messages and topic-level grants."""
+    admin_request(admin_url, topic_path(topic), "DELETE")
+    click.echo(f"deleted {topic}")
+
+
+@topics.command("list")
+@click.argument("namespace", default="public/default")
+@admin_url_option
+def topics_list(namespace: str, admin_url: str) -> None:
+    """List the topics of NAMESPACE (tenant/namespace)."""
+    if namespace.count("/") != 1 or not all(namespace.split("/")):
+        raise click.BadParameter(f"expected tenant/namespace, got {namespace!r}")
+    for name in admin_request(admin_url, f"/admin/v2/persistent/{namespace}"):
+        click.echo(name)
+
+
+@topics.command("stats")
+@click.argument("topic")
+@admin_url_option
+def topics_stats(topic: str, admin_url: str) -> None:
+    """Print TOPIC's stats, with each subscription's isolation level."""
+    _print_json(admin_request(admin_url, topic_path(topic) + "/stats"))
+
+
+@topics.command("internal-stats")
+@click.argument("topic")
+@admin_url_option
+def topics_internal_stats(topic: str, admin_url: str) -> None:
+    """Print TOPIC's ledgers and cursors."""
+    _print_json(admin_request(admin_url, topic_path(topic) + "/internalStats"))
+
+
+# ---------------------------------------------------------------- subscriptions
+
+
+@click.group()
+def subscriptions() -> None:
+    """Subscriptions: list, create, unsubscribe, reset-cursor, skip, peek."""
+
+
+@subscriptions.command("list")
+@click.argument("topic")
+@admin_url_option
+def subscriptions_list(topic: str, admin_url: str) -> None:
+    """List TOPIC's subscriptions."""
+    for name in admin_request(admin_url, topic_path(topic) + "/subscriptions"):
+        click.echo(name)
+
+
+_ISOLATION = click.Choice(["read_committed", "read_uncommitted"], case_sensitive=False)
+
+
+@subscriptions.command("create")
+@click.argument("topic")
+@click.option("-s", "--subscription", required=True, help="Subscription name.")
+@click.option(
+    "--isolation",
+    type=_ISOLATION,
+    default="read_committed",
+    show_default=True,
+    help="Fixed for the subscription's life; its consumers must ask for the same.",
+)
+@click.option(
+    "-p",
+    "--initial-position",
+    type=click.Choice(["Earliest", "Latest"], case_sensitive=False),
+    default="Latest",
+    show_default=True,
+)
+@admin_url_option
+def subscriptions_create(
+    topic: str, subscription: str, isolation: str, initial_position: str, admin_url: str
+) -> None:
+    """Create a durable subscription on TOPIC before any consumer joins it."""
+    query = urllib.parse.urlencode(
+        {"isolationLevel": isolation.upper(), "initialPosition": initial_position.lower()}
+    )
+    admin_request(admin_url, f"{_subscription_path(topic, subscription)}?{query}", "PUT")
+    click.echo(f"created subscription {subscription} on {topic} ({isolation.upper()})")
+
+
+@subscriptions.command("unsubscribe")
+@click.argument("topic")
+@click.option("-s", "--subscription", required=True, help="Subscription name.")
+@click.option("-f", "--force", is_flag=True, help="Disconnect its consumers first.")
+@admin_url_option
+def subscriptions_unsubscribe(topic: str, subscription: str, force: bool, admin_url: str) -> None:
+    """Delete a subscription of TOPIC (refused while consumers are connected, unless -f)."""
+    suffix = "?force=true" if force else ""
+    admin_request(admin_url, _subscription_path(topic, subscription) + suffix, "DELETE")
+    click.echo(f"deleted subscription {subscription} on {topic}")
+
+
+_DURATION = re.compile(r"^(\d+)\s*(ms|s|m|h|d|w)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def _timestamp_ms(text: str) -> int:
+    """'10m' (that long ago) or milliseconds since the epoch -> a timestamp."""
+    match = _DURATION.match(text.strip().lower())
+    if match:
+        return int(time.time() * 1000) - int(match.group(1)) * _UNIT_MS[match.group(2)]
+    if text.strip().isdigit():
+        return int(text)
+    raise click.BadParameter(
+        f"{text!r}: give a time ago such as 30s, 10m, 2h, 1d, or milliseconds since the epoch",
+        param_hint="'-t' / '--time'",
+    )
+
+
+def _message_id(text: str) -> dict[str, int]:
+    lowered = text.strip().lower()
+    if lowered == "earliest":
+        return {"ledgerId": -1, "entryId": -1}
+    if lowered == "latest":
+        return {"ledgerId": 2**62, "entryId": 0}
+    ledger, _, entry = lowered.partition(":")
+    if not (ledger.isdigit() and entry.isdigit()):
+        raise click.BadParameter(
+            f"{text!r}: give LEDGER:ENTRY (as consume prints it), earliest or latest",
+            param_hint="'-m' / '--message-id'",
+        )
+    return {"ledgerId": int(ledger), "entryId": int(entry)}
+
+
+@subscriptions.command("reset-cursor")
+@click.argument("topic")
+@click.option("-s", "--subscription", required=True, help="Subscription name.")
+@click.option("-t", "--time", "when", default=None, help="Messages published since: 10m, 2h...")
+@click.option(
+    "-m", "--message-id", default=None, help="LEDGER:ENTRY to read next, earliest or latest."
+)
+@admin_url_option
+def subscriptions_reset_cursor(
+    topic: str, subscription: str, when: str | None, message_id: str | None, admin_url: str
+) -> None:
+    """Move a subscription of TOPIC back or forward: to a time, or to a message id."""
+    if (when is None) == (message_id is None):
+        raise click.UsageError("give exactly one of -t/--time or -m/--message-id")
+    path = _subscription_path(topic, subscription) + "/resetcursor"
+    if when is not None:
+        admin_request(admin_url, f"{path}/{_timestamp_ms(when)}", "POST")
+        click.echo(f"reset {subscription} on {topic} to messages published since {when}")
+    else:
+        admin_request(admin_url, path, "POST", _message_id(message_id))
+        click.echo(f"reset {subscription} on {topic} to {message_id}")
+
+
+@subscriptions.command("skip")
+@click.argument("topic")
+@click.option("-s", "--subscription", required=True, help="Subscription name.")
+@click.option(
+    "-n", "--count", type=click.IntRange(1), default=None, help="Entries to skip (a batch is one)."
+)
+@click.option("--all", "skip_all", is_flag=True, help="Skip the whole backlog.")
+@admin_url_option
+def subscriptions_skip(
+    topic: str, subscription: str, count: int | None, skip_all: bool, admin_url: str
+) -> None:
+    """Acknowledge a subscription's next entries without reading them."""
+    if (count is None) == (not skip_all):
+        raise click.UsageError("give exactly one of -n/--count or --all")
+    path = _subscription_path(topic, subscription)
+    path += "/skip_all" if skip_all else f"/skip/{count}"
+    answer = admin_request(admin_url, path, "POST") or {}
+    click.echo(f"skipped {answer.get('skippedEntries', 0)} entries of {subscription} on {topic}")
+
+
+@subscriptions.command("peek")
+@click.argument("topic")
+@click.option("-s", "--subscription", required=True, help="Subscription name.")
+@click.option("-n", "--count", type=click.IntRange(1, 100), default=1, show_default=True)
+@click.option(
+    "--isolation",
+    type=_ISOLATION,
+    default=None,
+    help="Peek as this level reads [the subscription's own].",
+)
+@admin_url_option
+def subscriptions_peek(
+    topic: str, subscription: str, count: int, isolation: str | None, admin_url: str
+) -> None:
+    """Print a subscription's next messages without moving its cursor."""
+    query = {"count": count}
+    if isolation:
+        query["isolationLevel"] = isolation.upper()
+    path = f"{_subscription_path(topic, subscription)}/peek?{urllib.parse.urlencode(query)}"
+    _print_json(admin_request(admin_url, path))
