@@ -122,24 +122,31 @@ def _unreachable(admin_url: str, reason: object) -> str:
 
 
 # The client library's own hint names its keyword arguments; the CLI names its flags.
-_LIBRARY_HINT = re.compile(r" \(if the broker serves TLS[^()]*\)$")
+_LIBRARY_HINT = re.compile(r" \(if the broker serves TLS[^()]*\)")
 
 
 def broker_error(error: Exception, service_url: str) -> click.ClickException:
     """A client error as one line; an unreachable broker gets the CLI's TLS hint only
     when TLS may be the cause (not when nothing listens at the address)."""
-    import stableline
+    meta = click.get_current_context().meta
+    tls = bool(meta.get(_TRUST)) or service_url.startswith("stableline+ssl://")
+    return click.ClickException(
+        explain_unavailable(f"{type(error).__name__}: {error}", service_url, tls)
+    )
 
-    text = _LIBRARY_HINT.sub("", str(error))
-    if not isinstance(error, stableline.BrokerUnavailable):
-        return click.ClickException(f"{type(error).__name__}: {text}")
+
+def explain_unavailable(text: str, service_url: str, tls: bool) -> str:
+    """`text` (a client error's `Type: message`) in the CLI's words: the library's hint
+    names keyword arguments, this one names flags, and only where TLS may be why."""
+    text = _LIBRARY_HINT.sub("", text)
+    if "BrokerUnavailable" not in text:
+        return text
     if "refused" in text.lower():
-        return click.ClickException(
+        return (
             f"BrokerUnavailable: nothing listens at {service_url} (connection refused): "
             "is the broker running, and is --service-url its gRPC address?"
         )
-    meta = click.get_current_context().meta
-    if meta.get(_TRUST) or service_url.startswith("stableline+ssl://"):
+    if tls:
         hint = (
             "TLS may be why: check that --tls-trust-certs-file is the CA of the broker's "
             "certificate; if the broker does not serve TLS, leave --tls-trust-certs-file out"
@@ -149,7 +156,7 @@ def broker_error(error: Exception, service_url: str) -> click.ClickException:
             "if the broker serves TLS, pass --tls-trust-certs-file CA.pem (a broker started "
             "with --secure writes DATA_DIR/security/ca.pem)"
         )
-    return click.ClickException(f"BrokerUnavailable: {text} ({hint})")
+    return f"{text} ({hint})"
 
 
 # ---------------------------------------------------------------- tokens

@@ -128,7 +128,14 @@ def _run(json_path: Path | None, broker_pid: int | None, **settings) -> None:
     try:
         result = run(workload, out=click.echo, broker_cpu=broker_cpu)
     except PerfError as error:
-        raise click.ClickException(str(error)) from None
+        from stableline.cli_security import explain_unavailable
+
+        tls = bool(workload.tls_trust_certs_file) or workload.service_url.startswith(
+            "stableline+ssl://"
+        )
+        raise click.ClickException(
+            explain_unavailable(str(error), workload.service_url, tls)
+        ) from None
     except KeyboardInterrupt:
         click.echo("interrupted before the run started: nothing was measured", err=True)
         raise SystemExit(INTERRUPTED_EXIT_CODE) from None

@@ -9,8 +9,12 @@ rates and latency percentiles are present and ordered.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 TIMEOUT_S = 180
@@ -126,3 +130,39 @@ def test_bad_options_and_an_unreachable_broker_get_a_clear_error(tmp_path):
     )
     assert unreachable.returncode == 1
     assert "BrokerUnavailable" in unreachable.stderr and "Traceback" not in unreachable.stderr
+
+
+def test_choices_are_case_insensitive(broker, tmp_path):
+    perf(broker, tmp_path, "produce", "cases", "-n", "200", "-d", "60")
+    _run, consumed = perf(
+        broker, tmp_path, "consume", "cases", "-n", "200", "-d", "60", "-p", "earliest",
+        "--subscription-type", "keyshared", "--isolation", "READ_COMMITTED",
+    )  # fmt: skip
+    assert consumed["consumed"]["messages"] == 200
+    assert consumed["workload"]["initial_position"] == "Earliest"
+    assert consumed["workload"]["subscription_type"] == "KeyShared"
+
+
+def test_ctrl_c_prints_what_was_done_and_exits_130(broker, tmp_path):
+    out = tmp_path / "interrupted.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stableline", "perf", "e2e", "stopped", "-d", "600", "--rate",
+         "500", "--interval", "0.2", "--service-url", broker.service_url, "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
+    # Progress lines ("[  0.2s] pub ...") start once the workers run.
+    deadline = time.monotonic() + TIMEOUT_S
+    while not any(line.startswith("[") for line in lines):
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "no progress line"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)  # to the parent, as a terminal's Ctrl-C reaches it first
+    assert process.wait(timeout=TIMEOUT_S) == 130, process.stderr.read()
+    summary = json.loads(out.read_text())
+    assert summary["interrupted"] is True
+    assert summary["produced"]["messages"] > 0
+    assert any("interrupted after" in line for line in lines)
+    assert "Traceback" not in process.stderr.read()
