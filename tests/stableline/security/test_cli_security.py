@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import jwt
+import pytest
 
 from stableline.broker.security.tokens import TokenVerifier, read_secret_key
+from stableline.testing import BrokerProcess
 
-from .conftest import SUPERUSER
+from .conftest import SUPERUSER, Keys, Pki, tls_args, token_args
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -98,3 +102,46 @@ def test_permissions_and_client_commands_take_a_token(auth_broker, keys):
     topics = cli("admin", "topics", "list", "--admin-url", admin_url)
     assert topics.returncode == 1
     assert "401" in topics.stderr
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory, keys: Keys, pki: Pki) -> Iterator[BrokerProcess]:
+    """TLS on both ports, token authentication and authorization."""
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("secure") / "data", extra_args=[*tls_args(pki), *token_args(keys)]
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def test_perf_reaches_a_secure_broker_with_a_token_and_a_ca(secure_broker, keys, pki, tmp_path):
+    out = tmp_path / "perf.json"
+    base = [
+        "perf", "e2e", "perf-secure", "-n", "300", "-d", "60", "--warmup", "0",
+        "--service-url", secure_broker.service_url, "--tls-trust-certs-file", str(pki.ca_file),
+    ]  # fmt: skip
+    result = cli(*base, "--token", keys.token(SUPERUSER), "--json", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(out.read_text())
+    assert summary["produced"]["messages"] == 300 and summary["consumed"]["messages"] == 300
+    assert summary["workload"]["token"] == "(given)"  # the credential stays out of reports
+    refused = cli(*base)
+    assert refused.returncode == 1
+    assert "AuthenticationError" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_tls_broker_reached_without_tls_gets_a_hint_in_the_clis_flags(secure_broker, keys):
+    plaintext = f"127.0.0.1:{secure_broker.grpc_port}"
+    result = cli("consume", "t", "-s", "s", "--service-url", plaintext, "--token", keys.token("r"))
+    assert result.returncode == 1
+    assert "--tls-trust-certs-file" in result.stderr
+    assert "tls_trust_certs_file_path" not in result.stderr
+    admin = cli(
+        "admin", "topics", "list", "--admin-url", f"http://127.0.0.1:{secure_broker.http_port}"
+    )
+    assert admin.returncode == 1
+    assert "https://" in admin.stderr and "--tls-trust-certs-file" in admin.stderr
+    assert "Traceback" not in admin.stderr

@@ -125,3 +125,62 @@ def test_grants_survive_a_restart(tmp_path, keys):
                 erin.subscribe("after-restart", "s")
     finally:
         assert broker.stop() in (0, -9), broker.log()
+
+
+def test_subscription_operations_need_consume_on_the_topic_as_in_pulsar(auth_broker, keys):
+    admin, reader = keys.token(SUPERUSER), keys.token("sub-reader")
+    topic = "/admin/v2/persistent/public/default/sub-rights"
+    assert http(auth_broker, "PUT", topic, admin)[0] == 204
+    one = topic + "/subscription/audit"
+    calls = [
+        ("PUT", one + "?isolationLevel=READ_UNCOMMITTED&initialPosition=earliest", None, 204),
+        ("GET", topic + "/subscriptions", None, 200),
+        ("POST", one + "/skip/1", None, 200),
+        ("POST", one + "/skip_all", None, 200),
+        ("POST", one + "/resetcursor/0", None, 204),
+        ("POST", one + "/resetcursor", {"ledgerId": -1, "entryId": -1}, 204),
+        ("GET", one + "/peek", None, 200),
+        ("DELETE", one, None, 204),
+    ]
+    for method, path, body, _ in calls:
+        status, answer = http(auth_broker, method, path, reader, body)
+        assert status == 403, (method, path)
+        assert "consume" in answer["reason"], (method, path)
+    status, _ = http(auth_broker, "POST", f"{topic}/permissions/sub-reader", admin, ["consume"])
+    assert status == 204
+    for method, path, body, expected in calls:
+        assert http(auth_broker, method, path, reader, body)[0] == expected, (method, path)
+    # Consume on the topic administers nothing else: the topic itself is a superuser's.
+    assert http(auth_broker, "DELETE", topic, reader)[0] == 403
+    assert http(auth_broker, "GET", topic + "/stats", reader)[0] == 403
+    assert (
+        http(auth_broker, "GET", "/admin/v2/persistent/public/default/other/subscriptions", reader)[
+            0
+        ]
+        == 403
+    )
+
+
+def test_deleting_a_topic_deletes_its_grants_and_keeps_its_namespaces(auth_broker, keys):
+    admin = keys.token(SUPERUSER)
+    topic = "/admin/v2/persistent/acme/gone/t"
+    namespace = "/admin/v2/namespaces/acme/gone/permissions"
+    assert http(auth_broker, "PUT", topic, admin)[0] == 204
+    assert (
+        http(auth_broker, "POST", topic + "/permissions/topic-role", admin, ["produce"])[0] == 204
+    )
+    assert http(auth_broker, "POST", namespace + "/ns-role", admin, ["consume"])[0] == 204
+    assert http(auth_broker, "DELETE", topic, admin)[0] == 204
+    # A topic made again under the name starts without the old topic's grants.
+    assert http(auth_broker, "PUT", topic, admin)[0] == 204
+    status, grants = http(auth_broker, "GET", topic + "/permissions", admin)
+    assert status == 200
+    assert grants == {"ns-role": ["consume"]}
+    assert http(auth_broker, "GET", namespace, admin)[1] == {"ns-role": ["consume"]}
+    with (
+        stableline.Client(
+            auth_broker.service_url, authentication=AuthenticationToken(keys.token("topic-role"))
+        ) as client,
+        pytest.raises(AuthorizationError),
+    ):
+        client.create_producer("persistent://acme/gone/t")
