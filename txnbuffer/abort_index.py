@@ -106,9 +106,11 @@ class AbortIndex:
             self.index_lookups += 1
             complete = False
             entries = self._entries(ledger_id)
-            # Aborts whose marker lies before the range cannot overlap it: bisect past them.
+            # Aborts whose marker lies before the range cannot overlap it: bisect past them
+            # and index from there (islice would step through every skipped one).
             first = bisect.bisect_left(entries, start, key=attrgetter("marker_position"))
-            for aborted in itertools.islice(entries, first, None):
+            for index in range(first, len(entries)):
+                aborted = entries[index]
                 if aborted.first_position <= end:
                     found.append(aborted)
                 if aborted.max_read_position_after >= end:

@@ -150,3 +150,33 @@ def test_drop_ledger_forgets_the_aborts_whose_marker_it_held():
     assert index.drop_ledger(0) == []
     assert index.drop_ledger(42) == []
     assert len(index) == 1
+
+
+class CountingList(list):
+    """A ledger's aborts that count how many of them a query touches."""
+
+    touched = 0
+
+    def __getitem__(self, index):
+        CountingList.touched += 1
+        return super().__getitem__(index)
+
+    def __iter__(self):
+        for item in super().__iter__():
+            CountingList.touched += 1
+            yield item
+
+
+def test_overlapping_seeks_to_the_range_instead_of_walking_the_ledgers_aborts():
+    index = AbortIndex()
+    count = 100_000
+    for sequence in range(count):
+        entry = 2 * sequence
+        index.add(aborted(sequence, first=(0, entry), marker=(0, entry + 1), stable=(0, entry + 1)))
+    index._by_ledger[0] = CountingList(index._by_ledger[0])
+    CountingList.touched = 0
+    start = Position(0, 2 * (count - 10))
+    found = index.overlapping(start, Position(0, 2 * count), [0])
+    assert ids(found) == list(range(count - 10, count))
+    # A bisect (log2(100,000) ~ 17 probes) and the ten aborts in range, not 100,000.
+    assert CountingList.touched <= 40, CountingList.touched
