@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
 
@@ -43,8 +45,26 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
         info = request.match_info
         return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
 
+    started_at_ms = int(time.time() * 1000)
+    try:
+        broker_version = version("stableline")
+    except PackageNotFoundError:
+        broker_version = "unknown"
+
     async def health(_request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def runtime(_request: web.Request) -> web.Response:
+        # Counters and rates count from the broker's start: readers need to know when
+        # that was to tell a restart from a quiet topic.
+        now_ms = int(time.time() * 1000)
+        return web.json_response(
+            {
+                "version": broker_version,
+                "startedAtMs": started_at_ms,
+                "uptimeMs": now_ms - started_at_ms,
+            }
+        )
 
     async def list_topics(request: web.Request) -> web.Response:
         info = request.match_info
@@ -104,6 +124,7 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
 
     base = "/admin/v2/persistent/{tenant}/{namespace}"
     app.router.add_get("/admin/v2/brokers/health", health)
+    app.router.add_get("/admin/v2/brokers/runtime", runtime)
     app.router.add_get(base, list_topics)
     app.router.add_put(base + "/{topic}", create_topic)
     app.router.add_delete(base + "/{topic}", delete_topic)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +28,18 @@ def _request(broker, method: str, path: str):
 
 def test_health_answers_ok(broker):
     assert _request(broker, "GET", "/admin/v2/brokers/health") == (200, b"ok")
+
+
+def test_runtime_says_when_the_broker_and_its_counters_started(broker):
+    before_ms = int(time.time() * 1000)
+    status, runtime = _request(broker, "GET", "/admin/v2/brokers/runtime")
+    assert status == 200
+    assert runtime["startedAtMs"] <= before_ms and runtime["uptimeMs"] >= 0
+    broker.stop()
+    broker.start()
+    again = _request(broker, "GET", "/admin/v2/brokers/runtime")[1]
+    assert again["startedAtMs"] > runtime["startedAtMs"]
+    assert again["version"] == runtime["version"]
 
 
 def test_topics_can_be_created_listed_and_deleted(broker):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -288,3 +289,35 @@ def test_dashboard_says_what_failed_when_the_api_refuses(broker, driver):
     driver.get(broker.http_url + "/#/")
     _wait(driver, lambda d: "No topics yet" in _text(d, "#topics-body"), "the empty topic list")
     assert _text(driver, "#error") == ""
+
+
+def test_dashboard_says_what_backlog_counts_and_when_counters_started(broker, client, driver):
+    client.subscribe(TOPIC, "fresh", initial_position=InitialPosition.Earliest).close()
+    producer = client.create_producer(TOPIC, producer_name="teller")
+    producer.send(b"one")
+    driver.get(broker.http_url + "/#/topic/public/default/payments")
+    row = '#subscriptions tr[data-subscription="fresh"]'
+    _wait(driver, lambda d: _count(d, row), "the fresh subscription")
+    # Nothing acknowledged reads as such, not as a position before the first entry.
+    assert _text(driver, row + " td.mark-delete") == "nothing acked"
+    assert "Backlog (entries)" in _text(driver, "thead")
+    _wait(driver, lambda d: "teller" in _text(d, "#publishers"), "the connected publisher")
+    started = broker.admin("/admin/v2/brokers/runtime")["startedAtMs"]
+    assert started <= int(time.time() * 1000)
+    _wait(driver, lambda d: "counters since broker start" in _text(d, "#since"), "the start time")
+    assert "since broker start" in _text(driver, "#topic-cards")
+    producer.close()
+    _wait(driver, lambda d: "No producers connected" in _text(d, "#publishers"), "no publisher")
+    driver.get(broker.http_url + "/#/")
+    _wait(driver, lambda d: _count(d, "#topics-body tr[data-topic]"), "the topic list")
+    assert "Backlog (entries)" in _text(driver, "#topics thead")
+    assert _script_errors(driver) == []
+
+
+@pytest.mark.parametrize("address", ["#/nowhere", "#/topic/public/default", "#/transactions/x"])
+def test_dashboard_answers_an_unknown_address_with_not_found(broker, driver, address):
+    driver.get(broker.http_url + "/" + address)
+    _wait(driver, lambda d: "Not found" in _text(d, "h1"), f"not found for {address}")
+    assert address in _text(driver, "#not-found")
+    _click(driver, '#not-found a[href="#/"]')
+    _wait(driver, lambda d: "Topics" in _text(d, "h1"), "the topic list after following the link")

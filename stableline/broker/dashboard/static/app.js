@@ -6,6 +6,8 @@ const REFRESH_MS = 2000;
 const CHART_SAMPLES = 90; // three minutes of samples at REFRESH_MS
 const PEEK_COUNT = 20;
 const TOKEN_KEY = "stableline.adminToken";
+const BACKLOG_TITLE =
+  "Entries after the mark-delete position not acknowledged yet; a batch of messages is one entry";
 
 const view = document.getElementById("view");
 const statusLine = document.getElementById("status");
@@ -173,8 +175,10 @@ function topicsView() {
         <div id="topics-alert"></div>
         <table id="topics" class="grid-table">
           <thead><tr><th>Topic</th><th class="num">In</th><th class="num">Out</th>
-            <th class="num">Messages in</th><th class="num">Storage</th><th>Subscriptions</th>
-            <th class="num">Backlog</th><th>READ_COMMITTED can read</th></tr></thead>
+            <th class="num" title="since the broker started">Messages in</th>
+            <th class="num">Storage</th><th>Publishers</th><th>Subscriptions</th>
+            <th class="num" title="${BACKLOG_TITLE}">Backlog (entries)</th>
+            <th>READ_COMMITTED can read</th></tr></thead>
           <tbody id="topics-body"></tbody>
         </table>`);
     },
@@ -201,7 +205,7 @@ function topicsView() {
         "topics-body",
         topics.length
           ? topics.map((t) => topicRow(t))
-          : h`<tr><td colspan="8" class="muted">No topics yet: produce to one and it appears here.</td></tr>`,
+          : h`<tr><td colspan="9" class="muted">No topics yet: produce to one and it appears here.</td></tr>`,
       );
     },
   };
@@ -224,6 +228,7 @@ function topicRow(t) {
     <td><a href="${topicHref(t.topic)}">${t.topic}</a></td>
     <td class="num">${rate(t.msgRateIn)}</td><td class="num">${rate(t.msgRateOut)}</td>
     <td class="num">${number(t.msgInCounter)}</td><td class="num">${bytes(t.storageSize)}</td>
+    <td class="publishers">${number((t.publishers ?? []).length)}</td>
     <td>${subs.length} <span class="muted">(${committed} RC, ${subs.length - committed} RU)</span></td>
     <td class="num">${number(backlog)}</td><td>${readable}</td></tr>`;
 }
@@ -245,10 +250,15 @@ function topicView(name) {
         </div>
         <section><h2>Subscriptions</h2>
           <table class="grid-table"><thead><tr><th>Subscription</th><th>Type</th>
-            <th>Isolation level</th><th class="num">Backlog</th><th class="num">Consumers</th>
+            <th>Isolation level</th><th class="num" title="${BACKLOG_TITLE}">Backlog (entries)</th>
+            <th class="num">Consumers</th>
             <th class="num">Unacked</th><th class="num">Delivered</th><th>Mark-delete</th>
             <th>Status</th><th>Peek</th></tr></thead>
           <tbody id="subscriptions"></tbody></table></section>
+        <section><h2>Publishers</h2>
+          <table class="grid-table"><thead><tr><th>Producer</th>
+            <th class="num">Pending publishes</th><th class="num">Most pending allowed</th></tr></thead>
+          <tbody id="publishers"></tbody></table></section>
         <section id="peek-section"><h2>Peek</h2>
           <p class="muted">The next messages of a subscription, read at either isolation level;
             nothing is delivered or acknowledged.</p>
@@ -263,20 +273,33 @@ function topicView(name) {
       };
     },
     async refresh() {
-      const [stats, stable] = await Promise.all([
+      const [stats, stable, internal] = await Promise.all([
         api(`${topicApi(name)}/stats`),
         api(stablePositionApi(name)),
+        api(`${topicApi(name)}/internalStats`),
       ]);
       renderTopicAlert(stable);
       renderCards(stats);
       setHtml("topic-chart", rateChart(recordRates(name, stats)));
       renderBuffer(stats.transactionBuffer, stable);
       const subs = Object.entries(stats.subscriptions);
+      const firstLedger = internal.ledgers?.[0]?.ledgerId;
       setHtml(
         "subscriptions",
         subs.length
-          ? subs.map(([sub, s]) => subscriptionRow(sub, s, stable))
+          ? subs.map(([sub, s]) => subscriptionRow(sub, s, stable, firstLedger))
           : h`<tr><td colspan="10" class="muted">No subscriptions.</td></tr>`,
+      );
+      const publishers = stats.publishers ?? [];
+      setHtml(
+        "publishers",
+        publishers.length
+          ? publishers.map(
+              (p) => h`<tr data-publisher="${p.producerName}"><td><b>${p.producerName}</b></td>
+                <td class="num">${number(p.pendingPublishes)}</td>
+                <td class="num">${number(p.maxPendingPublishes)}</td></tr>`,
+            )
+          : h`<tr><td colspan="3" class="muted">No producers connected.</td></tr>`,
       );
     },
     async peek() {
@@ -333,10 +356,11 @@ function renderCards(stats) {
   const cards = [
     ["In", rate(stats.msgRateIn)],
     ["Out", rate(stats.msgRateOut)],
-    ["Messages in", number(stats.msgInCounter)],
-    ["Messages out", number(stats.msgOutCounter)],
+    ["Messages in (since broker start)", number(stats.msgInCounter)],
+    ["Messages out (since broker start)", number(stats.msgOutCounter)],
     ["Storage", bytes(stats.storageSize)],
     ["Subscriptions", number(Object.keys(stats.subscriptions).length)],
+    ["Publishers", number((stats.publishers ?? []).length)],
   ];
   setHtml(
     "topic-cards",
@@ -374,7 +398,17 @@ function renderBuffer(tb, stable) {
   setHtml("buffer", rows.map(([key, value]) => h`<tr><th>${key}</th><td>${value}</td></tr>`));
 }
 
-function subscriptionRow(name, s, stable) {
+// A cursor whose mark-delete lies before the first entry kept ("3:-1" with ledger 3
+// the oldest) has acknowledged nothing that is still there.
+function markDelete(position, firstLedger) {
+  const [ledger, entry] = position.split(":").map(Number);
+  if (entry === -1 && (firstLedger === undefined || ledger <= firstLedger)) {
+    return h`<span class="muted" title="mark-delete position ${position}">nothing acked</span>`;
+  }
+  return position;
+}
+
+function subscriptionRow(name, s, stable, firstLedger) {
   const committed = s.subscriptionIsolationLevel === "READ_COMMITTED";
   const held = committed && stable.stableLagEntries > 0;
   const status = held
@@ -389,7 +423,7 @@ function subscriptionRow(name, s, stable) {
     <td class="isolation">${levelBadge(s.subscriptionIsolationLevel)}</td>
     <td class="num">${number(s.msgBacklog)}</td><td class="num">${number(s.consumers.length)}</td>
     <td class="num">${number(s.unackedMessages)}</td><td class="num">${number(s.msgOutCounter)}</td>
-    <td>${s.markDeletePosition}</td><td>${status}</td>
+    <td class="mark-delete">${markDelete(s.markDeletePosition, firstLedger)}</td><td>${status}</td>
     <td class="peek-buttons">
       <button data-peek="${name}" data-level="READ_COMMITTED">RC</button>
       <button data-peek="${name}" data-level="READ_UNCOMMITTED">RU</button></td></tr>`;
@@ -496,13 +530,49 @@ function openTransactionRow(t, pinned) {
 
 // ------------------------------------------------------------------ router
 
+function notFoundView(address) {
+  return {
+    nav: null,
+    mount() {
+      view.innerHTML = render(h`<h1>Not found</h1>
+        <p id="not-found">Nothing lives at <code>${address}</code> on this dashboard.
+        Its pages are <a href="#/">Topics</a>, a topic's own
+        (<code>#/topic/TENANT/NAMESPACE/TOPIC</code>) and
+        <a href="#/transactions">Transactions</a>.</p>`);
+    },
+    async refresh() {},
+  };
+}
+
 function route() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
-  if (parts[0] === "transactions") return transactionsView();
-  if (parts[0] === "topic" && parts.length === 4) {
-    return topicView(`persistent://${parts.slice(1).join("/")}`);
+  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean);
+  let decoded;
+  try {
+    decoded = parts.map(decodeURIComponent);
+  } catch {
+    return notFoundView(location.hash);
   }
-  return topicsView();
+  if (decoded.length === 0) return topicsView();
+  if (decoded[0] === "transactions" && decoded.length === 1) return transactionsView();
+  if (decoded[0] === "topic" && decoded.length === 4) {
+    return topicView(`persistent://${decoded.slice(1).join("/")}`);
+  }
+  return notFoundView(location.hash);
+}
+
+// ------------------------------------------------------------------ broker start
+
+let brokerStartedAtMs = null;
+
+async function refreshRuntime() {
+  const runtime = await api("/admin/v2/brokers/runtime");
+  if (brokerStartedAtMs !== null && runtime.startedAtMs !== brokerStartedAtMs) {
+    rateHistory.clear(); // the counters started again from zero
+  }
+  brokerStartedAtMs = runtime.startedAtMs;
+  const since = document.getElementById("since");
+  since.textContent = `counters since broker start ${timestamp(runtime.startedAtMs)} (${duration(runtime.uptimeMs)} ago)`;
+  since.title = `stableline ${runtime.version}`;
 }
 
 function askForToken() {
@@ -530,7 +600,7 @@ async function show() {
   while (mine === generation) {
     if (!document.hidden) {
       try {
-        await page.refresh();
+        await Promise.all([refreshRuntime(), page.refresh()]);
         if (mine !== generation) return;
         statusLine.textContent = `updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
         statusLine.className = "";
