@@ -232,9 +232,10 @@ def consume(
     types = {t.name.lower(): t for t in stableline.ConsumerType}
     positions = {p.name.lower(): p for p in stableline.InitialPosition}
     received = 0
-    interrupted = False
-    with stableline.Client(service_url, **client_credentials()) as client:
-        try:
+
+    def receive_and_print() -> None:
+        nonlocal received
+        with stableline.Client(service_url, **client_credentials()) as client:
             consumer = client.subscribe(
                 topic,
                 subscription,
@@ -242,24 +243,28 @@ def consume(
                 initial_position=positions[initial_position.lower()],
                 isolation_level=level,
             )
-        except stableline.StableLineError as error:
-            raise broker_error(error, service_url) from None
-        try:
-            while num_messages == 0 or received < num_messages:
-                try:
-                    message = consumer.receive(int(timeout * 1000) if timeout else None)
-                except stableline.Timeout:
-                    break
-                click.echo(f"{message.message_id()}\t{message.data().decode(errors='replace')}")
-                consumer.acknowledge(message)
-                received += 1
-        except KeyboardInterrupt:
-            interrupted = True
-        except stableline.StableLineError as error:
+            try:
+                while num_messages == 0 or received < num_messages:
+                    try:
+                        message = consumer.receive(int(timeout * 1000) if timeout else None)
+                    except stableline.Timeout:
+                        break
+                    data = message.data().decode(errors="replace")
+                    click.echo(f"{message.message_id()}\t{data}")
+                    consumer.acknowledge(message)
+                    received += 1
+            finally:
+                consumer.close()
+
+    interrupted = False
+    try:
+        receive_and_print()
+    except KeyboardInterrupt:  # at any point, subscribing included
+        interrupted = True
+    except stableline.StableLineError as error:
+        if received:
             click.echo(f"{received} message(s) consumed", err=True)
-            raise broker_error(error, service_url) from None
-        finally:
-            consumer.close()
+        raise broker_error(error, service_url) from None
     click.echo(
         f"{received} message(s) consumed" + (" (interrupted)" if interrupted else ""), err=True
     )
