@@ -13,8 +13,6 @@ on a full broker. GET /admin/v2/broker-stats/connections shows the count.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,8 +21,6 @@ from aiohttp import web
 
 from stableline.broker.errors import BrokerError, abort
 
-# How long a refused client stream may take to send its first message (see _refuse).
-FIRST_MESSAGE_TIMEOUT_S = 5.0
 UNCOUNTED_SERVICES = (
     "/grpc.health.v1.Health/",
     "/grpc.reflection.v1alpha.ServerReflection/",
@@ -89,14 +85,10 @@ class ConnectionLimitInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=_unary(table, handler.unary_unary))
         if handler.stream_stream is not None:
-            return handler._replace(
-                stream_stream=_streaming(table, handler.stream_stream, streamed_requests=True)
-            )
+            return handler._replace(stream_stream=_streaming(table, handler.stream_stream))
         if handler.unary_stream is not None:
             return handler._replace(unary_stream=_streaming(table, handler.unary_stream))
-        return handler._replace(
-            stream_unary=_unary(table, handler.stream_unary, streamed_requests=True)
-        )
+        return handler._replace(stream_unary=_unary(table, handler.stream_unary))
 
 
 def _refusal(table: ConnectionTable) -> BrokerError:
@@ -108,21 +100,11 @@ def _refusal(table: ConnectionTable) -> BrokerError:
     )
 
 
-async def _refuse(table: ConnectionTable, request: Any, context, streamed_requests: bool):
-    """Refuse the call. A client stream's first message is read first: a refusal that
-    overtakes it makes the client's write of that message fail, and gRPC then reports
-    INTERNAL ("Internal error from Core") instead of this status, depending on timing."""
-    if streamed_requests:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(anext(aiter(request)), FIRST_MESSAGE_TIMEOUT_S)
-    await abort(context, _refusal(table))
-
-
-def _unary(table: ConnectionTable, behavior, streamed_requests: bool = False):
+def _unary(table: ConnectionTable, behavior):
     async def counted(request: Any, context) -> Any:
         peer = context.peer()
         if not table.enter(peer):
-            await _refuse(table, request, context, streamed_requests)
+            await abort(context, _refusal(table))
         try:
             return await behavior(request, context)
         finally:
@@ -131,11 +113,11 @@ def _unary(table: ConnectionTable, behavior, streamed_requests: bool = False):
     return counted
 
 
-def _streaming(table: ConnectionTable, behavior, streamed_requests: bool = False):
+def _streaming(table: ConnectionTable, behavior):
     async def counted(request: Any, context) -> AsyncIterator[Any]:
         peer = context.peer()
         if not table.enter(peer):
-            await _refuse(table, request, context, streamed_requests)
+            await abort(context, _refusal(table))
         try:
             async for response in behavior(request, context):
                 yield response
