@@ -35,7 +35,9 @@ from stableline._types import (
     Message,
     MessageId,
     Messages,
+    TransactionState,
 )
+from stableline.aio._options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
 
 __all__ = [
     "AuthenticationError",
@@ -44,8 +46,10 @@ __all__ = [
     "BatchingType",
     "BrokerUnavailable",
     "Client",
+    "ClientOptions",
     "Consumer",
     "ConsumerAssignError",
+    "ConsumerOptions",
     "ConsumerType",
     "InitialPosition",
     "InvalidArgument",
@@ -62,8 +66,10 @@ __all__ = [
     "Messages",
     "NotReady",
     "Producer",
+    "ProducerOptions",
     "ProducerQueueIsFull",
     "Reader",
+    "ReaderOptions",
     "StableLineError",
     "StorageError",
     "StorageFull",
@@ -73,4 +79,5 @@ __all__ = [
     "Transaction",
     "TransactionEnded",
     "TransactionNotFound",
+    "TransactionState",
 ]

@@ -19,8 +19,21 @@ from stableline._types import (
     Message,
     MessageId,
     Messages,
+    TransactionState,
 )
-from stableline.aio._producer import DEFAULT_MAX_PENDING_MESSAGES
+from stableline.aio._options import (
+    BATCH_RECEIVE_MAX_MESSAGES,
+    BATCH_RECEIVE_TIMEOUT_MS,
+    CLIENT_DEFAULTS,
+    CONSUMER_DEFAULTS,
+    PRODUCER_DEFAULTS,
+    READER_DEFAULTS,
+    TRANSACTION_TIMEOUT_MS,
+    ClientOptions,
+    ConsumerOptions,
+    ProducerOptions,
+    ReaderOptions,
+)
 
 T = TypeVar("T")
 
@@ -55,8 +68,11 @@ class Producer:
         # send_async with block_if_queue_full blocks the calling thread for room. The
         # loop thread cannot be asked cheaply, so the calls this thread has queued
         # hold a slot each until their callbacks run.
+        options = inner.options
         self._room = (
-            threading.Semaphore(inner.max_pending_messages) if inner.block_if_queue_full else None
+            threading.Semaphore(options.max_pending_messages)
+            if options.block_if_queue_full
+            else None
         )
 
     def topic(self) -> str:
@@ -94,7 +110,12 @@ class Producer:
         def queue() -> None:
             try:
                 self._inner.send_async(
-                    content, callback, properties, partition_key, _inner_txn(txn), room is not None
+                    content,
+                    callback,
+                    properties,
+                    partition_key,
+                    _inner_txn(txn),
+                    room_reserved=room is not None,
                 )
             except StableLineError as error:
                 callback(error, None)
@@ -122,7 +143,11 @@ class Consumer:
     def receive(self, timeout_millis: int | None = None) -> Message:
         return self._loop.run(self._inner.receive(timeout_millis))
 
-    def batch_receive(self, max_num_messages: int = 100, timeout_millis: int = 100) -> Messages:
+    def batch_receive(
+        self,
+        max_num_messages: int = BATCH_RECEIVE_MAX_MESSAGES,
+        timeout_millis: int = BATCH_RECEIVE_TIMEOUT_MS,
+    ) -> Messages:
         return self._loop.run(self._inner.batch_receive(max_num_messages, timeout_millis))
 
     def acknowledge(self, message: Message | MessageId | list | Messages, txn=None) -> None:
@@ -179,7 +204,8 @@ class Transaction:
         return self._inner.id
 
     @property
-    def state(self) -> str:
+    def state(self) -> TransactionState:
+        """OPEN, COMMITTED or ABORTED; a str, so `txn.state == "COMMITTED"` holds."""
         return self._inner.state
 
     def commit(self) -> None:
@@ -202,26 +228,39 @@ class Client:
     def __init__(
         self,
         service_url: str,
-        operation_timeout_seconds: float = 30.0,
+        operation_timeout_seconds: float = CLIENT_DEFAULTS.operation_timeout_seconds,
         *,
-        authentication: AuthenticationToken | None = None,
-        tls_trust_certs_file_path: str | Path | None = None,
-        tls_certificate_file_path: str | Path | None = None,
-        tls_private_key_file_path: str | Path | None = None,
-        connection_backoff: aio.Backoff | None = None,
+        authentication: AuthenticationToken | None = CLIENT_DEFAULTS.authentication,
+        tls_trust_certs_file_path: str | Path | None = CLIENT_DEFAULTS.tls_trust_certs_file_path,
+        tls_certificate_file_path: str | Path | None = CLIENT_DEFAULTS.tls_certificate_file_path,
+        tls_private_key_file_path: str | Path | None = CLIENT_DEFAULTS.tls_private_key_file_path,
+        connection_backoff: aio.Backoff | None = CLIENT_DEFAULTS.connection_backoff,
     ):
-        self._loop = _LoopThread()
-
-        async def make() -> aio.Client:
-            return aio.Client(
-                service_url,
+        self._start(
+            service_url,
+            ClientOptions(
                 operation_timeout_seconds,
                 authentication=authentication,
                 tls_trust_certs_file_path=tls_trust_certs_file_path,
                 tls_certificate_file_path=tls_certificate_file_path,
                 tls_private_key_file_path=tls_private_key_file_path,
                 connection_backoff=connection_backoff,
-            )
+            ),
+        )
+
+    @classmethod
+    def with_options(cls, service_url: str, options: ClientOptions) -> Client:
+        """A client made from an options value (what the keyword arguments build)."""
+        client = cls.__new__(cls)
+        client._start(service_url, options)
+        return client
+
+    def _start(self, service_url: str, options: ClientOptions) -> None:
+        self._loop = _LoopThread()
+
+        async def make() -> aio.Client:
+            # On the loop thread: the client's channels belong to its loop.
+            return aio.Client.with_options(service_url, options)
 
         try:
             self._inner = self._loop.run(make())
@@ -238,44 +277,52 @@ class Client:
     def create_producer(
         self,
         topic: str,
-        producer_name: str | None = None,
-        batching_max_messages: int = 1000,
-        batching_max_publish_delay_ms: float = 1,
-        max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
-        block_if_queue_full: bool = False,
-        batching_type: BatchingType = BatchingType.Default,
+        producer_name: str | None = PRODUCER_DEFAULTS.producer_name,
+        batching_max_messages: int = PRODUCER_DEFAULTS.batching_max_messages,
+        batching_max_publish_delay_ms: float = PRODUCER_DEFAULTS.batching_max_publish_delay_ms,
+        max_pending_messages: int = PRODUCER_DEFAULTS.max_pending_messages,
+        block_if_queue_full: bool = PRODUCER_DEFAULTS.block_if_queue_full,
+        batching_type: BatchingType = PRODUCER_DEFAULTS.batching_type,
     ) -> Producer:
-        inner = self._loop.run(
-            self._inner.create_producer(
-                topic,
+        """A producer; past max_pending_messages unacknowledged, send() waits when
+        block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics).
+        A batch holds messages of one partition key at most: BatchingType.Default
+        ends a batch where the key changes (send order kept), KeyBased groups a
+        batching window's messages by key (order kept per key)."""
+        return self.open_producer(
+            topic,
+            ProducerOptions(
                 producer_name,
                 batching_max_messages,
                 batching_max_publish_delay_ms,
                 max_pending_messages,
                 block_if_queue_full,
                 batching_type,
-            )
+            ),
         )
-        return Producer(inner, self._loop)
+
+    def open_producer(self, topic: str, options: ProducerOptions) -> Producer:
+        """create_producer with its options as one value."""
+        return Producer(self._loop.run(self._inner.open_producer(topic, options)), self._loop)
 
     def subscribe(
         self,
         topic: str,
         subscription_name: str,
-        consumer_type: ConsumerType = ConsumerType.Exclusive,
-        initial_position: InitialPosition = InitialPosition.Latest,
-        isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED,
-        receiver_queue_size: int = 1000,
-        consumer_name: str | None = None,
-        ack_timeout_ms: int = 0,
-        negative_ack_redelivery_delay_ms: int = 60_000,
-        priority_level: int = 0,
-        key_shared_policy: KeySharedPolicy | None = None,
+        consumer_type: ConsumerType = CONSUMER_DEFAULTS.consumer_type,
+        initial_position: InitialPosition = CONSUMER_DEFAULTS.initial_position,
+        isolation_level: IsolationLevel = CONSUMER_DEFAULTS.isolation_level,
+        receiver_queue_size: int = CONSUMER_DEFAULTS.receiver_queue_size,
+        consumer_name: str | None = CONSUMER_DEFAULTS.consumer_name,
+        ack_timeout_ms: int = CONSUMER_DEFAULTS.ack_timeout_ms,
+        negative_ack_redelivery_delay_ms: int = CONSUMER_DEFAULTS.negative_ack_redelivery_delay_ms,
+        priority_level: int = CONSUMER_DEFAULTS.priority_level,
+        key_shared_policy: KeySharedPolicy | None = CONSUMER_DEFAULTS.key_shared_policy,
     ) -> Consumer:
-        inner = self._loop.run(
-            self._inner.subscribe(
-                topic,
-                subscription_name,
+        return self.open_consumer(
+            topic,
+            subscription_name,
+            ConsumerOptions(
                 consumer_type,
                 initial_position,
                 isolation_level,
@@ -285,20 +332,29 @@ class Client:
                 negative_ack_redelivery_delay_ms,
                 priority_level,
                 key_shared_policy,
-            )
+            ),
         )
+
+    def open_consumer(
+        self, topic: str, subscription_name: str, options: ConsumerOptions
+    ) -> Consumer:
+        """subscribe with its options as one value."""
+        inner = self._loop.run(self._inner.open_consumer(topic, subscription_name, options))
         return Consumer(inner, self._loop)
 
     def create_reader(
         self,
         topic: str,
-        start_message_id: MessageId = MessageId.earliest,
-        isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED,
+        start_message_id: MessageId = READER_DEFAULTS.start_message_id,
+        isolation_level: IsolationLevel = READER_DEFAULTS.isolation_level,
     ) -> Reader:
-        inner = self._loop.run(self._inner.create_reader(topic, start_message_id, isolation_level))
-        return Reader(inner, self._loop)
+        return self.open_reader(topic, ReaderOptions(start_message_id, isolation_level))
 
-    def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
+    def open_reader(self, topic: str, options: ReaderOptions) -> Reader:
+        """create_reader with its options as one value."""
+        return Reader(self._loop.run(self._inner.open_reader(topic, options)), self._loop)
+
+    def new_transaction(self, timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> Transaction:
         return Transaction(self._loop.run(self._inner.new_transaction(timeout_ms)), self._loop)
 
     def get_last_message_id(self, topic: str) -> MessageId:

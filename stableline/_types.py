@@ -43,6 +43,18 @@ class IsolationLevel(enum.Enum):
             ) from None
 
 
+class TransactionState(enum.StrEnum):
+    """Where a client's transaction stands. A str: `txn.state == "COMMITTED"` holds and
+    it prints as its name."""
+
+    OPEN = "OPEN"
+    """Sends and acks may join it; nobody has ended it yet."""
+    COMMITTED = "COMMITTED"
+    """The coordinator committed it: everything in it is visible, for good."""
+    ABORTED = "ABORTED"
+    """The coordinator aborted it: nothing in it is ever visible."""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class MessageId:
     """(ledger_id, entry_id, batch_index); ordered as the topic's log."""

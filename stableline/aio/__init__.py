@@ -3,10 +3,18 @@
 from stableline._auth import AuthenticationToken
 from stableline._errors import *  # noqa: F403  (the same typed errors)
 from stableline._keys import BatchingType, KeySharedMode, KeySharedPolicy
-from stableline._types import ConsumerType, InitialPosition, IsolationLevel, Message, MessageId
+from stableline._types import (
+    ConsumerType,
+    InitialPosition,
+    IsolationLevel,
+    Message,
+    MessageId,
+    TransactionState,
+)
 from stableline.aio._batch import SendReceipt
 from stableline.aio._client import Client
 from stableline.aio._consumer import Consumer
+from stableline.aio._options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
@@ -17,7 +25,9 @@ __all__ = [
     "Backoff",
     "BatchingType",
     "Client",
+    "ClientOptions",
     "Consumer",
+    "ConsumerOptions",
     "ConsumerType",
     "InitialPosition",
     "IsolationLevel",
@@ -26,7 +36,10 @@ __all__ = [
     "Message",
     "MessageId",
     "Producer",
+    "ProducerOptions",
     "Reader",
+    "ReaderOptions",
     "SendReceipt",
     "Transaction",
+    "TransactionState",
 ]

@@ -17,19 +17,22 @@ from stableline._errors import (
     Timeout,
     from_code,
 )
-from stableline._keys import KeySharedPolicy
 from stableline._proto import broker_pb2 as pb
 from stableline._types import (
     ConsumerType,
     DeliveredEntry,
-    InitialPosition,
-    IsolationLevel,
     Message,
     MessageId,
     Messages,
     message_indexes,
 )
-from stableline.aio._reconnect import is_transient, read_until_gone, stream_failure
+from stableline.aio._connection import Connection, rpc_failure
+from stableline.aio._options import (
+    BATCH_RECEIVE_MAX_MESSAGES,
+    BATCH_RECEIVE_TIMEOUT_MS,
+    ConsumerOptions,
+)
+from stableline.aio._reconnect import is_transient, read_until_gone
 
 MessageOrId = Message | MessageId
 
@@ -76,37 +79,24 @@ def _ack_ids(items: list[MessageOrId] | Messages) -> list[MessageId]:
 
 
 class Consumer:
+    """One consumer of a subscription, over one Subscribe stream on its connection;
+    made by Client.subscribe."""
+
     def __init__(
         self,
-        client,
+        connection: Connection,
         topic: str,
         subscription_name: str,
-        consumer_type: ConsumerType,
-        initial_position: InitialPosition,
-        isolation_level: IsolationLevel,
-        receiver_queue_size: int,
-        consumer_name: str | None,
-        ack_timeout_ms: int,
-        negative_ack_redelivery_delay_ms: int,
-        priority_level: int = 0,
-        key_shared_policy: KeySharedPolicy | None = None,
+        options: ConsumerOptions,
     ):
-        if receiver_queue_size < 1:
-            raise ValueError("receiver_queue_size must be >= 1")
-        if ack_timeout_ms < 0 or negative_ack_redelivery_delay_ms < 0:
-            raise ValueError("ack_timeout_ms and negative_ack_redelivery_delay_ms must be >= 0")
-        self._client = client
+        self.options = options
+        self._connection = connection
         self._topic = topic
         self._subscription = subscription_name
-        self._type = ConsumerType(consumer_type)
-        self._initial_position = InitialPosition(initial_position)
-        self._isolation = IsolationLevel.parse(isolation_level)
-        self._queue_size = receiver_queue_size
-        self._name = consumer_name or ""
-        self._ack_timeout_s = ack_timeout_ms / 1000
-        self._nack_delay_s = negative_ack_redelivery_delay_ms / 1000
-        self._priority = priority_level
-        self._key_shared = key_shared_policy
+        self._queue_size = options.receiver_queue_size
+        self._name = options.consumer_name or ""
+        self._ack_timeout_s = options.ack_timeout_ms / 1000
+        self._nack_delay_s = options.negative_ack_redelivery_delay_ms / 1000
         # Runs of (entry, message indexes) in arrival order; messages are made on demand.
         self._queue: deque[tuple[DeliveredEntry, Sequence[int]]] = deque()
         self._queued = 0  # messages in self._queue
@@ -141,40 +131,34 @@ class Consumer:
 
     async def _open_stream(self) -> None:
         """A new Subscribe stream: the same subscription, type and isolation level."""
-        call = self._client._stub.Subscribe(metadata=self._client._metadata())
-        try:
-            # A write the connection refused says only "Internal error from Core";
-            # the read after it raises with the call's real status.
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await call.write(
-                    pb.SubscribeRequest(
-                        subscribe=pb.SubscribeOpen(
-                            topic=self._topic,
-                            subscription=self._subscription,
-                            type=self._type.value,
-                            initial_position=self._initial_position.value,
-                            isolation_level=self._isolation.value,
-                            consumer_name=self._name,
-                            priority_level=self._priority,
-                            key_shared=(
-                                self._key_shared.to_proto()
-                                if self._key_shared is not None
-                                and self._type is ConsumerType.KeyShared
-                                else None
-                            ),
-                        )
-                    )
-                )
-            response = await call.read()
-        except grpc.aio.AioRpcError as error:
-            call.cancel()
-            raise self._client._error(error) from None
-        if response is grpc.aio.EOF or response.WhichOneof("response") != "subscribed":
-            call.cancel()
-            raise BrokerUnavailable(f"broker closed the subscribe stream for {self._topic}")
-        self._client._reached = True
+        options = self.options
+        opening = pb.SubscribeRequest(
+            subscribe=pb.SubscribeOpen(
+                topic=self._topic,
+                subscription=self._subscription,
+                type=options.consumer_type.value,
+                initial_position=options.initial_position.value,
+                isolation_level=options.isolation_level.value,
+                consumer_name=self._name,
+                priority_level=options.priority_level,
+                key_shared=(
+                    options.key_shared_policy.to_proto()
+                    if options.key_shared_policy is not None
+                    and options.consumer_type is ConsumerType.KeyShared
+                    else None
+                ),
+            )
+        )
+        call, subscribed = await self._connection.open_stream(
+            self._connection.broker.Subscribe,
+            opening,
+            "subscribed",
+            f"the subscribe stream for {self._topic}",
+        )
+        if self._call is not None:
+            self._call.cancel()  # the broken stream this one replaces
         self._call = call
-        self._topic = response.subscribed.topic
+        self._topic = subscribed.topic
 
     async def _reopen(self) -> None:
         """After a broken stream: subscribe again and start afresh. What was queued and
@@ -202,9 +186,10 @@ class Consumer:
         """Deliveries and answers, until closed or the broker stays away too long."""
         try:
             self._failure = await read_until_gone(
-                self,
+                self._connection,
                 self._read_stream,
                 self._reopen_once,
+                lambda: self._closed,
                 f"consumer of {self._subscription} on {self._topic}",
             )
         except asyncio.CancelledError:
@@ -222,7 +207,7 @@ class Consumer:
         try:
             await self._reopen()
         except grpc.aio.AioRpcError as error:
-            raise stream_failure(error) from None
+            raise rpc_failure(error) from None
 
     async def _read_stream(self) -> StableLineError:
         """Take what the current stream brings; returns why it ended."""
@@ -250,7 +235,7 @@ class Consumer:
                 elif kind == "active_change":
                     self.is_active = response.active_change.is_active
         except grpc.aio.AioRpcError as error:
-            return stream_failure(error)
+            return rpc_failure(error)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -265,7 +250,7 @@ class Consumer:
                 await self._call.write(request)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as error:
             failure = (
-                stream_failure(error)
+                rpc_failure(error)
                 if isinstance(error, grpc.aio.AioRpcError)
                 else BrokerUnavailable(f"subscribe stream to {self._topic} is closed: {error}")
             )
@@ -345,7 +330,9 @@ class Consumer:
         return Message(entry, index)
 
     async def batch_receive(
-        self, max_num_messages: int = 100, timeout_millis: int = 100
+        self,
+        max_num_messages: int = BATCH_RECEIVE_MAX_MESSAGES,
+        timeout_millis: int = BATCH_RECEIVE_TIMEOUT_MS,
     ) -> Messages:
         """Up to max_num_messages messages, waiting up to timeout_millis for the first;
         a Messages sequence, empty when none came."""

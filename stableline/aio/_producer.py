@@ -26,50 +26,38 @@ from stableline._errors import (
 )
 from stableline._keys import BatchingType
 from stableline._proto import broker_pb2 as pb
-from stableline._types import MessageId
+from stableline._types import MessageId, TransactionState
 from stableline._wire import encode_message, known_plain_prefix, plain_prefix
 from stableline.aio._batch import Batch, SendReceipt, new_receipt
-from stableline.aio._reconnect import read_until_gone, stream_failure
+from stableline.aio._connection import Connection, rpc_failure
+from stableline.aio._options import ProducerOptions
+from stableline.aio._reconnect import read_until_gone
 
-# Messages queued and not yet acknowledged, by default (create_producer's
-# max_pending_messages). Pulsar's Python client allows 1000; with batches of up to
-# 1000 messages that would leave one batch in flight, so the default is larger.
-DEFAULT_MAX_PENDING_MESSAGES = 100_000
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024
+_OPEN = TransactionState.OPEN
 _LOST_POSITION = (
     "the broker holds this batch from before a reconnect, but no longer knows its position"
 )
 
 
 class Producer:
-    def __init__(
-        self,
-        client,
-        topic: str,
-        producer_name: str | None,
-        batching_max_messages: int,
-        batching_max_publish_delay_ms: float,
-        max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
-        block_if_queue_full: bool = False,
-        batching_type: BatchingType = BatchingType.Default,
-    ):
-        if batching_max_messages < 1:
-            raise ValueError("batching_max_messages must be >= 1")
-        if max_pending_messages < 1:
-            raise ValueError("max_pending_messages must be >= 1")
+    """Sends to one topic over one Produce stream on its connection; made by
+    Client.create_producer."""
+
+    def __init__(self, connection: Connection, topic: str, options: ProducerOptions):
+        self.options = options
         # The queue: messages in sent batches without a receipt (_pending_messages)
         # plus the open batch, which may grow to _batch_cap, the room left when it
         # was opened. The limit is checked once per batch, never per message.
-        self.max_pending_messages = max_pending_messages
-        self.block_if_queue_full = block_if_queue_full
+        self._max_pending = options.max_pending_messages
         self._pending_messages = 0
-        self._batch_cap = batching_max_messages
-        self._client = client
+        self._batch_cap = options.batching_max_messages
+        self._connection = connection
         self._requested_topic = topic
-        self._name = producer_name or ""
-        self._max_messages = batching_max_messages
-        self._delay_s = max(batching_max_publish_delay_ms, 0) / 1000
+        self._name = options.producer_name or ""
+        self._max_messages = options.batching_max_messages
+        self._delay_s = max(options.batching_max_publish_delay_ms, 0) / 1000
         self._sequence = itertools.count()
         self._pending: dict[int, Batch] = {}
         self._space = asyncio.Event()
@@ -78,7 +66,7 @@ class Producer:
         # The open batch of each (transaction, key) with a key, and the messages they
         # hold together. Default batching opens at most one, and only while _batch
         # is empty; _batch never holds a keyed message.
-        self._key_based = BatchingType(batching_type) is BatchingType.KeyBased
+        self._key_based = options.batching_type is BatchingType.KeyBased
         self._keyed: dict[tuple[tuple[int, int] | None, str], Batch] = {}
         self._keyed_count = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -105,27 +93,20 @@ class Producer:
     async def _open_stream(self) -> pb.ProducerOpened:
         """A new Produce stream under this producer's name (the broker's, when it gave
         one: the same name on a reconnect is what de-duplicates the resends)."""
-        call = self._client._stub.Produce(metadata=self._client._metadata())
-        try:
-            # A write the connection refused says only "Internal error from Core";
-            # the read after it raises with the call's real status.
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await call.write(
-                    pb.ProduceRequest(
-                        open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
-                    )
-                )
-            response = await call.read()
-        except grpc.aio.AioRpcError as error:
-            call.cancel()
-            raise self._client._error(error) from None
-        if response is grpc.aio.EOF or response.WhichOneof("response") != "opened":
-            call.cancel()
-            raise BrokerUnavailable(f"broker closed the produce stream for {self._requested_topic}")
-        self._client._reached = True
+        opening = pb.ProduceRequest(
+            open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
+        )
+        call, opened = await self._connection.open_stream(
+            self._connection.broker.Produce,
+            opening,
+            "opened",
+            f"the produce stream for {self._requested_topic}",
+        )
+        if self._call is not None:
+            self._call.cancel()  # the broken stream this one replaces
         self._call = call
-        self._name = response.opened.producer_name
-        return response.opened
+        self._name = opened.producer_name
+        return opened
 
     async def _reopen(self) -> None:
         """After a broken stream: a new one, then every batch without a receipt again,
@@ -147,7 +128,11 @@ class Producer:
         """Receipts, until the producer closes or the broker stays away too long."""
         try:
             self._failure = await read_until_gone(
-                self, self._read_receipts, self._reopen, f"producer {self._name} on {self.topic}"
+                self._connection,
+                self._read_receipts,
+                self._reopen,
+                lambda: self._closed,
+                f"producer {self._name} on {self.topic}",
             )
         except asyncio.CancelledError:
             self._failure = BrokerUnavailable("producer closed")
@@ -189,7 +174,7 @@ class Producer:
                     self._space.set()
                     _fail(batch, from_code(response.error.code, response.error.message))
         except grpc.aio.AioRpcError as error:
-            return stream_failure(error)
+            return rpc_failure(error)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -204,12 +189,16 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
         event_time_ms: int = 0,
-        _admitted: bool = False,
+        # Not keyword-only: CPython fills a missing keyword-only argument from a dict,
+        # a cost on every send.
+        room_reserved: bool = False,
     ) -> SendReceipt:
         """Queue one message; await the returned receipt for its MessageId.
 
         Never waits: with max_pending_messages unacknowledged it raises
         ProducerQueueIsFull whatever block_if_queue_full says (await send() to wait).
+        room_reserved: the caller has already waited for room (the blocking client's
+        send_async does, with block_if_queue_full), so a full queue takes it anyway.
         """
         batch = self._batch
         if (
@@ -219,7 +208,7 @@ class Producer:
             and partition_key is None
             and self._failure is None
             and not self._closed
-            and (batch.txn is None if txn is None else batch.txn == txn.id and txn._state == "OPEN")
+            and (batch.txn is None if txn is None else batch.txn == txn.id and txn._state is _OPEN)
         ):
             # The usual send, a plain payload into an open batch (of its transaction,
             # if any) with room, costs two appends: this path skips the checks only
@@ -258,7 +247,7 @@ class Producer:
             txn._check_open()
             txn_id = txn.id
         if partition_key is not None:
-            return self._add_by_key(encoded, size, txn, (txn_id, partition_key), _admitted)
+            return self._add_by_key(encoded, size, txn, (txn_id, partition_key), room_reserved)
         if self._keyed and not self._key_based:
             self._flush_batch()  # send order: the keyed batch goes before this message
         batch = self._batch
@@ -270,9 +259,9 @@ class Producer:
             self._flush_batch()
             batch = None
         if batch is None:
-            room = self.max_pending_messages - self._pending_messages
+            room = self._max_pending - self._pending_messages
             if room <= 0:
-                if not _admitted:
+                if not room_reserved:
                     raise self._queue_full_error()
                 room = 1  # a blocking caller was admitted before the queue filled
             self._batch_cap = min(self._max_messages, room)
@@ -301,12 +290,12 @@ class Producer:
         size: int,
         txn,
         slot: tuple[tuple[int, int] | None, str],
-        admitted: bool,
+        room_reserved: bool,
     ) -> SendReceipt:
         """A keyed message joins the open batch of its (transaction, key)."""
         if not self._key_based and (self._batch or (self._keyed and slot not in self._keyed)):
             self._flush_batch()  # send order: what is open goes before this key
-        if self.queue_full() and not admitted:
+        if self.queue_full() and not room_reserved:
             raise self._queue_full_error()
         batch = self._keyed.get(slot)
         if batch is not None and (
@@ -350,7 +339,7 @@ class Producer:
         unacknowledged: waits for room if block_if_queue_full, else raises
         ProducerQueueIsFull."""
         while self.queue_full() and self._failure is None and not self._closed:
-            if not self.block_if_queue_full:
+            if not self.options.block_if_queue_full:
                 raise self._queue_full_error()
             self._space.clear()
             await self._space.wait()
@@ -367,7 +356,7 @@ class Producer:
         """Whether a send now would find max_pending_messages unacknowledged."""
         batch = self._batch
         queued = self._pending_messages + (batch.count if batch is not None else 0)
-        return queued + self._keyed_count >= self.max_pending_messages
+        return queued + self._keyed_count >= self._max_pending
 
     def send_async(
         self,
@@ -376,9 +365,13 @@ class Producer:
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         txn=None,
-        _admitted: bool = False,
+        room_reserved: bool = False,
     ) -> None:
-        receipt = self.send_nowait(content, properties, partition_key, txn, 0, _admitted)
+        """Queue one message; callback(error, message_id) runs once it is durable or
+        failed. Never waits, as send_nowait (room_reserved as there)."""
+        receipt = self.send_nowait(
+            content, properties, partition_key, txn, 0, room_reserved=room_reserved
+        )
 
         def done(batch_future: asyncio.Future) -> None:
             if batch_future.cancelled():

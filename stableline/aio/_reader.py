@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections import deque
 
-import grpc
-
 from stableline._aborted_filter import AbortedFilter
 from stableline._errors import Timeout, TopicNotFound
 from stableline._proto import broker_pb2 as pb
-from stableline._types import IsolationLevel, Message, MessageId, messages_of
+from stableline._types import Message, MessageId, messages_of
+from stableline.aio._connection import Connection
+from stableline.aio._options import ReaderOptions
 
 FETCH_MAX_ENTRIES = 500
 # A single Fetch waits at most this long; read_next loops until its own deadline.
@@ -18,13 +18,15 @@ FETCH_MAX_WAIT_MS = 1000
 
 
 class Reader:
-    def __init__(
-        self, client, topic: str, start_message_id: MessageId, isolation_level: IsolationLevel
-    ):
-        self._client = client
+    """Reads one topic from a start position with Fetch calls on its connection; made
+    by Client.create_reader."""
+
+    def __init__(self, connection: Connection, topic: str, options: ReaderOptions):
+        self.options = options
+        self._connection = connection
         self._topic = topic
-        self._isolation = IsolationLevel.parse(isolation_level)
-        self._start = start_message_id
+        self._isolation = options.isolation_level
+        self._start = options.start_message_id
         self._next = pb.Position(ledger_id=-1, entry_id=-1)
         # Messages of the start entry at or before this batch index are skipped.
         self._skip_through: tuple[int, int, int] | None = None
@@ -35,7 +37,7 @@ class Reader:
     async def _open(self) -> None:
         start = self._start
         if start == MessageId.latest:
-            last = await self._client._get_last(self._topic, missing_ok=True)
+            last = await self._connection.last_confirmed(self._topic, missing_ok=True)
             self._next = pb.Position(ledger_id=last.ledger_id, entry_id=last.entry_id + 1)
         elif start != MessageId.earliest:
             self._next = pb.Position(ledger_id=start.ledger_id, entry_id=start.entry_id)
@@ -54,13 +56,14 @@ class Reader:
             isolation_level=self._isolation.value,
             max_wait_ms=wait_ms,
         )
+        connection = self._connection
         try:
-            response = await self._client._stub.Fetch(request, metadata=self._client._metadata())
-        except grpc.aio.AioRpcError as error:
-            failure = self._client._error(error)
-            if isinstance(failure, TopicNotFound):
-                return False  # nothing published yet: the topic appears on first produce
-            raise failure from None
+            # The broker holds the call up to wait_ms: the deadline allows for that.
+            response = await connection.unary(
+                connection.broker.Fetch, request, connection.timeout_s + wait_ms / 1000
+            )
+        except TopicNotFound:
+            return False  # nothing published yet: the topic appears on first produce
         self._aborted.add(response.aborted)
         for entry in response.entries:
             if self._aborted.is_aborted(entry):

@@ -7,17 +7,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import grpc
+from stableline._errors import BrokerUnavailable, NotReady, StableLineError
 
-from stableline._errors import (
-    ERROR_METADATA_KEY,
-    BrokerUnavailable,
-    NotReady,
-    StableLineError,
-    from_rpc_error,
-)
+if TYPE_CHECKING:
+    from stableline.aio._connection import Connection
 
 T = TypeVar("T")
 
@@ -39,20 +34,6 @@ class Backoff:
 def is_transient(error: BaseException) -> bool:
     """A broken connection or a broker still starting: another attempt may succeed."""
     return type(error) in (BrokerUnavailable, NotReady)
-
-
-# Statuses gRPC itself gives a stream whose connection broke mid-call (a write in
-# flight reads "Internal error from Core"), as opposed to the broker's own errors,
-# which always carry their error code in the trailing metadata.
-_BROKEN_STREAM = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
-
-
-def stream_failure(error: grpc.aio.AioRpcError) -> StableLineError:
-    """The typed error for a stream that ended with `error`."""
-    from_broker = any(key == ERROR_METADATA_KEY for key, _ in error.trailing_metadata() or ())
-    if not from_broker and error.code() in _BROKEN_STREAM:
-        return BrokerUnavailable(f"the connection to the broker broke: {error.details()}")
-    return from_rpc_error(error)
 
 
 async def with_retries(
@@ -77,18 +58,22 @@ async def with_retries(
         delay = min(delay * backoff.multiplier, backoff.max_s)
 
 
-async def read_until_gone(stream_owner, read: Callable, reopen: Callable, what: str):
+async def read_until_gone(
+    connection: Connection,
+    read: Callable[[], Awaitable[StableLineError]],
+    reopen: Callable[[], Awaitable[None]],
+    is_closed: Callable[[], bool],
+    what: str,
+) -> StableLineError:
     """Read a producer's or consumer's stream until it ends for good: after a transient
-    break, reopen it (the client's backoff and time limit) and read on. Returns why it
-    ended: the owner closed, a lasting error, or the broker staying away too long."""
+    break, reopen it (the connection's backoff and time limit) and read on. Returns
+    why it ended: the owner closed, a lasting error, or the broker staying away too
+    long. `reopen` replaces the broken call with a new one."""
     while True:
         failure = await read()
-        if stream_owner._closed or not is_transient(failure):
+        if is_closed() or not is_transient(failure):
             return failure
-        old_call = stream_owner._call
         try:
-            await stream_owner._client._with_retries(reopen, what)
+            await connection.with_retries(reopen, what)
         except StableLineError as error:
             return error
-        finally:
-            old_call.cancel()

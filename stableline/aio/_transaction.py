@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
-
 from stableline._errors import StableLineError, TransactionEnded
 from stableline._proto import broker_pb2 as pb
+from stableline._types import TransactionState
+from stableline.aio._connection import Connection
 
-_ENDED_BY = {pb.TXN_ACTION_COMMIT: "COMMITTED", pb.TXN_ACTION_ABORT: "ABORTED"}
+_ENDED_BY = {
+    pb.TXN_ACTION_COMMIT: TransactionState.COMMITTED,
+    pb.TXN_ACTION_ABORT: TransactionState.ABORTED,
+}
 
 
 class Transaction:
-    def __init__(self, client, most_bits: int, least_bits: int, timeout_ms: int):
-        self._client = client
+    """One transaction on the coordinator its connection reaches; made by
+    Client.new_transaction."""
+
+    def __init__(self, connection: Connection, most_bits: int, least_bits: int, timeout_ms: int):
+        self._connection = connection
         self.id = (most_bits, least_bits)
         self.timeout_ms = timeout_ms
         self._sends: list[asyncio.Future] = []
         self._producers: set = set()
-        self._state = "OPEN"
+        self._state = TransactionState.OPEN
 
     @property
-    def state(self) -> str:
+    def state(self) -> TransactionState:
+        """OPEN, COMMITTED or ABORTED; a str, so `txn.state == "COMMITTED"` holds."""
         return self._state
 
     def __repr__(self) -> str:
@@ -33,13 +40,12 @@ class Transaction:
 
     def _join(self, producer, future: asyncio.Future) -> None:
         """Called by a producer for each batch it opens in this transaction."""
-        if self._state != "OPEN":
-            raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
+        self._check_open()
         self._producers.add(producer)
         self._sends.append(future)
 
     def _check_open(self) -> None:
-        if self._state != "OPEN":
+        if self._state is not TransactionState.OPEN:
             raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
 
     async def _end(self, action: int) -> None:
@@ -47,37 +53,36 @@ class Transaction:
         end joins one still under way; when the first ask was lost with the broker and
         the end has completed since, the coordinator's record says how it ended."""
         attempts = 0
+        connection = self._connection
 
         async def attempt() -> pb.EndTransactionResponse:
             nonlocal attempts
             attempts += 1
             try:
-                return await self._client._stub.EndTransaction(
+                return await connection.unary(
+                    connection.broker.EndTransaction,
                     pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
-                    timeout=self._client._timeout,
-                    metadata=self._client._metadata(),
                 )
-            except grpc.aio.AioRpcError as error:
-                failure = self._client._error(error)
-                if attempts > 1 and isinstance(failure, TransactionEnded):
+            except TransactionEnded:
+                if attempts > 1:
                     state = await self._recorded_state()
                     if state == _ENDED_BY[action]:
                         return pb.EndTransactionResponse(txn_id=self._proto_id(), state=state)
-                raise failure from None
+                raise
 
-        response = await self._client._with_retries(attempt, f"ending transaction {self}")
-        self._state = response.state
+        response = await connection.with_retries(attempt, f"ending transaction {self}")
+        self._state = TransactionState(response.state)
 
     async def _recorded_state(self) -> str | None:
         """The coordinator's state of this transaction ("COMMITTED", ...), or None if it
         cannot be read. A data-plane call: the transaction's owner needs no admin rights."""
+        connection = self._connection
         try:
-            response = await self._client._stub.GetTransaction(
+            response = await connection.unary(
+                connection.broker.GetTransaction,
                 pb.GetTransactionRequest(txn_id=self._proto_id()),
-                timeout=self._client._timeout,
-                metadata=self._client._metadata(),
             )
-        except grpc.aio.AioRpcError:
+        except StableLineError:
             return None
         return pb.TxnState.Name(response.state).removeprefix("TXN_STATE_")
 

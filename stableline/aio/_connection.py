@@ -1,0 +1,213 @@
+"""A client's connections to brokers: one per broker address, each owning its gRPC
+channel, the stubs on it, the metadata sent with every call (the bearer token),
+retries across an outage, and the mapping of gRPC failures to typed errors.
+
+Producers, consumers, readers and transactions hold the Connection they were opened
+on, never the client. Promises: every failure of a call comes out as a
+StableLineError; a broker never reached fails the first call at once, while one that
+answered once is waited out for operation_timeout_seconds; a connection is its own
+HTTP/2 connection, never shared with another client's.
+
+Today a client talks to one broker, the service URL's, so its pool holds one
+connection. A cluster would look each topic's owner up, take that broker's connection
+from the pool (made on first use, kept for the next topic it owns) and, answered
+NotOwner, reopen on the connection of the address named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from stableline._auth import channel_credentials
+from stableline._errors import (
+    ERROR_METADATA_KEY,
+    BrokerUnavailable,
+    StableLineError,
+    TopicNotFound,
+    from_rpc_error,
+)
+from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
+from stableline._proto import broker_pb2 as pb
+from stableline._types import parse_service_url
+from stableline.aio._options import ClientOptions
+from stableline.aio._reconnect import with_retries
+
+T = TypeVar("T")
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 30_000),
+    # A connection of its own per Client, as Pulsar clients have: gRPC would otherwise
+    # share one between channels to the same broker, and the broker's per-connection
+    # limits (max_connections, open transactions per client) would lump clients together.
+    ("grpc.use_local_subchannel_pool", 1),
+    # gRPC's own reconnect backoff grows to minutes by default; a restarted broker
+    # should be found within about a second.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+_PLAINTEXT_HINT = (
+    "if the broker serves TLS, connect with a stableline+ssl:// URL and tls_trust_certs_file_path"
+)
+_TLS_HINT = (
+    "if the broker serves TLS, check tls_trust_certs_file_path and, when the broker requires "
+    "one, the client certificate; if it does not, use a stableline:// URL"
+)
+
+# Statuses gRPC itself gives a stream whose connection broke mid-call (a write in
+# flight reads "Internal error from Core"), as opposed to the broker's own errors,
+# which always carry their error code in the trailing metadata.
+_BROKEN_STREAM = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
+
+
+def rpc_failure(error: grpc.aio.AioRpcError) -> StableLineError:
+    """The typed error for a call or stream that ended with `error`."""
+    from_broker = any(key == ERROR_METADATA_KEY for key, _ in error.trailing_metadata() or ())
+    if not from_broker and error.code() in _BROKEN_STREAM:
+        return BrokerUnavailable(f"the connection to the broker broke: {error.details()}")
+    return from_rpc_error(error)
+
+
+class Connection:
+    """One broker: its channel, stubs, call metadata, retries and error mapping."""
+
+    def __init__(self, address: str, tls: bool, options: ClientOptions):
+        self.address = address
+        self.tls = tls
+        self.timeout_s = options.operation_timeout_seconds
+        self._authentication = options.authentication
+        self._backoff = options.backoff
+        self._channel = (
+            grpc.aio.secure_channel(
+                address,
+                channel_credentials(
+                    options.tls_trust_certs_file_path,
+                    options.tls_certificate_file_path,
+                    options.tls_private_key_file_path,
+                ),
+                options=_CHANNEL_OPTIONS,
+            )
+            if tls
+            else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        )
+        self.broker = broker_pb2_grpc.BrokerStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminStub(self._channel)
+        self._reached = False  # the broker answered once: later outages are waited out
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Connection({self.address}, tls={self.tls})"
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Metadata sent with every call: the bearer token, when there is one."""
+        return self._authentication.metadata() if self._authentication is not None else ()
+
+    def error(self, error: grpc.aio.AioRpcError) -> StableLineError:
+        """The typed error; one that is a failure to connect says what to check about TLS."""
+        failure = rpc_failure(error)
+        if type(failure) is BrokerUnavailable:
+            hint = _TLS_HINT if self.tls else _PLAINTEXT_HINT
+            return BrokerUnavailable(f"{failure} ({hint})")
+        return failure
+
+    async def unary(
+        self, method: Callable[..., Any], request: Any, timeout_s: float | None = None
+    ) -> Any:
+        """One call of a unary `method` of a stub on this connection, with the token;
+        failures raise typed. Its deadline: timeout_s, else operation_timeout_seconds."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            response = await method(request, timeout=timeout, metadata=self.metadata())
+        except grpc.aio.AioRpcError as error:
+            raise self.error(error) from None
+        self._reached = True
+        return response
+
+    async def with_retries(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
+        """`attempt()`, waiting out a broker that went away (not one never reached)."""
+        if not self._reached:
+            result = await attempt()
+            self._reached = True
+            return result
+        return await with_retries(attempt, self._backoff, self.timeout_s, what)
+
+    async def open_stream(
+        self, method: Callable[..., Any], opening: Any, answer: str, what: str
+    ) -> tuple[grpc.aio.StreamStreamCall, Any]:
+        """A new bidi stream of `method`: writes `opening`, waits for the response
+        whose oneof `response` is `answer` and returns (call, that answer). `what`
+        names the stream in the error when the broker closes it instead."""
+        call = method(metadata=self.metadata())
+        try:
+            # A write the connection refused says only "Internal error from Core";
+            # the read after it raises with the call's real status.
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await call.write(opening)
+            response = await call.read()
+        except grpc.aio.AioRpcError as error:
+            call.cancel()
+            raise self.error(error) from None
+        if response is grpc.aio.EOF or response.WhichOneof("response") != answer:
+            call.cancel()
+            raise BrokerUnavailable(f"broker closed {what}")
+        self._reached = True
+        return call, getattr(response, answer)
+
+    async def last_confirmed(self, topic: str, missing_ok: bool = False) -> pb.Position:
+        """The topic's last confirmed entry; (-1, -1) for an unknown one if missing_ok."""
+
+        async def attempt() -> pb.Position:
+            try:
+                response = await self.unary(
+                    self.broker.GetLastMessageId, pb.GetLastMessageIdRequest(topic=topic)
+                )
+            except TopicNotFound:
+                if not missing_ok:
+                    raise
+                return pb.Position(ledger_id=-1, entry_id=-1)
+            return response.last_confirmed_entry
+
+        return await self.with_retries(attempt, f"last message id of {topic}")
+
+    async def close(self) -> None:
+        self.closed = True
+        await self._channel.close()
+
+
+class ConnectionPool:
+    """A client's connections, one per broker address; today only the service URL's.
+
+    Every connection has the client's options and the TLS the service URL chose: the
+    brokers of one cluster are reached alike.
+    """
+
+    def __init__(self, service_url: str, options: ClientOptions):
+        address, tls = parse_service_url(service_url)
+        self._tls = tls or options.wants_tls
+        self._options = options
+        self._connections: dict[str, Connection] = {}
+        self.service = self.get(address)
+
+    def get(self, address: str) -> Connection:
+        """The connection to the broker at `address`, made on first use."""
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = self._connections[address] = Connection(address, self._tls, self._options)
+        return connection
+
+    def __len__(self) -> int:
+        return len(self._connections)
+
+    async def close(self) -> None:
+        """Close every connection; the pool is empty after."""
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            await connection.close()
