@@ -105,6 +105,10 @@ class Connection:
     def __repr__(self) -> str:
         return f"Connection({self.address}, tls={self.tls})"
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StableLineError(f"the client is closed: no more calls to {self.address}")
+
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """Metadata sent with every call: the bearer token, when there is one."""
         return self._authentication.metadata() if self._authentication is not None else ()
@@ -122,6 +126,7 @@ class Connection:
     ) -> Any:
         """One call of a unary `method` of a stub on this connection, with the token;
         failures raise typed. Its deadline: timeout_s, else operation_timeout_seconds."""
+        self._check_open()
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
             response = await method(request, timeout=timeout, metadata=self.metadata())
@@ -144,6 +149,7 @@ class Connection:
         """A new bidi stream of `method`: writes `opening`, waits for the response
         whose oneof `response` is `answer` and returns (call, that answer). `what`
         names the stream in the error when the broker closes it instead."""
+        self._check_open()
         call = method(metadata=self.metadata())
         try:
             # A write the connection refused says only "Internal error from Core";

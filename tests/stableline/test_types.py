@@ -53,3 +53,17 @@ def test_plain_messages_have_no_key_or_properties_and_others_keep_theirs(message
     assert plain.event_timestamp() == 0 and plain.publish_timestamp() == 7
     assert keyed.partition_key() == "a" and with_properties.properties() == {"x": "y"}
     assert with_properties.event_timestamp() == 9 and with_properties.topic_name() == TOPIC
+
+
+def test_a_transaction_state_is_its_name_as_a_str():
+    import json
+
+    from stableline._types import TransactionState
+
+    committed = TransactionState("COMMITTED")
+    assert committed is TransactionState.COMMITTED
+    assert (
+        committed == "COMMITTED" and str(committed) == "COMMITTED" and f"{committed}" == "COMMITTED"
+    )
+    assert {"COMMITTED": 1}[committed] == 1 and json.dumps(committed) == '"COMMITTED"'
+    assert [state.value for state in TransactionState] == ["OPEN", "COMMITTED", "ABORTED"]
