@@ -41,6 +41,7 @@ def test_the_defaults_are_the_ones_api_md_documents():
         batching_max_publish_delay_ms=1,
         max_pending_messages=100_000,
         block_if_queue_full=False,
+        batching_type=stableline.BatchingType.Default,
     )
     assert ConsumerOptions() == ConsumerOptions(
         consumer_type=stableline.ConsumerType.Exclusive,
@@ -51,6 +52,7 @@ def test_the_defaults_are_the_ones_api_md_documents():
         ack_timeout_ms=0,
         negative_ack_redelivery_delay_ms=60_000,
         priority_level=0,
+        key_shared_policy=None,
     )
     assert ReaderOptions() == ReaderOptions(
         start_message_id=stableline.MessageId.earliest,
