@@ -11,8 +11,10 @@ from managed_ledger.errors import (
     ManagedLedgerError,
     StorageError,
     StorageFullError,
+    TooManyOpenFilesError,
 )
 from managed_ledger.ledger import ManagedLedger
+from managed_ledger.ledger_files import LedgerFiles
 from managed_ledger.metadata import MetadataStore
 from managed_ledger.position import EARLIEST, LATEST, Position
 from managed_ledger.state import LedgerState
@@ -27,6 +29,7 @@ __all__ = [
     "EntryTooLargeError",
     "EntryType",
     "LedgerClosedError",
+    "LedgerFiles",
     "LedgerState",
     "ManagedCursor",
     "ManagedLedger",
@@ -36,5 +39,6 @@ __all__ = [
     "Position",
     "StorageError",
     "StorageFullError",
+    "TooManyOpenFilesError",
     "TxnId",
 ]

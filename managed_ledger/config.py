@@ -28,5 +28,9 @@ class ManagedLedgerConfig:
     # Individually acknowledged positions above mark-delete that are persisted;
     # beyond this a crash redelivers the rest (at-least-once still holds).
     max_persisted_acked_positions: int = 100_000
+    # Ledger files held open at once by all the ledgers sharing one LedgerFiles cache
+    # (a broker's topics); the least recently used are closed past it. 0: half the
+    # process's open-files soft limit (see ledger_files.max_open_files).
+    max_open_ledger_files: int = 0
     # Ledgers consumed by every cursor are kept at least this long.
     retention_time_s: float = 0.0

@@ -25,6 +25,11 @@ class CursorNotFoundError(ManagedLedgerError):
     """No cursor of that name exists on this ledger."""
 
 
+class TooManyOpenFilesError(ManagedLedgerError):
+    """The process ran out of file descriptors (EMFILE, ENFILE): a limit the
+    operator can raise, not a fault of the data. Nothing was written."""
+
+
 class StorageError(ManagedLedgerError):
     """The disk refused a write or an fsync. The append was not acknowledged and
     none of its bytes are kept; earlier entries are untouched and readable."""

@@ -11,6 +11,9 @@ Promises:
   StorageError (StorageFullError for ENOSPC) and keeps none of its bytes; after
   a failed fsync the ledger is fenced and the next append rolls over to a new
   one. Earlier entries stay readable throughout.
+- Opening a ledger writes nothing: its first ledger file is created by the first
+  append, so loading a topic costs metadata reads, not fsyncs. Its files are
+  opened through a LedgerFiles cache (ledger_files.py) only while in use.
 - The ledger is in one LedgerState at a time (managed_ledger/state.py), changed
   only by `_transition`, which refuses a move the state table does not list.
 """
@@ -38,6 +41,7 @@ from managed_ledger.errors import (
     storage_error,
 )
 from managed_ledger.framing import FRAME_SIZE, encode_frame
+from managed_ledger.ledger_files import LedgerFiles, max_open_files
 from managed_ledger.metadata import MetadataStore
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files
@@ -83,9 +87,16 @@ class ManagedLedger:
     """Use `await ManagedLedger.open(...)`; one instance per topic per process."""
 
     def __init__(
-        self, name: str, directory: Path, store: MetadataStore, config: ManagedLedgerConfig
+        self,
+        name: str,
+        directory: Path,
+        store: MetadataStore,
+        config: ManagedLedgerConfig,
+        files: LedgerFiles | None = None,
     ):
         self.name = name
+        # Shared by every ledger of a broker; a ledger opened alone gets its own.
+        self.files = files if files is not None else LedgerFiles(max_open_files(config))
         self.directory = directory
         self.store = store
         self.config = config
@@ -120,13 +131,13 @@ class ManagedLedger:
         directory: Path,
         store: MetadataStore,
         config: ManagedLedgerConfig | None = None,
+        files: LedgerFiles | None = None,
     ) -> ManagedLedger:
-        ledger = cls(name, directory, store, config or ManagedLedgerConfig())
+        ledger = cls(name, directory, store, config or ManagedLedgerConfig(), files)
         await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
         return ledger
 
     def _recover(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         meta = self.store.get_json(LEDGERS_DB, self.name) or {"next_ledger_id": 0, "ledgers": []}
         self._next_ledger_id = meta["next_ledger_id"]
         for data in meta["ledgers"]:
@@ -134,7 +145,7 @@ class ManagedLedger:
             if not info.closed:
                 # The ledger that was open when the process stopped: scan it and
                 # cut what a crash may have torn.
-                segment = Segment.recover(info.ledger_id, self._path(info.ledger_id))
+                segment = Segment.recover(info.ledger_id, self._path(info.ledger_id), self.files)
                 info.entries, info.size, info.closed = segment.entry_count, segment.size, True
             if info.entries == 0:
                 delete_files(self._path(info.ledger_id))
@@ -152,11 +163,9 @@ class ManagedLedger:
         if self._ledgers:
             last = self._ledgers.peekitem(-1)[1]
             self.last_confirmed = Position(last.ledger_id, last.entries - 1)
-        self._adopt_new_ledger(
-            Segment.create(self._next_ledger_id, self._path(self._next_ledger_id))
-        )
-        if not self._ledgers or self.last_confirmed == EARLIEST:
-            self.last_confirmed = Position(self._current.ledger_id, -1)
+        else:
+            # Nothing yet: the first entry will be entry 0 of the next ledger.
+            self.last_confirmed = Position(self._next_ledger_id, -1)
         for key, value in self.store.scan_prefix(CURSORS_DB, self._cursor_prefix()):
             cursor = ManagedCursor.from_json(self, key[len(self._cursor_prefix()) :], value)
             self.cursors[cursor.name] = cursor
@@ -164,18 +173,19 @@ class ManagedLedger:
     def _path(self, ledger_id: int) -> Path:
         return self.directory / f"{ledger_id:016x}.log"
 
-    def _adopt_new_ledger(self, segment: Segment) -> None:
+    async def _adopt_new_ledger(self, segment: Segment) -> None:
         """Make a freshly created segment the current ledger, durably listed first.
 
-        Runs on the event loop (or in _recover, before anyone else holds the
-        ledger): the ledger list and the current segment are loop state.
+        Runs on the event loop: the ledger list and the current segment are loop
+        state. The list's fsync is shared with other ledgers adopting at once.
         """
         ledger_id = segment.ledger_id
         assert ledger_id == self._next_ledger_id, (ledger_id, self._next_ledger_id)
         self._next_ledger_id = ledger_id + 1
         self._ledgers[ledger_id] = LedgerInfo(ledger_id, 0, 0, int(time.time() * 1000), False)
         try:
-            self._persist_ledger_list()
+            self._put_ledger_list()
+            await self.store.sync_async()
         except BaseException:
             # Not listed, so never written to: forget it and remove its file.
             del self._ledgers[ledger_id]
@@ -186,6 +196,10 @@ class ManagedLedger:
         self._current = segment
 
     def _persist_ledger_list(self) -> None:
+        self._put_ledger_list()
+        self.store.sync()
+
+    def _put_ledger_list(self) -> None:
         self.store.put_json(
             LEDGERS_DB,
             self.name,
@@ -194,7 +208,6 @@ class ManagedLedger:
                 "ledgers": [info.to_json() for info in self._ledgers.values()],
             },
         )
-        self.store.sync()
 
     # ------------------------------------------------------------ state
 
@@ -239,7 +252,9 @@ class ManagedLedger:
             else:
                 info = self._ledgers[current.ledger_id]
                 info.entries, info.size, info.closed = current.entry_count, current.size, True
-                self._persist_ledger_list()
+                # Shared with other ledgers closing at once (a broker unloading topics).
+                self._put_ledger_list()
+                await self.store.sync_async()
         for segment in self._segments.values():
             segment.release()
         self._transition(LedgerState.CLOSED)
@@ -282,6 +297,8 @@ class ManagedLedger:
 
     def _should_roll_over(self) -> bool:
         current = self._current
+        if current is None:
+            return True  # no ledger file yet: the first append creates one
         if current.fenced:
             # The disk failed it: never written again (Segment.write asserts it).
             # The segment's own fence, not the state: a close keeps CLOSING.
@@ -298,7 +315,8 @@ class ManagedLedger:
         while self._pending:
             if self._should_roll_over():
                 old = self._current
-                self._writer_reached(LedgerState.CLOSING_LEDGER)
+                if old is not None:
+                    self._writer_reached(LedgerState.CLOSING_LEDGER)
                 try:
                     await self._roll_over()
                 except Exception as error:
@@ -306,7 +324,9 @@ class ManagedLedger:
                     # the rollover. Fail what is queued rather than leave it waiting.
                     log.error("%s: rollover failed: %s", self.name, error)
                     self._writer_reached(
-                        LedgerState.FENCED if old.fenced else LedgerState.WRITE_FAILED
+                        LedgerState.FENCED
+                        if old is not None and old.fenced
+                        else LedgerState.WRITE_FAILED
                     )
                     what = f"rollover of {self.name} failed"
                     self._fail_pending(
@@ -391,26 +411,30 @@ class ManagedLedger:
         self._release_pending(failed_bytes)
 
     async def _roll_over(self) -> None:
+        """Seal the current ledger (if any) and start the next one."""
         old = self._current
         ledger_id = self._next_ledger_id
         path = self._path(ledger_id)
 
         def seal_and_create() -> Segment:
-            # Blocking I/O only. The old segment keeps its descriptor: readers on
-            # the loop may be reading it right now.
-            old.seal()
-            return Segment.create(ledger_id, path)
+            # Blocking I/O only. Readers on the loop may be reading the old
+            # segment right now: the file cache keeps its descriptor while they do.
+            if old is not None:
+                old.seal()
+            return Segment.create(ledger_id, path, self.files)
 
         segment = await asyncio.get_running_loop().run_in_executor(None, seal_and_create)
-        info = self._ledgers[old.ledger_id]
-        info.entries, info.size, info.closed = old.entry_count, old.size, True
-        self._adopt_new_ledger(segment)
-        log.info(
-            "%s: rolled over from ledger %d to %d",
-            self.name,
-            old.ledger_id,
-            self._current.ledger_id,
-        )
+        if old is not None:
+            info = self._ledgers[old.ledger_id]
+            info.entries, info.size, info.closed = old.entry_count, old.size, True
+        await self._adopt_new_ledger(segment)
+        if old is not None:
+            log.info(
+                "%s: rolled over from ledger %d to %d",
+                self.name,
+                old.ledger_id,
+                self._current.ledger_id,
+            )
 
     # ------------------------------------------------------------ listeners
 
@@ -454,7 +478,7 @@ class ManagedLedger:
     def _segment(self, ledger_id: int) -> Segment:
         segment = self._segments.get(ledger_id)
         if segment is None:
-            segment = Segment.open_closed(ledger_id, self._path(ledger_id))
+            segment = Segment.open_closed(ledger_id, self._path(ledger_id), self.files)
             self._segments[ledger_id] = segment
         return segment
 
@@ -511,6 +535,8 @@ class ManagedLedger:
 
     def first_position(self) -> Position:
         """The position just before the oldest retained entry (an 'earliest' start)."""
+        if not self._ledgers:
+            return Position(self._next_ledger_id, -1)  # nothing written yet
         first_ledger = self._ledgers.peekitem(0)[0]
         return Position(first_ledger, -1)
 
@@ -608,8 +634,11 @@ class ManagedLedger:
             slowest = min(slowest, self._trim_floor())
         now_ms = time.time() * 1000
         deleted = []
+        newest = self._ledgers.peekitem(-1)[0] if self._ledgers else None
         for ledger_id, info in list(self._ledgers.items()):
-            if self._current is not None and ledger_id == self._current.ledger_id:
+            # The current ledger stays; so does the newest while none is current
+            # (before the first append of this run), which holds the LAC.
+            if ledger_id == newest:
                 break
             if slowest < Position(ledger_id, info.entries - 1):
                 break
@@ -655,7 +684,8 @@ class ManagedLedger:
 
     @property
     def current_ledger_id(self) -> int:
-        return self._current.ledger_id
+        """The ledger appends go to: the next one while no ledger file is open."""
+        return self._current.ledger_id if self._current is not None else self._next_ledger_id
 
     @property
     def total_size(self) -> int:

@@ -5,6 +5,9 @@ index is written beside the file (`.idx`), so reopening a closed ledger reads on
 small file instead of scanning the log. A ledger without an index (the one that
 was open when the process died) is scanned, and its torn or corrupt tail is cut at
 the last valid entry.
+
+A segment holds no file descriptor of its own: it borrows one from the broker's
+LedgerFiles cache for each read, write or seal, so idle ledgers keep no file open.
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ import errno
 import logging
 import os
 from array import array
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from managed_ledger import disk
 from managed_ledger.errors import CorruptEntryError
 from managed_ledger.framing import decode_frame, scan_frames
+from managed_ledger.ledger_files import LedgerFiles, open_file
+
+# Ledgers opened without a cache of their own (tools, unit tests) share this one.
+_SHARED_FILES = LedgerFiles(256)
 
 log = logging.getLogger(__name__)
 
 
 def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fd = open_file(directory, os.O_RDONLY, _SHARED_FILES.max_open)
     try:
         os.fsync(fd)
     finally:
@@ -33,14 +41,22 @@ def _fsync_directory(directory: Path) -> None:
 class Segment:
     """The file of one ledger. Appends are done by the ledger's writer only."""
 
-    def __init__(self, ledger_id: int, path: Path, offsets: array, size: int, closed: bool):
+    def __init__(
+        self,
+        ledger_id: int,
+        path: Path,
+        offsets: array,
+        size: int,
+        closed: bool,
+        files: LedgerFiles | None = None,
+    ):
         self.ledger_id = ledger_id
         self.path = path
+        self._files = files if files is not None else _SHARED_FILES
         # offsets[i] is where entry i starts; offsets[-1] == size (the end sentinel).
         self._offsets = offsets
         self._size = size
         self.closed = closed
-        self._fd: int | None = None
         self._tail_uncut = False  # bytes of a failed write not yet cut off
         # Set when the disk failed a write or an fsync of this file: it takes no
         # more appends and the ledger rolls over (see write()).
@@ -59,16 +75,18 @@ class Segment:
         return self._size
 
     @classmethod
-    def create(cls, ledger_id: int, path: Path) -> Segment:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
-        os.fsync(fd)
+    def create(cls, ledger_id: int, path: Path, files: LedgerFiles | None = None) -> Segment:
+        """A new empty ledger file, its directory entry durable (so are the bytes the
+        writer fdatasyncs into it later); its descriptor is left to the cache."""
+        files = files if files is not None else _SHARED_FILES
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = open_file(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, files.max_open)
+        os.close(fd)
         _fsync_directory(path.parent)
-        segment = cls(ledger_id, path, array("q", [0]), 0, closed=False)
-        segment._fd = fd
-        return segment
+        return cls(ledger_id, path, array("q", [0]), 0, closed=False, files=files)
 
     @classmethod
-    def open_closed(cls, ledger_id: int, path: Path) -> Segment:
+    def open_closed(cls, ledger_id: int, path: Path, files: LedgerFiles | None = None) -> Segment:
         """Open a ledger that was closed cleanly (its index exists), else recover it."""
         index_path = path.with_suffix(".idx")
         if index_path.exists() and path.exists():
@@ -79,12 +97,12 @@ class Segment:
             if len(raw) % offsets.itemsize == 0:
                 offsets.frombytes(raw)
                 if len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == size:
-                    return cls(ledger_id, path, offsets, size, closed=True)
+                    return cls(ledger_id, path, offsets, size, closed=True, files=files)
             log.warning("ledger %d: index does not match the file; scanning it", ledger_id)
-        return cls.recover(ledger_id, path)
+        return cls.recover(ledger_id, path, files)
 
     @classmethod
-    def recover(cls, ledger_id: int, path: Path) -> Segment:
+    def recover(cls, ledger_id: int, path: Path, files: LedgerFiles | None = None) -> Segment:
         """Scan the file, cut any torn or corrupt tail, and close it with an index."""
         if not path.exists():
             log.warning("ledger %d: file %s is missing; treating it as empty", ledger_id, path)
@@ -107,20 +125,22 @@ class Segment:
                 handle.truncate(end)
                 handle.flush()
                 os.fsync(handle.fileno())
-        segment = cls(ledger_id, path, offsets, end, closed=False)
+        segment = cls(ledger_id, path, offsets, end, closed=False, files=files)
         segment.close()
         return segment
 
-    def _descriptor(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY if self.closed else os.O_RDWR)
-        return self._fd
+    def _descriptor(self) -> AbstractContextManager[int]:
+        """A descriptor borrowed from the cache: `with self._descriptor() as fd:`."""
+        return self._files.open(self.path, writable=not self.closed)
 
     def write(self, frames: list[bytes], fsync: bool) -> None:
         """Write frames at the end and make them durable. Runs off the event loop."""
         assert not self.closed, f"write to closed ledger {self.ledger_id}"
         data = b"".join(frames)
-        fd = self._descriptor()
+        with self._descriptor() as fd:
+            self._write(fd, data, fsync)
+
+    def _write(self, fd: int, data: bytes, fsync: bool) -> None:
         if self._tail_uncut:
             # A failed batch's bytes are still past the committed size: a write
             # now could leave some of its frames whole, and durable, behind it.
@@ -182,7 +202,8 @@ class Segment:
         assert 0 <= first <= last < self.entry_count, (first, last, self.entry_count)
         start = self._offsets[first]
         end = self._offsets[last + 1]
-        data = os.pread(self._descriptor(), end - start, start)
+        with self._descriptor() as fd:
+            data = os.pread(fd, end - start, start)
         if len(data) != end - start:
             raise CorruptEntryError(f"ledger {self.ledger_id}: short read at offset {start}")
         view = memoryview(data)
@@ -202,15 +223,15 @@ class Segment:
     def seal(self) -> None:
         """Make the file durable, write its offset index, and stop accepting appends.
 
-        The descriptor stays open: readers on the event loop may be using it while
-        this runs in a worker thread. release() closes it, on the loop.
+        Readers on the event loop may be using the descriptor while this runs in a
+        worker thread: the cache closes it only once no one holds it.
         """
         if not self.closed:
-            fd = self._descriptor()
-            if os.fstat(fd).st_size != self._size:
-                # Bytes of a failed write that could not be cut at the time.
-                os.ftruncate(fd, self._size)
-            disk.current().fsync(fd)
+            with self._descriptor() as fd:
+                if os.fstat(fd).st_size != self._size:
+                    # Bytes of a failed write that could not be cut at the time.
+                    os.ftruncate(fd, self._size)
+                disk.current().fsync(fd)
             tmp = self.index_path.with_suffix(".idx.tmp")
             with open(tmp, "wb") as handle:
                 handle.write(self._offsets.tobytes())
@@ -221,9 +242,8 @@ class Segment:
             self.closed = True
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Close the file's descriptor (now, or once its current user lets go)."""
+        self._files.close(self.path)
 
     def delete(self) -> None:
         self.release()

@@ -348,8 +348,10 @@ async def test_rollover_by_size_starts_a_new_ledger_once_the_limit_is_reached(ha
 async def test_rollover_by_age_starts_a_new_ledger_once_the_ledger_is_old_enough(harness, clock):
     ledger = await harness.open(ManagedLedgerConfig(fsync=False, max_ledger_age_s=60.0))
     first = ledger.current_ledger_id
+    # A ledger's age counts from its first append, which creates it.
+    assert await ledger.append(header(0), payload(0)) == Position(first, 0)
     clock.now += 59.0
-    assert await append_many(ledger, range(2)) == [Position(first, 0), Position(first, 1)]
+    assert await ledger.append(header(1), payload(1)) == Position(first, 1)
     clock.now += 1.0
     assert await ledger.append(header(2), payload(2)) == Position(first + 1, 0)
     clock.now += 59.0
@@ -448,9 +450,9 @@ async def test_reopening_an_empty_ledger_leaves_no_empty_ledgers_behind(harness)
     await append_many(ledger, range(2))
     for _ in range(3):
         ledger = await harness.reopen(ledger)
-    # The ledger with the entries and the current one; empty ones were dropped.
-    assert len(ledger.ledger_ids()) == 2
-    assert len(list(harness.directory.glob("*.log"))) == 2
+    # Only the ledger with the entries: opening creates no ledger file.
+    assert len(ledger.ledger_ids()) == 1
+    assert len(list(harness.directory.glob("*.log"))) == 1
     assert sequence_ids(read_all(ledger)) == [0, 1]
 
 
@@ -661,7 +663,7 @@ async def test_failed_rollover_fails_queued_appends_and_the_next_append_retries_
     await append_many(ledger, range(2))
     real_create = Segment.create.__func__
 
-    def create_fails_once(cls, ledger_id, path):
+    def create_fails_once(cls, ledger_id, path, files=None):
         monkeypatch.setattr(Segment, "create", classmethod(real_create))
         raise OSError(errno.EMFILE, "Too many open files")
 
@@ -792,10 +794,10 @@ async def test_a_rollover_is_closing_ledger_until_the_next_ledger_is_adopted(har
     real_create = Segment.create.__func__
     creating, release = threading.Event(), threading.Event()
 
-    def gated_create(cls, ledger_id, path):
+    def gated_create(cls, ledger_id, path, files=None):
         creating.set()
         assert release.wait(10), "the test never released the rollover"
-        return real_create(cls, ledger_id, path)
+        return real_create(cls, ledger_id, path, files)
 
     monkeypatch.setattr(Segment, "create", classmethod(gated_create))
     appending = asyncio.create_task(ledger.append(header(1), payload(1)))
@@ -814,7 +816,7 @@ async def test_a_failed_rollover_of_a_full_ledger_leaves_it_write_failed(harness
     await ledger.append(header(0), payload(0))
     real_create = Segment.create.__func__
 
-    def create_fails_once(cls, ledger_id, path):
+    def create_fails_once(cls, ledger_id, path, files=None):
         monkeypatch.setattr(Segment, "create", classmethod(real_create))
         raise OSError(errno.ENOSPC, "No space left on device")
 
