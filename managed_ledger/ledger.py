@@ -668,6 +668,19 @@ class ManagedLedger:
 
     # ------------------------------------------------------------ stats
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or being written and no cursor waiting to be written."""
+        return (
+            not self._pending
+            and (self._writer is None or self._writer.done())
+            and not self._dirty_cursors
+        )
+
+    @property
+    def listener_count(self) -> int:
+        return len(self._listeners)
+
     def ledger_infos(self) -> list[LedgerInfo]:
         infos = []
         for info in self._ledgers.values():

@@ -106,6 +106,7 @@ CODES: dict[str, type[StableLineError]] = {
     "TooManyConsumers": LimitExceeded,
     "TooManyTransactions": LimitExceeded,
     "TooManyConnections": LimitExceeded,
+    "TooManyOpenFiles": LimitExceeded,
     "StorageFull": StorageFull,
     "StorageError": StorageError,
 }

@@ -112,6 +112,7 @@ class TransactionBuffer:
         self.snapshots = SnapshotStore(ledger.store, ledger.name)
         self.snapshot_policy = snapshot_policy or SnapshotPolicy()
         self.recovered_from_snapshot = False
+        self._snapshot_loaded = False
         self.last_snapshot_ms = 0
         self.last_snapshot_bytes = 0
         self.last_snapshot_write_ms = 0.0
@@ -129,14 +130,24 @@ class TransactionBuffer:
 
     # ------------------------------------------------------------ recovery
 
+    def load_snapshot(self) -> None:
+        """Take the last usable snapshot's state, at once (no log is read): from here
+        READ_COMMITTED reads up to the stable position it recorded, so a topic
+        loaded on first use never shows an earlier one. recover() does it if no one
+        did; a second call does nothing."""
+        if self._snapshot_loaded:
+            return
+        self._snapshot_loaded = True
+        snapshot = self._usable_snapshot()
+        if snapshot is not None:
+            self._load(snapshot)
+
     async def recover(self) -> None:
         """Load the last snapshot and replay the log after it (all of it when there is
         no usable snapshot) to rebuild ongoing, aborted and the stable position; READY."""
         started = time.monotonic()
-        log.info("%s: transaction buffer recovery started", self.ledger.name)
-        snapshot = self._usable_snapshot()
-        if snapshot is not None:
-            self._load(snapshot)
+        log.debug("%s: transaction buffer recovery started", self.ledger.name)
+        self.load_snapshot()
         await reach(self.failpoint, BUFFER_RECOVERY, self.ledger.name)
         position = self.applied_position.next_in_ledger()
         # Read until caught up with the LAC, appends made meanwhile included (the
@@ -155,7 +166,8 @@ class TransactionBuffer:
         self._ready.set()
         if self._changes:
             self._arm_snapshot_timer()
-        log.info(
+        log.log(
+            logging.INFO if self.replayed_entries or self.ongoing else logging.DEBUG,
             "%s: transaction buffer ready after replaying %d entries (%s) in %.1f ms "
             "(%d ongoing, %d aborted, maxReadPosition %s)",
             self.ledger.name,
@@ -440,6 +452,17 @@ class TransactionBuffer:
         return entries, max(int(time.time() * 1000) - read[0].header.publish_time_ms, 0)
 
     # ------------------------------------------------------------ appends and ends
+
+    @property
+    def idle(self) -> bool:
+        """READY with no transaction open, appending or ending here: closing the
+        buffer now (with its snapshot) loses nothing a reload would not rebuild."""
+        return (
+            self.state is BufferState.READY
+            and not self.ongoing
+            and not self._in_flight
+            and not self._ending
+        )
 
     async def wait_ready(self) -> None:
         """Until recovery has rebuilt the state (producers' sequences included)."""

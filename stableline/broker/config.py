@@ -53,6 +53,11 @@ class BrokerConfig:
     # begun or ended there) or this long after the first change since the last one.
     txn_snapshot_every_changes: int = 1000
     txn_snapshot_interval_s: float = 5.0
+    # A loaded topic with no producer, consumer, open transaction or write in flight,
+    # unused for this long, is closed (its name stays listed; the next use loads it
+    # again): idle topics then hold no memory beyond their name and no open file
+    # [Pulsar: topics unload with their bundle]. 0: never unload.
+    inactive_topic_unload_s: float = 60.0
     # Crash tests only: failpoints to pause at (stableline/broker/failpoints.py).
     failpoints: str = ""
     # Security, all off by default (stableline/broker/security). TLS on both ports
@@ -135,6 +140,12 @@ def load_config(
     for name in LIMIT_KEYS:
         if getattr(config, name) < 1:
             raise ValueError(f"config {name} must be >= 1, got {getattr(config, name)}")
+    for name, value in (
+        ("max_open_ledger_files", config.ledger.max_open_ledger_files),
+        ("inactive_topic_unload_s", config.inactive_topic_unload_s),
+    ):
+        if value < 0:
+            raise ValueError(f"config {name} must be >= 0 (0: automatic/never), got {value}")
     return config
 
 

@@ -7,6 +7,9 @@ parsing messages meant for people.
 
 from __future__ import annotations
 
+import errno
+import resource
+
 import grpc
 
 from dispatcher import (
@@ -17,7 +20,13 @@ from dispatcher import (
     SubscriptionClosedError,
     TooManyConsumersError,
 )
-from managed_ledger import EntryTooLargeError, LedgerClosedError, StorageError, StorageFullError
+from managed_ledger import (
+    EntryTooLargeError,
+    LedgerClosedError,
+    StorageError,
+    StorageFullError,
+    TooManyOpenFilesError,
+)
 from stableline.broker.registry import TopicNotFoundError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
@@ -52,6 +61,7 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
     # Before StorageError, its base: a full disk is a quota the operator can lift.
     (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED, "StorageFull"),
+    (TooManyOpenFilesError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyOpenFiles"),
     (StorageError, grpc.StatusCode.UNAVAILABLE, "StorageError"),
     (TransactionEndedError, grpc.StatusCode.FAILED_PRECONDITION, "TransactionEnded"),
     (TransactionNotFoundError, grpc.StatusCode.NOT_FOUND, "TransactionNotFound"),
@@ -68,6 +78,15 @@ def classify(error: BaseException) -> BrokerError:
     for kind, status, code in _MAPPING:
         if isinstance(error, kind):
             return BrokerError(status, code, str(error))
+    if isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE):
+        # Out of descriptors outside the ledger files (a snapshot, an index file).
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return BrokerError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "TooManyOpenFiles",
+            f"too many open files ({error}); the broker's open-files limit is {soft} "
+            f"(hard limit {hard}): raise it (ulimit -n) or lower max_open_ledger_files",
+        )
     return BrokerError(grpc.StatusCode.INTERNAL, "Internal", f"internal error: {error}")
 
 

@@ -1,4 +1,25 @@
-"""The broker's topics: created on first use, loaded from the metadata store on start.
+"""The broker's topics: known from the metadata store, loaded on first use, unloaded
+when idle.
+
+Promises:
+- Every topic ever created and not deleted is listed (names(), exists()) from the
+  metadata store, loaded or not; start-up reads the names and loads nothing else,
+  so the broker is healthy in about the same time whatever the number of topics.
+- A topic is loaded by the first request that names it: its ledger metadata and
+  cursors, and its transaction buffer's snapshot, before anyone sees it (so a
+  READ_COMMITTED reader never sees a stable position earlier than the snapshot's);
+  the log after the snapshot is replayed in the background (Topic.start_recovery).
+- A topic that may hold transactions the coordinator must settle is loaded at
+  start, in the background: every topic loaded by a run that did not close it
+  cleanly (a crash), and every topic closed with transactions still open. Its
+  `recover:` mark is written when it is loaded and made durable by the ledger
+  list's fsync that precedes the run's first append to it; a clean close of an
+  idle topic removes it.
+- An idle topic (Topic.idle) unused for `inactive_topic_unload_s` is closed and
+  forgotten, so it costs its name in memory and no open file; the next request
+  loads it again. A load waits for an unload of the same topic under way.
+- Ledger files of every topic share one LedgerFiles cache of
+  `max_open_ledger_files` descriptors.
 
 A namespace exists once a topic was created in it (it stays when its topics are
 deleted, as a Pulsar namespace does) or when it is `public/default`, which every
@@ -8,12 +29,15 @@ broker has from the start, as Pulsar's standalone does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dispatcher import DispatchLimits
-from managed_ledger import ManagedLedger, MetadataStore
+from managed_ledger import LedgerFiles, ManagedLedger, MetadataStore
+from managed_ledger.ledger_files import max_open_files
 from stableline.broker.config import BrokerConfig
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
@@ -26,6 +50,12 @@ TOPICS_DB = b"broker"
 _TOPIC_PREFIX = "topic:"
 _NAMESPACE_PREFIX = "namespace:"
 DEFAULT_NAMESPACE = "public/default"
+# Loaded by a run and not (yet) closed idle: load at the next start (see above).
+_RECOVER_PREFIX = "recover:"
+# Topics loaded at once by the start's background recovery.
+START_LOAD_CONCURRENCY = 8
+# Idle topics closed at once (their ledgers' seals share fsyncs of the store).
+UNLOAD_CONCURRENCY = 64
 
 
 class TopicNotFoundError(LookupError):
@@ -36,8 +66,11 @@ class TopicRegistry:
     def __init__(self, config: BrokerConfig, store: MetadataStore):
         self.config = config
         self.store = store
+        self.files = LedgerFiles(max_open_files(config.ledger))
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Task] = {}
+        self._unloading: dict[str, asyncio.Task] = {}
+        self._last_used: dict[str, float] = {}
         # Given to every topic loaded from now on (see Topic.on_recovered, failpoints).
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
         self.failpoint: Failpoint | None = None
@@ -58,6 +91,11 @@ class TopicRegistry:
         )
         # Topics written before namespaces were recorded still make theirs exist.
         self._namespaces.update(TopicName.parse(key).namespace_path for key in self._known)
+        self._marked: set[str] = {
+            key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _RECOVER_PREFIX)
+        }
+        self._background: list[asyncio.Task] = []
+        self.unloaded_total = 0
 
     def _directory(self, name: TopicName) -> Path:
         return self.config.ledgers_dir / name.tenant / name.namespace / name.local_name
@@ -73,6 +111,9 @@ class TopicRegistry:
         """True for public/default and for every namespace a topic was ever created in."""
         return namespace in self._namespaces
 
+    def count(self) -> int:
+        return len(self._known)
+
     def loaded(self) -> list[Topic]:
         return list(self._topics.values())
 
@@ -81,32 +122,45 @@ class TopicRegistry:
 
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
-        topic = self._topics.get(key)
-        if topic is not None:
-            return topic
-        if not create and key not in self._known:
-            raise TopicNotFoundError(f"topic {key} does not exist")
+        while True:
+            topic = self._topics.get(key)
+            if topic is not None:
+                self._last_used[key] = time.monotonic()
+                return topic
+            if not create and key not in self._known:
+                raise TopicNotFoundError(f"topic {key} does not exist")
+            unloading = self._unloading.get(key)
+            if unloading is None:
+                break
+            await asyncio.shield(unloading)
         task = self._loading.get(key)
         if task is None:
-            task = asyncio.create_task(self._load(name))
+            task = asyncio.create_task(self._load(name), name=f"load:{key}")
             self._loading[key] = task
-        try:
-            return await asyncio.shield(task)
-        finally:
-            self._loading.pop(key, None)
+            task.add_done_callback(lambda _t: self._loading.pop(key, None))
+        topic = await asyncio.shield(task)
+        self._last_used[key] = time.monotonic()
+        return topic
 
     async def _load(self, name: TopicName) -> Topic:
         key = str(name)
         ledger = await ManagedLedger.open(
-            name.storage_name, self._directory(name), self.store, self.config.ledger
+            name.storage_name, self._directory(name), self.store, self.config.ledger, self.files
         )
         if key not in self._known:
             self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
-            self._known.add(key)
             if name.namespace_path not in self._namespaces:
                 self.store.put(TOPICS_DB, _NAMESPACE_PREFIX + name.namespace_path, b"")
                 self._namespaces.add(name.namespace_path)
+            # Concurrent creations share one fsync.
+            await self.store.sync_async()
+            self._known.add(key)
             log.info("created topic %s", key)
+        if key not in self._marked:
+            # Durable before this run appends to the topic: the append's new ledger
+            # file is listed with an fsync of the store first (ManagedLedger).
+            self.store.put(TOPICS_DB, _RECOVER_PREFIX + key, b"")
+            self._marked.add(key)
         topic = Topic(
             name,
             ledger,
@@ -121,20 +175,117 @@ class TopicRegistry:
         topic.start_recovery()
         return topic
 
-    async def load_all(self) -> None:
-        for key in sorted(self._known):
-            await self.get(TopicName.parse(key))
+    # ------------------------------------------------------------ start and unload
+
+    def start(self) -> None:
+        """Load in the background the topics the last run may have left transactions
+        in (see the module docstring); unload idle topics from now on."""
+        pending = sorted(self._marked & self._known)
+        if pending:
+            log.info(
+                "loading %d of %d topics in the background: the last run left them "
+                "open or with transactions to settle",
+                len(pending),
+                len(self._known),
+            )
+            self._background.append(
+                asyncio.create_task(self._load_marked(pending), name="load-marked-topics")
+            )
+        if self.config.inactive_topic_unload_s > 0:
+            self._background.append(
+                asyncio.create_task(self._unload_idle_forever(), name="unload-idle-topics")
+            )
+
+    async def _load_marked(self, names: list[str]) -> None:
+        queue = iter(names)
+
+        async def worker() -> None:
+            for key in queue:
+                try:
+                    topic = await self.get(TopicName.parse(key), create=False)
+                    await topic.wait_recovered()
+                except TopicNotFoundError:
+                    pass  # deleted meanwhile
+                except Exception as error:
+                    log.error("cannot load topic %s: %s", key, error)
+
+        await asyncio.gather(*(worker() for _ in range(START_LOAD_CONCURRENCY)))
+        log.info("background loading of %d topics done", len(names))
+
+    async def _unload_idle_forever(self) -> None:
+        idle_s = self.config.inactive_topic_unload_s
+        while True:
+            await asyncio.sleep(min(idle_s / 2, 10.0))
+            await self.unload_idle(idle_s)
+
+    async def unload_idle(self, idle_s: float) -> int:
+        """Close every topic idle and unused for `idle_s`; returns how many."""
+        deadline = time.monotonic() - idle_s
+        idle = [
+            key
+            for key, topic in self._topics.items()
+            if self._last_used.get(key, 0.0) <= deadline and topic.idle
+        ]
+        unloaded = 0
+        for first in range(0, len(idle), UNLOAD_CONCURRENCY):
+            chunk = idle[first : first + UNLOAD_CONCURRENCY]
+            results = await asyncio.gather(*(self._unload(key, deadline) for key in chunk))
+            unloaded += sum(results)
+        if unloaded:
+            log.info("unloaded %d idle topics (%d loaded)", unloaded, len(self._topics))
+        return unloaded
+
+    async def _unload(self, key: str, deadline: float) -> bool:
+        topic = self._topics.get(key)
+        if (
+            topic is None
+            or key in self._unloading
+            or self._last_used.get(key, 0.0) > deadline  # used since the scan
+            or not topic.idle
+        ):
+            return False
+        del self._topics[key]
+        self._last_used.pop(key, None)
+        task = asyncio.create_task(self._close_topic(key, topic), name=f"unload:{key}")
+        self._unloading[key] = task
+        try:
+            await asyncio.shield(task)
+        finally:
+            self._unloading.pop(key, None)
+        self.unloaded_total += 1
+        return True
+
+    async def _close_topic(self, key: str, topic: Topic) -> None:
+        clean = topic.idle
+        await topic.close()
+        if clean and key in self._marked:
+            # Closed with its snapshot and nothing open: the next start need not load it.
+            self.store.delete(TOPICS_DB, _RECOVER_PREFIX + key)
+            self._marked.discard(key)
 
     async def delete(self, name: TopicName) -> None:
         topic = await self.get(name, create=False)
+        key = str(name)
         await topic.delete()
-        self._topics.pop(str(name), None)
-        self._known.discard(str(name))
-        self.store.delete(TOPICS_DB, _TOPIC_PREFIX + str(name))
+        self._topics.pop(key, None)
+        self._last_used.pop(key, None)
+        self._known.discard(key)
+        self._marked.discard(key)
+        self.store.write_many(TOPICS_DB, {}, [_TOPIC_PREFIX + key, _RECOVER_PREFIX + key])
         for forget in self.on_deleted:
             await forget(name)
 
     async def close(self) -> None:
-        for topic in list(self._topics.values()):
-            await topic.close()
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._background.clear()
+        for task in list(self._loading.values()):
+            with contextlib.suppress(Exception):
+                await task
+        for key, topic in list(self._topics.items()):
+            await self._close_topic(key, topic)
         self._topics.clear()
+        self.files.close_all()

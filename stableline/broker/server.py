@@ -16,6 +16,7 @@ import functools
 import importlib.metadata
 import json
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -50,6 +51,8 @@ from txnbuffer import TransactionCoordinator, TransactionLimits
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
+# Below this open-files soft limit the banner warns: Kafka and Pulsar ask for 100,000+.
+LOW_OPEN_FILES_LIMIT = 65_536
 
 
 class StartupError(Exception):
@@ -76,6 +79,22 @@ def _data_dir_in_use(data_dir: Path, error: DataDirInUseError) -> StartupError:
         f"data dir {data_dir.resolve()} is in use by {holder}; stop that broker "
         f"or pass another --data-dir"
     )
+
+
+def raise_open_files_limit() -> int:
+    """Raise the open-files soft limit to the hard limit (Kafka and Pulsar ask
+    operators for a high one; many systems start processes at 1024). Returns the
+    soft limit in force afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
+        target = hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            # An unlimited hard limit may still be capped by the kernel (nr_open).
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -133,9 +152,12 @@ class Broker:
         self.grpc_port = 0
         self.http_port = 0
         self.connections = ConnectionTable(config.max_connections)
+        self.open_files_limit = 0
 
     async def start(self) -> None:
         config = self.config
+        # Before the ledger file cache sizes itself from it.
+        self.open_files_limit = raise_open_files_limit()
         security_settings = SecuritySettings.from_config(config)
         # The store first: it holds the data dir's lock (see lock_data_dir), so a
         # second owner is refused before anything else under the data dir is opened.
@@ -168,7 +190,9 @@ class Broker:
         self.registry.on_recovered = functools.partial(
             settle_leftovers, coordinator=self.coordinator, coordinator_ready=coordinator_ready
         )
-        await self.registry.load_all()
+        # Topics load on first use; those the last run may have left transactions
+        # in load in the background from here (TopicRegistry.start).
+        self.registry.start()
         await self.coordinator.recover()
         coordinator_ready.set()
 
@@ -316,6 +340,24 @@ def _log_banner(broker: Broker, took_s: float) -> None:
         "security: %s",
         "on (" + ", ".join(security) + ")" if security else "off (plaintext, no tokens)",
     )
+    registry = broker.registry
+    log.info(
+        "topics: %d known, %d loaded at start, the rest on first use; "
+        "ledger files open at most: %d",
+        registry.count(),
+        len(registry.loaded()),
+        registry.files.max_open,
+    )
+    limit = broker.open_files_limit
+    if limit != resource.RLIM_INFINITY and limit < LOW_OPEN_FILES_LIMIT:
+        log.warning(
+            "open files: the limit is %d even at its hard limit; topics beyond what "
+            "max_open_ledger_files (%d) keeps open cost a reopen each, and connections "
+            "share the rest. Raise it (ulimit -n, systemd LimitNOFILE=) to at least %d",
+            limit,
+            registry.files.max_open,
+            LOW_OPEN_FILES_LIMIT,
+        )
 
 
 async def serve(config: BrokerConfig) -> None:

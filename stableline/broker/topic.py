@@ -125,17 +125,28 @@ class Topic:
             )
 
     def start_recovery(self) -> None:
-        """Recover the transaction buffer in the background. Meanwhile the topic
-        serves: READ_UNCOMMITTED reads the log, READ_COMMITTED reads up to the stable
-        position recovered so far, transactional appends wait until READY."""
+        """Take the buffer's snapshot now, replay the log after it in the background.
+        Meanwhile the topic serves: READ_UNCOMMITTED reads the log, READ_COMMITTED
+        reads up to the stable position recovered so far (never less than the
+        snapshot's), transactional appends wait until READY."""
+        self.buffer.load_snapshot()
         self._recovery = asyncio.create_task(self.recover(), name=f"recover:{self.name}")
 
     async def recover(self) -> None:
         await self.buffer.recover()
         # The stable position may have moved past what was durable at open.
         self._on_append()
+        # Retention catches up with what became deletable while the topic was not
+        # loaded (it runs as cursors move, and nothing moved them meanwhile).
+        self.ledger.trim()
         if self.on_recovered is not None:
             await self.on_recovered(self)
+
+    async def wait_recovered(self) -> None:
+        """Until the background recovery (and the settling it triggers) is done."""
+        if self._recovery is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._recovery)
 
     async def _stop_recovery(self) -> None:
         if self._recovery is not None and not self._recovery.done():
@@ -143,6 +154,28 @@ class Topic:
         if self._recovery is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._recovery
+
+    @property
+    def idle(self) -> bool:
+        """No producer, consumer, reader waiting, transaction or write in flight:
+        closing the topic now loses nothing, and loading it again rebuilds it all
+        from its ledger, cursors and snapshot."""
+        return (
+            not self.producers
+            and not self._appending
+            and not self._background
+            and self._recovery is not None
+            and self._recovery.done()
+            and self.buffer.idle
+            and self.ledger.idle
+            # Its own LAC listener only: a long-polling Fetch adds one while it waits.
+            and self.ledger.listener_count <= 1
+            and all(
+                # Entries held for an open transaction's ack live only in memory.
+                not subscription.consumers and not subscription._held_for_txn
+                for subscription in self.subscriptions.values()
+            )
+        )
 
     def read_view(self, level: IsolationLevel) -> ReadView:
         """What a reader at this isolation level may see."""
