@@ -634,11 +634,8 @@ class ManagedLedger:
             slowest = min(slowest, self._trim_floor())
         now_ms = time.time() * 1000
         deleted = []
-        newest = self._ledgers.peekitem(-1)[0] if self._ledgers else None
         for ledger_id, info in list(self._ledgers.items()):
-            # The current ledger stays; so does the newest while none is current
-            # (before the first append of this run), which holds the LAC.
-            if ledger_id == newest:
+            if self._current is not None and ledger_id == self._current.ledger_id:
                 break
             if slowest < Position(ledger_id, info.entries - 1):
                 break

@@ -171,6 +171,19 @@ class BrokerProcess:
         return process_cpu_seconds(self.process.pid)
 
 
+def open_files_limited(limit: int) -> list[str]:
+    """`interpreter_args` that start the broker with its open-files soft and hard
+    limits both at `limit` (as `prlimit --nofile=N:N` would), so raising the soft
+    limit at start cannot help: for tests and benchmarks of running out of files."""
+    code = (
+        "import resource, runpy, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+        "sys.argv = ['stableline', *sys.argv[3:]]; "
+        "runpy.run_module('stableline', run_name='__main__', alter_sys=True)"
+    )
+    return ["-c", code]
+
+
 @contextlib.contextmanager
 def temporary_broker(parent: Path, prefix: str = "broker-", **options) -> Iterator[BrokerProcess]:
     """A started broker on a fresh data dir under `parent`, stopped and removed after.

@@ -25,11 +25,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def CreateTopic(self, request, context) -> pb.CreateTopicResponse:
         try:
             name = TopicName.parse(request.topic)
-            existed = self.registry.exists(name)
-            await self.registry.get(name)
+            created = await self.registry.create(name)  # loaded on first use
         except Exception as error:
             await abort(context, error)
-        return pb.CreateTopicResponse(topic=str(name), created=not existed)
+        return pb.CreateTopicResponse(topic=str(name), created=created)
 
     async def DeleteTopic(self, request, context) -> pb.DeleteTopicResponse:
         try:
