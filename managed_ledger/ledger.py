@@ -38,6 +38,7 @@ from managed_ledger.errors import (
     EntryTooLargeError,
     LedgerClosedError,
     ManagedLedgerError,
+    TooManyOpenFilesError,
     storage_error,
 )
 from managed_ledger.framing import FRAME_SIZE, encode_frame
@@ -319,6 +320,14 @@ class ManagedLedger:
                     self._writer_reached(LedgerState.CLOSING_LEDGER)
                 try:
                     await self._roll_over()
+                except TooManyOpenFilesError as error:
+                    # A limit, not a disk fault (never FENCED for it): the next
+                    # append retries the rollover once descriptors are free again.
+                    log.error("%s: rollover failed: %s", self.name, error)
+                    if old is not None:
+                        self._writer_reached(LedgerState.WRITE_FAILED)
+                    self._fail_pending(error)
+                    return
                 except Exception as error:
                     # Nothing was written to the new ledger; the next append retries
                     # the rollover. Fail what is queued rather than leave it waiting.
@@ -354,6 +363,15 @@ class ManagedLedger:
             first_entry_id = segment.entry_count
             try:
                 await loop.run_in_executor(None, segment.write, frames, self.config.fsync)
+            except TooManyOpenFilesError as error:
+                # No descriptor, so nothing was written: the batch fails, the ledger
+                # is as it was.
+                log.error("%s: append failed: %s", self.name, error)
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(error)
+                self._release_pending(batch_bytes)
+                continue
             except OSError as error:
                 # Offsets were not published, so the next write lands on the same
                 # offset and overwrites whatever part of this one reached the disk.

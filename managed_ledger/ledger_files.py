@@ -13,8 +13,9 @@ Promises:
 - At most `max_open` descriptors stay open when none is in use; more only while
   more than that are in use at once (each is closed as its last user lets go).
 - A descriptor is never closed while a `with` block holds it.
-- Running out of descriptors raises TooManyOpenFilesError naming the limits,
-  never a bare OSError.
+- Running out of descriptors first closes every unused one and tries again; if
+  that fails it raises TooManyOpenFilesError naming the limits, never a bare
+  OSError.
 - Thread-safe: segments write and seal in worker threads and read on the loop.
 
 Closing a descriptor loses nothing: a ledger's bytes are made durable by its
@@ -113,7 +114,7 @@ class LedgerFiles:
             if held is None:
                 self._make_room()
                 flags = os.O_RDWR if writable else os.O_RDONLY
-                held = _Open(open_file(key, flags, self.max_open), writable)
+                held = _Open(self._open_file(key, flags), writable)
                 self.opened += 1
                 self._open[key] = held
             else:
@@ -128,6 +129,21 @@ class LedgerFiles:
                     os.close(held.fd)
                 elif len(self._open) > self.max_open:
                     self._evict(self.max_open)
+
+    def create(self, path: os.PathLike | str) -> None:
+        """Create `path` (it must not exist), empty; its descriptor is not kept."""
+        os.close(self._open_file(os.fspath(path), os.O_CREAT | os.O_EXCL | os.O_RDWR))
+
+    def _open_file(self, key: str, flags: int) -> int:
+        """os.open; out of descriptors, close every unused one and try once more
+        (connections and other files may have taken what the bound left free)."""
+        try:
+            return os.open(key, flags, 0o644)
+        except OSError as error:
+            if error.errno not in _OUT_OF_FILES:
+                raise
+            self._evict(0)
+        return open_file(key, flags, self.max_open)
 
     def _make_room(self) -> None:
         """Close unused descriptors, oldest first, to leave room for one more."""

@@ -80,8 +80,7 @@ class Segment:
         writer fdatasyncs into it later); its descriptor is left to the cache."""
         files = files if files is not None else _SHARED_FILES
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_file(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, files.max_open)
-        os.close(fd)
+        files.create(path)
         _fsync_directory(path.parent)
         return cls(ledger_id, path, array("q", [0]), 0, closed=False, files=files)
 
