@@ -73,6 +73,7 @@ class Sizes:
     open_txn_checkpoints: str = "1,100,1000,10000"
     ledger_seconds: float = 4.0
     recovery_entries: int = 1_000_000
+    topics: int = 10_000  # `make bench-topics` runs bench_topics at 100,000
     spark_messages: int = 500_000
     spark_rounds: int = 2
     memory: bool = True
@@ -94,6 +95,7 @@ QUICK = Sizes(
     open_txn_checkpoints="1,50",
     ledger_seconds=0.5,
     recovery_entries=5_000,
+    topics=300,
     memory=False,
 )
 
@@ -630,6 +632,11 @@ def fig_scripts(sizes: Sizes, ctx: dict) -> list[Row]:
             goal=(Bound("value", "<", 1), Bound("ratio", "<=", 1 / 20)),
         )
     )
+    rows.extend(
+        _topic_rows(
+            run_script("bench_topics.py", out / "topics.json", "--topics", str(sizes.topics))
+        )
+    )
     if sizes.memory:
         memory = run_script("bench_txn.py", out / "txn-memory.json", "--only", "4")["memory"]
         last = memory["per_checkpoint"][-1]
@@ -683,6 +690,56 @@ def fig_scripts(sizes: Sizes, ctx: dict) -> list[Row]:
             )
         )
     return rows
+
+
+def _topic_rows(topics: dict) -> list[Row]:
+    figure = f"Many topics at {topics['nofile']:,} open files (bench_topics)"
+    count = f"{topics['topics']:,} topics"
+    reads = topics["first_read_ms"]
+    return [
+        Row(
+            figure,
+            f"{count}: CreateTopic, topics/s",
+            topics["create_topics_per_s"],
+            "topics/s",
+            "first message to each (loads it, first ledger file)",
+            topics["first_message_topics_per_s"],
+            goal=(Bound("value", ">=", 1000),),
+            note=f"first message: {topics['first_message_broker_cpu_ms_per_topic']} ms "
+            "broker CPU a topic",
+        ),
+        Row(
+            figure,
+            f"{count}: restart to healthy",
+            topics["restart_to_healthy_s"],
+            "s",
+            "the empty broker's restart",
+            topics["empty_restart_to_healthy_s"],
+            goal=(Bound("value", "<", 2),),
+        ),
+        Row(
+            figure,
+            f"{count}: RSS per idle topic after the restart",
+            topics["bytes_per_topic"]["idle_after_restart"],
+            "bytes",
+            "per topic just after creating them (loaded)",
+            topics["bytes_per_topic"]["after_create"],
+            goal=(Bound("value", "<=", 5 * 1024),),
+            note=f"{topics['bytes_per_topic']['idle_after_unload']:,} B per topic after "
+            f"idle ones unloaded, same run (heap not returned); open files idle "
+            f"{topics['open_files']['idle']}, empty {topics['open_files']['empty']}",
+        ),
+        Row(
+            figure,
+            f"{count}: first READ_COMMITTED read of a topic after the restart, max",
+            reads["max"],
+            "ms",
+            "the same read once loaded, max",
+            topics["loaded_read_ms"]["max"],
+            goal=(Bound("value", "<", 50),),
+            note=f"p50 {reads['p50']} ms, p99 {reads['p99']} ms",
+        ),
+    ]
 
 
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
