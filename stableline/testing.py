@@ -171,13 +171,15 @@ class BrokerProcess:
         return process_cpu_seconds(self.process.pid)
 
 
-def open_files_limited(limit: int) -> list[str]:
-    """`interpreter_args` that start the broker with its open-files soft and hard
-    limits both at `limit` (as `prlimit --nofile=N:N` would), so raising the soft
-    limit at start cannot help: for tests and benchmarks of running out of files."""
+def open_files_limited(limit: int, hard: int | None = None) -> list[str]:
+    """`interpreter_args` that start the broker with its open-files soft limit at
+    `limit` and its hard limit at `hard` (default: the same, as `prlimit
+    --nofile=N:N` would, so raising the soft limit at start cannot help): for tests
+    and benchmarks of running out of files."""
+    hard = limit if hard is None else hard
     code = (
         "import resource, runpy, sys; "
-        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {hard})); "
         "sys.argv = ['stableline', *sys.argv[3:]]; "
         "runpy.run_module('stableline', run_name='__main__', alter_sys=True)"
     )

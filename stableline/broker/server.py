@@ -86,10 +86,9 @@ def raise_open_files_limit() -> int:
     operators for a high one; many systems start processes at 1024). Returns the
     soft limit in force afterwards."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
-        target = hard
+    if hard == resource.RLIM_INFINITY or soft < hard:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
             # An unlimited hard limit may still be capped by the kernel (nr_open).
             with contextlib.suppress(ValueError, OSError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -77,6 +78,22 @@ def limited_broker(tmp_path):
         yield process
     finally:
         assert process.stop() in (0, -9), process.log()
+
+
+def test_the_broker_raises_its_open_files_soft_limit_to_the_hard_limit_and_says_when_low(
+    tmp_path,
+):
+    broker = BrokerProcess(tmp_path / "data", interpreter_args=open_files_limited(256, 2048))
+    broker.start()
+    try:
+        limits = Path(f"/proc/{broker.process.pid}/limits").read_text()
+        (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+        assert line.split()[3:5] == ["2048", "2048"], line
+        log = broker.log()
+        assert "open files: the limit is 2048 even at its hard limit" in log
+        assert "ledger files open at most: 1024" in log  # half of it
+    finally:
+        assert broker.stop() == 0, broker.log()
 
 
 @pytest.mark.slow
