@@ -213,3 +213,31 @@ def test_running_out_of_open_files_is_limit_exceeded_naming_the_limit_and_the_br
         for channel in held:
             channel.close()
         assert broker.stop() == 0, broker.log()
+
+
+@pytest.mark.parametrize("stop", ["clean stop", "kill -9"])
+def test_topics_the_last_run_may_have_left_transactions_in_are_loaded_at_start(broker, wait, stop):
+    with stableline.Client(broker.service_url) as client:
+        txn = client.new_transaction(timeout_ms=120_000)
+        client.create_producer("left-open").send(b"t", txn=txn)
+        client.create_producer("left-idle").send(b"p")
+    broker.stop() if stop == "clean stop" else broker.kill()
+    broker.start()
+
+    def loaded() -> dict[str, str]:
+        return {
+            document["topic"]: document["state"]
+            for document in broker.admin("/admin/v3/transactions/stablePositions")
+        }
+
+    # Nothing asks for either topic: the one with an open transaction is loaded
+    # to settle it with the coordinator; after a crash, every topic the crashed
+    # run had loaded is.
+    open_topic, idle_topic = (
+        f"persistent://public/default/{t}" for t in ("left-open", "left-idle")
+    )
+    wait(lambda: loaded().get(open_topic) == "Ready", 20, "left-open loaded at start")
+    if stop == "kill -9":
+        wait(lambda: loaded().get(idle_topic) == "Ready", 20, "left-idle loaded at start")
+    else:
+        assert idle_topic not in loaded()
