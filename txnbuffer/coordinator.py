@@ -309,6 +309,12 @@ class TransactionCoordinator:
             return self._open[0] - 1
         return self._next_sequence - 1
 
+    @property
+    def last_sequence(self) -> int:
+        """Pulsar's coordinator sequence id: every transaction opened has least bits at
+        or below it (after a restart it starts past the block the last run reserved)."""
+        return self._next_sequence - 1
+
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 

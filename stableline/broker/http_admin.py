@@ -9,7 +9,14 @@ from importlib.metadata import PackageNotFoundError, version
 from aiohttp import web
 
 from managed_ledger import TxnId
-from stableline.broker import dashboard, http_diagnostics, http_subscriptions, stats
+from stableline.broker import (
+    dashboard,
+    http_diagnostics,
+    http_messages,
+    http_subscriptions,
+    http_transactions,
+    stats,
+)
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -37,8 +44,13 @@ async def _errors(request: web.Request, handler):
         return _error(500, f"internal error: {error}")
 
 
-def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> web.Application:
-    metrics_registry = make_registry(registry)
+def make_app(
+    registry: TopicRegistry,
+    coordinator: TransactionCoordinator,
+    recovery: stats.RecoveryWindow | None = None,
+) -> web.Application:
+    recovery = recovery or stats.RecoveryWindow()
+    metrics_registry = make_registry(registry, coordinator)
     app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
 
     def topic_name(request: web.Request) -> TopicName:
@@ -110,12 +122,7 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
         return web.json_response(coordinator.get(txn_id).describe())
 
     async def coordinator_stats(_request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                **coordinator.stats(),
-                "openTransactions": [m.describe() for m in coordinator.list_open()],
-            }
-        )
+        return web.json_response(stats.coordinator_stats(coordinator, recovery))
 
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(
@@ -140,5 +147,7 @@ def make_app(registry: TopicRegistry, coordinator: TransactionCoordinator) -> we
     app.router.add_get("/metrics", metrics)
     http_diagnostics.add_routes(app, registry, coordinator)
     http_subscriptions.add_routes(app, registry)
+    http_transactions.add_routes(app, registry, coordinator, recovery)
+    http_messages.add_routes(app, registry)
     dashboard.add_routes(app)
     return app

@@ -1,11 +1,43 @@
-"""Prometheus metrics, collected from the registry at scrape time (no second bookkeeping)."""
+"""Prometheus metrics at /metrics: topic and coordinator figures collected at scrape
+time from what the broker already counts (no second bookkeeping), the latency
+histograms the publish and commit paths observe (stableline.broker.latency), and
+the standard process_* metrics (CPU, memory, open files, start time).
+
+Transaction counters are the coordinator's since the broker started:
+stableline_txn_aborted_total counts every abort, those by timeout included;
+stableline_txn_timed_out_total counts the timeouts alone.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from stableline.broker.latency import COMMIT_LATENCY, PUBLISH_LATENCY
 from stableline.broker.registry import TopicRegistry
+from txnbuffer import TransactionCoordinator
+
+
+class _CoordinatorCollector:
+    def __init__(self, coordinator: TransactionCoordinator):
+        self._coordinator = coordinator
+
+    def collect(self):
+        coordinator = self._coordinator
+        figures = (
+            ("committed", "Transactions committed", coordinator.committed_count),
+            ("aborted", "Transactions aborted (timeouts included)", coordinator.aborted_count),
+            ("timed_out", "Transactions aborted by their timeout", coordinator.timed_out_count),
+        )
+        for name, documentation, value in figures:
+            counter = CounterMetricFamily(f"stableline_txn_{name}", documentation)
+            counter.add_metric([], value)
+            yield counter
+        open_txns = GaugeMetricFamily(
+            "stableline_txn_open", "Transactions not yet ended (open, or committing/aborting)"
+        )
+        open_txns.add_metric([], len(coordinator.list_open()))
+        yield open_txns
 
 
 class _TopicCollector:
@@ -85,9 +117,13 @@ class _TopicCollector:
         )
 
 
-def make_registry(topics: TopicRegistry) -> CollectorRegistry:
+def make_registry(topics: TopicRegistry, coordinator: TransactionCoordinator) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_TopicCollector(topics))
+    registry.register(_CoordinatorCollector(coordinator))
+    registry.register(PUBLISH_LATENCY)
+    registry.register(COMMIT_LATENCY)
+    ProcessCollector(registry=registry)
     return registry
 
 

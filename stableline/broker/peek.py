@@ -77,7 +77,7 @@ def _payload(data: bytes) -> dict[str, Any]:
     }
 
 
-def _messages_of(entry: Entry, buffer: TransactionBuffer) -> list[dict[str, Any]]:
+def messages_of_entry(entry: Entry, buffer: TransactionBuffer) -> list[dict[str, Any]]:
     header = entry.header
     try:
         messages = batch_messages(entry.payload)
@@ -125,7 +125,7 @@ def peek(
         for entry in entries:
             scanned += 1
             if not cursor.is_acked(entry.position) and not view.should_skip(entry):
-                messages.extend(_messages_of(entry, topic.buffer))
+                messages.extend(messages_of_entry(entry, topic.buffer))
             if len(messages) >= count or scanned >= MAX_PEEK_SCAN_ENTRIES:
                 break
         position = entries[-1].position.next_in_ledger()

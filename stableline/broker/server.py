@@ -45,6 +45,7 @@ from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.settings import SecuritySettings
+from stableline.broker.stats import RecoveryWindow
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
@@ -192,7 +193,9 @@ class Broker:
         # Topics load on first use; those the last run may have left transactions
         # in load in the background from here (TopicRegistry.start).
         self.registry.start()
+        recover_started_ms = int(time.time() * 1000)
         await self.coordinator.recover()
+        recovery = RecoveryWindow(recover_started_ms, int(time.time() * 1000))
         coordinator_ready.set()
 
         message_limit = config.max_message_size + 1024 * 1024
@@ -240,7 +243,7 @@ class Broker:
             )
         await self._grpc.start()
 
-        http_app = make_app(self.registry, self.coordinator)
+        http_app = make_app(self.registry, self.coordinator, recovery)
         add_routes(http_app, self.connections)
         self.security.attach_http(http_app)
         self._http = web.AppRunner(http_app, access_log=None)

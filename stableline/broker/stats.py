@@ -1,11 +1,47 @@
-"""The stats documents of a topic, in Pulsar's field names (HTTP and gRPC admin)."""
+"""The stats documents of a topic and of the transaction coordinator, in Pulsar's
+field names (HTTP and gRPC admin)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from dispatcher import Subscription, SubscriptionType
 from stableline.broker.topic import Topic
+from txnbuffer import TransactionCoordinator
+
+# Pulsar's coordinator state once its log is replayed; the HTTP admin listens only
+# after the coordinator recovered, so it never answers before.
+COORDINATOR_READY = "Ready"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryWindow:
+    """When the coordinator's recovery started and ended (ms since the epoch);
+    0 and 0 when not recorded, as Pulsar says of a coordinator not started."""
+
+    started_ms: int = 0
+    ended_ms: int = 0
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.started_ms <= self.ended_ms or self.ended_ms == 0, self
+
+
+def coordinator_stats(
+    coordinator: TransactionCoordinator, recovery: RecoveryWindow
+) -> dict[str, Any]:
+    """Pulsar's TransactionCoordinatorStats fields beside the coordinator's own."""
+    open_transactions = coordinator.list_open()
+    return {
+        **coordinator.stats(),
+        "state": COORDINATOR_READY,
+        "leastSigBits": coordinator.last_sequence,
+        "lowWaterMark": coordinator.low_watermark,
+        "ongoingTxnSize": len(open_transactions),
+        "recoverStartTime": recovery.started_ms,
+        "recoverEndTime": recovery.ended_ms,
+        "openTransactions": [meta.describe() for meta in open_transactions],
+    }
 
 
 def _subscription_stats(subscription: Subscription) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dispatcher import (
     SubscriptionType,
 )
 from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
+from stableline.broker.latency import PUBLISH_LATENCY, observed
 from stableline.broker.sent_positions import find_sent_positions
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy, TransactionBuffer
@@ -190,6 +191,7 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.wake()
 
+    @observed(PUBLISH_LATENCY)
     async def publish(
         self, header: EntryHeader, payload: bytes, new_producer: bool = False
     ) -> tuple[Position | None, bool]:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from managed_ledger import Position, TxnId
+from stableline.broker.latency import commit_timer
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
@@ -28,7 +29,8 @@ class BrokerParticipant:
         except TopicNotFoundError:
             log.info("transaction %s: topic %s was deleted; nothing to end there", txn_id, topic)
             return
-        await loaded.buffer.end(txn_id, commit, low_watermark)
+        with commit_timer(commit):
+            await loaded.buffer.end(txn_id, commit, low_watermark)
 
     async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
         try:

@@ -1,0 +1,148 @@
+"""Reading one message id or one entry on Pulsar's paths:
+
+    GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/lastMessageId
+    GET .../{topic}/subscription/{sub}/position/{n}[?isolationLevel=...]
+
+lastMessageId is Pulsar's MessageId document ({"ledgerId", "entryId",
+"partitionIndex": -1}) of the topic's last confirmed entry, with the stable
+position beside it: what READ_COMMITTED readers can reach. An empty topic answers
+entryId -1.
+
+position/{n} is Pulsar's "peek nth message": the n-th entry (1 = the next) the
+subscription has not acknowledged after its mark-delete, read at its isolation
+level (or the one asked for), as peek reads. n counts entries, as Pulsar's does
+(a batch is one entry). The answer is JSON: the entry's id, producer, sequence
+id, transaction and its messages as peek shows them; the X-Pulsar-Message-ID,
+-publish-time, -producer-name, -sequence-id and -num-batch-message headers carry
+what Pulsar's headers carry. A position past what the subscription may read
+answers 404; n outside 1..MAX_PEEK_SCAN_ENTRIES answers 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from dispatcher import Subscription
+from managed_ledger import Entry
+from stableline.broker.peek import (
+    MAX_PEEK_SCAN_ENTRIES,
+    PEEK_READ_ENTRIES,
+    messages_of_entry,
+    parse_isolation_level,
+)
+from stableline.broker.registry import TopicRegistry
+from stableline.broker.topic import Topic
+from stableline.topic_name import TopicName
+
+# Pulsar's partitionIndex of a topic that is not a partition.
+NOT_A_PARTITION = -1
+
+
+def _reason(status: int, reason: str) -> web.Response:
+    return web.json_response({"reason": reason}, status=status)
+
+
+def last_message_id(topic: Topic) -> dict[str, Any]:
+    last = topic.ledger.last_confirmed
+    return {
+        "ledgerId": last.ledger_id,
+        "entryId": last.entry_id,
+        "partitionIndex": NOT_A_PARTITION,
+        "stablePosition": str(topic.buffer.stable_position),
+    }
+
+
+def nth_unacked_entry(topic: Topic, subscription: Subscription, level, n: int) -> Entry | None:
+    """The n-th entry (1-based) after the mark-delete that the subscription has not
+    acknowledged and that `level` delivers; None when there are fewer."""
+    assert 1 <= n <= MAX_PEEK_SCAN_ENTRIES, n
+    view = topic.read_view(level)
+    bound = view.bound()
+    cursor = subscription.cursor
+    position = cursor.mark_delete.next_in_ledger()
+    found = 0
+    while True:
+        entries = topic.ledger.read(position, PEEK_READ_ENTRIES, bound)
+        if not entries:
+            return None
+        for entry in entries:
+            if not cursor.is_acked(entry.position) and not view.should_skip(entry):
+                found += 1
+                if found == n:
+                    return entry
+        position = entries[-1].position.next_in_ledger()
+
+
+def entry_document(topic: Topic, entry: Entry, n: int) -> dict[str, Any]:
+    header = entry.header
+    return {
+        "messageId": str(entry.position),
+        "position": n,
+        "publishTime": header.publish_time_ms,
+        "producerName": header.producer_name or None,
+        "sequenceId": header.sequence_id,
+        "numMessages": header.num_messages,
+        "txnId": str(header.txn_id) if header.txn_id is not None else None,
+        "messages": messages_of_entry(entry, topic.buffer),
+    }
+
+
+def _pulsar_headers(entry: Entry) -> dict[str, str]:
+    header = entry.header
+    headers = {
+        "X-Pulsar-Message-ID": str(entry.position),
+        "X-Pulsar-publish-time": str(header.publish_time_ms),
+        "X-Pulsar-sequence-id": str(header.sequence_id),
+        "X-Pulsar-num-batch-message": str(header.num_messages),
+    }
+    if header.producer_name:
+        headers["X-Pulsar-producer-name"] = header.producer_name
+    if header.txn_id is not None:
+        headers["X-Pulsar-txnid-most-bits"] = str(header.txn_id.most_bits)
+        headers["X-Pulsar-txnid-least-bits"] = str(header.txn_id.least_bits)
+    return headers
+
+
+def add_routes(app: web.Application, registry: TopicRegistry) -> None:
+    async def topic_of(request: web.Request) -> Topic:
+        info = request.match_info
+        name = TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
+        return await registry.get(name, create=False)
+
+    async def last_id(request: web.Request) -> web.Response:
+        return web.json_response(last_message_id(await topic_of(request)))
+
+    async def nth_message(request: web.Request) -> web.Response:
+        topic = await topic_of(request)
+        name = request.match_info["subscription"]
+        subscription = topic.subscriptions.get(name)
+        if subscription is None:
+            return _reason(404, f"subscription {name!r} does not exist on {topic.name}")
+        text = request.match_info["n"]
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PEEK_SCAN_ENTRIES):
+            return _reason(
+                400,
+                f"the position must be a number from 1 (the next entry) to "
+                f"{MAX_PEEK_SCAN_ENTRIES}, got {text!r}",
+            )
+        try:
+            level = parse_isolation_level(
+                request.query.get("isolationLevel"), subscription.isolation_level
+            )
+        except ValueError as error:
+            return _reason(400, str(error))
+        n = int(text)
+        entry = nth_unacked_entry(topic, subscription, level, n)
+        if entry is None:
+            return _reason(
+                404,
+                f"subscription {name!r} on {topic.name} has fewer than {n} unacknowledged "
+                f"entries it may read at {level.value}",
+            )
+        return web.json_response(entry_document(topic, entry, n), headers=_pulsar_headers(entry))
+
+    topic_path = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+    app.router.add_get(topic_path + "/lastMessageId", last_id)
+    app.router.add_get(topic_path + "/subscription/{subscription}/position/{n}", nth_message)
