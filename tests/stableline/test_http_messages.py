@@ -1,0 +1,102 @@
+"""lastMessageId and a subscription's entry at a position, on Pulsar's paths
+(stableline/broker/http_messages.py), against a real broker."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from stableline import InitialPosition, IsolationLevel
+
+BASE = "/admin/v2/persistent/public/default"
+
+
+def _get(broker, path: str) -> tuple[int, object, dict[str, str]]:
+    """(status, JSON, headers) of a GET; error statuses are returned, not raised."""
+    try:
+        with urllib.request.urlopen(broker.http_url + path, timeout=10) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), dict(error.headers)
+
+
+def test_last_message_id_is_the_last_entry_and_says_the_stable_position(broker, client):
+    producer = client.create_producer("ids")
+    producer.send(b"first")
+    last = producer.send(b"second")
+    status, document, _ = _get(broker, BASE + "/ids/lastMessageId")
+    assert status == 200
+    assert (document["ledgerId"], document["entryId"]) == (last.ledger_id, last.entry_id)
+    assert document["partitionIndex"] == -1
+    assert document["stablePosition"] == f"{last.ledger_id}:{last.entry_id}"
+    txn = client.new_transaction()
+    pending = producer.send(b"in a transaction", txn=txn)
+    document = _get(broker, BASE + "/ids/lastMessageId")[1]
+    assert (document["ledgerId"], document["entryId"]) == (pending.ledger_id, pending.entry_id)
+    assert document["stablePosition"] == f"{last.ledger_id}:{last.entry_id}"
+    txn.abort()
+
+
+def test_last_message_id_of_an_unknown_topic_is_404(broker):
+    status, body, _ = _get(broker, BASE + "/absent/lastMessageId")
+    assert status == 404 and body["reason"]
+
+
+def test_position_n_is_the_nth_unacknowledged_entry_with_pulsars_headers(broker, client):
+    consumer = client.subscribe("nth", "audit", initial_position=InitialPosition.Earliest)
+    producer = client.create_producer("nth")
+    ids = [producer.send(f"m{i}".encode(), properties={"i": str(i)}) for i in range(4)]
+    consumer.acknowledge(consumer.receive(5000))  # m0
+    path = BASE + "/nth/subscription/audit/position/"
+    status, first, headers = _get(broker, path + "1")
+    assert status == 200
+    assert first["messageId"] == f"{ids[1].ledger_id}:{ids[1].entry_id}"
+    assert [m["payload"] for m in first["messages"]] == ["m1"]
+    assert first["messages"][0]["properties"] == {"i": "1"}
+    assert headers["X-Pulsar-Message-ID"] == first["messageId"]
+    assert headers["X-Pulsar-producer-name"] == producer.producer_name()
+    assert headers["X-Pulsar-num-batch-message"] == "1"
+    assert _get(broker, path + "3")[1]["messages"][0]["payload"] == "m3"
+    status, body, _ = _get(broker, path + "4")
+    assert status == 404 and "fewer than 4" in body["reason"]
+
+
+def test_position_n_reads_at_the_subscriptions_isolation_level(broker, client):
+    client.subscribe("nth-txn", "rc", initial_position=InitialPosition.Earliest)
+    client.subscribe(
+        "nth-txn",
+        "ru",
+        isolation_level=IsolationLevel.READ_UNCOMMITTED,
+        initial_position=InitialPosition.Earliest,
+    )
+    producer = client.create_producer("nth-txn")
+    txn = client.new_transaction()
+    producer.send(b"uncommitted", txn=txn)
+    producer.send(b"plain")
+    path = BASE + "/nth-txn/subscription/{}/position/1"
+    assert _get(broker, path.format("ru"))[1]["messages"][0]["payload"] == "uncommitted"
+    # READ_COMMITTED stops at the open transaction: nothing it may read yet.
+    assert _get(broker, path.format("rc"))[0] == 404
+    asked = _get(broker, path.format("rc") + "?isolationLevel=READ_UNCOMMITTED")[1]
+    assert asked["txnId"] == f"{txn.id[0]}:{txn.id[1]}"
+    txn.commit()
+    assert _get(broker, path.format("rc"))[1]["messages"][0]["payload"] == "uncommitted"
+
+
+@pytest.mark.parametrize(
+    ("tail", "status"),
+    [("0", 400), ("-1", 400), ("x", 400), ("1?isolationLevel=SOMETIMES", 400)],
+)
+def test_position_n_refuses_a_bad_position_or_level(broker, client, tail, status):
+    client.subscribe("nth-bad", "audit")
+    code, body, _ = _get(broker, BASE + "/nth-bad/subscription/audit/position/" + tail)
+    assert code == status, body
+    assert body["reason"]
+
+
+def test_position_n_of_an_unknown_subscription_is_404(broker, client):
+    client.create_producer("nth-none").send(b"x")
+    assert _get(broker, BASE + "/nth-none/subscription/absent/position/1")[0] == 404
