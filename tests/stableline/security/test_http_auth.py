@@ -184,3 +184,50 @@ def test_deleting_a_topic_deletes_its_grants_and_keeps_its_namespaces(auth_broke
         pytest.raises(AuthorizationError),
     ):
         client.create_producer("persistent://acme/gone/t")
+
+
+def test_last_message_id_and_position_need_consume_as_pulsars_peek_messages(auth_broker, keys):
+    admin, reader = keys.token(SUPERUSER), keys.token("position-reader")
+    topic = "/admin/v2/persistent/public/default/position-rights"
+    assert http(auth_broker, "PUT", topic, admin)[0] == 204
+    one = topic + "/subscription/audit"
+    assert http(auth_broker, "PUT", one + "?initialPosition=earliest", admin)[0] == 204
+    # An empty subscription has no entry at position 1: 404 once allowed.
+    calls = [(topic + "/lastMessageId", 200), (one + "/position/1", 404)]
+    for path, _ in calls:
+        assert http(auth_broker, "GET", path)[0] == 401, path
+        status, answer = http(auth_broker, "GET", path, reader)
+        assert status == 403, path
+        assert "consume" in answer["reason"], path
+    status, _ = http(
+        auth_broker, "POST", f"{topic}/permissions/position-reader", admin, ["consume"]
+    )
+    assert status == 204
+    for path, expected in calls:
+        assert http(auth_broker, "GET", path, reader)[0] == expected, path
+    other = "/admin/v2/persistent/public/default/other/lastMessageId"
+    assert http(auth_broker, "GET", other, reader)[0] == 403
+
+
+def test_transaction_admin_paths_are_a_superusers(auth_broker, keys):
+    admin, reader = keys.token(SUPERUSER), keys.token("txn-reader")
+    topic = "/admin/v2/persistent/public/default/txn-rights"
+    assert http(auth_broker, "PUT", topic, admin)[0] == 204
+    assert http(auth_broker, "PUT", topic + "/subscription/audit", admin)[0] == 204
+    status, _ = http(auth_broker, "POST", f"{topic}/permissions/txn-reader", admin, ["consume"])
+    assert status == 204
+    transactions = "/admin/v3/transactions"
+    calls = [
+        (transactions + "/transactionMetadata/0/999999", 404),
+        (transactions + "/slowTransactions/1000", 200),
+        (transactions + "/slowTransactions?timeout=1000", 200),
+        (transactions + "/pendingAckStats/public/default/txn-rights/audit", 200),
+        (transactions + "/coordinatorStats", 200),
+    ]
+    for path, expected in calls:
+        assert http(auth_broker, "GET", path)[0] == 401, path
+        # Consume on the topic is not enough: transactions are administration.
+        status, answer = http(auth_broker, "GET", path, reader)
+        assert status == 403, path
+        assert "superuser" in answer["reason"], path
+        assert http(auth_broker, "GET", path, admin)[0] == expected, path
