@@ -74,6 +74,7 @@ class Sizes:
     ledger_seconds: float = 4.0
     recovery_entries: int = 1_000_000
     topics: int = 10_000  # `make bench-topics` runs bench_topics at 100,000
+    observe_rounds: int = 40
     spark_messages: int = 500_000
     spark_rounds: int = 2
     memory: bool = True
@@ -96,6 +97,7 @@ QUICK = Sizes(
     ledger_seconds=0.5,
     recovery_entries=5_000,
     topics=300,
+    observe_rounds=2,
     memory=False,
 )
 
@@ -630,6 +632,25 @@ def fig_scripts(sizes: Sizes, ctx: dict) -> list[Row]:
             recovery["full_replay"]["to_ready_s"],
             # Under a second, and at least 20x faster than the full replay.
             goal=(Bound("value", "<", 1), Bound("ratio", "<=", 1 / 20)),
+        )
+    )
+    observe = run_script(
+        "bench_publish_observe.py",
+        out / "publish-observe.json",
+        "--rounds",
+        str(sizes.observe_rounds),
+    )
+    rows.append(
+        Row(
+            "Publish latency histogram (bench_publish_observe, in process, fsync off)",
+            "Topic.publish, 100 x 100 B batch, histogram observed",
+            observe["publish_us_with_histogram"],
+            "us/publish",
+            "observe does nothing",
+            observe["publish_us_without"],
+            goal=(Bound("ratio", "<=", 1.05),),
+            note=f"observe {observe['observe_ns']} ns, perf_counter "
+            f"{observe['perf_counter_ns']} ns (x2) per batch",
         )
     )
     rows.extend(

@@ -23,6 +23,7 @@ GROUPS = (
     "Scaling: aborted-set size",
     "Ledger append",
     "Recovery",
+    "Publish latency histogram",
 )
 
 
