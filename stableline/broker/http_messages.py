@@ -2,6 +2,7 @@
 
     GET /admin/v2/persistent/{tenant}/{namespace}/{topic}/lastMessageId
     GET .../{topic}/subscription/{sub}/position/{n}[?isolationLevel=...]
+    GET .../{topic}/examinemessage?initialPosition=earliest|latest&messagePosition=n
 
 lastMessageId is Pulsar's MessageId document ({"ledgerId", "entryId",
 "partitionIndex": -1}) of the topic's last confirmed entry, with the stable
@@ -16,6 +17,12 @@ id, transaction and its messages as peek shows them; the X-Pulsar-Message-ID,
 -publish-time, -producer-name, -sequence-id and -num-batch-message headers carry
 what Pulsar's headers carry. A position past what the subscription may read
 answers 404; n outside 1..MAX_PEEK_SCAN_ENTRIES answers 400.
+
+examinemessage is Pulsar's "examine message": the n-th entry of the topic's log
+counted from its oldest retained entry (earliest, 1 = the oldest) or from its
+last (latest, the default, 1 = the last), whoever acknowledged it and whatever
+it is: as in Pulsar, transaction markers count and are shown ("marker": true).
+Same document and headers as position/{n}; 404 past either end.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from dispatcher import Subscription
-from managed_ledger import Entry
+from managed_ledger import Entry, ManagedLedger, Position
 from stableline.broker.peek import (
     MAX_PEEK_SCAN_ENTRIES,
     PEEK_READ_ENTRIES,
@@ -52,6 +59,30 @@ def last_message_id(topic: Topic) -> dict[str, Any]:
         "partitionIndex": NOT_A_PARTITION,
         "stablePosition": str(topic.buffer.stable_position),
     }
+
+
+def nth_log_position(ledger: ManagedLedger, n: int, from_latest: bool) -> Position | None:
+    """The n-th entry (1-based) of the log up to the LAC, from its oldest retained
+    entry or from its last; None when the log holds fewer. Arithmetic over the
+    ledgers' entry counts: nothing is read."""
+    assert n >= 1, n
+    last = ledger.last_confirmed
+    counts = [
+        (
+            info.ledger_id,
+            min(info.entries, last.entry_id + 1)
+            if info.ledger_id == last.ledger_id
+            else info.entries,
+        )
+        for info in ledger.ledger_infos()
+        if info.ledger_id <= last.ledger_id
+    ]
+    remaining = n
+    for ledger_id, count in reversed(counts) if from_latest else counts:
+        if remaining <= count:
+            return Position(ledger_id, count - remaining if from_latest else remaining - 1)
+        remaining -= count
+    return None
 
 
 def nth_unacked_entry(topic: Topic, subscription: Subscription, level, n: int) -> Entry | None:
@@ -85,7 +116,8 @@ def entry_document(topic: Topic, entry: Entry, n: int) -> dict[str, Any]:
         "sequenceId": header.sequence_id,
         "numMessages": header.num_messages,
         "txnId": str(header.txn_id) if header.txn_id is not None else None,
-        "messages": messages_of_entry(entry, topic.buffer),
+        "marker": header.is_marker,
+        "messages": [] if header.is_marker else messages_of_entry(entry, topic.buffer),
     }
 
 
@@ -143,6 +175,25 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
             )
         return web.json_response(entry_document(topic, entry, n), headers=_pulsar_headers(entry))
 
+    async def examine(request: web.Request) -> web.Response:
+        topic = await topic_of(request)
+        start = request.query.get("initialPosition", "latest").strip().lower()
+        if start not in ("earliest", "latest"):
+            return _reason(400, f"initialPosition must be earliest or latest, got {start!r}")
+        text = request.query.get("messagePosition", "1")
+        if not (text.isascii() and text.isdigit() and int(text) >= 1):
+            return _reason(400, f"messagePosition must be a whole number from 1, got {text!r}")
+        n = int(text)
+        position = nth_log_position(topic.ledger, n, from_latest=start == "latest")
+        entries = topic.ledger.read(position, 1) if position is not None else []
+        if not entries:
+            return _reason(
+                404, f"{topic.name} holds fewer than {n} entries counted from the {start}"
+            )
+        [entry] = entries
+        return web.json_response(entry_document(topic, entry, n), headers=_pulsar_headers(entry))
+
     topic_path = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
     app.router.add_get(topic_path + "/lastMessageId", last_id)
+    app.router.add_get(topic_path + "/examinemessage", examine)
     app.router.add_get(topic_path + "/subscription/{subscription}/position/{n}", nth_message)

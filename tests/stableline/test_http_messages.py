@@ -100,3 +100,49 @@ def test_position_n_refuses_a_bad_position_or_level(broker, client, tail, status
 def test_position_n_of_an_unknown_subscription_is_404(broker, client):
     client.create_producer("nth-none").send(b"x")
     assert _get(broker, BASE + "/nth-none/subscription/absent/position/1")[0] == 404
+
+
+def test_examine_message_counts_entries_from_either_end_of_the_log(broker, client):
+    producer = client.create_producer("examined")
+    ids = [producer.send(f"m{i}".encode()) for i in range(3)]
+    path = BASE + "/examined/examinemessage"
+    status, last, headers = _get(broker, path)  # latest, position 1: the last entry
+    assert status == 200
+    assert last["messageId"] == f"{ids[2].ledger_id}:{ids[2].entry_id}"
+    assert headers["X-Pulsar-Message-ID"] == last["messageId"]
+    assert (
+        _get(broker, path + "?initialPosition=latest&messagePosition=3")[1]["messages"][0][
+            "payload"
+        ]
+        == "m0"
+    )
+    assert (
+        _get(broker, path + "?initialPosition=earliest&messagePosition=2")[1]["messages"][0][
+            "payload"
+        ]
+        == "m1"
+    )
+    status, body, _ = _get(broker, path + "?initialPosition=earliest&messagePosition=4")
+    assert status == 404 and "fewer than 4" in body["reason"]
+
+
+def test_examine_message_shows_a_transaction_marker_as_pulsar_does(broker, client):
+    producer = client.create_producer("examined-txn")
+    txn = client.new_transaction()
+    producer.send(b"in a transaction", txn=txn)
+    txn.commit()
+    status, marker, _ = _get(broker, BASE + "/examined-txn/examinemessage")
+    assert status == 200
+    assert marker["marker"] is True and marker["messages"] == []
+    assert marker["txnId"] == f"{txn.id[0]}:{txn.id[1]}"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["?initialPosition=middle", "?messagePosition=0", "?messagePosition=-1", "?messagePosition=x"],
+)
+def test_examine_message_refuses_a_bad_start_or_position(broker, client, query):
+    client.create_producer("examined-bad").send(b"x")
+    status, body, _ = _get(broker, BASE + "/examined-bad/examinemessage" + query)
+    assert status == 400, body
+    assert body["reason"]

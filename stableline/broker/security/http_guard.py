@@ -3,12 +3,13 @@ role may not.
 
 What each path needs is a table: a subscription's own operations (list, create,
 delete, reset, skip, peek, the entry at a position) and a topic's lastMessageId
-need `consume` on the topic, as Pulsar's do (SUBSCRIBE, UNSUBSCRIBE, RESET_CURSOR,
-SKIP, PEEK_MESSAGES, GET_SUBSCRIPTIONS are consume rights there); everything else
-on the admin port is administration (topics, stats, transactions, permissions, the
-dashboard) and needs a superuser role. A path the table does not name needs a
-superuser: the guard fails closed. The health probe and Prometheus' /metrics stay
-open, as Pulsar leaves them by default.
+and examinemessage need `consume` on the topic, as Pulsar's do (SUBSCRIBE,
+UNSUBSCRIBE, RESET_CURSOR, SKIP, PEEK_MESSAGES, GET_SUBSCRIPTIONS are consume
+rights there); everything else on the admin port is administration (topics,
+stats, transactions, permissions, the dashboard) and needs a superuser role. A
+path the table does not name needs a superuser: the guard fails closed. The
+health probe and Prometheus' /metrics stay open, as Pulsar leaves them by
+default.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ TOPIC_RIGHTS: tuple[tuple[frozenset[str], re.Pattern[str], Action], ...] = tuple
         ({"GET"}, _SUBSCRIPTION + "/peek", Action.CONSUME),
         ({"GET"}, _SUBSCRIPTION + "/position/[^/]+", Action.CONSUME),
         ({"GET"}, _TOPIC + "/lastMessageId", Action.CONSUME),
+        ({"GET"}, _TOPIC + "/examinemessage", Action.CONSUME),
     )
 )
 

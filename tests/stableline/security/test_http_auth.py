@@ -186,14 +186,20 @@ def test_deleting_a_topic_deletes_its_grants_and_keeps_its_namespaces(auth_broke
         client.create_producer("persistent://acme/gone/t")
 
 
-def test_last_message_id_and_position_need_consume_as_pulsars_peek_messages(auth_broker, keys):
+def test_last_message_id_examine_and_position_need_consume_as_pulsars_peek_messages(
+    auth_broker, keys
+):
     admin, reader = keys.token(SUPERUSER), keys.token("position-reader")
     topic = "/admin/v2/persistent/public/default/position-rights"
     assert http(auth_broker, "PUT", topic, admin)[0] == 204
     one = topic + "/subscription/audit"
     assert http(auth_broker, "PUT", one + "?initialPosition=earliest", admin)[0] == 204
     # An empty subscription has no entry at position 1: 404 once allowed.
-    calls = [(topic + "/lastMessageId", 200), (one + "/position/1", 404)]
+    calls = [
+        (topic + "/lastMessageId", 200),
+        (topic + "/examinemessage?initialPosition=earliest&messagePosition=1", 404),
+        (one + "/position/1", 404),
+    ]
     for path, _ in calls:
         assert http(auth_broker, "GET", path)[0] == 401, path
         status, answer = http(auth_broker, "GET", path, reader)
