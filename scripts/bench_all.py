@@ -74,7 +74,7 @@ class Sizes:
     ledger_seconds: float = 4.0
     recovery_entries: int = 1_000_000
     topics: int = 10_000  # `make bench-topics` runs bench_topics at 100,000
-    observe_rounds: int = 40
+    observe_rounds: int = 80
     spark_messages: int = 500_000
     spark_rounds: int = 2
     memory: bool = True

@@ -92,8 +92,8 @@ async def bench(batches: int, rounds: int) -> dict:
 def main() -> int:
     started = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=int, default=1000, help="publishes per round")
-    parser.add_argument("--rounds", type=int, default=40, help="rounds of each path")
+    parser.add_argument("--batches", type=int, default=500, help="publishes per round")
+    parser.add_argument("--rounds", type=int, default=80, help="rounds of each path")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
     result = asyncio.run(bench(args.batches, args.rounds))
