@@ -16,7 +16,9 @@ level (or the one asked for), as peek reads. n counts entries, as Pulsar's does
 id, transaction and its messages as peek shows them; the X-Pulsar-Message-ID,
 -publish-time, -producer-name, -sequence-id and -num-batch-message headers carry
 what Pulsar's headers carry. A position past what the subscription may read
-answers 404; n outside 1..MAX_PEEK_SCAN_ENTRIES answers 400.
+answers 404, as does one not found in the first MAX_POSITION_SCAN_ENTRIES entries
+(a request's work is bounded; the reason says so); n outside
+1..MAX_PEEK_SCAN_ENTRIES answers 400.
 
 examinemessage is Pulsar's "examine message": the n-th entry of the topic's log
 counted from its oldest retained entry (earliest, 1 = the oldest) or from its
@@ -31,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatcher import Subscription
+from dispatcher import IsolationLevel, Subscription
 from managed_ledger import Entry, ManagedLedger, Position
 from stableline.broker.peek import (
     MAX_PEEK_SCAN_ENTRIES,
@@ -45,6 +47,8 @@ from stableline.topic_name import TopicName
 
 # Pulsar's partitionIndex of a topic that is not a partition.
 NOT_A_PARTITION = -1
+# Entries looked at for position/{n}, shown or not: bounds the work of one request.
+MAX_POSITION_SCAN_ENTRIES = 2 * MAX_PEEK_SCAN_ENTRIES
 
 
 def _reason(status: int, reason: str) -> web.Response:
@@ -85,25 +89,32 @@ def nth_log_position(ledger: ManagedLedger, n: int, from_latest: bool) -> Positi
     return None
 
 
-def nth_unacked_entry(topic: Topic, subscription: Subscription, level, n: int) -> Entry | None:
+def nth_unacked_entry(
+    topic: Topic, subscription: Subscription, level: IsolationLevel, n: int
+) -> tuple[Entry | None, int]:
     """The n-th entry (1-based) after the mark-delete that the subscription has not
-    acknowledged and that `level` delivers; None when there are fewer."""
+    acknowledged and that `level` delivers, or None when there are fewer; and how
+    many entries were looked at. At most MAX_POSITION_SCAN_ENTRIES are: the answer
+    is read on the event loop, and acknowledged or aborted entries can lie between."""
     assert 1 <= n <= MAX_PEEK_SCAN_ENTRIES, n
     view = topic.read_view(level)
     bound = view.bound()
     cursor = subscription.cursor
     position = cursor.mark_delete.next_in_ledger()
-    found = 0
-    while True:
-        entries = topic.ledger.read(position, PEEK_READ_ENTRIES, bound)
+    found = scanned = 0
+    while scanned < MAX_POSITION_SCAN_ENTRIES:
+        wanted = min(PEEK_READ_ENTRIES, MAX_POSITION_SCAN_ENTRIES - scanned)
+        entries = topic.ledger.read(position, wanted, bound)
         if not entries:
-            return None
+            break
         for entry in entries:
+            scanned += 1
             if not cursor.is_acked(entry.position) and not view.should_skip(entry):
                 found += 1
                 if found == n:
-                    return entry
+                    return entry, scanned
         position = entries[-1].position.next_in_ledger()
+    return None, scanned
 
 
 def entry_document(topic: Topic, entry: Entry, n: int) -> dict[str, Any]:
@@ -166,7 +177,14 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
         except ValueError as error:
             return _reason(400, str(error))
         n = int(text)
-        entry = nth_unacked_entry(topic, subscription, level, n)
+        entry, scanned = nth_unacked_entry(topic, subscription, level, n)
+        if entry is None and scanned >= MAX_POSITION_SCAN_ENTRIES:
+            return _reason(
+                404,
+                f"no entry {n} found in the first {scanned} entries after the mark-delete of "
+                f"{name!r} on {topic.name} (the most one request looks at): skip or reset "
+                "the subscription, or examine the topic's log with examinemessage",
+            )
         if entry is None:
             return _reason(
                 404,

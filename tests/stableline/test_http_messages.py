@@ -9,9 +9,16 @@ import urllib.request
 
 import pytest
 
+from dispatcher import IsolationLevel as DispatchIsolationLevel
+from dispatcher import SubscriptionType
+from managed_ledger import EntryHeader, ManagedLedger
 from stableline import InitialPosition, IsolationLevel
+from stableline.broker import http_messages
+from stableline.broker.topic import Topic
+from stableline.topic_name import TopicName
 
 BASE = "/admin/v2/persistent/public/default"
+RU = DispatchIsolationLevel.READ_UNCOMMITTED
 
 
 def _get(broker, path: str) -> tuple[int, object, dict[str, str]]:
@@ -146,3 +153,22 @@ def test_examine_message_refuses_a_bad_start_or_position(broker, client, query):
     status, body, _ = _get(broker, BASE + "/examined-bad/examinemessage" + query)
     assert status == 400, body
     assert body["reason"]
+
+
+async def test_position_n_looks_at_a_bounded_number_of_entries(tmp_path, store, monkeypatch):
+    """Acknowledged entries between the mark-delete and the n-th are looked at too;
+    one request looks at no more than MAX_POSITION_SCAN_ENTRIES of them."""
+    name = TopicName.parse("scan-bound")
+    topic = Topic(name, await ManagedLedger.open(str(name), tmp_path / "ledger", store))
+    subscription = topic.create_subscription(
+        "audit", SubscriptionType.EXCLUSIVE, RU, start_at_earliest=True
+    )
+    positions = [(await topic.publish(EntryHeader(), b"x"))[0] for _ in range(10)]
+    subscription.ack([(position, -1) for position in positions[1:7]])  # 0 stays unacked
+    monkeypatch.setattr(http_messages, "MAX_POSITION_SCAN_ENTRIES", 5)
+    assert http_messages.nth_unacked_entry(topic, subscription, RU, 1)[0].position == positions[0]
+    assert http_messages.nth_unacked_entry(topic, subscription, RU, 2) == (None, 5)
+    monkeypatch.setattr(http_messages, "MAX_POSITION_SCAN_ENTRIES", 100)
+    entry, scanned = http_messages.nth_unacked_entry(topic, subscription, RU, 2)
+    assert (entry.position, scanned) == (positions[7], 8)
+    await topic.close()
