@@ -74,6 +74,11 @@ class ProducerQueueIsFull(LimitExceeded):
     created with block_if_queue_full=False. The message was not queued."""
 
 
+class ProducerBusy(StableLineError):
+    """Another producer of that name is connected to the topic (under another role), or
+    this one was replaced by a newer producer of its name. Nothing was sent."""
+
+
 class BrokerUnavailable(StableLineError):
     """The broker cannot be reached or the connection broke."""
 
@@ -105,6 +110,11 @@ CODES: dict[str, type[StableLineError]] = {
     "InvalidArgument": InvalidArgument,
     "TooManyConsumers": LimitExceeded,
     "TooManyTransactions": LimitExceeded,
+    "TooManyTransactionAcks": LimitExceeded,
+    "ProducerBusy": ProducerBusy,
+    # Refusals reported in a stream's response (a send, an ack) rather than its status.
+    "AuthenticationFailed": AuthenticationError,
+    "NotAuthorized": AuthorizationError,
     "TooManyConnections": LimitExceeded,
     "TooManyOpenFiles": LimitExceeded,
     "StorageFull": StorageFull,

@@ -16,6 +16,8 @@ from txnbuffer.errors import (
     TransactionEndedError,
     TransactionError,
     TransactionNotFoundError,
+    TransactionNotOwnedError,
+    TransactionTooLargeError,
 )
 
 __all__ = [
@@ -31,7 +33,9 @@ __all__ = [
     "TransactionError",
     "TransactionLimits",
     "TransactionNotFoundError",
+    "TransactionNotOwnedError",
     "TransactionParticipant",
+    "TransactionTooLargeError",
     "TxnAck",
     "TxnMetadata",
     "TxnState",

@@ -6,14 +6,21 @@ written; after a restart every decided transaction is driven to its end again,
 so a decided transaction never changes its mind. The low watermark is the
 highest sequence at or below which every transaction of this coordinator has
 ended; markers carry it so topics can abort zombies and refuse late appends.
-Open transactions are bounded (TransactionLimits): in all, and per owner (the
-client connection that opened them, as the broker names it); past either a new
-transaction is refused and nothing is written. Ended transactions are bounded too:
+A transaction belongs to its owner, a plain string the broker gives when it opens
+one ("" for anonymous), recorded with it: ending it, adding a topic or an ack to
+it, or reading it on behalf of another (`caller`, None to skip the check) is
+refused with TransactionNotOwnedError and changes nothing. Names are looked up per
+owner: two owners may each have a transaction of the same name.
+Open transactions are bounded (TransactionLimits): in all, and per client (whom the
+broker counts against: the owner, or the connection when everyone is anonymous);
+past either a new transaction is refused and nothing is written. The messages one
+transaction acknowledges are bounded too (`max_acks_per_txn`: past it an ack is
+refused with TransactionTooLargeError). Ended transactions are bounded too:
 each is remembered (in memory and in the log) for `ended_retention_s` after its
 end and among the latest `max_ended` ends, then forgotten, name and records with
 it; a look-up of a forgotten id answers TransactionNotFound.
 
-The log: one record per transaction (`txn:SEQUENCE`, its state, topics, name) and
+The log: one record per transaction (`txn:SEQUENCE`, its state, topics, name, owner) and
 one per transactional ack (`ack:SEQUENCE:INDEX`), so an ack appends a small record
 instead of rewriting all the earlier ones. Records of an older layout, with the
 acks inside the transaction's record, are read and rewritten in this one at
@@ -41,6 +48,8 @@ from txnbuffer.errors import (
     TooManyTransactionsError,
     TransactionEndedError,
     TransactionNotFoundError,
+    TransactionNotOwnedError,
+    TransactionTooLargeError,
 )
 from txnbuffer.failpoint import TXN_DECIDED, TXN_END_TOPIC, Failpoint, reach
 
@@ -58,6 +67,8 @@ MAX_ENDED = 100_000
 DELETE_BATCH = 512
 MAX_NAME_LENGTH = 256
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
+# Messages one transaction may acknowledge: its acks are kept in memory until it ends.
+MAX_ACKS_PER_TXN = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +79,11 @@ class TransactionLimits:
     # Ended transactions remembered: for this long after their end, and at most this many.
     ended_retention_s: float = ENDED_RETENTION_S
     max_ended: int = MAX_ENDED
+    # Message ids acknowledged in one transaction, over all its acks.
+    max_acks_per_txn: int = MAX_ACKS_PER_TXN
 
     def __post_init__(self) -> None:
-        if self.max_open < 1 or self.max_open_per_owner < 1 or self.max_ended < 1:
+        if min(self.max_open, self.max_open_per_owner, self.max_ended, self.max_acks_per_txn) < 1:
             raise ValueError("transaction limits must be >= 1")
         if not self.ended_retention_s > 0:
             raise ValueError("the retention of ended transactions must be > 0 s")
@@ -128,6 +141,8 @@ class TxnMetadata:
     acks: list[TxnAck] = field(default_factory=list)
     ended_ms: int = 0
     name: str = ""  # see named_transaction()
+    owner: str = ""  # who opened it ("" anonymous); only the owner may use it
+    acked_ids: int = 0  # message ids over all acks (max_acks_per_txn); not stored, summed
 
     def to_json(self) -> bytes:
         """The transaction's record; its acks are records of their own (ack_key)."""
@@ -139,6 +154,7 @@ class TxnMetadata:
                 "topics": self.topics,
                 "ended_ms": self.ended_ms,
                 "name": self.name,
+                "owner": self.owner,
             },
             separators=(",", ":"),
         ).encode()
@@ -147,15 +163,19 @@ class TxnMetadata:
     def from_json(cls, txn_id: TxnId, raw: bytes) -> TxnMetadata:
         """A record of either layout: an older one still holds its acks ("acks")."""
         data = json.loads(raw)
+        acks = [TxnAck.from_list(ack) for ack in data.get("acks", ())]
         return cls(
             txn_id,
             TxnState(data["state"]),
             data["timeout_ms"],
             data["opened_ms"],
             data["topics"],
-            [TxnAck.from_list(ack) for ack in data.get("acks", ())],
+            acks,
             data["ended_ms"],
             data.get("name", ""),
+            # Records written before owners were kept: anonymous.
+            data.get("owner", ""),
+            sum(len(ack.message_ids) for ack in acks),
         )
 
     def describe(self) -> dict:
@@ -172,6 +192,7 @@ class TxnMetadata:
             },
             "endedTimestamp": self.ended_ms or None,
             "name": self.name or None,
+            "owner": self.owner or None,
         }
 
 
@@ -228,12 +249,12 @@ class TransactionCoordinator:
         self._reserved_until = 0
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._drivers: dict[int, asyncio.Task] = {}  # running ends; each removes itself
-        # name -> sequence of its latest transaction, while that one is remembered.
-        self._by_name: dict[str, int] = {}
-        # Who opened each open transaction, in memory only (owners are connections, which
-        # do not outlive the process); transactions recovered at start have no owner.
-        self._owner_of: dict[int, str] = {}
-        self._open_by_owner: dict[str, int] = {}
+        # (owner, name) -> sequence of its latest transaction, while that one is remembered.
+        self._by_name: dict[tuple[str, str], int] = {}
+        # Whom each open transaction counts against (max_open_per_owner), and the counts.
+        # Recovered open transactions count against their owner (if not anonymous).
+        self._client_of: dict[int, str] = {}
+        self._open_by_client: dict[str, int] = {}
         self.committed_count = 0
         self.aborted_count = 0
         self.timed_out_count = 0
@@ -263,7 +284,9 @@ class TransactionCoordinator:
                 self._doomed_keys.append(key)  # its transaction's record is gone
                 continue
             assert key == ack_key(meta.txn_id.least_bits, len(meta.acks)), key
-            meta.acks.append(TxnAck.from_json(raw))
+            ack = TxnAck.from_json(raw)
+            meta.acks.append(ack)
+            meta.acked_ids += len(ack.message_ids)
         ended = sorted(
             (meta.ended_ms, sequence)
             for sequence, meta in self._txns.items()
@@ -273,9 +296,12 @@ class TransactionCoordinator:
             self._ended.add(sequence, ended_ms)
         for sequence, meta in self._txns.items():
             if meta.name:
-                self._by_name[meta.name] = max(sequence, self._by_name.get(meta.name, 0))
+                key = (meta.owner, meta.name)
+                self._by_name[key] = max(sequence, self._by_name.get(key, 0))
             if not meta.state.terminal:
                 self._open.add(sequence)
+                if meta.owner:
+                    self._count_client(sequence, meta.owner)
         self._forget_expired()
         # The remembered ones of the older layout: their acks move to records of their own.
         migrated: dict[str, bytes] = {}
@@ -332,8 +358,9 @@ class TransactionCoordinator:
         for sequence in self._ended.expired(self._now_ms()):
             meta = self._txns.pop(sequence)
             assert meta.state.terminal, meta
-            if meta.name and self._by_name.get(meta.name) == sequence:
-                del self._by_name[meta.name]
+            key = (meta.owner, meta.name)
+            if meta.name and self._by_name.get(key) == sequence:
+                del self._by_name[key]
             self._doomed_keys.append(txn_key(sequence))
             self._doomed_keys.extend(ack_key(sequence, i) for i in range(len(meta.acks)))
         if len(self._doomed_keys) >= DELETE_BATCH:
@@ -352,40 +379,50 @@ class TransactionCoordinator:
         self._next_sequence += 1
         return sequence
 
-    def named_transaction(self, name: str, timeout_ms: int, owner: str = "") -> TxnMetadata:
-        """The transaction called `name` while it is open or committed (asking again,
-        e.g. a retried or replayed writer, joins it or learns it is done); otherwise,
-        never opened or aborted, a new one under that name."""
+    def named_transaction(
+        self, name: str, timeout_ms: int, owner: str = "", client: str | None = None
+    ) -> TxnMetadata:
+        """`owner`'s transaction called `name` while it is open or committed (asking
+        again, e.g. a retried or replayed writer, joins it or learns it is done);
+        otherwise, never opened or aborted, a new one under that name. Another owner's
+        transaction of that name is never returned: names are per owner."""
         if not 0 < len(name) <= MAX_NAME_LENGTH:
             raise ValueError(f"a transaction name has 1 to {MAX_NAME_LENGTH} characters")
         self._forget_expired()
-        sequence = self._by_name.get(name)
+        key = (owner, name)
+        sequence = self._by_name.get(key)
         meta = self._txns.get(sequence) if sequence is not None else None
         if meta is not None and (meta.state is TxnState.OPEN or meta.state.commits):
+            assert meta.owner == owner, (meta, owner)
             return meta
-        txn_id = self.new_transaction(timeout_ms, owner)
+        txn_id = self.new_transaction(timeout_ms, owner, client)
         meta = self._txns[txn_id.least_bits]
         meta.name = name
-        self._by_name[name] = txn_id.least_bits
+        self._by_name[key] = txn_id.least_bits
         self._persist(meta)
         return meta
 
-    def new_transaction(self, timeout_ms: int, owner: str = "") -> TxnId:
-        """Open a transaction for `owner` ("" counts only against the total limit)."""
+    def new_transaction(self, timeout_ms: int, owner: str = "", client: str | None = None) -> TxnId:
+        """Open a transaction owned by `owner` ("" anonymous), counted against `client`
+        (default: the owner; "" counts only against the total limit)."""
         if timeout_ms <= 0:
             raise ValueError(f"transaction timeout must be > 0 ms, got {timeout_ms}")
         if timeout_ms > MAX_TIMEOUT_MS:
             raise ValueError(
                 f"transaction timeout must be <= {MAX_TIMEOUT_MS} ms, got {timeout_ms}"
             )
-        self._check_limits(owner)
+        client = owner if client is None else client
+        self._check_limits(client)
         self._forget_expired()
         sequence = self._reserve()
-        if owner:
-            self._owner_of[sequence] = owner
-            self._open_by_owner[owner] = self._open_by_owner.get(owner, 0) + 1
+        if client:
+            self._count_client(sequence, client)
         meta = TxnMetadata(
-            TxnId(self.coordinator_id, sequence), TxnState.OPEN, timeout_ms, self._now_ms()
+            TxnId(self.coordinator_id, sequence),
+            TxnState.OPEN,
+            timeout_ms,
+            self._now_ms(),
+            owner=sys.intern(owner),
         )
         self._txns[sequence] = meta
         self._open.add(sequence)
@@ -393,7 +430,11 @@ class TransactionCoordinator:
         self._arm_timeout(meta)
         return meta.txn_id
 
-    def _check_limits(self, owner: str) -> None:
+    def _count_client(self, sequence: int, client: str) -> None:
+        self._client_of[sequence] = client
+        self._open_by_client[client] = self._open_by_client.get(client, 0) + 1
+
+    def _check_limits(self, client: str) -> None:
         limits = self.limits
         if len(self._open) >= limits.max_open:
             raise TooManyTransactionsError(
@@ -401,15 +442,15 @@ class TransactionCoordinator:
                 f"the most max_open_transactions allows; end some (or let them time out) "
                 "before opening more"
             )
-        if owner and self._open_by_owner.get(owner, 0) >= limits.max_open_per_owner:
+        if client and self._open_by_client.get(client, 0) >= limits.max_open_per_owner:
             raise TooManyTransactionsError(
-                f"client {owner} has {self._open_by_owner[owner]} open transactions, the most "
-                "max_open_transactions_per_client allows; end some before opening more"
+                f"client {client} has {self._open_by_client[client]} open transactions, the "
+                "most max_open_transactions_per_client allows; end some before opening more"
             )
 
-    def open_by(self, owner: str) -> int:
-        """Transactions `owner` opened that have not ended."""
-        return self._open_by_owner.get(owner, 0)
+    def open_by(self, client: str) -> int:
+        """Transactions counted against `client` that have not ended."""
+        return self._open_by_client.get(client, 0)
 
     def get(self, txn_id: TxnId) -> TxnMetadata:
         self._forget_expired()
@@ -430,39 +471,70 @@ class TransactionCoordinator:
             f"{name} is not known to coordinator {self.coordinator_id}: never opened"
         )
 
-    def _require_open(self, txn_id: TxnId) -> TxnMetadata:
+    def owned(self, txn_id: TxnId, caller: str | None) -> TxnMetadata:
+        """The transaction, if `caller` owns it (None: whoever asks, e.g. a superuser);
+        otherwise TransactionNotOwnedError, naming neither the owner nor its state."""
         meta = self.get(txn_id)
+        if caller is not None and caller != meta.owner:
+            raise TransactionNotOwnedError(
+                f"transaction {txn_id} belongs to another role: only the role that opened "
+                "it (or a superuser) may end it, send or acknowledge in it, or read it"
+            )
+        return meta
+
+    def _require_open(self, txn_id: TxnId, caller: str | None = None) -> TxnMetadata:
+        meta = self.owned(txn_id, caller)
         if meta.state is not TxnState.OPEN:
             raise TransactionEndedError(
                 f"transaction {txn_id} is {meta.state.value}; start a new transaction"
             )
         return meta
 
-    def add_topic(self, txn_id: TxnId, topic: str) -> None:
+    def add_topic(self, txn_id: TxnId, topic: str, caller: str | None = None) -> None:
         """Record that the transaction writes to topic (before the write happens)."""
-        meta = self._require_open(txn_id)
+        meta = self._require_open(txn_id, caller)
         if topic not in meta.topics:
             # Interned: thousands of remembered transactions share a few topic names.
             meta.topics.append(sys.intern(topic))
             self._persist(meta)
 
+    def check_ack(self, txn_id: TxnId, caller: str | None, count: int) -> TxnMetadata:
+        """What add_ack refuses, checked without recording anything: the transaction
+        is `caller`'s, open, and has room for `count` more acknowledged messages."""
+        meta = self._require_open(txn_id, caller)
+        limit = self.limits.max_acks_per_txn
+        if meta.acked_ids + count > limit:
+            raise TransactionTooLargeError(
+                f"transaction {txn_id} has acknowledged {meta.acked_ids} messages; {count} "
+                f"more would pass the limit of {limit} per transaction (max_acks_per_txn): "
+                "commit it and acknowledge the rest in a new transaction"
+            )
+        return meta
+
     def add_ack(
-        self, txn_id: TxnId, topic: str, subscription: str, message_ids: list[tuple[int, int, int]]
+        self,
+        txn_id: TxnId,
+        topic: str,
+        subscription: str,
+        message_ids: list[tuple[int, int, int]],
+        caller: str | None = None,
     ) -> None:
-        meta = self._require_open(txn_id)
+        meta = self.check_ack(txn_id, caller, len(message_ids))
         ack = TxnAck(sys.intern(topic), sys.intern(subscription), list(message_ids))
         # A record of its own: O(1) per ack, however many the transaction has.
         self._write({ack_key(txn_id.least_bits, len(meta.acks)): ack.to_json()})
         meta.acks.append(ack)
+        meta.acked_ids += len(ack.message_ids)
 
     def list_open(self) -> list[TxnMetadata]:
         return [self._txns[s] for s in self._open]
 
     # ------------------------------------------------------------ ending
 
-    async def end(self, txn_id: TxnId, commit: bool) -> TxnState:
-        """Commit or abort; returns the final state. Ending an ended transaction is an error."""
-        meta = self.get(txn_id)
+    async def end(self, txn_id: TxnId, commit: bool, caller: str | None = None) -> TxnState:
+        """Commit or abort; returns the final state. Ending an ended transaction is an error,
+        and so is ending another owner's (nothing changes)."""
+        meta = self.owned(txn_id, caller)
         if meta.state is TxnState.OPEN:
             self._decide(meta, TxnState.COMMITTING if commit else TxnState.ABORTING)
         elif meta.state.commits != commit or meta.state.terminal:
@@ -527,7 +599,7 @@ class TransactionCoordinator:
         meta.ended_ms = self._now_ms()
         sequence = meta.txn_id.least_bits
         self._open.discard(sequence)
-        self._forget_owner(sequence)
+        self._forget_client(sequence)
         # Remembered from here, and forgotten once past the retention or the count;
         # the completion and the deletions of forgotten records share one write.
         self._ended.add(sequence, meta.ended_ms)
@@ -544,14 +616,14 @@ class TransactionCoordinator:
         await reach(self.failpoint, TXN_END_TOPIC, topic)
         await self.participant.end_on_topic(topic, txn_id, commit, low_watermark)
 
-    def _forget_owner(self, sequence: int) -> None:
-        owner = self._owner_of.pop(sequence, None)
-        if owner is not None:
-            left = self._open_by_owner[owner] - 1
+    def _forget_client(self, sequence: int) -> None:
+        client = self._client_of.pop(sequence, None)
+        if client is not None:
+            left = self._open_by_client[client] - 1
             if left:
-                self._open_by_owner[owner] = left
+                self._open_by_client[client] = left
             else:
-                del self._open_by_owner[owner]
+                del self._open_by_client[client]
 
     def _arm_timeout(self, meta: TxnMetadata) -> None:
         remaining_ms = meta.opened_ms + meta.timeout_ms - self._now_ms()
@@ -582,7 +654,8 @@ class TransactionCoordinator:
             "openTxns": len(self._open),
             "maxOpenTxns": self.limits.max_open,
             "maxOpenTxnsPerClient": self.limits.max_open_per_owner,
-            "clientsWithOpenTxns": len(self._open_by_owner),
+            "clientsWithOpenTxns": len(self._open_by_client),
+            "maxAcksPerTxn": self.limits.max_acks_per_txn,
             "endedTxns": len(self._ended),
             "maxEndedTxns": self.limits.max_ended,
             "endedRetentionS": self.limits.ended_retention_s,

@@ -17,5 +17,14 @@ class TooManyTransactionsError(TransactionError):
     """Opening one more transaction would pass the coordinator's limit (all, or per client)."""
 
 
+class TransactionNotOwnedError(TransactionError):
+    """The transaction belongs to another owner: only its owner may end it, write or
+    ack in it, or read its state."""
+
+
+class TransactionTooLargeError(TransactionError):
+    """One more ack would pass the limit on acknowledged messages per transaction."""
+
+
 class TransactionBufferNotReadyError(TransactionError):
     """The topic's transaction buffer is recovering or closed."""

@@ -28,12 +28,15 @@ from managed_ledger import (
     TooManyOpenFilesError,
 )
 from stableline.broker.registry import TopicNotFoundError
+from stableline.broker.topic import ProducerBusyError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TooManyTransactionsError,
     TransactionBufferNotReadyError,
     TransactionEndedError,
     TransactionNotFoundError,
+    TransactionNotOwnedError,
+    TransactionTooLargeError,
 )
 
 ERROR_METADATA_KEY = "stableline-error"
@@ -66,6 +69,10 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TransactionEndedError, grpc.StatusCode.FAILED_PRECONDITION, "TransactionEnded"),
     (TransactionNotFoundError, grpc.StatusCode.NOT_FOUND, "TransactionNotFound"),
     (TooManyTransactionsError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTransactions"),
+    (TransactionTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTransactionAcks"),
+    # The same code as the guard's refusals: the client raises AuthorizationError.
+    (TransactionNotOwnedError, grpc.StatusCode.PERMISSION_DENIED, "NotAuthorized"),
+    (ProducerBusyError, grpc.StatusCode.FAILED_PRECONDITION, "ProducerBusy"),
     (TransactionBufferNotReadyError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
     # Last: any other malformed value in a request.
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument"),

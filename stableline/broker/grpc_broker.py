@@ -2,7 +2,15 @@
 
 Wire handling only: requests are turned into engine values by convert.py and
 answered from them; what a call does lives with the engines (transactional acks in
-transactional_acks.py, ends in the coordinator)."""
+transactional_acks.py, ends in the coordinator).
+
+Ownership: a transaction belongs to the role that opened it (anonymous with
+authentication off), and only that role or a superuser may end it, send or ack in it,
+or read it; the check is one dict look-up per transactional request (a send batch,
+an ack, an end), never per message. Transaction names are per role, and the
+per-client limit on open transactions counts per role (per connection when
+authentication is off, where every caller is the same anonymous role). A producer
+name is held by its connected producer (Topic.add_publisher)."""
 
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
 from stableline.broker.registry import TopicRegistry
-from stableline.broker.topic import Publisher
+from stableline.broker.security.caller import CURRENT_CALLER
+from stableline.broker.topic import ProducerBusyError, Publisher
 from stableline.broker.transactional_acks import ack_in_transaction
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TransactionError
@@ -52,6 +61,22 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._run_tag = secrets.token_hex(4)
         self._generated_names = itertools.count(1)
 
+    @staticmethod
+    def _checked_as() -> str | None:
+        """The role a transaction must belong to for this call; None: any (a superuser,
+        or authentication off)."""
+        caller = CURRENT_CALLER.get()
+        return None if caller is None else caller.checked_as
+
+    @staticmethod
+    def _txn_owner(context) -> tuple[str, str]:
+        """(owner, client) of a transaction this call opens: the role, counted per role;
+        anonymous and counted per connection when authentication is off."""
+        caller = CURRENT_CALLER.get()
+        if caller is None:
+            return "", context.peer()
+        return caller.role, caller.role
+
     # ------------------------------------------------------------ Produce
 
     async def Produce(self, request_iterator, context) -> AsyncIterator[pb.ProduceResponse]:
@@ -72,76 +97,91 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             first.open.producer_name
             or f"{ANONYMOUS_PREFIX}{self._run_tag}-{next(self._generated_names)}"
         )
-        yield pb.ProduceResponse(
-            opened=pb.ProducerOpened(
-                topic=str(topic.name),
-                producer_name=producer_name,
-                max_message_size=self.config.max_message_size,
-                last_sequence_id=await topic.last_sequence_id(producer_name, new_producer),
-            )
-        )
+        caller = CURRENT_CALLER.get()
+        txn_caller = None if caller is None else caller.checked_as
         out: asyncio.Queue = asyncio.Queue()
-        # Sends appending at once; past the limit the broker stops reading the stream
-        # and gRPC flow control holds the producer.
-        in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
-        tasks: set[asyncio.Task] = set()
-        publisher = Publisher(producer_name, self.config.max_pending_publishes_per_producer)
-        topic.producers[id(context)] = publisher
+        publisher = Publisher(
+            producer_name,
+            self.config.max_pending_publishes_per_producer,
+            role="" if caller is None else caller.role,
+            on_replaced=out.put_nowait,  # the error ends this stream
+        )
+        try:
+            topic.add_publisher(publisher)
+        except ProducerBusyError as error:
+            await abort(context, error)
+        reader: asyncio.Task | None = None
+        try:
+            yield pb.ProduceResponse(
+                opened=pb.ProducerOpened(
+                    topic=str(topic.name),
+                    producer_name=producer_name,
+                    max_message_size=self.config.max_message_size,
+                    last_sequence_id=await topic.last_sequence_id(producer_name, new_producer),
+                )
+            )
+            # Sends appending at once; past the limit the broker stops reading the stream
+            # and gRPC flow control holds the producer.
+            in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
+            tasks: set[asyncio.Task] = set()
 
-        async def append(send: pb.ProducerSend) -> None:
-            try:
-                if self.registry.failpoint is not None:  # tests hold appends here
-                    await self.registry.failpoint(PUBLISH, str(topic.name))
-                header = convert.header_from_send(send, producer_name)
-                if len(send.payload) > self.config.max_message_size:
-                    raise EntryTooLargeError(
-                        f"batch of {len(send.payload)} bytes exceeds max_message_size "
-                        f"{self.config.max_message_size}"
-                    )
-                if header.num_messages <= 0:
-                    raise invalid(f"num_messages must be >= 1, got {header.num_messages}")
-                if header.txn_id is not None:
-                    # Recorded before the write, so an abort (or timeout) reaches this topic.
-                    self.coordinator.add_topic(header.txn_id, str(topic.name))
-                position, duplicate = await topic.publish(header, send.payload, new_producer)
-                # A duplicate carries its first copy's position (-1:-1 when no longer held).
-                receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
-                if position is None:
-                    receipt.ledger_id, receipt.entry_id = -1, -1
-                else:
-                    receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
-                out.put_nowait(pb.ProduceResponse(receipt=receipt))
-            except (BrokerError, ManagedLedgerError, TransactionError, ValueError) as error:
-                failure = classify(error)
-                out.put_nowait(
-                    pb.ProduceResponse(
-                        error=pb.SendError(
-                            sequence_id=send.sequence_id, code=failure.code, message=str(failure)
+            async def append(send: pb.ProducerSend) -> None:
+                try:
+                    if self.registry.failpoint is not None:  # tests hold appends here
+                        await self.registry.failpoint(PUBLISH, str(topic.name))
+                    header = convert.header_from_send(send, producer_name)
+                    if len(send.payload) > self.config.max_message_size:
+                        raise EntryTooLargeError(
+                            f"batch of {len(send.payload)} bytes exceeds max_message_size "
+                            f"{self.config.max_message_size}"
+                        )
+                    if header.num_messages <= 0:
+                        raise invalid(f"num_messages must be >= 1, got {header.num_messages}")
+                    if header.txn_id is not None:
+                        # Recorded before the write, so an abort (or timeout) reaches this topic.
+                        self.coordinator.add_topic(header.txn_id, str(topic.name), txn_caller)
+                    position, duplicate = await topic.publish(header, send.payload, new_producer)
+                    # A duplicate carries its first copy's position (-1:-1 when no longer held).
+                    receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
+                    if position is None:
+                        receipt.ledger_id, receipt.entry_id = -1, -1
+                    else:
+                        receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
+                    out.put_nowait(pb.ProduceResponse(receipt=receipt))
+                except (BrokerError, ManagedLedgerError, TransactionError, ValueError) as error:
+                    failure = classify(error)
+                    out.put_nowait(
+                        pb.ProduceResponse(
+                            error=pb.SendError(
+                                sequence_id=send.sequence_id,
+                                code=failure.code,
+                                message=str(failure),
+                            )
                         )
                     )
-                )
-            finally:
-                publisher.pending_publishes -= 1
-                in_flight.release()
+                finally:
+                    publisher.pending_publishes -= 1
+                    in_flight.release()
 
-        async def read_sends() -> None:
-            try:
-                async for request in request_iterator:
-                    if request.WhichOneof("request") != "send":
-                        out.put_nowait(invalid("only 'send' may follow 'open' on a Produce stream"))
-                        return
-                    await in_flight.acquire()
-                    publisher.pending_publishes += 1
-                    task = asyncio.create_task(append(request.send))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
-            finally:
-                out.put_nowait(_END)
+            async def read_sends() -> None:
+                try:
+                    async for request in request_iterator:
+                        if request.WhichOneof("request") != "send":
+                            out.put_nowait(
+                                invalid("only 'send' may follow 'open' on a Produce stream")
+                            )
+                            return
+                        await in_flight.acquire()
+                        publisher.pending_publishes += 1
+                        task = asyncio.create_task(append(request.send))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    if tasks:
+                        await asyncio.gather(*tasks, return_exceptions=True)
+                finally:
+                    out.put_nowait(_END)
 
-        reader = asyncio.create_task(read_sends())
-        try:
+            reader = asyncio.create_task(read_sends())
             while True:
                 item = await out.get()
                 if item is _END:
@@ -150,8 +190,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     await abort(context, item)
                 yield item
         finally:
-            reader.cancel()
-            topic.producers.pop(id(context), None)
+            if reader is not None:
+                reader.cancel()
+            topic.remove_publisher(publisher)
 
     # ------------------------------------------------------------ Subscribe
 
@@ -312,6 +353,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         ids = convert.message_positions(ack.message_ids)
         txn_id = convert.optional_txn_id(ack)
         if txn_id is not None:
+            # Before anything is held: another role's transaction is refused untouched.
+            self.coordinator.check_ack(txn_id, self._checked_as(), len(ids))
             ack_in_transaction(self.coordinator, subscription, txn_id, ids, ack.cumulative)
             return
         if not ids:
@@ -442,14 +485,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     # ------------------------------------------------------------ transactions
 
     async def NewTransaction(self, request, context) -> pb.NewTransactionResponse:
+        owner, client = self._txn_owner(context)
         try:
             if request.name:
                 meta = self.coordinator.named_transaction(
-                    request.name, request.timeout_ms, context.peer()
+                    request.name, request.timeout_ms, owner, client
                 )
                 txn_id, state = meta.txn_id, meta.state.value
             else:
-                txn_id = self.coordinator.new_transaction(request.timeout_ms, context.peer())
+                txn_id = self.coordinator.new_transaction(request.timeout_ms, owner, client)
                 state = "OPEN"
         except Exception as error:
             await abort(context, error)
@@ -460,7 +504,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if request.action not in (pb.TXN_ACTION_COMMIT, pb.TXN_ACTION_ABORT):
                 raise invalid(f"unknown transaction action {request.action}: use COMMIT or ABORT")
             state = await self.coordinator.end(
-                convert.txn_id(request.txn_id), commit=request.action == pb.TXN_ACTION_COMMIT
+                convert.txn_id(request.txn_id),
+                commit=request.action == pb.TXN_ACTION_COMMIT,
+                caller=self._checked_as(),
             )
         except Exception as error:
             await abort(context, error)
@@ -470,7 +516,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """The coordinator's record of a transaction: how a client whose end was lost
         with a connection learns how it ended, without admin rights."""
         try:
-            meta = self.coordinator.get(convert.txn_id(request.txn_id))
+            meta = self.coordinator.owned(convert.txn_id(request.txn_id), self._checked_as())
         except Exception as error:
             await abort(context, error)
         return convert.transaction_to_proto(meta)

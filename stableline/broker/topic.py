@@ -78,12 +78,21 @@ class TotalsRate:
             self._sampled_at = time.monotonic()
 
 
+class ProducerBusyError(Exception):
+    """A producer of that name is connected to the topic under another role, or this
+    one was replaced by a newer producer of its name."""
+
+
 @dataclass(slots=True)
 class Publisher:
-    """One open Produce stream, for the topic's stats."""
+    """One open Produce stream: its name on the topic, its role, and its stats."""
 
     name: str
     max_pending_publishes: int
+    # The role that opened it ("" anonymous): only that role may replace it.
+    role: str = ""
+    # Ends the stream when a newer producer of the same name replaces it.
+    on_replaced: Callable[[ProducerBusyError], None] | None = None
     # Sends read from the stream and not yet appended; at the max the broker stops
     # reading the stream (max_pending_publishes_per_producer).
     pending_publishes: int = 0
@@ -101,7 +110,8 @@ class Topic:
         self.dispatch_limits = dispatch_limits or DispatchLimits()
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
-        self.producers: dict[int, Publisher] = {}  # by stream
+        # The connected producers, one per name (add_publisher).
+        self.producers: dict[str, Publisher] = {}
         self.rate_in = RateCounter()
         self.rate_out = TotalsRate()
         self.buffer = TransactionBuffer(ledger, snapshot_policy)
@@ -263,6 +273,38 @@ class Topic:
             return -1
         await self.buffer.wait_ready()
         return self.buffer.producers.last(producer_name)
+
+    def add_publisher(self, publisher: Publisher) -> None:
+        """Register an opened Produce stream: one producer per name is connected.
+
+        While one of that name is connected, a producer of another role is refused
+        (ProducerBusyError) and nothing changes: a name's sequence ids are its
+        producer's alone. One of the same role replaces it: that is the same client
+        reopening after a broken connection whose old stream the broker has not yet
+        seen end (a half-open TCP connection can take minutes to notice), and refusing
+        it would fail the reconnect. The replaced stream is ended with ProducerBusy.
+        """
+        current = self.producers.get(publisher.name)
+        if current is not None:
+            if current.role != publisher.role:
+                raise ProducerBusyError(
+                    f"producer {publisher.name!r} is already connected to {self.name} under "
+                    "another role; use another producer name, or wait until it closes"
+                )
+            if current.on_replaced is not None:
+                current.on_replaced(
+                    ProducerBusyError(
+                        f"producer {publisher.name!r} on {self.name} was replaced by a newer "
+                        "producer of the same name (the same client reconnecting, or "
+                        "another client of the same role using its name)"
+                    )
+                )
+        self.producers[publisher.name] = publisher
+
+    def remove_publisher(self, publisher: Publisher) -> None:
+        """Unregister a closed Produce stream (not the one that replaced it)."""
+        if self.producers.get(publisher.name) is publisher:
+            del self.producers[publisher.name]
 
     def subscribe(
         self,

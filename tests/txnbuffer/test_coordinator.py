@@ -599,7 +599,7 @@ async def test_a_forgotten_committed_name_gets_a_new_transaction(bounded, clock)
     clock.now += RETENTION_S + 1
     again = bounded.named_transaction("query-1-batch-1", LONG_TIMEOUT_MS)
     assert again.txn_id != first.txn_id and again.state is TxnState.OPEN
-    assert bounded._by_name == {"query-1-batch-1": again.txn_id.least_bits}
+    assert bounded._by_name == {("", "query-1-batch-1"): again.txn_id.least_bits}
 
 
 async def test_an_open_named_txn_outlives_any_number_of_ends(bounded):

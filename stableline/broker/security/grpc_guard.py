@@ -6,6 +6,8 @@ any authenticated role (their writes and acks go through Produce and Subscribe,
 which check the topic); every Admin RPC, and any RPC not in the table, -> admin. The check runs
 before the service sees the request (for a stream, before its first message
 reaches the service), so a refused call writes nothing and creates no topic.
+An allowed call runs with its caller in `CURRENT_CALLER` (caller.py): the service
+checks what the role owns (a transaction is its opener's) against it.
 Health and reflection stay open: probes and tools need no token.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 import grpc
 
 from stableline.broker.errors import BrokerError, abort, invalid
+from stableline.broker.security.caller import CURRENT_CALLER, Caller
 from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
 from stableline.broker.security.permissions import Action
 from stableline.topic_name import TopicName
@@ -134,6 +137,9 @@ class _Check:
             await abort(
                 context, BrokerError(grpc.StatusCode.PERMISSION_DENIED, "NotAuthorized", str(error))
             )
+        assert self.role is not None
+        # In the RPC's own task, before the handler runs: the handler and its tasks see it.
+        CURRENT_CALLER.set(Caller(self.role, self.guard.is_superuser(self.role)))
 
     def unary(self, behavior):
         async def guarded(request, context):

@@ -31,6 +31,10 @@ class Guard:
         assert self.verifier is not None, "authenticate() with authentication off"
         return self.verifier.role_of(bearer_token(authorization_header))
 
+    def is_superuser(self, role: str) -> bool:
+        """May `role` act on what other roles own? Every role may when authorization is off."""
+        return self.authorizer is None or role in self.authorizer.superuser_roles
+
     def authorize(self, role: str, action: Action, topic: TopicName | None = None) -> None:
         """Raises NotPermitted unless `role` may do `action` (on `topic`)."""
         if self.authorizer is None or self.authorizer.allows(role, action, topic):

@@ -1,0 +1,29 @@
+"""Who is calling the current RPC, as the gRPC guard established it.
+
+The guard authenticates and authorizes before the service runs; the service needs
+the role too, to tell what belongs to whom (a transaction is its opener's, a producer
+name its connected producer's). A context variable carries it from the interceptor
+into the handler: set once per RPC, before the handler runs, in the RPC's own task
+(and so in the tasks the handler starts); RPCs never see each other's caller.
+Unset (None) when authentication is off: every caller is anonymous.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    role: str
+    # May act on what other roles own (a superuser role, or any role with authorization off).
+    superuser: bool
+
+    @property
+    def checked_as(self) -> str | None:
+        """The role ownership is checked against; None when nothing is checked."""
+        return None if self.superuser else self.role
+
+
+CURRENT_CALLER: ContextVar[Caller | None] = ContextVar("stableline_caller", default=None)
