@@ -32,10 +32,14 @@ class BrokerConfig:
     max_unacked_messages_per_subscription: int = 200_000
     # Consumers one subscription takes; one more is refused [maxConsumersPerSubscription].
     max_consumers_per_subscription: int = 1000
-    # Open transactions in the coordinator, and per client connection; a new one past
-    # either is refused [transactionCoordinator max active transactions].
+    # Open transactions in the coordinator, and per client (per role with
+    # authentication on, per connection with it off); a new one past either is refused
+    # [transactionCoordinator max active transactions].
     max_open_transactions: int = 100_000
     max_open_transactions_per_client: int = 10_000
+    # Messages one transaction may acknowledge (its acks are held in memory until it
+    # ends); an ack past it is refused.
+    max_acks_per_transaction: int = 100_000
     # Ended transactions the coordinator remembers (a repeated end answers as before,
     # transactionMetadata finds them, a committed name is joined): for this long after
     # their end, and at most this many of the latest; then they are forgotten
@@ -158,6 +162,7 @@ LIMIT_KEYS = (
     "max_consumers_per_subscription",
     "max_open_transactions",
     "max_open_transactions_per_client",
+    "max_acks_per_transaction",
     "txn_ended_retention_s",
     "max_ended_transactions",
     "max_connections",

@@ -179,6 +179,7 @@ class Broker:
                 config.max_open_transactions_per_client,
                 config.txn_ended_retention_s,
                 config.max_ended_transactions,
+                config.max_acks_per_transaction,
             ),
         )
         if config.failpoints:

@@ -10,10 +10,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
+import stableline
+from stableline import AuthenticationToken
 from stableline.broker.security.certificates import CertificateAuthority
-from stableline.broker.security.tokens import create_key_pair, create_secret_key, create_token
+from stableline.broker.security.tokens import (
+    create_key_pair,
+    create_secret_key,
+    create_token,
+    read_secret_key,
+)
 from stableline.testing import BrokerProcess
 
 SUPERUSER = "admin"
@@ -117,3 +125,67 @@ def http(
     if raw and kind.get_content_type() == "application/json":
         return status, json.loads(raw)
     return status, raw
+
+
+# The limits the `secure_broker` runs with, small enough to reach in a test.
+SECURE_MAX_OPEN_TXNS_PER_CLIENT = 3
+SECURE_MAX_ACKS_PER_TXN = 5
+
+
+@dataclass(frozen=True)
+class SecureBroker:
+    """A broker started with `serve --secure` (TLS, tokens, authorization), and how to
+    reach it as any role: the SDK client, raw gRPC stubs (what an attacker sends), HTTPS."""
+
+    process: BrokerProcess
+
+    @property
+    def security_dir(self) -> Path:
+        return self.process.data_dir / "security"
+
+    def token(self, role: str) -> str:
+        secret = read_secret_key(self.security_dir / "secret.key")
+        return create_token(role, secret_key=secret)
+
+    def client(self, role: str, **options) -> stableline.Client:
+        return stableline.Client(
+            self.process.service_url,
+            tls_trust_certs_file_path=self.security_dir / "ca.pem",
+            authentication=AuthenticationToken(self.token(role)),
+            **options,
+        )
+
+    def channel(self) -> grpc.Channel:
+        credentials = grpc.ssl_channel_credentials((self.security_dir / "ca.pem").read_bytes())
+        return grpc.secure_channel(f"127.0.0.1:{self.process.grpc_port}", credentials)
+
+    def metadata(self, role: str) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token(role)}"),)
+
+    def http(self, method: str, path: str, role: str = SUPERUSER, body: object = None):
+        context = ssl.create_default_context(cafile=str(self.security_dir / "ca.pem"))
+        return http(self.process, method, path, self.token(role), body, context)
+
+    def grant(self, role: str, actions: list[str], namespace: str = "public/default") -> None:
+        status, body = self.http(
+            "POST", f"/admin/v2/namespaces/{namespace}/permissions/{role}", body=actions
+        )
+        assert status == 204, body
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory) -> Iterator[SecureBroker]:
+    """One `serve --secure` broker per module, with small transaction limits."""
+    directory = tmp_path_factory.mktemp("secure")
+    config = directory / "broker.toml"
+    config.write_text(
+        f"max_open_transactions_per_client = {SECURE_MAX_OPEN_TXNS_PER_CLIENT}\n"
+        f"max_acks_per_transaction = {SECURE_MAX_ACKS_PER_TXN}\n"
+    )
+    process = BrokerProcess(directory / "data", extra_args=["--secure", "--config", str(config)])
+    process.start()
+    try:
+        assert process.tls
+        yield SecureBroker(process)
+    finally:
+        assert process.stop() == 0, process.log()
