@@ -18,6 +18,8 @@ from txnbuffer import (
     TransactionEndedError,
     TransactionLimits,
     TransactionNotFoundError,
+    TransactionNotOwnedError,
+    TransactionTooLargeError,
     TxnAck,
     TxnMetadata,
     TxnState,
@@ -756,3 +758,95 @@ async def test_a_record_of_the_older_layout_with_inline_acks_loads_and_is_rewrit
             tc.get(TxnId(COORDINATOR_ID, sequence + 1))
     finally:
         await tc.close()
+
+
+# ---------------------------------------------------------------- owners
+
+
+async def test_only_the_owner_ends_adds_to_or_reads_a_transaction_and_a_refusal_changes_nothing(
+    coordinator, participant, store
+):
+    txn_id = coordinator.new_transaction(LONG_TIMEOUT_MS, owner="alice")
+    coordinator.add_topic(txn_id, "t1", caller="alice")
+    before = dict(store.scan_prefix(COORDINATOR_DB, ""))
+    with pytest.raises(TransactionNotOwnedError, match="belongs to another role"):
+        await coordinator.end(txn_id, commit=True, caller="mallory")
+    with pytest.raises(TransactionNotOwnedError):
+        coordinator.add_topic(txn_id, "t2", caller="mallory")
+    with pytest.raises(TransactionNotOwnedError):
+        coordinator.add_ack(txn_id, "t1", "sub", [(1, 0, -1)], caller="mallory")
+    with pytest.raises(TransactionNotOwnedError):
+        coordinator.owned(txn_id, "mallory")
+    assert dict(store.scan_prefix(COORDINATOR_DB, "")) == before
+    assert coordinator.get(txn_id).state is TxnState.OPEN and participant.attempts == []
+    # No caller (a superuser) passes; the owner does.
+    assert coordinator.owned(txn_id, None).owner == "alice"
+    assert await asyncio.wait_for(coordinator.end(txn_id, True, caller="alice"), WAIT_S) is (
+        TxnState.COMMITTED
+    )
+
+
+async def test_the_owner_is_recorded_with_the_transaction_and_survives_a_restart(
+    store, participant
+):
+    before = await restarted(store, participant)
+    txn_id = before.new_transaction(LONG_TIMEOUT_MS, owner="alice")
+    await before.close()
+    after = await restarted(store, participant)
+    assert after.get(txn_id).owner == "alice"
+    assert after.get(txn_id).describe()["owner"] == "alice"
+    with pytest.raises(TransactionNotOwnedError):
+        await after.end(txn_id, commit=False, caller="mallory")
+    # A recovered open transaction still counts against its owner's limit.
+    assert after.open_by("alice") == 1
+    await after.close()
+
+
+async def test_a_record_without_an_owner_loads_as_anonymous(store, participant):
+    txn_id = TxnId(COORDINATOR_ID, 5)
+    record = b'{"state":"OPEN","timeout_ms":60000,"opened_ms":1,"topics":[],"ended_ms":0,"name":""}'
+    store.put(COORDINATOR_DB, "txn:" + f"{5:020d}", record)
+    recovered = await restarted(store, participant)
+    assert recovered.get(txn_id).owner == ""
+    assert recovered.get(txn_id).describe()["owner"] is None
+    await recovered.close()
+
+
+async def test_names_are_per_owner(coordinator):
+    alices = coordinator.named_transaction("payroll", LONG_TIMEOUT_MS, owner="alice")
+    bobs = coordinator.named_transaction("payroll", LONG_TIMEOUT_MS, owner="bob")
+    assert alices.txn_id != bobs.txn_id
+    assert (alices.owner, bobs.owner) == ("alice", "bob")
+    assert coordinator.named_transaction("payroll", LONG_TIMEOUT_MS, owner="alice") is alices
+
+
+async def test_the_limit_counts_per_client_which_defaults_to_the_owner(limited):
+    # With everyone anonymous the broker counts per connection: client given apart.
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="", client="conn-1")
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="", client="conn-1")
+    with pytest.raises(TooManyTransactionsError, match="client conn-1"):
+        limited.new_transaction(LONG_TIMEOUT_MS, owner="", client="conn-1")
+    limited.new_transaction(LONG_TIMEOUT_MS, owner="alice")
+    assert limited.open_by("alice") == 1 and limited.open_by("conn-1") == 2
+
+
+async def test_acks_per_transaction_are_bounded_and_a_refused_ack_records_nothing(
+    store, participant
+):
+    tc = TransactionCoordinator(
+        COORDINATOR_ID, store, participant, TransactionLimits(max_acks_per_txn=3)
+    )
+    participant.coordinator = tc
+    await tc.recover()
+    txn_id = tc.new_transaction(LONG_TIMEOUT_MS)
+    tc.add_ack(txn_id, "t", "s", [(1, 0, -1), (1, 1, -1)])
+    with pytest.raises(TransactionTooLargeError, match="max_acks_per_txn"):
+        tc.add_ack(txn_id, "t", "s", [(1, 2, -1), (1, 3, -1)])
+    with pytest.raises(TransactionTooLargeError):
+        tc.check_ack(txn_id, None, 2)
+    tc.add_ack(txn_id, "t", "s", [(1, 2, -1)])  # up to the limit
+    assert tc.get(txn_id).acked_ids == 3
+    await tc.close()
+    recovered = await restarted(store, participant)
+    assert recovered.get(txn_id).acked_ids == 3
+    await recovered.close()
