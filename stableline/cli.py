@@ -232,9 +232,10 @@ def consume(
     types = {t.name.lower(): t for t in stableline.ConsumerType}
     positions = {p.name.lower(): p for p in stableline.InitialPosition}
     received = 0
+    acknowledged = 0
 
     def receive_and_print() -> None:
-        nonlocal received
+        nonlocal received, acknowledged
         with stableline.Client(service_url, **client_credentials()) as client:
             consumer = client.subscribe(
                 topic,
@@ -251,8 +252,9 @@ def consume(
                         break
                     data = message.data().decode(errors="replace")
                     click.echo(f"{message.message_id()}\t{data}")
-                    consumer.acknowledge(message)
                     received += 1
+                    consumer.acknowledge(message)
+                    acknowledged += 1
             finally:
                 consumer.close()
 
@@ -263,13 +265,21 @@ def consume(
         interrupted = True
     except stableline.StableLineError as error:
         if received:
-            click.echo(f"{received} message(s) consumed", err=True)
+            click.echo(_consumed_summary(received, acknowledged), err=True)
         raise broker_error(error, service_url) from None
     click.echo(
-        f"{received} message(s) consumed" + (" (interrupted)" if interrupted else ""), err=True
+        _consumed_summary(received, acknowledged) + (" (interrupted)" if interrupted else ""),
+        err=True,
     )
     if interrupted:
         sys.exit(INTERRUPTED_EXIT_CODE)
+
+
+def _consumed_summary(received: int, acknowledged: int) -> str:
+    """What consume did: an interrupt can land between printing a message and its ack."""
+    if acknowledged == received:
+        return f"{received} message(s) consumed"
+    return f"{received} message(s) consumed, {acknowledged} acknowledged"
 
 
 @main.group()

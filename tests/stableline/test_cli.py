@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -197,7 +198,10 @@ def test_ctrl_c_in_consume_reports_what_was_consumed(broker, client, wait):
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 130
     stderr = process.stderr.read()
-    assert "3 message(s) consumed (interrupted)" in stderr
+    # SIGINT may land between printing the third message and its acknowledgement.
+    assert re.search(
+        r"^3 message\(s\) consumed(, [23] acknowledged)? \(interrupted\)$", stderr, re.M
+    )
     assert "Traceback" not in stderr
 
 
