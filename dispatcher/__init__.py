@@ -10,6 +10,7 @@ from dispatcher.errors import (
     SubscriptionBusyError,
     SubscriptionClosedError,
     TooManyConsumersError,
+    TransactionConflictError,
 )
 from dispatcher.key_hash import HASH_RANGE_SIZE, key_hash, sticky_hash
 from dispatcher.key_shared import HashRange, KeySharedMode, KeySharedPolicy
@@ -41,6 +42,7 @@ __all__ = [
     "SubscriptionClosedError",
     "SubscriptionType",
     "TooManyConsumersError",
+    "TransactionConflictError",
     "key_hash",
     "sticky_hash",
 ]

@@ -17,6 +17,12 @@ class InvalidAckError(DispatcherError):
     """An acknowledgement names a message that does not exist or is not allowed."""
 
 
+class TransactionConflictError(InvalidAckError):
+    """A transactional ack names a message that is already acknowledged, or already
+    acknowledged in an open transaction (another, or the same one): committing it
+    could commit the application's output for that message twice."""
+
+
 class SubscriptionClosedError(DispatcherError):
     """The subscription was unsubscribed or its topic closed."""
 

@@ -16,6 +16,15 @@ Promises:
   an entry whose hash has an earlier entry kept aside waits behind it.
 - The isolation level is fixed with the cursor; the read view is derived from it
   here, through the view factory the topic passes, and nowhere else.
+- An entry is outstanding to at most one consumer, in one delivery, at a time. A
+  nack names the delivery it hands back (its redelivery count): a nack of a
+  delivery that is no longer outstanding (the entry was delivered again, is queued
+  to be, or is held by a transaction) changes nothing, so a late nack never makes a
+  second copy.
+- A transactional ack of a message already acknowledged, or already acknowledged in
+  an open transaction (another, or the same one), is refused with
+  TransactionConflictError: committing it could commit the application's output
+  for one message twice.
 - The dispatch task waits on an event that appends, commits, acks, permits and
   consumer changes set: no polling.
 """
@@ -39,6 +48,7 @@ from dispatcher.errors import (
     SubscriptionBusyError,
     SubscriptionClosedError,
     TooManyConsumersError,
+    TransactionConflictError,
 )
 from dispatcher.key_hash import sticky_hash
 from dispatcher.key_shared import ConsumerSelector, HashRange, KeySharedMode, selector_for
@@ -86,14 +96,18 @@ class Subscription:
         self.blocked = False
         # Entries to deliver again (nacked, or held by a consumer that left).
         self._redeliver: SortedSet = SortedSet()
-        # Who holds each delivered, unacknowledged entry.
+        # Who holds each delivered, unacknowledged entry, and the redelivery count of
+        # that delivery (what a nack must name to hand it back).
         self._owner: dict[Position, Consumer] = {}
+        self._delivered_as: dict[Position, int] = {}
         # Batch indexes acknowledged within entries not yet fully acknowledged.
         self._partial_acks: dict[Position, set[int]] = cursor.partial_acks  # persisted
         self._redelivery_counts: dict[Position, int] = {}
         # Entries acknowledged inside a transaction that has not ended: held (neither
         # acknowledged nor redelivered) until it commits or aborts.
         self._held_for_txn: dict[Position, TxnId] = {}
+        # The batch indexes each held entry's transaction acknowledged (-1: all).
+        self._held_indexes: dict[Position, set[int]] = {}
         self._round_robin = 0
         # Key_Shared: who owns each hash (while the subscription has consumers), who
         # holds entries of each hash, the hash of every entry held or to deliver
@@ -238,6 +252,7 @@ class Subscription:
         holds, hash_of = self._holds, self._hash_of
         for position, num_messages in consumer.pending.items():
             self._owner.pop(position, None)
+            self._delivered_as.pop(position, None)
             hash_ = hash_of.get(position)
             if hash_ is not None:
                 holds.release(hash_, consumer, num_messages)
@@ -249,12 +264,18 @@ class Subscription:
     # ------------------------------------------------------------ unacked limits
 
     def _hold(
-        self, consumer: Consumer, position: Position, num_messages: int, hash_: int | None
+        self,
+        consumer: Consumer,
+        position: Position,
+        num_messages: int,
+        hash_: int | None,
+        redelivery_count: int,
     ) -> None:
-        if position in self._owner:  # a redelivery of an entry still counted as held
-            self._release(position)
+        # Never outstanding twice: an entry is delivered again only once released.
+        assert position not in self._owner, f"{position} delivered while outstanding"
         consumer.hold(position, num_messages)
         self._owner[position] = consumer
+        self._delivered_as[position] = redelivery_count
         if hash_ is not None:
             self._hash_of[position] = hash_
             self._holds.hold(hash_, consumer, num_messages)
@@ -268,6 +289,7 @@ class Subscription:
     def _release(self, position: Position) -> None:
         """The entry is no longer held by whoever held it (acked, or to redeliver)."""
         owner = self._owner.pop(position, None)
+        self._delivered_as.pop(position, None)
         if owner is not None:
             num_messages = owner.release(position)
             self.unacked_messages -= num_messages
@@ -391,18 +413,43 @@ class Subscription:
         self._unblock_after_acks()
 
     def hold_for_transaction(self, txn_id: TxnId, message_ids: list[tuple[Position, int]]) -> None:
-        """A transactional ack: the entries wait for the transaction's outcome."""
+        """A transactional ack: the entries wait for the transaction's outcome.
+
+        Refused whole (TransactionConflictError) when a message is already
+        acknowledged or already acknowledged in an open transaction, the same one
+        included: the broker cannot tell a repeated ack of one delivery from an ack
+        of a second copy, and committing a second copy's output is the duplicate a
+        transaction exists to prevent. The application aborts and consumes again.
+        """
+        taking: dict[Position, set[int]] = {}
         for position, batch_index in message_ids:
-            if self.cursor.is_acked(position):
-                raise InvalidAckError(f"message {position}:{batch_index} is already acknowledged")
+            if self.cursor.is_acked(position) or batch_index in self._partial_acks.get(
+                position, ()
+            ):
+                raise TransactionConflictError(
+                    f"message {position}:{batch_index} is already acknowledged; abort the "
+                    "transaction"
+                )
+            num = self._num_messages(position)
+            self._check_batch_index(position, batch_index, num)
+            if num == 1:
+                batch_index = -1  # index 0 of a single message is the whole entry
             holder = self._held_for_txn.get(position)
             if holder is not None and holder != txn_id:
-                raise InvalidAckError(
+                raise TransactionConflictError(
                     f"message {position}:{batch_index} is acknowledged in open transaction {holder}"
                 )
-            self._check_batch_index(position, batch_index, self._num_messages(position))
-        for position, _batch_index in message_ids:
+            for taken in (self._held_indexes.get(position, set()), taking.get(position, set())):
+                if -1 in taken or batch_index in taken or (batch_index == -1 and taken):
+                    raise TransactionConflictError(
+                        f"message {position}:{batch_index} is already acknowledged in "
+                        f"transaction {txn_id}; a second copy of it may have been processed: "
+                        "abort the transaction"
+                    )
+            taking.setdefault(position, set()).add(batch_index)
+        for position, indexes in taking.items():
             self._held_for_txn[position] = txn_id
+            self._held_indexes.setdefault(position, set()).update(indexes)
             self._release(position)
             self._redeliver.discard(position)
         self._unblock_after_acks()
@@ -414,6 +461,7 @@ class Subscription:
         for position, _batch_index in message_ids:
             if self._held_for_txn.get(position) == txn_id:
                 del self._held_for_txn[position]
+                del self._held_indexes[position]
         if commit:
             self.ack(message_ids)
         else:
@@ -422,16 +470,36 @@ class Subscription:
                     self._redeliver.add(position)
             self.wake()
 
-    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
-        """Deliver again the given entries held by consumer (all it holds when None)."""
+    def redeliver(
+        self,
+        consumer: Consumer,
+        positions: list[Position] | None,
+        redelivery_counts: list[int | None] | None = None,
+    ) -> None:
+        """Deliver again the given entries held by consumer (all it holds when None).
+
+        `redelivery_counts`, one per position, names the delivery handed back (None:
+        whichever is outstanding): an entry delivered again since, or not held by
+        this consumer, is left alone, so a stale nack never makes a second copy.
+        """
         if positions is None:
             self._return_pending(consumer)
         else:
-            for position in positions:
-                if self._owner.get(position) is consumer:
-                    self._release(position)
-                    if not self.cursor.is_acked(position):
-                        self._redeliver.add(position)
+            if redelivery_counts is not None and len(redelivery_counts) != len(positions):
+                raise ValueError(
+                    f"a nack names {len(positions)} message id(s) and "
+                    f"{len(redelivery_counts)} redelivery count(s); give one count per id "
+                    "or none"
+                )
+            counts = redelivery_counts or [None] * len(positions)
+            for position, count in zip(positions, counts, strict=True):
+                if self._owner.get(position) is not consumer:
+                    continue
+                if count is not None and self._delivered_as.get(position) != count:
+                    continue  # names an earlier delivery: the current one stays
+                self._release(position)
+                if not self.cursor.is_acked(position):
+                    self._redeliver.add(position)
             self._unblock_after_acks()
         self.wake()
 
@@ -440,6 +508,7 @@ class Subscription:
         self.cursor.reset(mark_delete)
         self._redeliver.clear()
         self._owner.clear()
+        self._delivered_as.clear()
         self._partial_acks.clear()
         self._holds.clear()
         self._hash_of.clear()
@@ -547,13 +616,14 @@ class Subscription:
 
     def _settled(self, entry: Entry, redelivery: bool) -> bool:
         """True when the entry needs no delivery: acknowledged, held by a transaction,
-        held by a consumer (unless delivered again), or skipped by the view (then it
-        is acknowledged here)."""
+        outstanding to a consumer (never twice at once: it comes back through a nack
+        or its consumer leaving), or skipped by the view (then it is acknowledged
+        here)."""
         position = entry.position
         if (
             self.cursor.is_acked(position)
             or position in self._held_for_txn
-            or (not redelivery and position in self._owner)
+            or position in self._owner
         ):
             return True
         if self.view.should_skip(entry):
@@ -599,7 +669,7 @@ class Subscription:
         # acknowledged indexes, and the client gives back permits only for the rest.
         delivered = num - len(acked)
         consumer.permits -= delivered
-        self._hold(consumer, position, num, hash_)
+        self._hold(consumer, position, num, hash_, count)
         consumer.messages_out += delivered
         consumer.bytes_out += entry.size
         self.messages_out += delivered

@@ -24,6 +24,7 @@ from stableline._errors import (
     SubscriptionBusy,
     Timeout,
     TopicNotFound,
+    TransactionConflict,
     TransactionEnded,
     TransactionNotFound,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Timeout",
     "TopicNotFound",
     "Transaction",
+    "TransactionConflict",
     "TransactionEnded",
     "TransactionNotFound",
     "TransactionState",

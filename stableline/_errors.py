@@ -52,6 +52,13 @@ class InvalidMessageId(StableLineError):
     """An acknowledgement or seek names a message that does not exist or is not allowed."""
 
 
+class TransactionConflict(InvalidMessageId):
+    """A transactional ack names a message already acknowledged, or already
+    acknowledged in an open transaction (another, or the same one). Committing could
+    commit the output for one message twice: abort the transaction and consume again.
+    A subclass of InvalidMessageId, which this case raised before."""
+
+
 class NotReady(StableLineError):
     """The topic or broker is not ready (starting, recovering or shutting down)."""
 
@@ -105,6 +112,7 @@ CODES: dict[str, type[StableLineError]] = {
     "TransactionNotFound": TransactionNotFound,
     "MessageTooBig": MessageTooBig,
     "InvalidAck": InvalidMessageId,
+    "TransactionConflict": TransactionConflict,
     "NotReady": NotReady,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,

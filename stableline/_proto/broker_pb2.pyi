@@ -272,10 +272,12 @@ class Ack(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ..., txn_id: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
 
 class Redeliver(_message.Message):
-    __slots__ = ("message_ids",)
+    __slots__ = ("message_ids", "redelivery_counts")
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
     message_ids: _containers.RepeatedCompositeFieldContainer[MessageIdData]
-    def __init__(self, message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ...) -> None: ...
+    redelivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, message_ids: _Optional[_Iterable[_Union[MessageIdData, _Mapping]]] = ..., redelivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Seek(_message.Message):
     __slots__ = ("request_id", "message_id", "timestamp_ms")

@@ -19,6 +19,7 @@ from dispatcher import (
     SubscriptionBusyError,
     SubscriptionClosedError,
     TooManyConsumersError,
+    TransactionConflictError,
 )
 from managed_ledger import (
     EntryTooLargeError,
@@ -56,6 +57,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),
     (IsolationLevelMismatchError, grpc.StatusCode.FAILED_PRECONDITION, "IsolationLevelMismatch"),
+    # Before InvalidAckError, its base: the application should abort, not fix an id.
+    (TransactionConflictError, grpc.StatusCode.ABORTED, "TransactionConflict"),
     (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidAck"),
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
     (TooManyConsumersError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyConsumers"),

@@ -296,10 +296,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         confirmations.add(confirming)
                         confirming.add_done_callback(confirmations.discard)
                 elif kind == "redeliver":
-                    positions = [
-                        p for p, _ in convert.message_positions(request.redeliver.message_ids)
-                    ]
-                    subscription.redeliver(consumer, positions or None)
+                    redeliver = request.redeliver
+                    positions = [p for p, _ in convert.message_positions(redeliver.message_ids)]
+                    counts = [c if c >= 0 else None for c in redeliver.redelivery_counts]
+                    try:
+                        subscription.redeliver(consumer, positions or None, counts or None)
+                    except ValueError as error:
+                        outbox.put_nowait(invalid(str(error)))
+                        return
                 elif kind == "seek":
                     seek = request.seek
                     outbox.put_nowait(self._done(seek.request_id, self._seek, subscription, seek))

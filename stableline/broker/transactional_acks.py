@@ -9,8 +9,10 @@ Promises of `ack_in_transaction`:
 - An unknown transaction (TransactionNotFoundError), an ended one
   (TransactionEndedError), a cumulative ack or an empty one (ValueError) changes
   nothing: an entry a consumer holds stays with it, not sent to another.
-- An entry already acknowledged, or held by another open transaction, is refused
-  (InvalidAckError) and nothing of the ack is held.
+- A message already acknowledged, or already acknowledged in an open transaction
+  (another, or this one), is refused (TransactionConflictError, an InvalidAckError)
+  and nothing of the ack is held: the application aborts rather than commit the
+  output of a second copy.
 - The entries are held (neither acked nor redelivered) before the coordinator records
   the ack, so an end that follows always finds them held.
 - If the coordinator still refuses the ack, the hold is released (the entries go
