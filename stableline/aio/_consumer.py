@@ -1,4 +1,11 @@
-"""The async consumer: a Subscribe stream, a receiver queue, acks, nacks, seek."""
+"""The async consumer: a Subscribe stream, a receiver queue, acks, nacks, seek.
+
+A nack (or an ack timeout) hands back one delivery of an entry, named by its
+redelivery count, so the broker ignores it once the entry has been delivered again.
+Handing an entry back drops what of that delivery is still queued (its permits
+are given back), and a delivery that arrives drops a pending nack or ack timeout
+of an earlier one: one copy of a message is outstanding at a time.
+"""
 
 from __future__ import annotations
 
@@ -106,8 +113,10 @@ class Consumer:
         # request id -> (answer, request): resent on a new stream if unanswered.
         self._waiting: dict[int, tuple[asyncio.Future, pb.SubscribeRequest]] = {}
         self._discarding = False
-        self._unacked: dict[tuple[int, int], float] = {}
-        self._nacked: dict[tuple[int, int], float] = {}
+        # Entry -> (deadline, redelivery count of the delivery to hand back then;
+        # None: whichever is outstanding).
+        self._unacked: dict[tuple[int, int], tuple[float, int | None]] = {}
+        self._nacked: dict[tuple[int, int], tuple[float, int | None]] = {}
         self._timer: asyncio.Task | None = None
         self._timer_wakeup = asyncio.Event()
         self._call = None
@@ -223,6 +232,8 @@ class Consumer:
                         continue
                     for delivery in response.deliveries.entries:
                         entry = DeliveredEntry.of(self._topic, delivery)
+                        if self._nacked or self._unacked:
+                            self._forget_earlier_deliveries(entry)
                         indexes = message_indexes(entry, delivery.acked_batch_indexes)
                         if indexes:
                             self._queue.append((entry, indexes))
@@ -236,6 +247,16 @@ class Consumer:
                     self.is_active = response.active_change.is_active
         except grpc.aio.AioRpcError as error:
             return rpc_failure(error)
+
+    def _forget_earlier_deliveries(self, entry: DeliveredEntry) -> None:
+        """The entry came again: a nack or ack timeout pending for an earlier delivery
+        of it would hand back nothing (the broker ignores it), so it is dropped."""
+        key = (entry.ledger_id, entry.entry_id)
+        for pending in (self._nacked, self._unacked):
+            handed_back = pending.get(key)
+            count = None if handed_back is None else handed_back[1]
+            if count is not None and count < entry.redelivery_count:
+                del pending[key]
 
     def _check_open(self) -> None:
         if self._closed:
@@ -295,7 +316,10 @@ class Consumer:
                 self._timer_wakeup.set()
             deadline = time.monotonic() + self._ack_timeout_s
             for entry, _indexes in runs:
-                self._unacked[(entry.ledger_id, entry.entry_id)] = deadline
+                self._unacked[(entry.ledger_id, entry.entry_id)] = (
+                    deadline,
+                    entry.redelivery_count,
+                )
         return runs
 
     async def _refill(self) -> None:
@@ -388,11 +412,14 @@ class Consumer:
         """Ask for the message's entry again after negative_ack_redelivery_delay_ms."""
         message_id = _id_of(message)
         key = (message_id.ledger_id, message_id.entry_id)
+        # The delivery handed back: the broker ignores the nack once it has sent the
+        # entry again (after an abort, say), so no second copy is made.
+        count = message.redelivery_count() if isinstance(message, Message) else None
         self._unacked.pop(key, None)
         if self._nack_delay_s == 0:
-            await self._redeliver([key])
+            await self._redeliver({key: count})
             return
-        self._nacked[key] = time.monotonic() + self._nack_delay_s
+        self._nacked[key] = (time.monotonic() + self._nack_delay_s, count)
         if self._timer is None:
             self._timer = asyncio.create_task(self._redelivery_timer())
         self._timer_wakeup.set()
@@ -403,26 +430,54 @@ class Consumer:
         self._unacked.clear()
         await self._write(pb.SubscribeRequest(redeliver=pb.Redeliver()))
 
-    async def _redeliver(self, keys: list[tuple[int, int]]) -> None:
+    async def _redeliver(self, handed_back: dict[tuple[int, int], int | None]) -> None:
+        """Hand back these deliveries (entry -> redelivery count; None: the outstanding
+        one), dropping what of them is still queued."""
+        keys = sorted(handed_back)
         ids = [
             pb.MessageIdData(ledger_id=ledger, entry_id=entry, batch_index=-1)
             for ledger, entry in keys
         ]
-        await self._write(pb.SubscribeRequest(redeliver=pb.Redeliver(message_ids=ids)))
+        counts = [-1 if handed_back[key] is None else handed_back[key] for key in keys]
+        if self._queue:
+            self._drop_queued(handed_back)
+        await self._write(
+            pb.SubscribeRequest(redeliver=pb.Redeliver(message_ids=ids, redelivery_counts=counts))
+        )
+        await self._refill()
+
+    def _drop_queued(self, handed_back: dict[tuple[int, int], int | None]) -> None:
+        """Drop queued messages of handed-back deliveries (the rest of a batch whose
+        first messages were taken): the broker sends the entry again."""
+        kept: deque[tuple[DeliveredEntry, Sequence[int]]] = deque()
+        dropped = 0
+        for entry, indexes in self._queue:
+            key = (entry.ledger_id, entry.entry_id)
+            if key in handed_back and handed_back[key] in (None, entry.redelivery_count):
+                dropped += len(indexes)
+            else:
+                kept.append((entry, indexes))
+        if dropped:
+            self._queue = kept
+            self._queued -= dropped
+            # The broker counted them against the permits: give those back.
+            self._consumed_since_flow += dropped
 
     async def _redelivery_timer(self) -> None:
         """Redeliver nacked entries after their delay and unacked ones after ack timeout."""
         while not self._closed:
             now = time.monotonic()
-            due = [k for k, t in self._nacked.items() if t <= now]
-            due += [k for k, t in self._unacked.items() if t <= now]
-            for key in due:
-                self._nacked.pop(key, None)
-                self._unacked.pop(key, None)
+            due: dict[tuple[int, int], int | None] = {}
+            for pending in (self._unacked, self._nacked):
+                for key, (deadline, count) in list(pending.items()):
+                    if deadline <= now:
+                        del pending[key]
+                        due[key] = count
             if due:
                 with contextlib.suppress(StableLineError):
-                    await self._redeliver(sorted(set(due)))
-            deadlines = list(self._nacked.values()) + list(self._unacked.values())
+                    await self._redeliver(due)
+            deadlines = [t for t, _ in self._nacked.values()]
+            deadlines += [t for t, _ in self._unacked.values()]
             wait = min(deadlines) - time.monotonic() if deadlines else None
             self._timer_wakeup.clear()
             with contextlib.suppress(TimeoutError):
