@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import grpc
 
@@ -230,10 +230,12 @@ class Consumer:
                 if kind == "deliveries":
                     if self._discarding:
                         continue
-                    for delivery in response.deliveries.entries:
-                        entry = DeliveredEntry.of(self._topic, delivery)
-                        if self._nacked or self._unacked:
-                            self._forget_earlier_deliveries(entry)
+                    arrived = [
+                        (DeliveredEntry.of(self._topic, delivery), delivery)
+                        for delivery in response.deliveries.entries
+                    ]
+                    self._replace_earlier_deliveries([e for e, _ in arrived if e.redelivery_count])
+                    for entry, delivery in arrived:
                         indexes = message_indexes(entry, delivery.acked_batch_indexes)
                         if indexes:
                             self._queue.append((entry, indexes))
@@ -248,15 +250,23 @@ class Consumer:
         except grpc.aio.AioRpcError as error:
             return rpc_failure(error)
 
-    def _forget_earlier_deliveries(self, entry: DeliveredEntry) -> None:
-        """The entry came again: a nack or ack timeout pending for an earlier delivery
-        of it would hand back nothing (the broker ignores it), so it is dropped."""
-        key = (entry.ledger_id, entry.entry_id)
+    def _replace_earlier_deliveries(self, redelivered: list[DeliveredEntry]) -> None:
+        """These entries came again: what is still queued of an earlier delivery of
+        one is no longer outstanding, and a nack or ack timeout pending for one would
+        hand back nothing (the broker ignores it); both are dropped."""
+        if not redelivered:
+            return
+        again = {(e.ledger_id, e.entry_id): e.redelivery_count for e in redelivered}
         for pending in (self._nacked, self._unacked):
-            handed_back = pending.get(key)
-            count = None if handed_back is None else handed_back[1]
-            if count is not None and count < entry.redelivery_count:
-                del pending[key]
+            if pending:
+                for key, count in again.items():
+                    handed_back = pending.get(key)
+                    if handed_back is not None and (handed_back[1] or 0) < count:
+                        del pending[key]
+        if self._queue:
+            self._drop_queued(
+                lambda e: again.get((e.ledger_id, e.entry_id), 0) > e.redelivery_count
+            )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -440,20 +450,24 @@ class Consumer:
         ]
         counts = [-1 if handed_back[key] is None else handed_back[key] for key in keys]
         if self._queue:
-            self._drop_queued(handed_back)
+            self._drop_queued(
+                lambda e: (
+                    (e.ledger_id, e.entry_id) in handed_back
+                    and handed_back[(e.ledger_id, e.entry_id)] in (None, e.redelivery_count)
+                )
+            )
         await self._write(
             pb.SubscribeRequest(redeliver=pb.Redeliver(message_ids=ids, redelivery_counts=counts))
         )
         await self._refill()
 
-    def _drop_queued(self, handed_back: dict[tuple[int, int], int | None]) -> None:
-        """Drop queued messages of handed-back deliveries (the rest of a batch whose
-        first messages were taken): the broker sends the entry again."""
+    def _drop_queued(self, no_longer_outstanding: Callable[[DeliveredEntry], bool]) -> None:
+        """Drop queued messages of deliveries handed back (the rest of a batch whose
+        first messages were taken) or replaced by a later delivery of their entry."""
         kept: deque[tuple[DeliveredEntry, Sequence[int]]] = deque()
         dropped = 0
         for entry, indexes in self._queue:
-            key = (entry.ledger_id, entry.entry_id)
-            if key in handed_back and handed_back[key] in (None, entry.redelivery_count):
+            if no_longer_outstanding(entry):
                 dropped += len(indexes)
             else:
                 kept.append((entry, indexes))
