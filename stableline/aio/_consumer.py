@@ -173,7 +173,8 @@ class Consumer:
         """After a broken stream: subscribe again and start afresh. What was queued and
         not acknowledged comes again from the broker (a confirmed ack is durable, so
         never what was acknowledged); acks not yet answered are sent again (acking
-        twice is harmless)."""
+        twice is harmless, but a transactional ack that had arrived is refused as
+        TransactionConflict: the application aborts)."""
         await self._open_stream()
         self._queue.clear()
         self._queued = 0

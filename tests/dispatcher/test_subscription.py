@@ -23,6 +23,7 @@ from dispatcher import (
     SubscriptionBusyError,
     SubscriptionClosedError,
     SubscriptionType,
+    TransactionConflictError,
 )
 from managed_ledger import (
     EARLIEST,
@@ -675,6 +676,99 @@ async def test_redeliver_ignores_positions_the_consumer_does_not_hold(ledger, su
     subscription.flow(other, 5)
     await assert_nothing_delivered(holder, other)
     assert sorted(list(holder.pending) + list(other.pending)) == written
+
+
+async def test_a_nack_of_an_earlier_delivery_leaves_the_outstanding_one_alone(
+    ledger, subscriptions
+):
+    subscription = subscriptions(SHARED)
+    consumer = join(subscription, Consumer("c"), permits=10)
+    (position,) = await append(ledger)
+    await receive(consumer, 1)
+    subscription.redeliver(consumer, [position], [0])
+    (again,) = await receive(consumer, 1)
+    assert again.redelivery_count == 1
+
+    subscription.redeliver(consumer, [position], [0])  # late: names the first copy
+
+    await assert_nothing_delivered(consumer)
+    assert consumer.pending == {position: 1}
+    subscription.redeliver(consumer, [position], [1])  # the outstanding copy goes back
+    (third,) = await receive(consumer, 1)
+    assert third.redelivery_count == 2
+
+
+async def test_a_nack_of_an_entry_queued_for_redelivery_after_an_abort_makes_no_copy(
+    ledger, subscriptions
+):
+    subscription = subscriptions(SHARED)
+    consumer = join(subscription, Consumer("c"))
+    (position,) = await append(ledger)
+    subscription.flow(consumer, 1)
+    await receive(consumer, 1)
+    txn = TxnId(1, 1)
+    subscription.hold_for_transaction(txn, [(position, -1)])
+    subscription.end_transaction_acks(txn, [(position, -1)], commit=False)
+
+    # Queued again by the abort, not held by anyone: a nack of it, named or not, is moot.
+    subscription.redeliver(consumer, [position], [0])
+    subscription.redeliver(consumer, [position])
+    subscription.flow(consumer, 10)
+
+    (again,) = await receive(consumer, 1)
+    assert (again.entry.position, again.redelivery_count) == (position, 1)
+    subscription.redeliver(consumer, [position], [0])  # and after it went out again
+    await assert_nothing_delivered(consumer)
+    assert consumer.unacked_messages == subscription.unacked_messages == 1
+
+
+async def test_a_nack_naming_counts_for_only_some_ids_is_refused(ledger, subscriptions):
+    subscription = subscriptions(SHARED)
+    consumer = join(subscription, Consumer("c"), permits=10)
+    written = await append(ledger, 2)
+    await receive(consumer, 2)
+
+    with pytest.raises(ValueError, match=r"2 message id\(s\) and 1 redelivery count"):
+        subscription.redeliver(consumer, written, [0])
+
+    await assert_nothing_delivered(consumer)
+    assert sorted(consumer.pending) == written
+
+
+async def test_a_transactional_ack_that_could_commit_a_second_copy_is_a_conflict(
+    ledger, subscriptions
+):
+    subscription = subscriptions(SHARED)
+    consumer = join(subscription, Consumer("c"), permits=10)
+    (single,) = await append(ledger)
+    (batch,) = await append(ledger, messages=3)
+    (other,) = await append(ledger)
+    await receive(consumer, 3)
+    first, second = TxnId(1, 1), TxnId(1, 2)
+    subscription.ack([(other, -1)])
+
+    subscription.hold_for_transaction(first, [(single, 0), (batch, 0)])
+    subscription.hold_for_transaction(first, [(batch, 1)])  # another index of the batch
+    for txn, ids, complaint in [
+        (first, [(single, -1)], "already acknowledged in transaction 1:1"),
+        (first, [(batch, 1)], "already acknowledged in transaction 1:1"),
+        (first, [(batch, -1)], "already acknowledged in transaction 1:1"),
+        (first, [(batch, 2), (batch, 2)], "already acknowledged in transaction 1:1"),
+        (second, [(batch, 2)], "acknowledged in open transaction 1:1"),
+        (first, [(other, -1)], "is already acknowledged; abort"),
+    ]:
+        with pytest.raises(TransactionConflictError, match=complaint):
+            subscription.hold_for_transaction(txn, ids)
+    assert issubclass(TransactionConflictError, InvalidAckError)
+
+    # Refused whole: index 2 was not held by the refused requests.
+    subscription.hold_for_transaction(first, [(batch, 2)])
+    subscription.end_transaction_acks(
+        first, [(single, 0), (batch, 0), (batch, 1), (batch, 2)], True
+    )
+    assert subscription.backlog == 0
+    with pytest.raises(TransactionConflictError, match="already acknowledged"):
+        subscription.hold_for_transaction(second, [(batch, 2)])
 
 
 async def test_seek_resets_the_cursor_and_clears_pending(ledger, subscriptions):
