@@ -2,13 +2,19 @@
 
 Random appends (data entries of 1..3 messages with one of a few keys or none, and
 transaction markers), flows, acks
-(whole entries and single batch indexes), bad acks, nacks, and consumers joining and
-leaving. The real ledger and Subscription run on a private event loop; the dispatch
+(whole entries and single batch indexes), bad acks, nacks (of the outstanding
+delivery, of an earlier one, of entries the consumer does not hold), acks in
+transactions (conflicting ones too) and their commits and aborts, and consumers
+joining and leaving. The real ledger and Subscription run on a private event loop; the dispatch
 task is never started: the `dispatch` rule runs `_dispatch_once()` itself, so every
 run is deterministic. After each dispatch the outboxes are drained and checked:
 
 - markers are never delivered, and an acknowledged entry is never delivered again;
-- no entry is held by two consumers at once, and only a consumer with permits gets one;
+- an entry is never outstanding twice: not to two consumers, not again to its
+  holder, not while a transaction holds it; only a consumer with permits gets one;
+- a nack naming an earlier delivery, or an entry the consumer does not hold, changes
+  nothing; an ack in a transaction of an entry held by a transaction (another or
+  the same), or named twice, is refused whole (TransactionConflictError);
 - entries delivered for the first time come in log order, with no gaps, after the
   redeliveries of the same pass; redelivery counts and acked batch indexes are right;
 - at the end (teardown), with permits for all, every data entry has been delivered.
@@ -41,6 +47,7 @@ from dispatcher import (
     LogReadView,
     Subscription,
     SubscriptionType,
+    TransactionConflictError,
     key_hash,
     sticky_hash,
 )
@@ -64,6 +71,8 @@ CONFIG = ManagedLedgerConfig(max_entries_per_ledger=4)
 MAX_CONSUMERS = 4
 # Passes of the dispatcher one `dispatch` step may take before it must be idle.
 MAX_PASSES = 20
+# Transactions acks are held for (their coordinator is not part of the model).
+TXNS = [TxnId(9, 1), TxnId(9, 2)]
 
 
 def step(method):
@@ -110,6 +119,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         self.next_new = 0  # index into data_order of the next never-delivered entry
         self.data_order: list[Position] = []
         self.txn_sequence = 0
+        self.held_txn: dict[Position, TxnId] = {}  # entries acked in an open transaction
 
     # ------------------------------------------------------------ plumbing
 
@@ -122,7 +132,8 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(inside())
 
     def unacked_delivered(self) -> list[Position]:
-        return sorted(p for p in self.deliveries if p not in self.acked)
+        """Delivered, not acknowledged, not held by a transaction."""
+        return sorted(p for p in self.deliveries if p not in self.acked and p not in self.held_txn)
 
     def held_by(self, consumer: Consumer) -> list[Position]:
         return sorted(p for p, c in self.holder.items() if c is consumer)
@@ -247,9 +258,9 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         assert after == before
 
     @precondition(lambda self: self.holder)
-    @rule(data=st.data(), everything=st.booleans())
+    @rule(data=st.data(), everything=st.booleans(), named=st.booleans())
     @step
-    def nack(self, data, everything: bool) -> None:
+    def nack(self, data, everything: bool, named: bool) -> None:
         holders = sorted({c.name: c for c in self.holder.values()}.items())
         consumer = data.draw(st.sampled_from([c for _, c in holders]), label="nacking")
         held = self.held_by(consumer)
@@ -260,9 +271,63 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             positions = data.draw(
                 st.lists(st.sampled_from(held), min_size=1, unique=True), label="nacked"
             )
-            self.call(self.subscription.redeliver, consumer, positions)
+            # Named: the redelivery count of the outstanding delivery, as the client sends.
+            counts = [self.deliveries[p] - 1 for p in positions] if named else None
+            self.call(self.subscription.redeliver, consumer, positions, counts)
         for position in positions:
             del self.holder[position]
+
+    @precondition(lambda self: self.consumers and self.deliveries)
+    @rule(data=st.data())
+    @step
+    def nack_of_a_delivery_not_outstanding_changes_nothing(self, data) -> None:
+        """A late nack: of an earlier delivery of an entry held now, or of an entry the
+        consumer does not hold (queued again, held by a transaction, acked, elsewhere)."""
+        consumer = data.draw(st.sampled_from(self.consumers), label="nacking")
+        position = data.draw(st.sampled_from(sorted(self.deliveries)), label="nacked")
+        if self.holder.get(position) is consumer:
+            current = self.deliveries[position] - 1
+            assume_stale = data.draw(st.integers(0, current + 3), label="count")
+            if assume_stale == current:
+                return  # that one is outstanding: the nack rule covers it
+            count: int | None = assume_stale
+        else:
+            count = data.draw(st.sampled_from([None, self.deliveries[position] - 1]))
+        self.call(self.subscription.redeliver, consumer, [position], [count])
+
+    @precondition(lambda self: self.unacked_delivered())
+    @rule(data=st.data(), txn=st.sampled_from(TXNS))
+    @step
+    def ack_in_transaction(self, data, txn: TxnId) -> None:
+        choices = sorted(p for p in self.deliveries if p not in self.acked)
+        picked = data.draw(
+            st.lists(st.sampled_from(choices), min_size=1, max_size=3), label="acked in txn"
+        )
+        ids = [(p, -1) for p in picked]
+        if len(set(picked)) < len(picked) or any(p in self.held_txn for p in picked):
+            with pytest.raises(TransactionConflictError):
+                self.call(self.subscription.hold_for_transaction, txn, ids)
+            return  # refused whole: the invariant checks nothing moved
+        self.call(self.subscription.hold_for_transaction, txn, ids)
+        for position in picked:
+            self.held_txn[position] = txn
+            self.holder.pop(position, None)
+
+    @precondition(lambda self: self.held_txn)
+    @rule(data=st.data(), commit=st.booleans())
+    @step
+    def end_transaction(self, data, commit: bool) -> None:
+        txn = data.draw(st.sampled_from(sorted(set(self.held_txn.values()))), label="ending")
+        self.end_transaction_acks(txn, commit)
+
+    def end_transaction_acks(self, txn: TxnId, commit: bool) -> None:
+        positions = sorted(p for p, holder in self.held_txn.items() if holder == txn)
+        self.call(self.subscription.end_transaction_acks, txn, [(p, -1) for p in positions], commit)
+        for position in positions:
+            del self.held_txn[position]
+            if commit:
+                self.acked.add(position)
+                self.partial.pop(position, None)
 
     # ------------------------------------------------------------ dispatch
 
@@ -301,6 +366,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             assert position not in self.acked, f"acknowledged entry {position} delivered again"
             owner = self.holder.get(position)
             assert owner is None, f"{position} given to {consumer.name}, held by {owner.name}"
+            assert position not in self.held_txn, f"{position} delivered while a txn holds it"
             assert self.permits[consumer] > 0, f"{consumer.name} got {position} without permits"
             times = self.deliveries.get(position, 0)
             assert delivery.redelivery_count == times
@@ -338,7 +404,9 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             if position not in self.acked:
                 assert not cursor.is_acked(position), f"{position} acked but never by a client"
         waiting = set(subscription._redeliver) - subscription._looked_ahead
-        assert waiting <= set(self.deliveries) - self.acked - set(self.holder)
+        assert waiting <= set(self.deliveries) - self.acked - set(self.holder) - set(self.held_txn)
+        assert subscription._held_for_txn == self.held_txn
+        assert not set(self.held_txn) & set(self.holder), "held by a txn and a consumer"
         assert not subscription._looked_ahead & set(self.deliveries), "kept aside, yet delivered"
 
     # ------------------------------------------------------------ the end
@@ -357,6 +425,8 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
     def everything_is_eventually_delivered(self) -> None:
         if not self.consumers:
             self.add_consumer(0)
+        for txn in sorted(set(self.held_txn.values())):
+            self.end_transaction_acks(txn, commit=False)
         total = sum(self.messages.values()) + 1  # at least one, or markers wait
         for consumer in self.consumers:
             self.call(self.subscription.flow, consumer, total)
@@ -389,6 +459,7 @@ class KeySharedSubscriptionMachine(SharedSubscriptionMachine):
             assert position not in self.markers and position in self.messages
             assert position not in self.acked, f"acknowledged entry {position} delivered again"
             assert self.holder.get(position) is None
+            assert position not in self.held_txn, f"{position} delivered while a txn holds it"
             assert self.permits[consumer] > 0, f"{consumer.name} got {position} without permits"
             hash_ = self.hashes[position]
             assert owner_of(hash_) is consumer, f"{position} went to a consumer not owning it"
@@ -398,7 +469,12 @@ class KeySharedSubscriptionMachine(SharedSubscriptionMachine):
             for earlier in self.data_order:
                 if earlier >= position:
                     break
-                if self.hashes[earlier] == hash_ and earlier not in self.acked:
+                # One held by a transaction may be overtaken: it comes back only on abort.
+                if (
+                    self.hashes[earlier] == hash_
+                    and earlier not in self.acked
+                    and earlier not in self.held_txn
+                ):
                     assert self.holder.get(earlier) is consumer, (
                         f"{position} delivered before {earlier} of its hash"
                     )
