@@ -187,3 +187,20 @@ def test_a_transactional_ack_that_could_commit_a_second_copy_raises_transaction_
     txn.commit()
     other.commit()
     _assert_no_copy(consumer)
+
+
+def test_a_nack_of_one_message_of_a_batch_drops_what_is_queued_of_that_copy(client):
+    """The nack hands back the whole entry; the rest of it, still queued, would be a
+    second copy of messages the broker sends again."""
+    producer = client.create_producer("batch-nack", batching_max_publish_delay_ms=1_000)
+    for value in (b"a", b"b", b"c"):
+        producer.send_async(value, lambda *_: None)
+    producer.flush()
+    consumer = _consumer(client, "batch-nack", nack_delay_ms=0)
+    first = consumer.receive(5_000)
+    assert first.message_id().batch_index == 0, "the three messages share an entry"
+    consumer.negative_acknowledge(first)
+    again = [consumer.receive(5_000) for _ in range(3)]
+    assert [(m.data(), m.redelivery_count()) for m in again] == [(b"a", 1), (b"b", 1), (b"c", 1)]
+    consumer.acknowledge(again)
+    _assert_no_copy(consumer)
