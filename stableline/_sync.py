@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import itertools
+import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from stableline import aio
 from stableline._auth import AuthenticationToken
-from stableline._errors import StableLineError
+from stableline._errors import InvalidMessageId, StableLineError, Timeout
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._types import (
     ConsumerType,
@@ -37,8 +42,19 @@ from stableline.aio._options import (
 
 T = TypeVar("T")
 
+# receive() refills its buffer with at most this many messages (and at most half the
+# receiver queue); a receive without a timeout waits in turns of this long.
+RECEIVE_BATCH_MAX = 1000
+_WAIT_FOREVER_MS = 3_600_000
+
+
+def _id_text(item: Message | MessageId) -> str:
+    return str(item.message_id() if isinstance(item, Message) else item)
+
 
 class _LoopThread:
+    """The client's event loop, on a thread of its own; every blocking call runs there."""
+
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -46,8 +62,12 @@ class _LoopThread:
         )
         self._thread.start()
 
+    def on_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is self._thread:
+            coroutine.close()
             raise StableLineError("blocking client call from inside a client callback")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
@@ -55,25 +75,65 @@ class _LoopThread:
         self.loop.call_soon_threadsafe(function, *args)
 
     def stop(self) -> None:
+        """End every task still on the loop (gRPC's own included), then the loop: a
+        task left pending when the loop is closed warns "Task was destroyed but it is
+        pending" when collected."""
+        if not self._thread.is_alive():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop was already stopped
+            asyncio.run_coroutine_threadsafe(_end_tasks(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self.loop.close()
 
 
+async def _end_tasks() -> None:
+    """Cancel every other task on this loop and wait until they have ended."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+_log = logging.getLogger("stableline")
+
+
+def _call(callback, error, message_id) -> None:
+    try:
+        callback(error, message_id)
+    except Exception:
+        _log.exception("send_async callback %r raised", callback)
+
+
 class Producer:
+    """Sends through the asyncio producer on the client's loop.
+
+    send_async costs the calling thread an append: the messages wait in a deque and
+    the loop is woken once for all that arrive before it runs (one wake-up a batch,
+    not one a message). Callbacks are kept a list per producer batch and run there
+    when the batch's entry is durable, in send order.
+    """
+
     def __init__(self, inner: aio.Producer, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
-        # send_async with block_if_queue_full blocks the calling thread for room. The
-        # loop thread cannot be asked cheaply, so the calls this thread has queued
-        # hold a slot each until their callbacks run.
         options = inner.options
-        self._room = (
-            threading.Semaphore(options.max_pending_messages)
-            if options.block_if_queue_full
-            else None
-        )
+        # Messages handed over by send_async, not yet given to the asyncio producer:
+        # (content, callback, properties, partition_key, txn); content None stands
+        # for a message refused at once (the queue was full), its callback to be told.
+        self._handed: deque[tuple] = deque()
+        self._wake_pending = False  # a _drain is scheduled and has not started
+        # Sends through send_async are numbered; those whose callback has run are
+        # counted. The difference is the queue, at most max_pending_messages.
+        self._max_pending = options.max_pending_messages
+        self._block = options.block_if_queue_full
+        self._admitted = itertools.count(1)
+        self._settled = 0  # written on the loop thread only
+        self._room = threading.Condition(threading.Lock())
 
     def topic(self) -> str:
         return self._inner.topic
@@ -88,51 +148,146 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
     ) -> MessageId:
-        return self._loop.run(self._inner.send(content, properties, partition_key, _inner_txn(txn)))
+        return self._loop.run(self._send(content, properties, partition_key, _inner_txn(txn)))
+
+    async def _send(self, content, properties, partition_key, txn) -> MessageId:
+        self._drain()  # what send_async handed over goes first
+        return await self._inner.send(content, properties, partition_key, txn)
 
     def send_async(
         self,
         content: bytes,
-        callback: Callable[[StableLineError | None, MessageId | None], None],
+        callback: Callable[[StableLineError | None, MessageId | None], None] | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         txn=None,
     ) -> None:
-        room = self._room
-        if room is not None:
-            room.acquire()
-            user_callback = callback
+        """Queue one message; callback(error, message_id) runs on the client's loop
+        thread once it is durable or failed. None: fire and forget. Past
+        max_pending_messages without callbacks run, the caller waits for room
+        (block_if_queue_full) or the callback gets ProducerQueueIsFull."""
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
+        number = next(self._admitted)
+        if number - self._settled > self._max_pending:
+            if not self._block or self._loop.on_loop_thread():
+                content = None  # refused: the callback is told on the loop thread
+            else:
+                self._wait_for_room(number)
+        self._handed.append((content, callback, properties, partition_key, txn))
+        if not self._wake_pending:
+            self._wake_pending = True
+            self._loop.call_soon(self._drain)
 
-            def callback(error, message_id) -> None:
-                room.release()
-                user_callback(error, message_id)
+    def _wait_for_room(self, number: int) -> None:
+        """Block the calling thread until send `number` is within max_pending_messages
+        of the sends whose callbacks have run."""
+        with self._room:
+            while number - self._settled > self._max_pending:
+                if self._loop.loop.is_closed():
+                    raise StableLineError(f"producer for {self._inner.topic} is closed")
+                self._room.wait(timeout=1.0)
 
-        def queue() -> None:
+    def _drain(self) -> None:
+        """On the loop: give the asyncio producer every message handed over."""
+        self._wake_pending = False  # before taking: a later append wakes the loop again
+        handed = self._handed
+        inner = self._inner
+        send = inner._send_admitted if self._block else inner.send_nowait
+        current = None
+        waiting: list = []
+        while handed:
+            content, callback, properties, partition_key, txn = handed.popleft()
             try:
-                self._inner.send_async(
-                    content,
-                    callback,
-                    properties,
-                    partition_key,
-                    _inner_txn(txn),
-                    room_reserved=room is not None,
-                )
-            except StableLineError as error:
-                callback(error, None)
+                if content is None:
+                    raise inner._queue_full_error()
+                batch_future, index = send(content, properties, partition_key, _inner_txn(txn))
+            except (StableLineError, TypeError, ValueError) as error:
+                self._settle_one()
+                if callback is not None:
+                    _call(callback, error, None)
+                continue
+            if batch_future is not current:
+                current = batch_future
+                waiting = []
+                batch_future.add_done_callback(functools.partial(self._settle, waiting))
+            waiting.append((callback, index))
 
-        self._loop.call_soon(queue)
+    def _settle_one(self) -> None:
+        self._settled += 1
+        if self._block:
+            with self._room:
+                self._room.notify_all()
+
+    def _settle(self, waiting: list, batch_future: asyncio.Future) -> None:
+        """A batch is durable or failed: run its messages' callbacks in send order."""
+        if batch_future.cancelled():
+            error = StableLineError("send cancelled")
+        else:
+            error = batch_future.exception()
+        if error is None:
+            ledger_id, entry_id = batch_future.result()
+            for callback, index in waiting:
+                if callback is not None:
+                    try:
+                        callback(None, MessageId(ledger_id, entry_id, index))
+                    except Exception:
+                        _log.exception("send_async callback %r raised", callback)
+        else:
+            for callback, _index in waiting:
+                if callback is not None:
+                    _call(callback, error, None)
+        self._settled += len(waiting)
+        if self._block:
+            with self._room:
+                self._room.notify_all()
 
     def flush(self) -> None:
-        self._loop.run(self._inner.flush())
+        """Wait until every message sent so far is durable (or failed) and its
+        callback has run."""
+        self._loop.run(self._flush())
+
+    async def _flush(self) -> None:
+        self._drain()
+        await self._inner.flush()
 
     def close(self) -> None:
-        self._loop.run(self._inner.close())
+        self._loop.run(self._close())
+
+    async def _close(self) -> None:
+        self._drain()
+        await self._inner.close()
 
 
 class Consumer:
+    """Receives and acknowledges through the asyncio consumer on the client's loop.
+
+    receive() takes from a buffer of this thread's, refilled from the receiver queue
+    a batch at a time (up to half the receiver queue: the buffer counts as consumed,
+    so the broker is given permits for what it holds).
+
+    acknowledge() groups as Pulsar's acknowledgment grouping does: the ids wait
+    ack_grouping_time_ms (or until ack_grouping_max_size of them) and go as one
+    request, so acknowledge returns before the broker has the ack. A grouped ack is
+    confirmed (fsynced by the broker) when close(), unsubscribe(), seek(),
+    redeliver_unacknowledged_messages(), a cumulative, negative or transactional ack
+    returns; with ack_grouping_time_ms=0 every acknowledge waits for its answer and
+    raises on a refusal. A refused grouped ack is logged.
+    """
+
     def __init__(self, inner: aio.Consumer, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
+        options = inner.options
+        self._buffer: Iterator[Message] = iter(())
+        self._refill_size = max(1, min(options.receiver_queue_size // 2, RECEIVE_BATCH_MAX))
+        # Grouped acks: appended here by the caller, taken on the loop thread.
+        self._acks: deque = deque()
+        self._ack_group_s = options.ack_grouping_time_ms / 1000
+        self._ack_group_max = options.ack_grouping_max_size
+        self._ack_timer_pending = False
+        self._ack_full_pending = False
+        self._ack_requests: set[asyncio.Task] = set()
 
     def topic(self) -> str:
         return self._inner.topic()
@@ -141,35 +296,136 @@ class Consumer:
         return self._inner.subscription_name()
 
     def receive(self, timeout_millis: int | None = None) -> Message:
-        return self._loop.run(self._inner.receive(timeout_millis))
+        message = next(self._buffer, None)
+        if message is not None:
+            return message
+        batch = self._loop.run(self._take(self._refill_size, timeout_millis))
+        self._buffer = iter(batch)
+        return next(self._buffer)
+
+    async def _take(self, max_messages: int, timeout_millis: int | None) -> Messages:
+        """At least one message, up to max_messages; Timeout after timeout_millis."""
+        inner = self._inner
+        if timeout_millis is not None:
+            batch = await inner.batch_receive(max_messages, timeout_millis)
+            if not batch:
+                raise Timeout(f"no message on {inner.topic()} within {timeout_millis} ms")
+            return batch
+        while True:
+            batch = await inner.batch_receive(max_messages, _WAIT_FOREVER_MS)
+            if batch:
+                return batch
 
     def batch_receive(
         self,
         max_num_messages: int = BATCH_RECEIVE_MAX_MESSAGES,
         timeout_millis: int = BATCH_RECEIVE_TIMEOUT_MS,
     ) -> Messages:
+        if max_num_messages < 1:
+            raise ValueError("max_num_messages must be >= 1")
+        buffered = list(itertools.islice(self._buffer, max_num_messages))
+        if buffered:
+            return Messages([(m._entry, (m._index,)) for m in buffered])
         return self._loop.run(self._inner.batch_receive(max_num_messages, timeout_millis))
 
     def acknowledge(self, message: Message | MessageId | list | Messages, txn=None) -> None:
-        self._loop.run(self._inner.acknowledge(message, _inner_txn(txn)))
+        """Acknowledge; grouped unless in a transaction or ack_grouping_time_ms is 0
+        (then it returns once the broker has the ack, and raises if refused)."""
+        if txn is not None or not self._ack_group_s:
+            self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
+            return
+        acks = self._acks
+        if type(message) is Message or isinstance(message, MessageId | Message):
+            acks.append(message)
+        elif isinstance(message, list | Messages):
+            for item in message:
+                if not isinstance(item, Message | MessageId):
+                    raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
+            acks.extend(message)
+        else:
+            raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
+        if not self._ack_timer_pending:
+            self._ack_timer_pending = True
+            self._loop.call_soon(self._arm_ack_timer)
+        elif len(acks) >= self._ack_group_max and not self._ack_full_pending:
+            self._ack_full_pending = True
+            self._loop.call_soon(self._send_full_group)
+
+    def _arm_ack_timer(self) -> None:
+        self._loop.loop.call_later(self._ack_group_s, self._send_timed_group)
+
+    def _send_timed_group(self) -> None:
+        self._ack_timer_pending = False  # before taking: a later ack arms a new timer
+        self._send_acks()
+
+    def _send_full_group(self) -> None:
+        self._ack_full_pending = False
+        self._send_acks()
+
+    def _send_acks(self) -> None:
+        """On the loop: send every grouped ack as one request."""
+        acks = self._acks
+        group = []
+        while acks:
+            group.append(acks.popleft())
+        if group:
+            task = self._loop.loop.create_task(self._send_group(group))
+            self._ack_requests.add(task)
+            task.add_done_callback(self._ack_requests.discard)
+
+    async def _send_group(self, group: list) -> None:
+        try:
+            await self._inner.acknowledge(group)
+        except InvalidMessageId:
+            # The request is all or nothing: ack one by one so that one bad id in the
+            # group refuses only itself.
+            for item in group:
+                try:
+                    await self._inner.acknowledge(item)
+                except StableLineError as error:
+                    _log.warning("acknowledgment of %s refused: %s", _id_text(item), error)
+        except StableLineError as error:
+            _log.warning("acknowledgment of %d messages failed: %s", len(group), error)
+
+    async def _confirm_acks(self) -> None:
+        """Send the grouped acks now and wait for the broker's answers."""
+        self._send_acks()
+        if self._ack_requests:
+            await asyncio.gather(*self._ack_requests, return_exceptions=True)
+
+    async def _confirmed(self, method: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """`method(*args)` once the grouped acks before it are confirmed."""
+        await self._confirm_acks()
+        return await method(*args)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
-        self._loop.run(self._inner.acknowledge_cumulative(message))
+        self._loop.run(self._confirmed(self._inner.acknowledge_cumulative, message))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
-        self._loop.run(self._inner.negative_acknowledge(message))
+        self._loop.run(self._confirmed(self._inner.negative_acknowledge, message))
 
     def redeliver_unacknowledged_messages(self) -> None:
-        self._loop.run(self._inner.redeliver_unacknowledged_messages())
+        self._buffer = iter(())  # buffered messages are unacknowledged: they come again
+        self._loop.run(self._confirmed(self._inner.redeliver_unacknowledged_messages))
 
     def seek(self, target: MessageId | int) -> None:
-        self._loop.run(self._inner.seek(target))
+        self._buffer = iter(())
+        self._loop.run(self._confirmed(self._inner.seek, target))
 
     def unsubscribe(self) -> None:
-        self._loop.run(self._inner.unsubscribe())
+        self._buffer = iter(())
+        self._loop.run(self._confirmed(self._inner.unsubscribe))
 
     def close(self) -> None:
-        self._loop.run(self._inner.close())
+        """Close after every grouped ack is confirmed; buffered messages, not
+        acknowledged, are delivered again (to this subscription's next consumer)."""
+        self._buffer = iter(())
+        self._loop.run(self._close())
+
+    async def _close(self) -> None:
+        with contextlib.suppress(StableLineError):
+            await self._confirm_acks()
+        await self._inner.close()
 
     @property
     def is_active(self) -> bool:
@@ -264,6 +520,9 @@ class Client:
 
         try:
             self._inner = self._loop.run(make())
+            # Closed before the asyncio client: their handed-over sends go out and
+            # their grouped acks are confirmed first.
+            self._opened: list[Producer | Consumer] = []
         except BaseException:
             self._loop.stop()
             raise
@@ -303,7 +562,9 @@ class Client:
 
     def open_producer(self, topic: str, options: ProducerOptions) -> Producer:
         """create_producer with its options as one value."""
-        return Producer(self._loop.run(self._inner.open_producer(topic, options)), self._loop)
+        producer = Producer(self._loop.run(self._inner.open_producer(topic, options)), self._loop)
+        self._opened.append(producer)
+        return producer
 
     def subscribe(
         self,
@@ -318,6 +579,8 @@ class Client:
         negative_ack_redelivery_delay_ms: int = CONSUMER_DEFAULTS.negative_ack_redelivery_delay_ms,
         priority_level: int = CONSUMER_DEFAULTS.priority_level,
         key_shared_policy: KeySharedPolicy | None = CONSUMER_DEFAULTS.key_shared_policy,
+        ack_grouping_time_ms: int = CONSUMER_DEFAULTS.ack_grouping_time_ms,
+        ack_grouping_max_size: int = CONSUMER_DEFAULTS.ack_grouping_max_size,
     ) -> Consumer:
         return self.open_consumer(
             topic,
@@ -332,6 +595,8 @@ class Client:
                 negative_ack_redelivery_delay_ms,
                 priority_level,
                 key_shared_policy,
+                ack_grouping_time_ms,
+                ack_grouping_max_size,
             ),
         )
 
@@ -340,7 +605,9 @@ class Client:
     ) -> Consumer:
         """subscribe with its options as one value."""
         inner = self._loop.run(self._inner.open_consumer(topic, subscription_name, options))
-        return Consumer(inner, self._loop)
+        consumer = Consumer(inner, self._loop)
+        self._opened.append(consumer)
+        return consumer
 
     def create_reader(
         self,
@@ -361,7 +628,16 @@ class Client:
         return self._loop.run(self._inner.get_last_message_id(topic))
 
     def close(self) -> None:
+        """Close every producer (sending what it holds) and consumer (confirming its
+        grouped acks), then the connections."""
         if self._loop.loop.is_closed():
             return
-        self._loop.run(self._inner.close())
+        self._loop.run(self._close())
         self._loop.stop()
+
+    async def _close(self) -> None:
+        opened, self._opened = self._opened, []
+        for closeable in opened:
+            with contextlib.suppress(Exception):
+                await closeable._close()
+        await self._inner.close()

@@ -129,6 +129,8 @@ class Client:
         negative_ack_redelivery_delay_ms: int = CONSUMER_DEFAULTS.negative_ack_redelivery_delay_ms,
         priority_level: int = CONSUMER_DEFAULTS.priority_level,
         key_shared_policy: KeySharedPolicy | None = CONSUMER_DEFAULTS.key_shared_policy,
+        ack_grouping_time_ms: int = CONSUMER_DEFAULTS.ack_grouping_time_ms,
+        ack_grouping_max_size: int = CONSUMER_DEFAULTS.ack_grouping_max_size,
     ) -> Consumer:
         return await self.open_consumer(
             topic,
@@ -143,6 +145,8 @@ class Client:
                 negative_ack_redelivery_delay_ms,
                 priority_level,
                 key_shared_policy,
+                ack_grouping_time_ms,
+                ack_grouping_max_size,
             ),
         )
 

@@ -98,9 +98,20 @@ class ConsumerOptions:
     # Key_Shared only: how the subscription's key hashes are split among consumers
     # (None: the broker's AUTO_SPLIT).
     key_shared_policy: KeySharedPolicy | None = None
+    # The blocking face's acknowledge groups acks as Pulsar's clients do (the C++ and
+    # Python clients' ack grouping time, default 100 ms, and max size, 1000): the ids
+    # go as one request once the time is up or the group is full. 0: no grouping,
+    # every acknowledge waits for the broker's answer. The asyncio face's acknowledge
+    # is awaited and always waits (pass a list to group).
+    ack_grouping_time_ms: int = 100
+    ack_grouping_max_size: int = 1000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "consumer_type", ConsumerType(self.consumer_type))
+        if self.ack_grouping_time_ms < 0:
+            raise ValueError("ack_grouping_time_ms must be >= 0 (0: no grouping)")
+        if self.ack_grouping_max_size < 1:
+            raise ValueError("ack_grouping_max_size must be >= 1")
         object.__setattr__(self, "initial_position", InitialPosition(self.initial_position))
         object.__setattr__(self, "isolation_level", IsolationLevel.parse(self.isolation_level))
         if self.receiver_queue_size < 1:

@@ -189,16 +189,11 @@ class Producer:
         partition_key: str | None = None,
         txn=None,
         event_time_ms: int = 0,
-        # Not keyword-only: CPython fills a missing keyword-only argument from a dict,
-        # a cost on every send.
-        room_reserved: bool = False,
     ) -> SendReceipt:
         """Queue one message; await the returned receipt for its MessageId.
 
         Never waits: with max_pending_messages unacknowledged it raises
         ProducerQueueIsFull whatever block_if_queue_full says (await send() to wait).
-        room_reserved: the caller has already waited for room (the blocking client's
-        send_async does, with block_if_queue_full), so a full queue takes it anyway.
         """
         batch = self._batch
         if (
@@ -226,6 +221,28 @@ class Producer:
                     if index + 1 >= self._batch_cap:
                         self._flush_batch()
                     return new_receipt(SendReceipt, (batch.future, index))
+        return self._add(content, properties, partition_key, txn, event_time_ms, False)
+
+    def _send_admitted(
+        self, content: bytes, properties: dict[str, str] | None, partition_key: str | None, txn
+    ) -> SendReceipt:
+        """send_nowait for a message whose caller already waited for room: the blocking
+        face's send_async with block_if_queue_full, which counts its own sends. A full
+        queue (sends of another path filled it meanwhile) takes the message anyway."""
+        if self.queue_full():
+            return self._add(content, properties, partition_key, txn, 0, True)
+        return self.send_nowait(content, properties, partition_key, txn)
+
+    def _add(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None,
+        partition_key: str | None,
+        txn,
+        event_time_ms: int,
+        room_reserved: bool,
+    ) -> SendReceipt:
+        """send_nowait past its fast path: checks, encoding, opening batches."""
         self._check_open()
         if type(content) is not bytes:
             if not isinstance(content, bytearray | memoryview):
@@ -361,17 +378,19 @@ class Producer:
     def send_async(
         self,
         content: bytes,
-        callback: Callable[[StableLineError | None, MessageId | None], None],
+        callback: Callable[[StableLineError | None, MessageId | None], None] | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         txn=None,
-        room_reserved: bool = False,
     ) -> None:
         """Queue one message; callback(error, message_id) runs once it is durable or
-        failed. Never waits, as send_nowait (room_reserved as there)."""
-        receipt = self.send_nowait(
-            content, properties, partition_key, txn, 0, room_reserved=room_reserved
-        )
+        failed; callback None sends it without telling (fire and forget). Never
+        waits, as send_nowait."""
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
+        receipt = self.send_nowait(content, properties, partition_key, txn)
+        if callback is None:
+            return
 
         def done(batch_future: asyncio.Future) -> None:
             if batch_future.cancelled():

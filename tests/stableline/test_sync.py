@@ -4,11 +4,19 @@ same parameters and defaults, the same options values, the same transaction stat
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
 
 import pytest
 
 import stableline
 from stableline import aio
+
+EARLIEST = stableline.InitialPosition.Earliest
 
 FACES = [
     (stableline.Client, aio.Client),
@@ -74,3 +82,227 @@ def test_the_blocking_face_opens_with_an_options_value(broker):
         assert (received.value(), received.message_id()) == (b"one", sent)
         reader = client.open_reader("options", stableline.ReaderOptions())
         assert reader.read_next(5000).value() == b"one"
+
+
+# ---------------------------------------------------------------- send_async
+
+
+def test_send_async_callbacks_run_on_the_loop_thread_in_send_order(client):
+    producer = client.create_producer("callbacks", batching_max_messages=100)
+    calls = []
+    for i in range(1000):
+        producer.send_async(
+            str(i).encode(),
+            lambda error, message_id, i=i: calls.append(
+                (i, error, message_id, threading.current_thread().name)
+            ),
+        )
+    producer.flush()  # returns once every callback has run
+    assert [call[0] for call in calls] == list(range(1000))
+    assert all(error is None for _, error, _, _ in calls)
+    assert {thread for *_, thread in calls} == {"stableline-client"}
+    ids = [message_id for _, _, message_id, _ in calls]
+    assert ids == sorted(ids) and len(set(ids)) == 1000
+
+
+def test_send_async_with_none_sends_without_telling_and_logs_nothing(client, caplog):
+    producer = client.create_producer("fire-and-forget")
+    consumer = client.subscribe("fire-and-forget", "sub", initial_position=EARLIEST)
+    for i in range(50):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    assert [consumer.receive(5000).value() for _ in range(50)] == [
+        str(i).encode() for i in range(50)
+    ]
+    assert not caplog.records
+
+
+def test_send_async_with_a_callback_that_is_not_callable_raises_type_error_at_once(client):
+    producer = client.create_producer("not-callable")
+    with pytest.raises(TypeError, match="callback must be callable or None"):
+        producer.send_async(b"x", "not a function")
+
+
+def test_a_blocking_call_inside_a_send_async_callback_raises(client):
+    producer = client.create_producer("inside-callback")
+    errors = []
+
+    def callback(error, message_id) -> None:
+        try:
+            producer.send(b"nested")
+        except stableline.StableLineError as raised:
+            errors.append(raised)
+
+    producer.send_async(b"x", callback)
+    producer.flush()
+    assert len(errors) == 1 and "inside a client callback" in str(errors[0])
+
+
+def test_block_if_queue_full_makes_the_caller_wait_for_room(client):
+    producer = client.create_producer(
+        "blocking-room", max_pending_messages=10, batching_max_messages=5, block_if_queue_full=True
+    )
+    outstanding = []  # sends whose callback has not run, as seen by each send
+    settled = [0]
+    sent = [0]
+
+    def callback(error, message_id) -> None:
+        assert error is None
+        settled[0] += 1
+
+    for i in range(500):
+        producer.send_async(str(i).encode(), callback)
+        sent[0] += 1
+        outstanding.append(sent[0] - settled[0])
+    producer.flush()
+    assert settled[0] == 500
+    assert max(outstanding) <= 10
+
+
+def test_without_block_if_queue_full_a_send_past_the_queue_gets_queue_full(client):
+    producer = client.create_producer(
+        "refusing-room", max_pending_messages=10, batching_max_messages=1000
+    )
+    errors = []
+    for i in range(2000):
+        producer.send_async(str(i).encode(), lambda error, _id: errors.append(error))
+    producer.flush()
+    refused = [error for error in errors if error is not None]
+    assert len(errors) == 2000 and refused
+    assert all(isinstance(error, stableline.ProducerQueueIsFull) for error in refused)
+
+
+def test_the_producer_s_room_hand_off_is_private():
+    for face in (aio.Producer.send_nowait, aio.Producer.send_async, stableline.Producer.send_async):
+        assert "room_reserved" not in inspect.signature(face).parameters
+
+
+def test_twenty_client_exits_print_nothing_on_stderr(broker):
+    """A task left pending on the client's loop when it closes would print "Task was
+    destroyed but it is pending" as the process exits."""
+    script = Path(__file__).with_name("client_exit.py")
+    for round_ in range(5):
+        runs = [
+            subprocess.Popen(
+                [sys.executable, str(script), broker.service_url, f"exits-{round_}-{n}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(4)
+        ]
+        for run in runs:
+            _out, err = run.communicate(timeout=60)
+            assert run.returncode == 0 and err == "", err
+
+
+# ---------------------------------------------------------------- receive, acknowledge
+
+
+def _fill(client, topic: str, count: int) -> None:
+    producer = client.create_producer(topic, batching_max_messages=100)
+    for i in range(count):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+
+
+def _backlog(broker, topic: str, subscription: str = "sub") -> int:
+    url = f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)["subscriptions"][subscription]["msgBacklog"]
+
+
+def test_receive_gives_every_message_once_in_order_from_its_buffer(client):
+    _fill(client, "buffered", 2500)
+    consumer = client.subscribe("buffered", "sub", initial_position=EARLIEST)
+    values = [consumer.receive(5000).value() for _ in range(2500)]
+    assert values == [str(i).encode() for i in range(2500)]
+    with pytest.raises(stableline.Timeout):
+        consumer.receive(100)
+
+
+def test_grouped_acks_are_confirmed_when_close_returns(client, broker):
+    _fill(client, "grouped", 300)
+    consumer = client.subscribe(
+        "grouped", "sub", initial_position=EARLIEST, ack_grouping_time_ms=60_000
+    )
+    for _ in range(300):
+        consumer.acknowledge(consumer.receive(5000))
+    assert _backlog(broker, "grouped") == 3  # 3 entries of 100: the group waits its time
+    consumer.close()
+    assert _backlog(broker, "grouped") == 0
+
+
+def test_grouped_acks_go_once_the_group_is_full(client, broker, wait):
+    _fill(client, "full-group", 300)
+    consumer = client.subscribe(
+        "full-group",
+        "sub",
+        initial_position=EARLIEST,
+        ack_grouping_time_ms=60_000,
+        ack_grouping_max_size=100,
+    )
+    for _ in range(300):
+        consumer.acknowledge(consumer.receive(5000))
+    wait(lambda: _backlog(broker, "full-group") == 0, 10, "the full groups acknowledged")
+
+
+def test_grouped_acks_go_after_the_grouping_time(client, broker, wait):
+    _fill(client, "timed-group", 10)
+    consumer = client.subscribe(
+        "timed-group", "sub", initial_position=EARLIEST, ack_grouping_time_ms=50
+    )
+    for _ in range(10):
+        consumer.acknowledge(consumer.receive(5000))
+    wait(lambda: _backlog(broker, "timed-group") == 0, 10, "the timed group acknowledged")
+
+
+def test_a_bad_id_in_a_group_refuses_only_itself(client, broker, caplog):
+    _fill(client, "bad-in-group", 5)
+    consumer = client.subscribe(
+        "bad-in-group", "sub", initial_position=EARLIEST, ack_grouping_time_ms=60_000
+    )
+    for _ in range(5):
+        consumer.acknowledge(consumer.receive(5000))
+    consumer.acknowledge(stableline.MessageId(12345, 0, 0))
+    consumer.close()
+    assert _backlog(broker, "bad-in-group") == 0
+    assert any("12345:0:0" in record.getMessage() for record in caplog.records)
+
+
+def test_a_transactional_ack_confirms_the_grouped_acks_first(client, broker):
+    _fill(client, "txn-after-group", 2)
+    consumer = client.subscribe(
+        "txn-after-group",
+        "sub",
+        consumer_type=stableline.ConsumerType.Shared,
+        initial_position=EARLIEST,
+        ack_grouping_time_ms=60_000,
+    )
+    first, second = consumer.receive(5000), consumer.receive(5000)
+    consumer.acknowledge(first)
+    txn = client.new_transaction()
+    consumer.acknowledge(second, txn=txn)
+    assert _backlog(broker, "txn-after-group") == 1  # the grouped ack went first
+    txn.commit()
+    assert _backlog(broker, "txn-after-group") == 0
+
+
+def test_messages_buffered_and_not_acknowledged_come_again_after_close(client):
+    _fill(client, "buffer-redelivered", 20)
+    consumer = client.subscribe("buffer-redelivered", "sub", initial_position=EARLIEST)
+    consumer.acknowledge(consumer.receive(5000))
+    consumer.close()  # 19 were taken into its buffer
+    again = client.subscribe("buffer-redelivered", "sub", initial_position=EARLIEST)
+    assert [again.receive(5000).value() for _ in range(19)] == [
+        str(i).encode() for i in range(1, 20)
+    ]
+
+
+def test_seek_drops_what_receive_had_buffered(client):
+    _fill(client, "buffer-seek", 20)
+    consumer = client.subscribe("buffer-seek", "sub", initial_position=EARLIEST)
+    first = consumer.receive(5000)
+    consumer.receive(5000)
+    consumer.seek(first.message_id())
+    assert consumer.receive(5000).value() == b"0"

@@ -160,7 +160,11 @@ def test_transactional_ack_takes_effect_on_commit_and_is_dropped_on_abort(client
     for value in (b"a", b"b"):
         producer.send(value)
     consumer = client.subscribe(
-        "txn-ack", "sub", consumer_type=ConsumerType.Shared, initial_position=EARLIEST
+        "txn-ack",
+        "sub",
+        consumer_type=ConsumerType.Shared,
+        initial_position=EARLIEST,
+        ack_grouping_time_ms=0,  # the plain ack below is confirmed when it returns
     )
     first, second = consumer.receive(5000), consumer.receive(5000)
     aborted = client.new_transaction()
