@@ -78,6 +78,7 @@ class Sizes:
     spark_messages: int = 500_000
     spark_rounds: int = 2
     memory: bool = True
+    sync_client_messages: int = 500_000
 
 
 QUICK = Sizes(
@@ -99,6 +100,7 @@ QUICK = Sizes(
     topics=300,
     observe_rounds=2,
     memory=False,
+    sync_client_messages=5_000,
 )
 
 
@@ -763,6 +765,41 @@ def _topic_rows(topics: dict) -> list[Row]:
     ]
 
 
+def fig_sync_client(sizes: Sizes, ctx: dict) -> list[Row]:
+    """The blocking client's per-message calls beside the asyncio client's batched path."""
+    result = run_script(
+        "bench_sync_client.py",
+        ctx["out"] / "sync-client.json",
+        "--messages",
+        str(sizes.sync_client_messages),
+    )
+    rates = result["msgs_per_s"]
+    cpu = result["client_cpu_us_per_msg"]
+    figure = "Blocking client per-message calls (bench_sync_client)"
+    return [
+        Row(
+            figure,
+            "send_async(m, callback) per message, then flush(): msgs/s",
+            rates["produce_sync"],
+            "msgs/s",
+            "asyncio send_nowait, then flush()",
+            rates["produce_aio"],
+            goal=(Bound("ratio", ">=", 0.8),),
+            note=f"client CPU {cpu['produce_sync']} us/msg (asyncio {cpu['produce_aio']})",
+        ),
+        Row(
+            figure,
+            "receive() + acknowledge(m) per message: msgs/s",
+            rates["consume_sync"],
+            "msgs/s",
+            "asyncio batch_receive(1000) + acknowledge(batch)",
+            rates["consume_aio"],
+            goal=(Bound("ratio", ">=", 0.8),),
+            note=f"client CPU {cpu['consume_sync']} us/msg (asyncio {cpu['consume_aio']})",
+        ),
+    ]
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -771,6 +808,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "subscriptions": fig_many_subscriptions,
     "scaling": fig_scaling,
     "scripts": fig_scripts,
+    "sync_client": fig_sync_client,
 }
 
 

@@ -4,10 +4,10 @@ Two workloads, each run by both faces against one broker process, every run in a
 process of its own (no two clients share a GIL):
 
 - produce: the asyncio baseline queues with `send_nowait` and awaits the oldest
-  receipt when the queue is full, then flushes; the blocking client runs what a
+  receipts while the queue is full, then flushes; the blocking client runs what a
   Pulsar user writes, `send_async(payload, callback)` per message
   (block_if_queue_full) and `flush()`. Rate = messages / (first send -> flushed).
-- consume: a topic prefilled with the messages; the asyncio baseline takes
+- consume: the topic the produce run filled with the messages; the asyncio baseline takes
   `batch_receive(1000)` and acknowledges each batch; the blocking client calls
   `receive()` and `acknowledge(msg)` per message, then `close()` (which confirms
   the grouped acks). Rate = messages / (subscribe -> every ack confirmed).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import multiprocessing as mp
 import sys
@@ -39,11 +40,11 @@ async def _aio_produce(url: str, topic: str, messages: int) -> float:
 
     async with aio.Client(url) as client:
         producer = await client.create_producer(topic)
-        receipts = []
+        receipts: collections.deque = collections.deque()
         started = time.perf_counter()
         for _ in range(messages):
-            if producer.queue_full():
-                await receipts[len(receipts) // 2]
+            while producer.queue_full():
+                await receipts.popleft()
             receipts.append(producer.send_nowait(PAYLOAD))
         await producer.flush()
         return time.perf_counter() - started
@@ -108,35 +109,41 @@ def _run(name: str, url: str, topic: str, messages: int, results) -> None:
         if name.startswith("_aio")
         else run(url, topic, messages)
     )
-    results.put(elapsed)
+    results.put((elapsed, time.process_time()))
 
 
-def _in_process(name: str, url: str, topic: str, messages: int) -> float:
+def _in_process(name: str, url: str, topic: str, messages: int) -> tuple[float, float]:
+    """(seconds of the run, CPU seconds of the client process, every thread)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     process = ctx.Process(target=_run, args=(name, url, topic, messages, results))
     process.start()
-    elapsed = results.get(timeout=600)
+    figures = results.get(timeout=600)
     process.join(60)
     assert process.exitcode == 0, f"{name} exited with {process.exitcode}"
-    return elapsed
+    return figures
 
 
 def measure(messages: int) -> dict:
     with temporary_broker(Path(tempfile.gettempdir()), prefix="bench-sync-") as broker:
         url = broker.service_url
         rates = {}
-        for face, name in (("aio", "_aio_produce"), ("sync", "_sync_produce")):
-            elapsed = _in_process(name, url, f"produce-{face}", messages)
-            rates[f"produce_{face}"] = round(messages / elapsed)
-        # The produce runs filled both topics: each consumer drains one.
-        for face, name in (("aio", "_aio_consume"), ("sync", "_sync_consume")):
-            elapsed = _in_process(name, url, f"produce-{face}", messages)
-            rates[f"consume_{face}"] = round(messages / elapsed)
+        cpu_us = {}
+        # The produce runs fill both topics: each consumer drains one.
+        for run, face, name in (
+            ("produce", "aio", "_aio_produce"),
+            ("produce", "sync", "_sync_produce"),
+            ("consume", "aio", "_aio_consume"),
+            ("consume", "sync", "_sync_consume"),
+        ):
+            elapsed, cpu_s = _in_process(name, url, f"produce-{face}", messages)
+            rates[f"{run}_{face}"] = round(messages / elapsed)
+            cpu_us[f"{run}_{face}"] = round(cpu_s / messages * 1e6, 2)
     return {
         "messages": messages,
         "message_size": MESSAGE_SIZE,
         "msgs_per_s": rates,
+        "client_cpu_us_per_msg": cpu_us,
         "produce_ratio": round(rates["produce_sync"] / rates["produce_aio"], 3),
         "consume_ratio": round(rates["consume_sync"] / rates["consume_aio"], 3),
     }

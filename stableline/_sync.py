@@ -42,8 +42,8 @@ from stableline.aio._options import (
 
 T = TypeVar("T")
 
-# receive() refills its buffer with at most this many messages (and at most half the
-# receiver queue); a receive without a timeout waits in turns of this long.
+# receive() refills its buffer with at most this many messages (and at most
+# receiver_queue_size); a receive without a timeout waits in turns of this long.
 RECEIVE_BATCH_MAX = 1000
 _WAIT_FOREVER_MS = 3_600_000
 
@@ -100,6 +100,7 @@ async def _end_tasks() -> None:
 
 
 _log = logging.getLogger("stableline")
+_message_id = MessageId  # a global read per callback, not an attribute lookup
 
 
 def _call(callback, error, message_id) -> None:
@@ -196,12 +197,16 @@ class Producer:
         send = inner._send_admitted if self._block else inner.send_nowait
         current = None
         waiting: list = []
+        append = waiting.append
+        take = handed.popleft
         while handed:
-            content, callback, properties, partition_key, txn = handed.popleft()
+            content, callback, properties, partition_key, txn = take()
             try:
                 if content is None:
                     raise inner._queue_full_error()
-                batch_future, index = send(content, properties, partition_key, _inner_txn(txn))
+                if txn is not None:
+                    txn = _inner_txn(txn)
+                batch_future, index = send(content, properties, partition_key, txn)
             except (StableLineError, TypeError, ValueError) as error:
                 self._settle_one()
                 if callback is not None:
@@ -210,8 +215,9 @@ class Producer:
             if batch_future is not current:
                 current = batch_future
                 waiting = []
+                append = waiting.append
                 batch_future.add_done_callback(functools.partial(self._settle, waiting))
-            waiting.append((callback, index))
+            append((callback, index))
 
     def _settle_one(self) -> None:
         self._settled += 1
@@ -230,7 +236,7 @@ class Producer:
             for callback, index in waiting:
                 if callback is not None:
                     try:
-                        callback(None, MessageId(ledger_id, entry_id, index))
+                        callback(None, _message_id(ledger_id, entry_id, index))
                     except Exception:
                         _log.exception("send_async callback %r raised", callback)
         else:
@@ -263,8 +269,8 @@ class Consumer:
     """Receives and acknowledges through the asyncio consumer on the client's loop.
 
     receive() takes from a buffer of this thread's, refilled from the receiver queue
-    a batch at a time (up to half the receiver queue: the buffer counts as consumed,
-    so the broker is given permits for what it holds).
+    a batch at a time (up to receiver_queue_size messages, at most RECEIVE_BATCH_MAX:
+    what the buffer holds counts as consumed, so the broker is given permits for it).
 
     acknowledge() groups as Pulsar's acknowledgment grouping does: the ids wait
     ack_grouping_time_ms (or until ack_grouping_max_size of them) and go as one
@@ -280,7 +286,7 @@ class Consumer:
         self._loop = loop
         options = inner.options
         self._buffer: Iterator[Message] = iter(())
-        self._refill_size = max(1, min(options.receiver_queue_size // 2, RECEIVE_BATCH_MAX))
+        self._refill_size = min(options.receiver_queue_size, RECEIVE_BATCH_MAX)
         # Grouped acks: appended here by the caller, taken on the loop thread.
         self._acks: deque = deque()
         self._ack_group_s = options.ack_grouping_time_ms / 1000

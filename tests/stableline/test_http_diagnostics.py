@@ -151,7 +151,9 @@ def test_peek_leaves_out_aborted_messages_at_read_committed_only(broker, client)
 
 
 def test_peek_does_not_move_the_cursor_and_skips_acknowledged_messages(broker, client):
-    consumer = client.subscribe(TOPIC, "business", initial_position=InitialPosition.Earliest)
+    consumer = client.subscribe(
+        TOPIC, "business", initial_position=InitialPosition.Earliest, ack_grouping_time_ms=0
+    )
     producer = client.create_producer(TOPIC)
     for i in range(3):
         producer.send(f"m{i}".encode(), properties={"n": str(i)}, partition_key=f"k{i}")
