@@ -301,6 +301,15 @@ class Consumer:
     def subscription_name(self) -> str:
         return self._inner.subscription_name()
 
+    def consumer_name(self) -> str:
+        return self._inner.consumer_name()
+
+    def is_connected(self) -> bool:
+        return self._inner.is_connected()
+
+    def get_last_message_id(self) -> MessageId:
+        return self._loop.run(self._inner.get_last_message_id())
+
     def receive(self, timeout_millis: int | None = None) -> Message:
         message = next(self._buffer, None)
         if message is not None:
@@ -451,6 +460,9 @@ class Reader:
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
         return self._loop.run(self._inner.read_next(timeout_millis))
+
+    def seek(self, message_id: MessageId) -> None:
+        self._loop.run(self._inner.seek(message_id))
 
     def close(self) -> None:
         self._loop.run(self._inner.close())
@@ -640,6 +652,22 @@ class Client:
             return
         self._loop.run(self._close())
         self._loop.stop()
+
+    def shutdown(self) -> None:
+        """Close at once, waiting for nothing: sends not yet durable fail (their
+        callbacks say so), grouped acks not yet sent are dropped (their messages
+        come again)."""
+        if self._loop.loop.is_closed():
+            return
+        self._loop.run(self._shutdown())
+        self._loop.stop()
+
+    async def _shutdown(self) -> None:
+        opened, self._opened = self._opened, []
+        await self._inner.shutdown()
+        for closeable in opened:
+            if isinstance(closeable, Producer):
+                closeable._drain()  # the producer is closed: each fails at once
 
     async def _close(self) -> None:
         opened, self._opened = self._opened, []

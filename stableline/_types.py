@@ -81,6 +81,23 @@ class MessageId:
             pass
         raise ValueError(f"not a message id {text!r}: expected 'ledger:entry[:batch]'")
 
+    def partition(self) -> int:
+        """Pulsar's partition index: -1, topics here are not partitioned."""
+        return -1
+
+    def serialize(self) -> bytes:
+        """Bytes for MessageId.deserialize (the wire's MessageIdData)."""
+        return self.to_proto().SerializeToString()
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> MessageId:
+        """The MessageId that serialize() wrote; ValueError for other bytes."""
+        try:
+            message = pb.MessageIdData.FromString(data)
+        except Exception as error:  # protobuf's DecodeError
+            raise ValueError(f"not a serialized message id: {error}") from None
+        return cls(message.ledger_id, message.entry_id, message.batch_index)
+
     def to_proto(self) -> pb.MessageIdData:
         return pb.MessageIdData(
             ledger_id=self.ledger_id, entry_id=self.entry_id, batch_index=self.batch_index

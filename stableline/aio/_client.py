@@ -193,6 +193,13 @@ class Client:
         last = await self._connections.service.last_confirmed(topic)
         return MessageId(last.ledger_id, last.entry_id, -1)
 
+    async def shutdown(self) -> None:
+        """Close at once, waiting for nothing: the connections go first, so sends
+        without a receipt fail and unanswered acks are left (their messages come
+        again), where close() would flush and wait."""
+        await self._connections.close()
+        await self.close()
+
     async def close(self) -> None:
         for closeable in reversed(self._closeables):
             with contextlib.suppress(Exception):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -101,7 +102,8 @@ class Consumer:
         self._topic = topic
         self._subscription = subscription_name
         self._queue_size = options.receiver_queue_size
-        self._name = options.consumer_name or ""
+        # Named here when not given, as Pulsar's clients do, so consumer_name() knows it.
+        self._name = options.consumer_name or f"consumer-{secrets.token_hex(5)}"
         self._ack_timeout_s = options.ack_timeout_ms / 1000
         self._nack_delay_s = options.negative_ack_redelivery_delay_ms / 1000
         # Runs of (entry, message indexes) in arrival order; messages are made on demand.
@@ -191,6 +193,19 @@ class Consumer:
 
     def subscription_name(self) -> str:
         return self._subscription
+
+    def consumer_name(self) -> str:
+        """The name given, or the one made for it (`consumer-` and 10 hex digits)."""
+        return self._name
+
+    def is_connected(self) -> bool:
+        """Open, and not given up on the broker (it reconnects on its own until then)."""
+        return not self._closed and self._failure is None
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last confirmed entry (batch index -1)."""
+        last = await self._connection.last_confirmed(self._topic)
+        return MessageId(last.ledger_id, last.entry_id, -1)
 
     async def _receive(self) -> None:
         """Deliveries and answers, until closed or the broker stays away too long."""

@@ -35,7 +35,12 @@ class Reader:
         self._aborted = AbortedFilter()
 
     async def _open(self) -> None:
-        start = self._start
+        await self._start_at(self._start)
+
+    async def _start_at(self, start: MessageId) -> None:
+        """Read next after `start` (exclusive), or from earliest, or after the LAC."""
+        self._skip_through = None
+        self._next = pb.Position(ledger_id=-1, entry_id=-1)
         if start == MessageId.latest:
             last = await self._connection.last_confirmed(self._topic, missing_ok=True)
             self._next = pb.Position(ledger_id=last.ledger_id, entry_id=last.entry_id + 1)
@@ -96,6 +101,21 @@ class Reader:
                     raise Timeout(f"no message on {self._topic} within {timeout_millis} ms")
             await self._fetch(remaining_ms)
         return self._buffer.popleft()
+
+    async def seek(self, message_id: MessageId) -> None:
+        """Read `message_id` next, as a consumer's seek does (the start message id is
+        exclusive, a seek is not); MessageId.earliest and .latest as named."""
+        if not isinstance(message_id, MessageId):
+            raise TypeError(
+                f"a reader seeks to a MessageId, not {type(message_id).__name__} "
+                "(a consumer also seeks to a publish time)"
+            )
+        self._buffer.clear()
+        await self._start_at(message_id)
+        if self._skip_through is not None:
+            ledger_id, entry_id, batch_index = self._skip_through
+            # Skip only what comes before it in its entry: nothing for a whole entry.
+            self._skip_through = (ledger_id, entry_id, batch_index - 1) if batch_index > 0 else None
 
     async def close(self) -> None:
         self._closed = True

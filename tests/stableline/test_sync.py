@@ -306,3 +306,69 @@ def test_seek_drops_what_receive_had_buffered(client):
     consumer.receive(5000)
     consumer.seek(first.message_id())
     assert consumer.receive(5000).value() == b"0"
+
+
+# ---------------------------------------------------------------- Pulsar's names
+
+
+def test_consumer_knows_its_name_its_connection_and_its_topic_s_last_id(client):
+    named = client.subscribe("names", "named", consumer_name="worker-1")
+    assert named.consumer_name() == "worker-1"
+    unnamed = client.subscribe("names", "unnamed")
+    assert unnamed.consumer_name().startswith("consumer-")
+    assert unnamed.consumer_name() != client.subscribe("names", "other").consumer_name()
+    last = client.create_producer("names").send(b"x")
+    assert named.get_last_message_id() == stableline.MessageId(last.ledger_id, last.entry_id)
+    assert named.is_connected()
+    named.close()
+    assert not named.is_connected()
+
+
+async def test_the_asyncio_consumer_has_the_same_names(broker):
+    async with aio.Client(broker.service_url) as client:
+        consumer = await client.subscribe("aio-names", "sub", consumer_name="worker-2")
+        producer = await client.create_producer("aio-names")
+        last = await producer.send(b"x")
+        assert consumer.consumer_name() == "worker-2" and consumer.is_connected()
+        assert await consumer.get_last_message_id() == stableline.MessageId(
+            last.ledger_id, last.entry_id
+        )
+
+
+def test_reader_seek_reads_that_message_next(client):
+    producer = client.create_producer("reader-seek", batching_max_messages=1)
+    ids = [producer.send(str(i).encode()) for i in range(5)]
+    reader = client.create_reader("reader-seek", stableline.MessageId.earliest)
+    assert [reader.read_next(5000).value() for _ in range(5)] == [b"0", b"1", b"2", b"3", b"4"]
+    reader.seek(ids[2])
+    assert reader.read_next(5000).value() == b"2"
+    reader.seek(stableline.MessageId.earliest)
+    assert reader.read_next(5000).value() == b"0"
+    reader.seek(stableline.MessageId.latest)
+    assert not reader.has_message_available()
+    with pytest.raises(TypeError, match="seeks to a MessageId"):
+        reader.seek(12345)
+
+
+def test_reader_seek_to_a_message_inside_a_batch_starts_at_that_message(client):
+    producer = client.create_producer("reader-seek-batch", batching_max_messages=10)
+    for i in range(10):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    reader = client.create_reader("reader-seek-batch", stableline.MessageId.earliest)
+    third = [reader.read_next(5000) for _ in range(10)][3]
+    reader.seek(third.message_id())
+    assert [reader.read_next(5000).value() for _ in range(7)] == [
+        str(i).encode() for i in range(3, 10)
+    ]
+
+
+def test_shutdown_closes_at_once_failing_what_is_not_durable(broker):
+    client = stableline.Client(broker.service_url)
+    producer = client.create_producer("shutdown", batching_max_publish_delay_ms=60_000)
+    outcomes = []
+    for i in range(10):
+        producer.send_async(str(i).encode(), lambda error, message_id: outcomes.append(error))
+    client.shutdown()
+    assert len(outcomes) == 10 and all(error is not None for error in outcomes)
+    client.close()  # already shut: nothing to do

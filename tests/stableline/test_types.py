@@ -67,3 +67,15 @@ def test_a_transaction_state_is_its_name_as_a_str():
     )
     assert {"COMMITTED": 1}[committed] == 1 and json.dumps(committed) == '"COMMITTED"'
     assert [state.value for state in TransactionState] == ["OPEN", "COMMITTED", "ABORTED"]
+
+
+def test_a_message_id_serializes_to_bytes_and_back():
+    from stableline import MessageId
+
+    for message_id in (MessageId(3, 120, 7), MessageId(3, 120), MessageId.earliest):
+        data = message_id.serialize()
+        assert isinstance(data, bytes)
+        assert MessageId.deserialize(data) == message_id
+    assert MessageId(3, 120, 7).partition() == -1
+    with pytest.raises(ValueError, match="not a serialized message id"):
+        MessageId.deserialize(b"\xff\xff\xff")
