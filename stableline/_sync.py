@@ -7,6 +7,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
@@ -26,6 +27,7 @@ from stableline._types import (
     Messages,
     TransactionState,
 )
+from stableline.aio._multi_consumer import MultiTopicConsumer
 from stableline.aio._options import (
     BATCH_RECEIVE_MAX_MESSAGES,
     BATCH_RECEIVE_TIMEOUT_MS,
@@ -281,7 +283,7 @@ class Consumer:
     raises on a refusal. A refused grouped ack is logged.
     """
 
-    def __init__(self, inner: aio.Consumer, loop: _LoopThread):
+    def __init__(self, inner: aio.Consumer | MultiTopicConsumer, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
         options = inner.options
@@ -294,6 +296,7 @@ class Consumer:
         self._ack_timer_pending = False
         self._ack_full_pending = False
         self._ack_requests: set[asyncio.Task] = set()
+        self._several = isinstance(inner, MultiTopicConsumer)
 
     def topic(self) -> str:
         return self._inner.topic()
@@ -350,12 +353,18 @@ class Consumer:
             self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
             return
         acks = self._acks
-        if type(message) is Message or isinstance(message, MessageId | Message):
+        if type(message) is Message:
+            acks.append(message)
+        elif isinstance(message, MessageId | Message):
+            if self._several:
+                self._inner._consumer_of(message)  # a MessageId names no topic: raises
             acks.append(message)
         elif isinstance(message, list | Messages):
             for item in message:
                 if not isinstance(item, Message | MessageId):
                     raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
+                if self._several and type(item) is not Message:
+                    self._inner._consumer_of(item)
             acks.extend(message)
         else:
             raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
@@ -586,7 +595,7 @@ class Client:
 
     def subscribe(
         self,
-        topic: str,
+        topic: str | list[str] | re.Pattern,
         subscription_name: str,
         consumer_type: ConsumerType = CONSUMER_DEFAULTS.consumer_type,
         initial_position: InitialPosition = CONSUMER_DEFAULTS.initial_position,
@@ -619,9 +628,9 @@ class Client:
         )
 
     def open_consumer(
-        self, topic: str, subscription_name: str, options: ConsumerOptions
+        self, topic: str | list[str] | re.Pattern, subscription_name: str, options: ConsumerOptions
     ) -> Consumer:
-        """subscribe with its options as one value."""
+        """subscribe with its options as one value; `topic` as in stableline.aio."""
         inner = self._loop.run(self._inner.open_consumer(topic, subscription_name, options))
         consumer = Consumer(inner, self._loop)
         self._opened.append(consumer)

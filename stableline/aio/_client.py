@@ -9,6 +9,7 @@ client builds the same value and calls the same `open_*` method.
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
 from stableline._auth import AuthenticationToken
@@ -17,6 +18,12 @@ from stableline._proto import broker_pb2 as pb
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, MessageId
 from stableline.aio._connection import ConnectionPool
 from stableline.aio._consumer import Consumer
+from stableline.aio._multi_consumer import (
+    MultiTopicConsumer,
+    full_pattern,
+    list_namespace,
+    pattern_namespace,
+)
 from stableline.aio._options import (
     CLIENT_DEFAULTS,
     CONSUMER_DEFAULTS,
@@ -74,7 +81,7 @@ class Client:
     def _start(self, service_url: str, options: ClientOptions) -> None:
         self.options = options
         self._connections = ConnectionPool(service_url, options)
-        self._closeables: list[Producer | Consumer | Reader] = []
+        self._closeables: list[Producer | Consumer | MultiTopicConsumer | Reader] = []
 
     async def __aenter__(self) -> Client:
         return self
@@ -118,7 +125,7 @@ class Client:
 
     async def subscribe(
         self,
-        topic: str,
+        topic: str | list[str] | re.Pattern,
         subscription_name: str,
         consumer_type: ConsumerType = CONSUMER_DEFAULTS.consumer_type,
         initial_position: InitialPosition = CONSUMER_DEFAULTS.initial_position,
@@ -131,7 +138,9 @@ class Client:
         key_shared_policy: KeySharedPolicy | None = CONSUMER_DEFAULTS.key_shared_policy,
         ack_grouping_time_ms: int = CONSUMER_DEFAULTS.ack_grouping_time_ms,
         ack_grouping_max_size: int = CONSUMER_DEFAULTS.ack_grouping_max_size,
-    ) -> Consumer:
+    ) -> Consumer | MultiTopicConsumer:
+        """A consumer of `topic`; a list of topics or a compiled pattern makes one
+        consumer of them all (see open_consumer)."""
         return await self.open_consumer(
             topic,
             subscription_name,
@@ -151,13 +160,48 @@ class Client:
         )
 
     async def open_consumer(
-        self, topic: str, subscription_name: str, options: ConsumerOptions
-    ) -> Consumer:
-        """subscribe with its options as one value."""
-        consumer = Consumer(self._connections.service, topic, subscription_name, options)
-        await consumer._open()
-        self._closeables.append(consumer)
-        return consumer
+        self, topic: str | list[str] | re.Pattern, subscription_name: str, options: ConsumerOptions
+    ) -> Consumer | MultiTopicConsumer:
+        """subscribe with its options as one value. `topic`: a topic's name, a list of
+        them, or a compiled pattern (re.compile("persistent://public/default/orders-.*"))
+        matched against the namespace's topics now and every minute after (listing a
+        namespace needs a superuser where authorization is on)."""
+        connection = self._connections.service
+
+        async def open_one(name: str) -> Consumer:
+            consumer = Consumer(connection, name, subscription_name, options)
+            await consumer._open()
+            return consumer
+
+        if isinstance(topic, str):
+            consumer = await open_one(topic)
+            self._closeables.append(consumer)
+            return consumer
+        if isinstance(topic, re.Pattern):
+            namespace = pattern_namespace(topic)
+            multi = MultiTopicConsumer(
+                open_one,
+                subscription_name,
+                options,
+                list_topics=lambda: list_namespace(connection, namespace),
+                pattern=full_pattern(topic),
+            )
+            topics = await multi._matching()
+        elif isinstance(topic, list | tuple) and topic and all(isinstance(t, str) for t in topic):
+            multi = MultiTopicConsumer(open_one, subscription_name, options)
+            topics = list(dict.fromkeys(topic))
+        else:
+            raise TypeError(
+                "topic must be a topic name, a non-empty list of them, or a compiled "
+                f"re.Pattern, not {topic!r}"
+            )
+        try:
+            await multi._open(topics)
+        except BaseException:
+            await multi.close()
+            raise
+        self._closeables.append(multi)
+        return multi
 
     async def create_reader(
         self,

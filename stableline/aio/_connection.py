@@ -30,8 +30,8 @@ from stableline._errors import (
     TopicNotFound,
     from_rpc_error,
 )
+from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
-from stableline._proto import broker_pb2_grpc
 from stableline._types import parse_service_url
 from stableline.aio._options import ClientOptions
 from stableline.aio._reconnect import with_retries
@@ -98,6 +98,7 @@ class Connection:
             else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         )
         self.broker = broker_pb2_grpc.BrokerStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminStub(self._channel)  # a pattern's topic list
         self._reached = False  # the broker answered once: later outages are waited out
         self.closed = False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -372,3 +373,56 @@ def test_shutdown_closes_at_once_failing_what_is_not_durable(broker):
     client.shutdown()
     assert len(outcomes) == 10 and all(error is not None for error in outcomes)
     client.close()  # already shut: nothing to do
+
+
+# ---------------------------------------------------------------- several topics
+
+
+def test_a_consumer_of_a_list_of_topics_receives_from_all_and_acks_each_topic(client, broker):
+    for topic in ("multi-a", "multi-b"):
+        _fill(client, topic, 50)
+    consumer = client.subscribe(["multi-a", "multi-b"], "sub", initial_position=EARLIEST)
+    got: dict[str, list[bytes]] = {}
+    for _ in range(100):
+        message = consumer.receive(5000)
+        got.setdefault(message.topic_name(), []).append(message.value())
+        consumer.acknowledge(message)
+    assert got == {
+        f"persistent://public/default/{topic}": [str(i).encode() for i in range(50)]
+        for topic in ("multi-a", "multi-b")
+    }
+    with pytest.raises(TypeError, match="does not name its topic"):
+        consumer.acknowledge(stableline.MessageId(0, 0))
+    consumer.close()
+    assert _backlog(broker, "multi-a") == 0 and _backlog(broker, "multi-b") == 0
+
+
+def test_a_topics_pattern_subscribes_the_matching_topics_and_later_ones(client, monkeypatch):
+    from stableline.aio import _multi_consumer
+
+    monkeypatch.setattr(_multi_consumer, "PATTERN_DISCOVERY_PERIOD_S", 0.2)
+    for topic in ("orders-eu", "orders-us", "payments"):
+        client.create_producer(topic).send(topic.encode())
+    consumer = client.subscribe(
+        re.compile("persistent://public/default/orders-.*"), "sub", initial_position=EARLIEST
+    )
+    assert sorted(consumer.receive(5000).value() for _ in range(2)) == [b"orders-eu", b"orders-us"]
+    client.create_producer("orders-asia").send(b"orders-asia")  # a topic made after
+    assert consumer.receive(10_000).value() == b"orders-asia"
+    with pytest.raises(stableline.Timeout):
+        consumer.receive(300)
+
+
+async def test_the_asyncio_face_subscribes_to_a_list_of_topics(broker):
+    async with aio.Client(broker.service_url) as client:
+        for topic in ("aio-multi-a", "aio-multi-b"):
+            await (await client.create_producer(topic)).send(topic.encode())
+        consumer = await client.subscribe(
+            ["aio-multi-a", "aio-multi-b"], "sub", initial_position=EARLIEST
+        )
+        batch = await consumer.batch_receive(10, 5000)
+        batch = list(batch) + list(await consumer.batch_receive(10, 5000))
+        assert sorted(m.value() for m in batch) == [b"aio-multi-a", b"aio-multi-b"]
+        await consumer.acknowledge(batch)
+        with pytest.raises(TypeError, match="topic name, a non-empty list"):
+            await client.subscribe([], "sub")
