@@ -288,7 +288,11 @@ class Consumer:
         self._loop = loop
         options = inner.options
         self._buffer: Iterator[Message] = iter(())
-        self._refill_size = min(options.receiver_queue_size, RECEIVE_BATCH_MAX)
+        # With an ack timeout, a message's clock starts when it is taken from the
+        # receiver queue: one at a time, so none waits out its timeout in the buffer.
+        self._refill_size = (
+            1 if options.ack_timeout_ms else min(options.receiver_queue_size, RECEIVE_BATCH_MAX)
+        )
         # Grouped acks: appended here by the caller, taken on the loop thread.
         self._acks: deque = deque()
         self._ack_group_s = options.ack_grouping_time_ms / 1000
@@ -426,6 +430,13 @@ class Consumer:
         self._loop.run(self._confirmed(self._inner.acknowledge_cumulative, message))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """The message's entry comes again: what of it is still buffered is dropped
+        (as the receiver queue drops it), so none of it is delivered twice."""
+        message_id = message.message_id() if isinstance(message, Message) else message
+        entry = (message_id.ledger_id, message_id.entry_id)
+        self._buffer = iter(
+            [m for m in self._buffer if (m._entry.ledger_id, m._entry.entry_id) != entry]
+        )
         self._loop.run(self._confirmed(self._inner.negative_acknowledge, message))
 
     def redeliver_unacknowledged_messages(self) -> None:

@@ -426,3 +426,22 @@ async def test_the_asyncio_face_subscribes_to_a_list_of_topics(broker):
         await consumer.acknowledge(batch)
         with pytest.raises(TypeError, match="topic name, a non-empty list"):
             await client.subscribe([], "sub")
+
+
+def test_a_nack_drops_the_rest_of_its_entry_from_the_buffer(client):
+    producer = client.create_producer("nack-buffer", batching_max_messages=5)
+    for i in range(5):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    consumer = client.subscribe(
+        "nack-buffer",
+        "sub",
+        initial_position=EARLIEST,
+        negative_ack_redelivery_delay_ms=0,
+    )
+    first = consumer.receive(5000)
+    consumer.negative_acknowledge(first)
+    # The entry comes again whole; none of its messages came from the old buffer.
+    again = [consumer.receive(5000) for _ in range(5)]
+    assert [m.value() for m in again] == [str(i).encode() for i in range(5)]
+    assert all(m.redelivery_count() == 1 for m in again)
