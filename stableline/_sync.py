@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -287,7 +287,9 @@ class Consumer:
         self._inner = inner
         self._loop = loop
         options = inner.options
-        self._buffer: Iterator[Message] = iter(())
+        # Messages taken from the receiver queue, not yet given out; a deque, so that
+        # threads sharing the consumer each take different ones.
+        self._buffer: deque[Message] = deque()
         # With an ack timeout, a message's clock starts when it is taken from the
         # receiver queue: one at a time, so none waits out its timeout in the buffer.
         self._refill_size = (
@@ -318,12 +320,13 @@ class Consumer:
         return self._loop.run(self._inner.get_last_message_id())
 
     def receive(self, timeout_millis: int | None = None) -> Message:
-        message = next(self._buffer, None)
-        if message is not None:
-            return message
-        batch = self._loop.run(self._take(self._refill_size, timeout_millis))
-        self._buffer = iter(batch)
-        return next(self._buffer)
+        buffer = self._buffer
+        while True:
+            try:
+                return buffer.popleft()
+            except IndexError:
+                # Another thread may take from this refill first: then refill again.
+                buffer.extend(self._loop.run(self._take(self._refill_size, timeout_millis)))
 
     async def _take(self, max_messages: int, timeout_millis: int | None) -> Messages:
         """At least one message, up to max_messages; Timeout after timeout_millis."""
@@ -345,7 +348,8 @@ class Consumer:
     ) -> Messages:
         if max_num_messages < 1:
             raise ValueError("max_num_messages must be >= 1")
-        buffered = list(itertools.islice(self._buffer, max_num_messages))
+        buffer = self._buffer
+        buffered = [buffer.popleft() for _ in range(min(len(buffer), max_num_messages))]
         if buffered:
             return Messages([(m._entry, (m._index,)) for m in buffered])
         return self._loop.run(self._inner.batch_receive(max_num_messages, timeout_millis))
@@ -434,27 +438,29 @@ class Consumer:
         (as the receiver queue drops it), so none of it is delivered twice."""
         message_id = message.message_id() if isinstance(message, Message) else message
         entry = (message_id.ledger_id, message_id.entry_id)
-        self._buffer = iter(
-            [m for m in self._buffer if (m._entry.ledger_id, m._entry.entry_id) != entry]
-        )
+        buffer = self._buffer
+        kept = [m for m in buffer if (m._entry.ledger_id, m._entry.entry_id) != entry]
+        if len(kept) != len(buffer):
+            buffer.clear()
+            buffer.extend(kept)
         self._loop.run(self._confirmed(self._inner.negative_acknowledge, message))
 
     def redeliver_unacknowledged_messages(self) -> None:
-        self._buffer = iter(())  # buffered messages are unacknowledged: they come again
+        self._buffer.clear()  # buffered messages are unacknowledged: they come again
         self._loop.run(self._confirmed(self._inner.redeliver_unacknowledged_messages))
 
     def seek(self, target: MessageId | int) -> None:
-        self._buffer = iter(())
+        self._buffer.clear()
         self._loop.run(self._confirmed(self._inner.seek, target))
 
     def unsubscribe(self) -> None:
-        self._buffer = iter(())
+        self._buffer.clear()
         self._loop.run(self._confirmed(self._inner.unsubscribe))
 
     def close(self) -> None:
         """Close after every grouped ack is confirmed; buffered messages, not
         acknowledged, are delivered again (to this subscription's next consumer)."""
-        self._buffer = iter(())
+        self._buffer.clear()
         self._loop.run(self._close())
 
     async def _close(self) -> None:

@@ -445,3 +445,26 @@ def test_a_nack_drops_the_rest_of_its_entry_from_the_buffer(client):
     again = [consumer.receive(5000) for _ in range(5)]
     assert [m.value() for m in again] == [str(i).encode() for i in range(5)]
     assert all(m.redelivery_count() == 1 for m in again)
+
+
+def test_threads_sharing_a_consumer_each_receive_different_messages(client):
+    _fill(client, "shared-by-threads", 4000)
+    consumer = client.subscribe("shared-by-threads", "sub", initial_position=EARLIEST)
+    got: list[list[bytes]] = [[] for _ in range(4)]
+
+    def work(mine: list[bytes]) -> None:
+        while True:
+            try:
+                message = consumer.receive(500)
+            except stableline.Timeout:
+                return
+            mine.append(message.value())
+            consumer.acknowledge(message)
+
+    threads = [threading.Thread(target=work, args=(mine,)) for mine in got]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    every = [value for mine in got for value in mine]
+    assert sorted(every) == sorted(str(i).encode() for i in range(4000))
