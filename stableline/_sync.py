@@ -303,6 +303,7 @@ class Consumer:
         self._ack_full_pending = False
         self._ack_requests: set[asyncio.Task] = set()
         self._several = isinstance(inner, MultiTopicConsumer)
+        self._closed = False  # close() or unsubscribe() called: acks wait (and raise)
 
     def topic(self) -> str:
         return self._inner.topic()
@@ -357,7 +358,7 @@ class Consumer:
     def acknowledge(self, message: Message | MessageId | list | Messages, txn=None) -> None:
         """Acknowledge; grouped unless in a transaction or ack_grouping_time_ms is 0
         (then it returns once the broker has the ack, and raises if refused)."""
-        if txn is not None or not self._ack_group_s:
+        if txn is not None or not self._ack_group_s or self._closed:
             self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
             return
         acks = self._acks
@@ -454,6 +455,7 @@ class Consumer:
         self._loop.run(self._confirmed(self._inner.seek, target))
 
     def unsubscribe(self) -> None:
+        self._closed = True
         self._buffer.clear()
         self._loop.run(self._confirmed(self._inner.unsubscribe))
 
@@ -464,6 +466,7 @@ class Consumer:
         self._loop.run(self._close())
 
     async def _close(self) -> None:
+        self._closed = True
         with contextlib.suppress(StableLineError):
             await self._confirm_acks()
         await self._inner.close()

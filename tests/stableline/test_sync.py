@@ -468,3 +468,26 @@ def test_threads_sharing_a_consumer_each_receive_different_messages(client):
         thread.join(60)
     every = [value for mine in got for value in mine]
     assert sorted(every) == sorted(str(i).encode() for i in range(4000))
+
+
+def test_send_async_in_a_transaction_then_commit_without_flush_commits_every_message(client):
+    producer = client.create_producer("txn-send-async")
+    consumer = client.subscribe("txn-send-async", "sub", initial_position=EARLIEST)
+    txn = client.new_transaction()
+    errors = []
+    for i in range(500):
+        producer.send_async(str(i).encode(), lambda error, _id: errors.append(error), txn=txn)
+    txn.commit()
+    assert [consumer.receive(5000).value() for _ in range(500)] == [
+        str(i).encode() for i in range(500)
+    ]
+    assert errors == [None] * 500
+
+
+def test_an_ack_after_close_raises(client):
+    _fill(client, "ack-after-close", 1)
+    consumer = client.subscribe("ack-after-close", "sub", initial_position=EARLIEST)
+    message = consumer.receive(5000)
+    consumer.close()
+    with pytest.raises(stableline.StableLineError, match="closed"):
+        consumer.acknowledge(message)
