@@ -1,4 +1,13 @@
-"""The blocking client: a thin shell running the async client on a private loop thread."""
+"""The blocking client: a shell running the asyncio client on a private loop thread.
+
+Per-message calls cross to the loop in batches, never one by one: send_async
+appends to a deque and wakes the loop once for whatever piled up; receive takes
+from a buffer refilled a batch at a time; acknowledge groups ids for
+ack_grouping_time_ms. Promises: send_async callbacks run on the loop thread, in send
+order; with block_if_queue_full the caller waits for room; a blocking call made on
+the loop thread (inside a callback) raises StableLineError; a grouped ack is
+confirmed once close() returns; a closed client leaves no task pending.
+"""
 
 from __future__ import annotations
 
