@@ -59,6 +59,27 @@ RECEIVE_BATCH_MAX = 1000
 _WAIT_FOREVER_MS = 3_600_000
 
 
+def _as_runs(group: list) -> Messages | None:
+    """Received messages as runs of one entry each, as batch_receive gives them, so
+    the ack costs per entry (a run that is a whole entry goes as one id); None when
+    the group holds a MessageId. A run's indexes only grow, so each is there once."""
+    runs: list = []
+    entry = indexes = None
+    last = -1
+    for message in group:
+        if type(message) is not Message:
+            return None
+        index = message._index
+        if message._entry is entry and index > last:
+            indexes.append(index)
+        else:
+            entry = message._entry
+            indexes = [index]
+            runs.append((entry, indexes))
+        last = index
+    return Messages(runs)
+
+
 def _id_text(item: Message | MessageId) -> str:
     return str(item.message_id() if isinstance(item, Message) else item)
 
@@ -407,9 +428,8 @@ class Consumer:
     def _send_acks(self) -> None:
         """On the loop: send every grouped ack as one request."""
         acks = self._acks
-        group = []
-        while acks:
-            group.append(acks.popleft())
+        take = acks.popleft
+        group = [take() for _ in range(len(acks))]  # appends after len() wait their turn
         if group:
             task = self._loop.loop.create_task(self._send_group(group))
             self._ack_requests.add(task)
@@ -417,7 +437,7 @@ class Consumer:
 
     async def _send_group(self, group: list) -> None:
         try:
-            await self._inner.acknowledge(group)
+            await self._inner.acknowledge(_as_runs(group) or group)
         except InvalidMessageId:
             # The request is all or nothing: ack one by one so that one bad id in the
             # group refuses only itself.

@@ -491,3 +491,29 @@ def test_an_ack_after_close_raises(client):
     consumer.close()
     with pytest.raises(stableline.StableLineError, match="closed"):
         consumer.acknowledge(message)
+
+
+def test_a_group_of_received_messages_acks_whole_entries_as_one_id_and_nothing_more():
+    from stableline._proto import broker_pb2 as pb
+    from stableline._sync import _as_runs
+    from stableline._types import messages_of
+    from stableline.aio._consumer import _ack_ids
+
+    def delivered(entry_id: int, count: int) -> list:
+        batch = pb.MessageBatch(messages=[pb.SingleMessage(payload=b"m")] * count)
+        entry = pb.EntryDelivery(
+            ledger_id=1,
+            entry_id=entry_id,
+            metadata=pb.EntryMetadata(num_messages=count),
+            payload=batch.SerializeToString(),
+        )
+        return messages_of("persistent://public/default/t", entry)
+
+    whole, part = delivered(0, 3), delivered(1, 3)
+    group = [*whole, part[0], part[0], part[1]]  # a message acked twice is not the entry
+    assert sorted(_ack_ids(_as_runs(group))) == [
+        stableline.MessageId(1, 0, -1),
+        stableline.MessageId(1, 1, 0),
+        stableline.MessageId(1, 1, 1),
+    ]
+    assert _as_runs([whole[0], stableline.MessageId(1, 0, 1)]) is None
