@@ -132,7 +132,7 @@ async def _end_tasks() -> None:
 
 
 _log = logging.getLogger("stableline")
-_message_id = MessageId  # a global read per callback, not an attribute lookup
+_new_tuple = tuple.__new__  # makes a MessageId in C, skipping its __new__ in Python
 
 
 def _call(callback, error, message_id) -> None:
@@ -268,7 +268,7 @@ class Producer:
             for callback, index in waiting:
                 if callback is not None:
                     try:
-                        callback(None, _message_id(ledger_id, entry_id, index))
+                        callback(None, _new_tuple(MessageId, (ledger_id, entry_id, index)))
                     except Exception:
                         _log.exception("send_async callback %r raised", callback)
         else:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
+import operator
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from stableline._proto import broker_pb2 as pb
@@ -55,16 +55,34 @@ class TransactionState(enum.StrEnum):
     """The coordinator aborted it: nothing in it is ever visible."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MessageId:
-    """(ledger_id, entry_id, batch_index); ordered as the topic's log."""
+class MessageId(tuple):
+    """(ledger_id, entry_id, batch_index); ordered as the topic's log.
 
-    ledger_id: int
-    entry_id: int
-    batch_index: int = -1
+    A tuple: made, compared and hashed in C, as every send_async callback and every
+    received message makes one (it unpacks, `ledger, entry, batch = msg_id`, and
+    equals the plain tuple of its parts). Immutable, as the frozen value it was.
+    """
+
+    __slots__ = ()
 
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
+
+    def __new__(cls, ledger_id: int, entry_id: int, batch_index: int = -1) -> MessageId:
+        return tuple.__new__(cls, (ledger_id, entry_id, batch_index))
+
+    ledger_id = property(operator.itemgetter(0), doc="The ledger holding the entry.")
+    entry_id = property(operator.itemgetter(1), doc="The entry within its ledger.")
+    batch_index = property(
+        operator.itemgetter(2), doc="The message within the entry's batch; -1: the entry."
+    )
+
+    def __getnewargs__(self) -> tuple[int, int, int]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        ledger_id, entry_id, batch_index = self
+        return f"MessageId(ledger_id={ledger_id}, entry_id={entry_id}, batch_index={batch_index})"
 
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
