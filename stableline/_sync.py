@@ -69,11 +69,11 @@ def _as_runs(group: list) -> Messages | None:
     for message in group:
         if type(message) is not Message:
             return None
-        index = message._index
-        if message._entry is entry and index > last:
+        message_entry, index = message
+        if message_entry is entry and index > last:
             indexes.append(index)
         else:
-            entry = message._entry
+            entry = message_entry
             indexes = [index]
             runs.append((entry, indexes))
         last = index

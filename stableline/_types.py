@@ -6,6 +6,7 @@ import enum
 import operator
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import ClassVar
 
 from stableline._proto import broker_pb2 as pb
@@ -241,52 +242,63 @@ class DeliveredEntry:
 _PLAIN = pb.SingleMessage()
 
 
-class Message:
-    """One received message. Its id and fields are read from the entry lazily."""
+class Message(tuple):
+    """One received message: (entry, index). Its id and fields are read from the entry
+    lazily. A tuple, so a batch's messages are made in C (Messages.__iter__)."""
 
-    __slots__ = ("_entry", "_index")
+    __slots__ = ()
 
-    def __init__(self, entry: DeliveredEntry, index: int):
-        self._entry = entry
-        self._index = index
+    def __new__(cls, entry: DeliveredEntry, index: int) -> Message:
+        return tuple.__new__(cls, (entry, index))
+
+    _entry = property(operator.itemgetter(0))
+    _index = property(operator.itemgetter(1))
 
     def data(self) -> bytes:
-        return self._entry.value(self._index)
+        entry, index = self
+        return entry.value(index)
 
     def value(self) -> bytes:
-        return self._entry.value(self._index)
+        entry, index = self
+        return entry.value(index)
 
     def message_id(self) -> MessageId:
-        entry = self._entry
-        return MessageId(entry.ledger_id, entry.entry_id, self._index)
+        entry, index = self
+        return tuple.__new__(MessageId, (entry.ledger_id, entry.entry_id, index))
 
     def partition_key(self) -> str | None:
-        single = self._entry.single(self._index)
+        entry, index = self
+        single = entry.single(index)
         return single.partition_key if single.has_partition_key else None
 
     def properties(self) -> dict[str, str]:
-        return dict(self._entry.single(self._index).properties)
+        entry, index = self
+        return dict(entry.single(index).properties)
 
     def publish_timestamp(self) -> int:
-        return self._entry.metadata.publish_time_ms
+        return self[0].metadata.publish_time_ms
 
     def event_timestamp(self) -> int:
-        return self._entry.single(self._index).event_time_ms
+        entry, index = self
+        return entry.single(index).event_time_ms
 
     def txn_id(self) -> tuple[int, int] | None:
-        metadata = self._entry.metadata
+        metadata = self[0].metadata
         if not metadata.HasField("txn_id"):
             return None
         return (metadata.txn_id.most_bits, metadata.txn_id.least_bits)
 
     def producer_name(self) -> str:
-        return self._entry.metadata.producer_name
+        return self[0].metadata.producer_name
 
     def redelivery_count(self) -> int:
-        return self._entry.redelivery_count
+        return self[0].redelivery_count
 
     def topic_name(self) -> str:
-        return self._entry.topic
+        return self[0].topic
+
+    def __getnewargs__(self):
+        return tuple(self)
 
     def __repr__(self) -> str:
         return f"Message(id={self.message_id()}, {len(self.value())} bytes)"
@@ -326,8 +338,8 @@ class Messages(Sequence[Message]):
 
     def __iter__(self) -> Iterator[Message]:
         for entry, indexes in self._runs:
-            for index in indexes:
-                yield Message(entry, index)
+            # Message's tuple.__new__ called from C: no Python frame per message.
+            yield from map(tuple.__new__, repeat(Message), zip(repeat(entry), indexes))
 
     def __getitem__(self, item):
         if isinstance(item, slice):
