@@ -80,6 +80,11 @@ def _as_runs(group: list) -> Messages | None:
     return Messages(runs)
 
 
+def _entry_key(item: Message | MessageId) -> tuple[int, int]:
+    message_id = item.message_id() if isinstance(item, Message) else item
+    return (message_id.ledger_id, message_id.entry_id)
+
+
 def _id_text(item: Message | MessageId) -> str:
     return str(item.message_id() if isinstance(item, Message) else item)
 
@@ -390,6 +395,8 @@ class Consumer:
         (then it returns once the broker has the ack, and raises if refused)."""
         if txn is not None or not self._ack_group_s or self._closed:
             self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
+            if isinstance(txn, Transaction):
+                txn._held_by(self, message)
             return
         acks = self._acks
         if type(message) is Message:
@@ -466,14 +473,16 @@ class Consumer:
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """The message's entry comes again: what of it is still buffered is dropped
         (as the receiver queue drops it), so none of it is delivered twice."""
-        message_id = message.message_id() if isinstance(message, Message) else message
-        entry = (message_id.ledger_id, message_id.entry_id)
+        self._drop_buffered({_entry_key(message)})
+        self._loop.run(self._confirmed(self._inner.negative_acknowledge, message))
+
+    def _drop_buffered(self, entries: set[tuple[int, int]]) -> None:
+        """Forget buffered messages of these entries: they are delivered again."""
         buffer = self._buffer
-        kept = [m for m in buffer if (m._entry.ledger_id, m._entry.entry_id) != entry]
+        kept = [m for m in buffer if (m[0].ledger_id, m[0].entry_id) not in entries]
         if len(kept) != len(buffer):
             buffer.clear()
             buffer.extend(kept)
-        self._loop.run(self._confirmed(self._inner.negative_acknowledge, message))
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._buffer.clear()  # buffered messages are unacknowledged: they come again
@@ -530,6 +539,13 @@ class Transaction:
     def __init__(self, inner: aio.Transaction, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
+        # Entries acknowledged in this transaction, by consumer: an abort makes the
+        # broker deliver them again, so what of them a consumer still buffers goes.
+        self._held: dict[Consumer, set[tuple[int, int]]] = {}
+
+    def _held_by(self, consumer: Consumer, message) -> None:
+        items = message if isinstance(message, list | Messages) else [message]
+        self._held.setdefault(consumer, set()).update(_entry_key(item) for item in items)
 
     @property
     def id(self) -> tuple[int, int]:
@@ -542,9 +558,15 @@ class Transaction:
 
     def commit(self) -> None:
         self._loop.run(self._inner.commit())
+        self._held = {}
 
     def abort(self) -> None:
-        self._loop.run(self._inner.abort())
+        try:
+            self._loop.run(self._inner.abort())
+        finally:
+            held, self._held = self._held, {}
+            for consumer, entries in held.items():
+                consumer._drop_buffered(entries)
 
     def __repr__(self) -> str:
         return repr(self._inner)

@@ -517,3 +517,25 @@ def test_a_group_of_received_messages_acks_whole_entries_as_one_id_and_nothing_m
         stableline.MessageId(1, 1, 1),
     ]
     assert _as_runs([whole[0], stableline.MessageId(1, 0, 1)]) is None
+
+
+def test_an_abort_drops_what_is_buffered_of_the_entries_acked_in_it(client):
+    producer = client.create_producer("abort-buffer", batching_max_messages=5)
+    for i in range(5):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    consumer = client.subscribe(
+        "abort-buffer",
+        "sub",
+        consumer_type=stableline.ConsumerType.Shared,
+        initial_position=EARLIEST,
+    )
+    first = consumer.receive(5000)  # the other 4 wait in receive's buffer
+    txn = client.new_transaction()
+    consumer.acknowledge(first, txn=txn)
+    txn.abort()  # the broker delivers the entry again, whole
+    again = [consumer.receive(5000) for _ in range(5)]
+    assert [m.value() for m in again] == [str(i).encode() for i in range(5)]
+    assert all(m.redelivery_count() == 1 for m in again)
+    with pytest.raises(stableline.Timeout):
+        consumer.receive(300)
