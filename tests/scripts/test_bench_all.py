@@ -41,7 +41,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
             assert row["met"] in (True, False), row
     assert results["quick"] is True
     assert set(results["seconds_per_figure"]) == {
-        "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "scripts"
+        "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "sync_client", "scripts"
     }  # fmt: skip
     table = (tmp_path / "RESULTS.md").read_text()
     assert table.count("\n| ") == len(rows) + 1  # the header and a line per row

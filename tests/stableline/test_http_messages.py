@@ -53,7 +53,10 @@ def test_last_message_id_of_an_unknown_topic_is_404(broker):
 
 
 def test_position_n_is_the_nth_unacknowledged_entry_with_pulsars_headers(broker, client):
-    consumer = client.subscribe("nth", "audit", initial_position=InitialPosition.Earliest)
+    # Acks confirmed as they return (not grouped): position/1 must see m0 acknowledged.
+    consumer = client.subscribe(
+        "nth", "audit", initial_position=InitialPosition.Earliest, ack_grouping_time_ms=0
+    )
     producer = client.create_producer("nth")
     ids = [producer.send(f"m{i}".encode(), properties={"i": str(i)}) for i in range(4)]
     consumer.acknowledge(consumer.receive(5000))  # m0
