@@ -49,6 +49,10 @@ class BrokerConfig:
     # Client connections (distinct gRPC peers with a call open) served at once; calls
     # from one more peer are refused [maxConnections].
     max_connections: int = 4096
+    # A request stream (producer, consumer) must send its opening request within
+    # this long or it is ended; until then it holds no connection slot
+    # [Pulsar: the CONNECT deadline of a new connection].
+    connection_idle_timeout_s: float = 30.0
     # Entries pushed to one consumer per gRPC frame.
     max_entries_per_frame: int = 500
     # How often the metadata store is fsynced (cursor positions).
@@ -166,4 +170,5 @@ LIMIT_KEYS = (
     "txn_ended_retention_s",
     "max_ended_transactions",
     "max_connections",
+    "connection_idle_timeout_s",
 )

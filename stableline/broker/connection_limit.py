@@ -9,10 +9,17 @@ for nothing. A call from a peer that is not counted while max_connections are is
 refused with RESOURCE_EXHAUSTED ("TooManyConnections"); calls of counted peers go
 on. Health checks and reflection are neither counted nor refused: probes must work
 on a full broker. GET /admin/v2/broker-stats/connections shows the count.
+
+A call counts only once it is authenticated (the server puts the guard's
+interceptor before this one), so callers without a valid token take no slot. A
+request stream must send its opening message within connection_idle_timeout_s
+(OpeningDeadlineInterceptor, before both): one that sends nothing is ended with
+DEADLINE_EXCEEDED ("IdleStream") and never counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -125,6 +132,65 @@ def _streaming(table: ConnectionTable, behavior):
             table.leave(peer)
 
     return counted
+
+
+class OpeningDeadlineInterceptor(grpc.aio.ServerInterceptor):
+    """Ends a request stream whose first message does not arrive within `timeout_s`."""
+
+    def __init__(self, timeout_s: float):
+        assert timeout_s > 0
+        self.timeout_s = timeout_s
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(UNCOUNTED_SERVICES):
+            return handler
+        if handler.stream_stream is not None:
+            return handler._replace(stream_stream=self._streaming(handler.stream_stream))
+        if handler.stream_unary is not None:
+            return handler._replace(stream_unary=self._unary(handler.stream_unary))
+        return handler
+
+    async def _opened(self, requests: AsyncIterator[Any], context) -> AsyncIterator[Any]:
+        try:
+            first = await asyncio.wait_for(anext(requests), self.timeout_s)
+        except StopAsyncIteration:
+            return _empty()
+        except TimeoutError:
+            await abort(
+                context,
+                BrokerError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "IdleStream",
+                    f"the stream sent no opening message within connection_idle_timeout_s "
+                    f"({self.timeout_s:g} s); open it with its first request at once",
+                ),
+            )
+        return _prepend(first, requests)
+
+    def _streaming(self, behavior):
+        async def opened(requests: AsyncIterator[Any], context) -> AsyncIterator[Any]:
+            async for response in behavior(await self._opened(requests, context), context):
+                yield response
+
+        return opened
+
+    def _unary(self, behavior):
+        async def opened(requests: AsyncIterator[Any], context) -> Any:
+            return await behavior(await self._opened(requests, context), context)
+
+        return opened
+
+
+async def _empty() -> AsyncIterator[Any]:
+    return
+    yield
+
+
+async def _prepend(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for item in rest:
+        yield item
 
 
 def add_routes(app: web.Application, table: ConnectionTable) -> None:

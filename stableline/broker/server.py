@@ -35,6 +35,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
     ConnectionLimitInterceptor,
     ConnectionTable,
+    OpeningDeadlineInterceptor,
     add_routes,
 )
 from stableline.broker.failpoints import Failpoints
@@ -210,12 +211,14 @@ class Broker:
                 # an idle consumer after about a minute and a half.
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ],
-            # Unparsable requests are refused before anything else looks at them; then
-            # the connection count, so a refused connection costs no token check.
+            # Unparsable requests are refused before anything else looks at them; a
+            # stream that opens with nothing is ended; then the token check, and only
+            # an authenticated call takes a connection slot.
             interceptors=[
                 MalformedRequestInterceptor(),
-                ConnectionLimitInterceptor(self.connections),
+                OpeningDeadlineInterceptor(config.connection_idle_timeout_s),
                 *self.security.grpc_interceptors(),
+                ConnectionLimitInterceptor(self.connections),
             ],
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
