@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 
 LEDGERS_DB = b"ledgers"
 CURSORS_DB = b"cursors"
+# What a cached entry counts for besides its payload in a byte-bounded read (its
+# header and frame, as on disk, roughly).
+CACHED_ENTRY_OVERHEAD_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -500,12 +503,23 @@ class ManagedLedger:
             self._segments[ledger_id] = segment
         return segment
 
-    def read(self, start: Position, max_entries: int, bound: Position | None = None) -> list[Entry]:
-        """Up to max_entries entries at positions >= start and <= bound (default LAC)."""
+    def read(
+        self,
+        start: Position,
+        max_entries: int,
+        bound: Position | None = None,
+        max_bytes: int | None = None,
+    ) -> list[Entry]:
+        """Up to max_entries entries at positions >= start and <= bound (default LAC).
+
+        With max_bytes, entries stop before their payloads and headers would pass it
+        (the first entry is always returned, so a reader makes progress); entries past
+        it are not read from disk."""
         bound = self.last_confirmed if bound is None else min(bound, self.last_confirmed)
         result: list[Entry] = []
         if max_entries <= 0 or start > bound:
             return result
+        budget = [max_bytes if max_bytes is not None else -1]
         for ledger_id in self._ledgers.irange(minimum=max(start.ledger_id, 0)):
             if ledger_id > bound.ledger_id:
                 break
@@ -517,25 +531,49 @@ class ManagedLedger:
             last = min(last, first + (max_entries - len(result)) - 1)
             if first > last:
                 continue
-            self._read_ledger(ledger_id, first, last, result)
+            if not self._read_ledger(ledger_id, first, last, result, budget):
+                break
             if len(result) >= max_entries:
                 break
         return result
 
-    def _read_ledger(self, ledger_id: int, first: int, last: int, into: list[Entry]) -> None:
+    def _read_ledger(
+        self, ledger_id: int, first: int, last: int, into: list[Entry], budget: list[int]
+    ) -> bool:
+        """Appends entries first..last to `into`; with a byte budget (budget[0] >= 0)
+        stops once it is spent. False when the budget stopped it."""
         cache = self.cache
+        bounded = budget[0] >= 0
         entry_id = first
         while entry_id <= last:
             cached = cache.get(ledger_id, entry_id)
             if cached is None:
                 break
+            if bounded:
+                size = len(cached.payload) + CACHED_ENTRY_OVERHEAD_BYTES
+                if into and size > budget[0]:
+                    return False
+                budget[0] = max(budget[0] - size, 0)
             into.append(cached)
             entry_id += 1
         if entry_id <= last:
-            raw = self._segment(ledger_id).read(entry_id, last)
+            segment = self._segment(ledger_id)
+            cut = last
+            if bounded:
+                cut = segment.last_within(entry_id, last, budget[0])
+                if cut < entry_id:
+                    if into:
+                        return False
+                    cut = entry_id  # the first entry goes out whatever its size
+            raw = segment.read(entry_id, cut)
             for offset, (header, payload) in enumerate(raw):
                 position = Position(ledger_id, entry_id + offset)
                 into.append(Entry(position, EntryHeader.decode(header), payload))
+            if bounded:
+                budget[0] = max(budget[0] - segment.span(entry_id, cut), 0)
+                if cut < last:
+                    return False
+        return True
 
     def first_position_after(self, position: Position) -> Position | None:
         """The first existing entry after `position`, or None when there is none yet."""

@@ -196,6 +196,26 @@ class Segment:
             offsets.append(offset)
         self._size = offset
 
+    def last_within(self, first: int, last: int, max_bytes: int) -> int:
+        """The last entry of first..last whose frames from `first` on take at most
+        `max_bytes` (known from the offsets, nothing read); first - 1 when entry
+        `first` alone takes more."""
+        assert 0 <= first <= last < self.entry_count, (first, last, self.entry_count)
+        offsets = self._offsets
+        limit = offsets[first] + max_bytes
+        low, high = first - 1, last  # entry `low` ends within the limit (or is first - 1)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if offsets[middle + 1] <= limit:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def span(self, first: int, last: int) -> int:
+        """Bytes the frames of entries first..last take in the file."""
+        return self._offsets[last + 1] - self._offsets[first]
+
     def read(self, first: int, last: int) -> list[tuple[bytes, bytes]]:
         """Entries first..last (inclusive) as (header, payload), CRC-checked."""
         assert 0 <= first <= last < self.entry_count, (first, last, self.entry_count)

@@ -372,20 +372,22 @@ class SubscribeResponse(_message.Message):
     def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., deliveries: _Optional[_Union[Deliveries, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., active_change: _Optional[_Union[ActiveConsumerChange, _Mapping]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "start", "max_entries", "isolation_level", "max_wait_ms", "include_markers")
+    __slots__ = ("topic", "start", "max_entries", "isolation_level", "max_wait_ms", "include_markers", "max_bytes")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_MARKERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     start: Position
     max_entries: int
     isolation_level: IsolationLevel
     max_wait_ms: int
     include_markers: bool
-    def __init__(self, topic: _Optional[str] = ..., start: _Optional[_Union[Position, _Mapping]] = ..., max_entries: _Optional[int] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., max_wait_ms: _Optional[int] = ..., include_markers: _Optional[bool] = ...) -> None: ...
+    max_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., start: _Optional[_Union[Position, _Mapping]] = ..., max_entries: _Optional[int] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., max_wait_ms: _Optional[int] = ..., include_markers: _Optional[bool] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class AbortedTxn(_message.Message):
     __slots__ = ("txn_id", "first_position")

@@ -55,6 +55,10 @@ class BrokerConfig:
     connection_idle_timeout_s: float = 30.0
     # Entries pushed to one consumer per gRPC frame.
     max_entries_per_frame: int = 500
+    # Bytes of entries in one Fetch reply, one Subscribe frame and one peek; the
+    # first entry goes out whatever its size, so readers make progress
+    # [Kafka: fetch.max.bytes].
+    max_fetch_bytes: int = 50 * 1024 * 1024
     # How often the metadata store is fsynced (cursor positions).
     metadata_sync_interval_s: float = 1.0
     # A topic's transaction buffer snapshots after this many changes (transactions
@@ -171,4 +175,5 @@ LIMIT_KEYS = (
     "max_ended_transactions",
     "max_connections",
     "connection_idle_timeout_s",
+    "max_fetch_bytes",
 )

@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from dispatcher import (
     Consumer,
@@ -244,14 +244,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             while True:
                 item = await consumer.outbox.get()
                 if isinstance(item, list):
-                    limit = self.config.max_entries_per_frame
-                    for start in range(0, len(item), limit):
+                    for frame in _frames(
+                        item, self.config.max_entries_per_frame, self.config.max_fetch_bytes
+                    ):
                         yield pb.SubscribeResponse(
                             deliveries=pb.Deliveries(
-                                entries=[
-                                    convert.delivery_to_proto(d)
-                                    for d in item[start : start + limit]
-                                ]
+                                entries=[convert.delivery_to_proto(d) for d in frame]
                             )
                         )
                 elif isinstance(item, ControlEvent):
@@ -410,20 +408,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             topic = await self.registry.get(TopicName.parse(request.topic), create=False)
             level = convert.isolation_level(request.isolation_level)
-            if request.max_entries < 0 or request.max_wait_ms < 0:
-                raise invalid("max_entries and max_wait_ms must be >= 0")
+            if request.max_entries < 0 or request.max_wait_ms < 0 or request.max_bytes < 0:
+                raise invalid("max_entries, max_wait_ms and max_bytes must be >= 0")
         except Exception as error:
             await abort(context, error)
         view = topic.read_view(level)
         start = convert.position(request.start)
         max_entries = min(request.max_entries or 1000, MAX_FETCH_ENTRIES)
+        max_bytes = min(
+            request.max_bytes or self.config.max_fetch_bytes, self.config.max_fetch_bytes
+        )
         if request.max_wait_ms and view.bound() < start:
             await self._wait_for(
                 topic, lambda: view.bound() >= start, min(request.max_wait_ms, MAX_FETCH_WAIT_MS)
             )
         bound = view.bound()
         try:
-            entries = topic.ledger.read(start, max_entries, bound)
+            entries = topic.ledger.read(start, max_entries, bound, max_bytes)
         except (ManagedLedgerError, LedgerClosedError) as error:
             await abort(context, error)
         next_position = entries[-1].position.next_in_ledger() if entries else start
@@ -524,3 +525,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except Exception as error:
             await abort(context, error)
         return convert.transaction_to_proto(meta)
+
+
+def _frames(deliveries: list, max_entries: int, max_bytes: int) -> Iterator[list]:
+    """The deliveries cut into frames of at most max_entries entries and max_bytes
+    bytes of payload (a frame holds at least one entry, whatever its size)."""
+    if (
+        len(deliveries) <= max_entries
+        and sum(len(d.entry.payload) for d in deliveries) <= max_bytes
+    ):
+        yield deliveries  # the usual case: one frame
+        return
+    frame: list = []
+    size = 0
+    for delivery in deliveries:
+        length = len(delivery.entry.payload)
+        if frame and (len(frame) >= max_entries or size + length > max_bytes):
+            yield frame
+            frame, size = [], 0
+        frame.append(delivery)
+        size += length
+    if frame:
+        yield frame

@@ -37,6 +37,7 @@ from dispatcher import IsolationLevel, Subscription
 from managed_ledger import Entry, ManagedLedger, Position
 from stableline.broker.peek import (
     MAX_PEEK_SCAN_ENTRIES,
+    PEEK_READ_BYTES,
     PEEK_READ_ENTRIES,
     messages_of_entry,
     parse_isolation_level,
@@ -104,7 +105,7 @@ def nth_unacked_entry(
     found = scanned = 0
     while scanned < MAX_POSITION_SCAN_ENTRIES:
         wanted = min(PEEK_READ_ENTRIES, MAX_POSITION_SCAN_ENTRIES - scanned)
-        entries = topic.ledger.read(position, wanted, bound)
+        entries = topic.ledger.read(position, wanted, bound, PEEK_READ_BYTES)
         if not entries:
             break
         for entry in entries:

@@ -26,6 +26,9 @@ DEFAULT_PEEK_MESSAGES = 10
 # Entries looked at in one peek, shown or not (acked, markers, aborted): bounds the work.
 MAX_PEEK_SCAN_ENTRIES = 10_000
 PEEK_READ_ENTRIES = 100
+# Bytes of entries read at once while peeking (at least one entry): what one step
+# of a peek holds in memory, whatever the entries' sizes.
+PEEK_READ_BYTES = 8 * 1024 * 1024
 PAYLOAD_PREVIEW_BYTES = 2048
 
 
@@ -119,7 +122,7 @@ def peek(
     scanned = 0
     position = cursor.mark_delete.next_in_ledger()
     while len(messages) < count and scanned < MAX_PEEK_SCAN_ENTRIES:
-        entries = ledger.read(position, PEEK_READ_ENTRIES, bound)
+        entries = ledger.read(position, PEEK_READ_ENTRIES, bound, PEEK_READ_BYTES)
         if not entries:
             break
         for entry in entries:

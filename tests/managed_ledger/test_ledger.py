@@ -1030,3 +1030,18 @@ async def test_crash_during_retention_never_leaves_a_listed_ledger_without_its_f
     for ledger_id in reopened.ledger_ids():
         assert ledger_file(harness, ledger_id).exists(), f"ledger {ledger_id} has no file"
     assert sequence_ids(read_all(reopened)) in ([0, 1, 2, 3, 4, 5], [2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["from-cache", "from-disk"])
+async def test_a_byte_bounded_read_stops_before_max_bytes_and_returns_at_least_one(harness, cached):
+    ledger = await harness.open()
+    big = [await ledger.append(header(i), bytes(1000)) for i in range(6)]
+    if not cached:
+        ledger.cache.clear()
+    start = big[0]
+    # Each entry takes a little over 1000 bytes with its header: 2500 holds two.
+    assert sequence_ids(ledger.read(start, 100, max_bytes=2500)) == [0, 1]
+    assert sequence_ids(ledger.read(big[2], 100, max_bytes=2500)) == [2, 3]
+    assert sequence_ids(ledger.read(start, 100, max_bytes=1)) == [0]
+    assert sequence_ids(ledger.read(start, 100, max_bytes=10**9)) == list(range(6))
+    assert sequence_ids(ledger.read(start, 100)) == list(range(6))
