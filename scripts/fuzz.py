@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 import stableline
 from stableline import InitialPosition, IsolationLevel, MessageId
 from stableline._proto import admin_pb2, broker_pb2
+from stableline._wire import plain_prefix
 from stableline.testing import temporary_broker
 
 SERVICES = (
@@ -155,6 +156,8 @@ def texts() -> st.SearchStrategy[str]:
         st.text(alphabet="abc/:-_.", max_size=30),
         st.sampled_from(["persistent://", "persistent://a/b/c/d", "non-persistent://a/b/c", "/"]),
         st.integers(1, 4).map(lambda n: "x" * (HUGE_TEXT * n // 4)),
+        # Names just past and well past the name rules' limits.
+        st.sampled_from([255, 256, 257, 600]).map(lambda n: "n" * n),
     )
 
 
@@ -166,6 +169,19 @@ def payloads() -> st.SearchStrategy[bytes]:
         st.sampled_from([MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE + 1, 1024 * 1024]).map(
             lambda n: b"\x00" * n
         ),
+        huge_batches(),
+    )
+
+
+def huge_batches() -> st.SearchStrategy[bytes]:
+    """Batches whose message count or size is extreme: up to max_message_size of
+    empty messages (millions of them), or one message of nearly that size."""
+    empty_message = plain_prefix(0)
+    return st.one_of(
+        st.sampled_from([1, 1000, MAX_MESSAGE_SIZE // len(empty_message)]).map(
+            lambda n: empty_message * n
+        ),
+        st.just(plain_prefix(MAX_MESSAGE_SIZE - 16) + b"\x01" * (MAX_MESSAGE_SIZE - 16)),
     )
 
 
@@ -213,6 +229,9 @@ class Strategies:
                 index = 0 if name == "most_bits" else 1
                 known = sorted({txn[index] for txn in pools.txn_ids})
                 return mostly(st.sampled_from(known), boundary_ints(low, high))
+            if message.name == "EntryMetadata" and name == "num_messages":
+                # Claimed counts: right for a small batch, or far off it.
+                return st.one_of(st.integers(0, 4), st.sampled_from([2**31 - 1, 2**20, -1, 1000]))
             return mostly(st.integers(max(low, -1), 100), boundary_ints(low, high), one_in=3)
         if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
             return st.floats(allow_nan=True, allow_infinity=True, width=32)

@@ -106,3 +106,55 @@ def encode_message(
         message.has_partition_key = True
     body = message.SerializeToString()
     return _field(len(body)) + body
+
+
+def count_plain(payload: bytes) -> int | None:
+    """The messages of a batch of plain messages of one length (what producers
+    write), counted from its layout at C speed; None for any other payload."""
+    if not payload:
+        return 0
+    layout = plain_layout(payload)
+    return None if layout is None else len(payload) // layout[1]
+
+
+def count_messages(payload: bytes) -> int | None:
+    """The messages of a serialized MessageBatch, or None when it does not parse as one.
+
+    Nothing is decoded but the top level: a batch of plain messages of one length
+    is counted from its layout, any other by walking its records' length prefixes
+    (one step per message, about 0.2 us each, no object made). Fields other than
+    `messages` (which a client of another version might write) are left to protobuf.
+    """
+    counted = count_plain(payload)
+    if counted is not None:
+        return counted
+    end = len(payload)
+    at = count = 0
+    while at < end:
+        if payload[at] != 0x0A:
+            return _count_by_parsing(payload)
+        at += 1
+        if at < end and payload[at] < 0x80:  # a length under 128: one byte
+            at += payload[at] + 1
+            count += 1
+            continue
+        length, shift = 0, 0
+        while True:
+            if at >= end or shift > 35:
+                return None
+            byte = payload[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        at += length
+        count += 1
+    return count if at == end else None
+
+
+def _count_by_parsing(payload: bytes) -> int | None:
+    try:
+        return len(pb.MessageBatch.FromString(payload).messages)
+    except Exception:  # protobuf's DecodeError: not a batch
+        return None

@@ -32,6 +32,7 @@ from dispatcher import (
 from managed_ledger import EntryTooLargeError, LedgerClosedError, ManagedLedgerError, Position
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
+from stableline._wire import count_messages, count_plain
 from stableline.broker import convert
 from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError, abort, classify, invalid
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_ENTRIES = 10_000
 MAX_FETCH_WAIT_MS = 30_000
+# A batch up to this size, not of plain messages of one length, is counted on the
+# event loop (at most some thousands of records: about a millisecond); a larger one
+# in a thread.
+INLINE_COUNT_BYTES = 32 * 1024
 _END = object()
 
 
@@ -125,7 +130,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
             tasks: set[asyncio.Task] = set()
 
-            async def append(send: pb.ProducerSend) -> None:
+            async def append(send: pb.ProducerSend, counted: int | None) -> None:
                 try:
                     if self.registry.failpoint is not None:  # tests hold appends here
                         await self.registry.failpoint(PUBLISH, str(topic.name))
@@ -137,6 +142,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         )
                     if header.num_messages <= 0:
                         raise invalid(f"num_messages must be >= 1, got {header.num_messages}")
+                    # Consumers' permits count messages: a claimed count must be the
+                    # batch's own, or one entry could drain a subscription's permits.
+                    if counted != header.num_messages:
+                        raise invalid(
+                            f"num_messages is {header.num_messages} but the payload "
+                            + (
+                                "is not a MessageBatch"
+                                if counted is None
+                                else f"is a MessageBatch of {counted} message(s)"
+                            )
+                            + "; num_messages must count the batch's messages"
+                        )
                     if header.txn_id is not None:
                         # Recorded before the write, so an abort (or timeout) reaches this topic.
                         self.coordinator.add_topic(header.txn_id, str(topic.name), txn_caller)
@@ -171,9 +188,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                 invalid("only 'send' may follow 'open' on a Produce stream")
                             )
                             return
+                        counted = await _count_messages(request.send.payload)
                         await in_flight.acquire()
                         publisher.pending_publishes += 1
-                        task = asyncio.create_task(append(request.send))
+                        task = asyncio.create_task(append(request.send, counted))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
                     if tasks:
@@ -525,6 +543,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except Exception as error:
             await abort(context, error)
         return convert.transaction_to_proto(meta)
+
+
+async def _count_messages(payload: bytes) -> int | None:
+    """The batch's message count (None: not a batch). Counted here, in the stream's
+    reader, so sends keep their order; a large batch that needs a walk record by
+    record is walked in a thread, so the event loop never waits on it."""
+    counted = count_plain(payload)
+    if counted is not None:
+        return counted
+    if len(payload) <= INLINE_COUNT_BYTES:
+        return count_messages(payload)
+    return await asyncio.to_thread(count_messages, payload)
 
 
 def _frames(deliveries: list, max_entries: int, max_bytes: int) -> Iterator[list]:

@@ -235,3 +235,52 @@ def test_bad_http_requests_get_json_errors(broker):
         with pytest.raises(urllib.error.HTTPError) as raised:
             urllib.request.urlopen(broker.http_url + path, timeout=5)
         assert raised.value.code == status
+
+
+def _produce_raw(broker, topic: str, sends: list[tuple[int, bytes]]) -> list[pb.ProduceResponse]:
+    """One Produce stream sending (num_messages, payload) pairs; its responses after
+    `opened`, one per send."""
+    channel, stub = _stub(broker)
+    requests = [pb.ProduceRequest(open=pb.ProducerOpen(topic=topic))] + [
+        pb.ProduceRequest(
+            send=pb.ProducerSend(
+                sequence_id=i + 1, metadata=pb.EntryMetadata(num_messages=count), payload=payload
+            )
+        )
+        for i, (count, payload) in enumerate(sends)
+    ]
+    with channel:
+        responses = list(stub.Produce(iter(requests), timeout=30))
+    assert responses[0].HasField("opened")
+    return responses[1:]
+
+
+def _batch(*payloads: bytes) -> bytes:
+    return pb.MessageBatch(
+        messages=[pb.SingleMessage(payload=p) for p in payloads]
+    ).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "claimed, payload",
+    [
+        (2**31 - 1, _batch(b"one")),
+        (2, _batch(b"one")),
+        (1, _batch(b"one", b"two")),
+        (1, b""),
+        (1, b"raw bytes, not a batch"),
+    ],
+    ids=["huge-claim", "more-claimed", "fewer-claimed", "empty-payload", "not-a-batch"],
+)
+def test_a_claimed_message_count_unlike_the_batch_is_invalid_and_writes_nothing(
+    client, broker, claimed, payload
+):
+    topic = f"claimed-{claimed}-{len(payload)}"
+    consumer = client.subscribe(topic, "sub", initial_position=InitialPosition.Earliest)
+    (refused, kept) = _produce_raw(broker, topic, [(claimed, payload), (2, _batch(b"a", b"b"))])
+    assert refused.HasField("error") and refused.error.code == "InvalidArgument"
+    assert "num_messages" in refused.error.message
+    assert kept.HasField("receipt") and kept.receipt.entry_id == 0  # nothing before it
+    # The subscription's permits were not drained: the next messages arrive.
+    assert [consumer.receive(timeout_millis=5000).data() for _ in range(2)] == [b"a", b"b"]
+    _still_serving(broker, client)

@@ -105,7 +105,9 @@ def test_full_disk_refuses_sends_keeps_the_topic_readable_and_recovers(broker, w
                             send=pb.ProducerSend(
                                 sequence_id=1,
                                 metadata=pb.EntryMetadata(num_messages=1),
-                                payload=b"raw",
+                                payload=pb.MessageBatch(
+                                    messages=[pb.SingleMessage(payload=b"raw")]
+                                ).SerializeToString(),
                             )
                         ),
                     ]
