@@ -69,7 +69,7 @@ def add_routes(
             count = parse_count(request.query.get("count"))
         except ValueError as error:
             return _bad_request(str(error))
-        return web.json_response(peek(topic, subscription, level, count))
+        return web.json_response(await peek(topic, subscription, level, count))
 
     topic_path = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
     app.router.add_get("/admin/v2/broker-stats/topics", all_topic_stats)

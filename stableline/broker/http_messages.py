@@ -36,6 +36,7 @@ from aiohttp import web
 from dispatcher import IsolationLevel, Subscription
 from managed_ledger import Entry, ManagedLedger, Position
 from stableline.broker.peek import (
+    MAX_PEEK_MESSAGES,
     MAX_PEEK_SCAN_ENTRIES,
     PEEK_READ_BYTES,
     PEEK_READ_ENTRIES,
@@ -118,8 +119,15 @@ def nth_unacked_entry(
     return None, scanned
 
 
-def entry_document(topic: Topic, entry: Entry, n: int) -> dict[str, Any]:
+async def entry_document(topic: Topic, entry: Entry, n: int) -> dict[str, Any]:
+    """The entry and its first MAX_PEEK_MESSAGES messages (decoded off the event loop;
+    `messagesTruncated` says when the entry holds more)."""
     header = entry.header
+    messages = (
+        []
+        if header.is_marker
+        else await messages_of_entry(entry, topic.buffer, MAX_PEEK_MESSAGES + 1)
+    )
     return {
         "messageId": str(entry.position),
         "position": n,
@@ -129,7 +137,8 @@ def entry_document(topic: Topic, entry: Entry, n: int) -> dict[str, Any]:
         "numMessages": header.num_messages,
         "txnId": str(header.txn_id) if header.txn_id is not None else None,
         "marker": header.is_marker,
-        "messages": [] if header.is_marker else messages_of_entry(entry, topic.buffer),
+        "messages": messages[:MAX_PEEK_MESSAGES],
+        "messagesTruncated": len(messages) > MAX_PEEK_MESSAGES,
     }
 
 
@@ -192,7 +201,9 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
                 f"subscription {name!r} on {topic.name} has fewer than {n} unacknowledged "
                 f"entries it may read at {level.value}",
             )
-        return web.json_response(entry_document(topic, entry, n), headers=_pulsar_headers(entry))
+        return web.json_response(
+            await entry_document(topic, entry, n), headers=_pulsar_headers(entry)
+        )
 
     async def examine(request: web.Request) -> web.Response:
         topic = await topic_of(request)
@@ -210,7 +221,9 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
                 404, f"{topic.name} holds fewer than {n} entries counted from the {start}"
             )
         [entry] = entries
-        return web.json_response(entry_document(topic, entry, n), headers=_pulsar_headers(entry))
+        return web.json_response(
+            await entry_document(topic, entry, n), headers=_pulsar_headers(entry)
+        )
 
     topic_path = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
     app.router.add_get(topic_path + "/lastMessageId", last_id)

@@ -8,10 +8,15 @@ dispatcher leaves them out), the LAC for READ_UNCOMMITTED (everything but marker
 Each message says which transaction wrote it, that transaction's state here, and
 whether READ_COMMITTED may see it yet: peeking at both levels shows what a
 stalled READ_COMMITTED subscription is waiting for.
+
+A batch is decoded message by message and only as far as the messages asked for,
+in a worker thread: one entry of millions of messages costs what its first
+messages cost, and the event loop (health checks, producers) never waits on it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
@@ -80,14 +85,12 @@ def _payload(data: bytes) -> dict[str, Any]:
     }
 
 
-def messages_of_entry(entry: Entry, buffer: TransactionBuffer) -> list[dict[str, Any]]:
+def entry_facts(entry: Entry, buffer: TransactionBuffer) -> dict[str, Any]:
+    """What every message of the entry shows of it (read on the event loop: the
+    transaction buffer is the loop's)."""
     header = entry.header
-    try:
-        messages = batch_messages(entry.payload)
-    except ValueError:
-        messages = [BatchMessage(entry.payload, None, {}, 0)]
     txn_id = header.txn_id
-    common = {
+    return {
         "publishTime": header.publish_time_ms,
         "producerName": header.producer_name or None,
         "txnId": str(txn_id) if txn_id is not None else None,
@@ -95,43 +98,82 @@ def messages_of_entry(entry: Entry, buffer: TransactionBuffer) -> list[dict[str,
         "visibleToReadCommitted": entry.position <= buffer.stable_position
         and not buffer.is_aborted_entry(entry),
     }
-    position = entry.position
-    return [
-        {
-            "messageId": f"{position}:{index}",
-            **common,
-            "eventTime": message.event_time_ms or None,
-            "key": message.partition_key,
-            "properties": message.properties,
-            **_payload(message.payload),
-        }
-        for index, message in enumerate(messages)
-    ]
 
 
-def peek(
+def decode_messages(
+    entries: list[tuple[Entry, dict[str, Any]]], limit: int
+) -> list[dict[str, Any]]:
+    """The first `limit` messages of the entries, each with its entry's facts. Touches
+    only the entries' bytes, so it runs in a worker thread; a batch is decoded only
+    as far as `limit` reaches."""
+    messages: list[dict[str, Any]] = []
+    for entry, facts in entries:
+        wanted = limit - len(messages)
+        if wanted <= 0:
+            break
+        try:
+            batch = batch_messages(entry.payload, wanted)
+        except ValueError:
+            batch = [BatchMessage(entry.payload, None, {}, 0)]
+        position = entry.position
+        messages.extend(
+            {
+                "messageId": f"{position}:{index}",
+                **facts,
+                "eventTime": message.event_time_ms or None,
+                "key": message.partition_key,
+                "properties": message.properties,
+                **_payload(message.payload),
+            }
+            for index, message in enumerate(batch)
+        )
+    return messages
+
+
+async def messages_of_entry(
+    entry: Entry, buffer: TransactionBuffer, limit: int = MAX_PEEK_MESSAGES
+) -> list[dict[str, Any]]:
+    """The entry's first `limit` messages, decoded off the event loop."""
+    facts = entry_facts(entry, buffer)
+    return await asyncio.to_thread(decode_messages, [(entry, facts)], limit)
+
+
+async def peek(
     topic: Topic, subscription: Subscription, level: IsolationLevel, count: int
 ) -> dict[str, Any]:
-    """The next `count` messages the subscription would get at `level`, in log order."""
+    """The next `count` messages the subscription would get at `level`, in log order.
+
+    Entries are read on the event loop in byte-bounded steps; their messages are
+    decoded in a worker thread, only as many as `count` needs (an entry holds at
+    least one message, so at most `count` entries are decoded per step)."""
     assert 1 <= count <= MAX_PEEK_MESSAGES, count
     view = topic.read_view(level)
     bound = view.bound()
     cursor = subscription.cursor
     ledger = topic.ledger
+    buffer = topic.buffer
     messages: list[dict[str, Any]] = []
     scanned = 0
     position = cursor.mark_delete.next_in_ledger()
+    pending: list[tuple[Entry, dict[str, Any]]] = []
     while len(messages) < count and scanned < MAX_PEEK_SCAN_ENTRIES:
         entries = ledger.read(position, PEEK_READ_ENTRIES, bound, PEEK_READ_BYTES)
         if not entries:
             break
         for entry in entries:
             scanned += 1
+            position = entry.position.next_in_ledger()
             if not cursor.is_acked(entry.position) and not view.should_skip(entry):
-                messages.extend(messages_of_entry(entry, topic.buffer))
-            if len(messages) >= count or scanned >= MAX_PEEK_SCAN_ENTRIES:
+                pending.append((entry, entry_facts(entry, buffer)))
+            if len(messages) + len(pending) >= count or scanned >= MAX_PEEK_SCAN_ENTRIES:
                 break
-        position = entries[-1].position.next_in_ledger()
+        if len(messages) + len(pending) >= count or scanned >= MAX_PEEK_SCAN_ENTRIES:
+            messages.extend(
+                await asyncio.to_thread(decode_messages, pending, count - len(messages))
+            )
+            pending = []
+    if pending:
+        messages.extend(await asyncio.to_thread(decode_messages, pending, count - len(messages)))
     last_confirmed = ledger.last_confirmed
     return {
         "topic": str(topic.name),

@@ -201,3 +201,54 @@ def test_peek_of_unknown_subscription_or_topic_is_404(broker, client):
     assert code == 404
     code, _reason = _error(broker, "/admin/v3/transactions/stablePosition/public/default/nowhere")
     assert code == 404
+
+
+def _peak_rss_mb(broker) -> float:
+    with open(f"/proc/{broker.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc status")
+
+
+def _produce_one_entry(broker, topic: str, payload: bytes, count: int) -> None:
+    import grpc
+
+    from stableline._proto import broker_pb2 as pb
+    from stableline._proto import broker_pb2_grpc
+
+    requests = [
+        pb.ProduceRequest(open=pb.ProducerOpen(topic=topic)),
+        pb.ProduceRequest(
+            send=pb.ProducerSend(
+                sequence_id=1, metadata=pb.EntryMetadata(num_messages=count), payload=payload
+            )
+        ),
+    ]
+    with grpc.insecure_channel(broker.service_url) as channel:
+        responses = list(broker_pb2_grpc.BrokerStub(channel).Produce(iter(requests), timeout=60))
+    assert responses[-1].HasField("receipt"), responses[-1]
+
+
+def test_peek_and_position_n_decode_only_the_messages_they_show(broker, client):
+    """One entry of 2.6 million empty messages: a peek of one message decodes one (the
+    whole batch would take gigabytes), position/1 shows the first 100 and says so."""
+    from stableline._wire import plain_prefix
+
+    count = 2_600_000
+    client.subscribe("millions", "sub", initial_position=InitialPosition.Earliest).close()
+    _produce_one_entry(broker, "millions", plain_prefix(0) * count, count)
+    client.create_producer("millions").send(b"after")
+    before = _peak_rss_mb(broker)
+    base = "/admin/v2/persistent/public/default/millions/subscription/sub"
+    peeked = _get(broker, base + "/peek?count=1")
+    assert [m["messageId"] for m in peeked["messages"]] == ["0:0:0"]
+    assert peeked["messages"][0]["size"] == 0
+    document = _get(broker, base + "/position/1")
+    assert document["numMessages"] == count
+    assert len(document["messages"]) == 100 and document["messagesTruncated"] is True
+    second = _get(broker, base + "/position/2")
+    assert second["messagesTruncated"] is False
+    assert [m["payload"] for m in second["messages"]] == ["after"]
+    # Decoding the batch whole took over a gigabyte; message by message, next to nothing.
+    assert _peak_rss_mb(broker) - before < 200
