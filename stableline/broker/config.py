@@ -53,6 +53,12 @@ class BrokerConfig:
     # this long or it is ended; until then it holds no connection slot
     # [Pulsar: the CONNECT deadline of a new connection].
     connection_idle_timeout_s: float = 30.0
+    # Connections open on the HTTP admin port (a TLS handshake in progress included);
+    # one more is closed at once. A connection must send its first request's headers
+    # (after its TLS handshake) within http_request_header_timeout_s or it is closed;
+    # an idle keep-alive connection closes after connection_idle_timeout_s.
+    max_http_connections: int = 1024
+    http_request_header_timeout_s: float = 10.0
     # Entries pushed to one consumer per gRPC frame.
     max_entries_per_frame: int = 500
     # Bytes of entries in one Fetch reply, one Subscribe frame and one peek; the
@@ -176,4 +182,6 @@ LIMIT_KEYS = (
     "max_connections",
     "connection_idle_timeout_s",
     "max_fetch_bytes",
+    "max_http_connections",
+    "http_request_header_timeout_s",
 )

@@ -42,6 +42,8 @@ from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
+from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
+from stableline.broker.http_connection_limit import add_routes as add_http_routes
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
@@ -153,6 +155,9 @@ class Broker:
         self.grpc_port = 0
         self.http_port = 0
         self.connections = ConnectionTable(config.max_connections)
+        self.http_connections = HttpConnections(
+            config.max_http_connections, config.http_request_header_timeout_s
+        )
         self.open_files_limit = 0
 
     async def start(self) -> None:
@@ -249,12 +254,22 @@ class Broker:
 
         http_app = make_app(self.registry, self.coordinator, recovery)
         add_routes(http_app, self.connections)
+        # First: a request refused by the token check has still sent its headers.
+        http_app.middlewares.append(self.http_connections.middleware())
+        add_http_routes(http_app, self.http_connections)
         self.security.attach_http(http_app)
-        self._http = web.AppRunner(http_app, access_log=None)
+        # An idle keep-alive connection closes as an idle gRPC stream would.
+        self._http = web.AppRunner(
+            http_app, access_log=None, keepalive_timeout=config.connection_idle_timeout_s
+        )
         await self._http.setup()
         host, port = _split_address(config.http_address)
-        site = web.TCPSite(
-            self._http, host, port, reuse_address=True, ssl_context=self.security.http_ssl_context()
+        site = BoundedTCPSite(
+            self._http,
+            host,
+            port,
+            self.http_connections,
+            ssl_context=self.security.http_ssl_context(),
         )
         try:
             await site.start()
@@ -262,7 +277,7 @@ class Broker:
             raise _cannot_listen(
                 "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
             ) from None
-        self.http_port = site._server.sockets[0].getsockname()[1]
+        self.http_port = site.bound_port
 
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)

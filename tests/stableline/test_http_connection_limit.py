@@ -1,0 +1,83 @@
+"""The HTTP admin port caps its connections (max_http_connections) and closes one
+that has not sent its request's headers within http_request_header_timeout_s."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from stableline.testing import BrokerProcess
+
+MAX_HTTP_CONNECTIONS = 4
+HEADER_TIMEOUT_S = 2
+HALF_A_REQUEST = b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: broker\r\nX-Half: "
+
+
+@pytest.fixture
+def capped(tmp_path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path / "data",
+        env={
+            "STABLELINE_MAX_HTTP_CONNECTIONS": str(MAX_HTTP_CONNECTIONS),
+            "STABLELINE_HTTP_REQUEST_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        },
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def half_sent(broker: BrokerProcess) -> socket.socket:
+    connection = socket.create_connection(("127.0.0.1", broker.http_port), timeout=10)
+    connection.sendall(HALF_A_REQUEST)
+    return connection
+
+
+def closed_by_broker(connection: socket.socket) -> bool:
+    """Waits (up to the socket's timeout) for the broker to close the connection."""
+    try:
+        return connection.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def health(broker: BrokerProcess) -> int:
+    with urllib.request.urlopen(broker.http_url + "/admin/v2/brokers/health", timeout=10) as r:
+        return r.status
+
+
+def test_half_sent_requests_are_closed_at_the_header_deadline(capped):
+    connections = [half_sent(capped) for _ in range(MAX_HTTP_CONNECTIONS)]
+    try:
+        # One more is closed at once: the port is full.
+        extra = socket.create_connection(("127.0.0.1", capped.http_port), timeout=10)
+        assert closed_by_broker(extra)
+        extra.close()
+        # Each half-sent request is closed by the broker (the socket timeout, 10 s,
+        # is five times the deadline).
+        assert all(closed_by_broker(c) for c in connections)
+    finally:
+        for connection in connections:
+            connection.close()
+    assert health(capped) == 200
+    stats = capped.admin("/admin/v2/broker-stats/http-connections")
+    assert stats["maxHttpConnections"] == MAX_HTTP_CONNECTIONS
+    assert stats["refusedHttpConnections"] >= 1
+    assert stats["httpHeaderTimeouts"] >= MAX_HTTP_CONNECTIONS
+
+
+def test_a_request_sent_in_time_is_answered_and_keeps_its_connection(capped):
+    connection = socket.create_connection(("127.0.0.1", capped.http_port), timeout=10)
+    try:
+        for _ in range(2):  # two requests on one keep-alive connection
+            connection.sendall(HALF_A_REQUEST + b"1\r\n\r\n")
+            assert connection.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        connection.close()
