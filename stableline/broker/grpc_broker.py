@@ -41,6 +41,7 @@ from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.caller import CURRENT_CALLER
 from stableline.broker.topic import ProducerBusyError, Publisher
 from stableline.broker.transactional_acks import ack_in_transaction
+from stableline.names import InvalidNameError, check_name
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TransactionError
 from txnbuffer.producer_state import ANONYMOUS_PREFIX
@@ -92,7 +93,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if first.WhichOneof("request") != "open":
             await abort(context, invalid("the first message of a Produce stream must be 'open'"))
         try:
+            if first.open.producer_name:
+                check_name("producer", first.open.producer_name)
             topic = await self.registry.get(TopicName.parse(first.open.topic))
+        except InvalidNameError as error:
+            await abort(context, invalid(str(error)))
         except Exception as error:
             await abort(context, error)
         # A generated name is unique across runs: the client reopens with it after a
@@ -229,8 +234,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         request = first.subscribe
         try:
-            if not request.subscription:
-                raise invalid("subscription name is empty")
+            try:
+                check_name("subscription", request.subscription)
+            except InvalidNameError as error:
+                raise invalid(str(error)) from None
             topic = await self.registry.get(TopicName.parse(request.topic))
             type_ = convert.subscription_type(request.type)
             consumer = Consumer(

@@ -32,6 +32,7 @@ from managed_ledger import Position
 from stableline.broker.peek import parse_isolation_level
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.topic import Topic
+from stableline.names import InvalidNameError, check_name
 from stableline.topic_name import TopicName
 
 # Entries acknowledged per step of a skip; the loop serves others between steps.
@@ -146,6 +147,10 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
         name = request.match_info["subscription"]
         if not name.strip():
             raise _bad_request("a subscription name cannot be empty")
+        try:
+            check_name("subscription", name)
+        except InvalidNameError as error:
+            raise _bad_request(str(error)) from None
         try:
             level = parse_isolation_level(
                 request.query.get("isolationLevel"), IsolationLevel.READ_COMMITTED
