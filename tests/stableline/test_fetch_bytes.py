@@ -105,3 +105,21 @@ def test_a_subscription_receives_entries_larger_than_a_frame(bounded):
         received = [consumer.receive(timeout_millis=10_000) for _ in sizes]
         assert [len(m.data()) for m in received] == sizes
         assert [m.data()[0] for m in received] == list(range(len(sizes)))
+
+
+def test_frames_are_cut_by_entries_and_by_bytes_with_at_least_one_entry():
+    from types import SimpleNamespace
+
+    from stableline.broker.grpc_broker import _frames
+
+    def deliveries(*sizes: int) -> list:
+        return [SimpleNamespace(entry=SimpleNamespace(payload=bytes(n))) for n in sizes]
+
+    def cut(sizes, max_entries, max_bytes) -> list[list[int]]:
+        frames = _frames(deliveries(*sizes), max_entries, max_bytes)
+        return [[len(d.entry.payload) for d in frame] for frame in frames]
+
+    assert cut([10, 10, 10], 500, 100) == [[10, 10, 10]]
+    assert cut([10, 10, 10], 2, 100) == [[10, 10], [10]]
+    assert cut([40, 40, 40, 40], 500, 100) == [[40, 40], [40, 40]]
+    assert cut([10, 500, 10], 500, 100) == [[10], [500], [10]]
