@@ -137,14 +137,15 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
 def internal_stats(topic: Topic) -> dict[str, Any]:
     ledger = topic.ledger
     infos = ledger.ledger_infos()
-    current = infos[-1]
+    # A topic has no ledger until its first append creates one.
+    current = infos[-1] if infos else None
     return {
         "entriesAddedCounter": ledger.entries_added,
         "numberOfEntries": ledger.total_entries,
         "totalSize": ledger.total_size,
-        "currentLedgerEntries": current.entries,
-        "currentLedgerSize": current.size,
-        "lastLedgerCreatedTimestamp": current.created_ms,
+        "currentLedgerEntries": current.entries if current else 0,
+        "currentLedgerSize": current.size if current else 0,
+        "lastLedgerCreatedTimestamp": current.created_ms if current else None,
         "lastConfirmedEntry": str(ledger.last_confirmed),
         "state": ledger.state.value,
         "cacheSize": ledger.cache.size_bytes,

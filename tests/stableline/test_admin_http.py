@@ -103,6 +103,14 @@ def test_internal_stats_show_ledgers_and_cursors(broker, client):
     assert internal["cursors"]["sub"]["properties"]["isolation_level"] == "READ_COMMITTED"
 
 
+def test_internal_stats_of_a_topic_with_nothing_written_show_no_ledger(broker):
+    assert _request(broker, "PUT", BASE + "/empty")[0] == 204
+    _status, internal = _request(broker, "GET", BASE + "/empty/internalStats")
+    assert internal["ledgers"] == [] and internal["numberOfEntries"] == 0
+    assert internal["currentLedgerEntries"] == 0
+    assert internal["lastLedgerCreatedTimestamp"] is None
+
+
 def test_metrics_are_prometheus_text(broker, client):
     client.create_producer("metered").send(b"x")
     client.subscribe("metered", "sub", isolation_level=IsolationLevel.READ_UNCOMMITTED)
