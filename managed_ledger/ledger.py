@@ -5,7 +5,10 @@ Promises:
   policy permitting); positions are assigned in append order and never reused.
 - The last add confirmed (LAC) only moves forward, and only over durable entries.
 - Reads return CRC-checked entries in position order, from the cache when they
-  are recent, from the segment files otherwise.
+  are recent, from the segment files otherwise. An entry whose bytes fail their
+  checks is damaged: its position is skipped by reads, by first_position_after
+  and by count_entries, recorded in the ledger list, and counted in
+  `corrupt_entries`; the entries around it stay readable.
 - Retention deletes only whole closed ledgers that every cursor has consumed.
 - A write or fsync the disk refuses fails its whole batch with a typed
   StorageError (StorageFullError for ENOSPC) and keeps none of its bytes; after
@@ -25,7 +28,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sortedcontainers import SortedDict
@@ -64,19 +67,31 @@ class LedgerInfo:
     size: int
     created_ms: int
     closed: bool
+    # Entry ids whose bytes fail their checks (sorted): skipped by every read.
+    damaged: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "id": self.ledger_id,
             "entries": self.entries,
             "size": self.size,
             "created_ms": self.created_ms,
             "closed": self.closed,
         }
+        if self.damaged:
+            data["damaged"] = list(self.damaged)
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> LedgerInfo:
-        return cls(data["id"], data["entries"], data["size"], data["created_ms"], data["closed"])
+        return cls(
+            data["id"],
+            data["entries"],
+            data["size"],
+            data["created_ms"],
+            data["closed"],
+            list(data.get("damaged", ())),
+        )
 
 
 @dataclass(slots=True)
@@ -125,6 +140,9 @@ class ManagedLedger:
         # current ledger, so it starts as it will be seen.
         self._state = LedgerState.LEDGER_OPENED
         self.entries_added = 0
+        # Damaged entries known since open (those listed with retained ledgers,
+        # and those reads find later); retention never lowers it.
+        self._corrupt_entries = 0
 
     # ------------------------------------------------------------ open / close
 
@@ -144,6 +162,7 @@ class ManagedLedger:
     def _recover(self) -> None:
         meta = self.store.get_json(LEDGERS_DB, self.name) or {"next_ledger_id": 0, "ledgers": []}
         self._next_ledger_id = meta["next_ledger_id"]
+        damaged_recorded = False
         for data in meta["ledgers"]:
             info = LedgerInfo.from_json(data)
             if not info.closed:
@@ -151,14 +170,21 @@ class ManagedLedger:
                 # cut what a crash may have torn.
                 segment = Segment.recover(info.ledger_id, self._path(info.ledger_id), self.files)
                 info.entries, info.size, info.closed = segment.entry_count, segment.size, True
+                info.damaged = sorted(segment.damaged)
+                if info.damaged:
+                    # Recorded now: the index written by recovery holds offsets only.
+                    damaged_recorded = True
             if info.entries == 0:
                 delete_files(self._path(info.ledger_id))
                 continue
             self._ledgers[info.ledger_id] = info
+            self._corrupt_entries += len(info.damaged)
         # A file the ledger list does not name was never acknowledged into: either a
         # deleted ledger whose removal was interrupted, or one created just before
         # a crash, ahead of the metadata write that would have adopted it (its id
         # is then >= next_ledger_id, and left alone it would block that id forever).
+        if damaged_recorded:
+            self._persist_ledger_list()
         known = {self._path(ledger_id).name for ledger_id in self._ledgers}
         for path in self.directory.glob("*.log"):
             if path.name not in known:
@@ -499,7 +525,9 @@ class ManagedLedger:
     def _segment(self, ledger_id: int) -> Segment:
         segment = self._segments.get(ledger_id)
         if segment is None:
-            segment = Segment.open_closed(ledger_id, self._path(ledger_id), self.files)
+            info = self._ledgers.get(ledger_id)
+            damaged = frozenset(info.damaged) if info is not None else frozenset()
+            segment = Segment.open_closed(ledger_id, self._path(ledger_id), self.files, damaged)
             self._segments[ledger_id] = segment
         return segment
 
@@ -525,13 +553,17 @@ class ManagedLedger:
                 break
             count = self._entry_count(ledger_id)
             first = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
-            last = count - 1
+            ledger_last = count - 1
             if ledger_id == bound.ledger_id:
-                last = min(last, bound.entry_id)
-            last = min(last, first + (max_entries - len(result)) - 1)
-            if first > last:
-                continue
-            if not self._read_ledger(ledger_id, first, last, result, budget):
+                ledger_last = min(ledger_last, bound.entry_id)
+            # More than one round only when damaged entries were skipped: a read
+            # never comes back short while readable entries remain in range.
+            within_budget = True
+            while within_budget and first <= ledger_last and len(result) < max_entries:
+                last = min(ledger_last, first + (max_entries - len(result)) - 1)
+                within_budget = self._read_ledger(ledger_id, first, last, result, budget)
+                first = last + 1
+            if not within_budget:
                 break
             if len(result) >= max_entries:
                 break
@@ -565,23 +597,49 @@ class ManagedLedger:
                     if into:
                         return False
                     cut = entry_id  # the first entry goes out whatever its size
-            raw = segment.read(entry_id, cut)
-            for offset, (header, payload) in enumerate(raw):
-                position = Position(ledger_id, entry_id + offset)
+            damaged_before = len(segment.damaged)
+            for read_id, header, payload in segment.read(entry_id, cut):
+                position = Position(ledger_id, read_id)
                 into.append(Entry(position, EntryHeader.decode(header), payload))
+            if len(segment.damaged) != damaged_before:
+                self._record_damage(ledger_id, segment)
             if bounded:
                 budget[0] = max(budget[0] - segment.span(entry_id, cut), 0)
                 if cut < last:
                     return False
         return True
 
+    def _record_damage(self, ledger_id: int, segment: Segment) -> None:
+        """A read found an entry gone bad: listed with the ledger, so it stays skipped
+        (and counted) after a restart. Made durable with the next metadata sync."""
+        info = self._ledgers.get(ledger_id)
+        if info is not None:
+            self._corrupt_entries += len(segment.damaged) - len(info.damaged)
+            info.damaged = sorted(segment.damaged)
+            self._put_ledger_list()
+
+    def _damaged(self, ledger_id: int) -> list[int]:
+        info = self._ledgers.get(ledger_id)
+        return info.damaged if info is not None else []
+
+    @property
+    def corrupt_entries(self) -> int:
+        """Entries found damaged since open: those listed with the ledgers retained
+        at open, plus those reads found since. Never lowered (a counter)."""
+        return self._corrupt_entries
+
     def first_position_after(self, position: Position) -> Position | None:
         """The first existing entry after `position`, or None when there is none yet."""
         following = position.next_in_ledger()
         if 0 <= following.entry_id < self._entry_count(following.ledger_id):
-            return following  # the usual case, asked per ack: no walk over the ledgers
+            damaged = self._damaged(following.ledger_id)
+            if not damaged or following.entry_id not in damaged:
+                return following  # the usual case, asked per ack: no walk over the ledgers
         for ledger_id in self._ledgers.irange(minimum=max(position.ledger_id, 0)):
             first = position.entry_id + 1 if ledger_id == position.ledger_id else 0
+            damaged = self._damaged(ledger_id)
+            while first in damaged:
+                first += 1
             if first < self._entry_count(ledger_id):
                 return Position(ledger_id, first)
         return None
@@ -607,6 +665,7 @@ class ManagedLedger:
             high = min(count - 1, upto.entry_id) if ledger_id == upto.ledger_id else count - 1
             if high >= low:
                 total += high - low + 1
+                total -= sum(1 for entry_id in self._damaged(ledger_id) if low <= entry_id <= high)
         return total
 
     def find_position_by_time(self, timestamp_ms: int) -> Position:
@@ -619,8 +678,9 @@ class ManagedLedger:
             low, high = 0, count
             while low < high:
                 middle = (low + high) // 2
-                entry = self.read(Position(ledger_id, middle), 1)[0]
-                if entry.header.publish_time_ms < timestamp_ms:
+                found = self.read(Position(ledger_id, middle), 1)
+                # A damaged entry reads as the next one (or none at a ledger's end).
+                if not found or found[0].header.publish_time_ms < timestamp_ms:
                     low = middle + 1
                 else:
                     high = middle
@@ -744,6 +804,7 @@ class ManagedLedger:
                     self._current.size,
                     info.created_ms,
                     False,
+                    info.damaged,
                 )
             infos.append(info)
         return infos

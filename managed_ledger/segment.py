@@ -3,8 +3,9 @@
 While open, the offsets live in memory as entries are written. On close the offset
 index is written beside the file (`.idx`), so reopening a closed ledger reads one
 small file instead of scanning the log. A ledger without an index (the one that
-was open when the process died) is scanned, and its torn or corrupt tail is cut at
-the last valid entry.
+was open when the process died) is scanned: every entry that passes its CRC is
+kept, a damaged entry between valid ones keeps its number and is marked damaged
+(never read, never counted), and only a torn tail after the last valid entry is cut.
 
 A segment holds no file descriptor of its own: it borrows one from the broker's
 LedgerFiles cache for each read, write or seal, so idle ledgers keep no file open.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from managed_ledger import disk
 from managed_ledger.errors import CorruptEntryError
-from managed_ledger.framing import decode_frame, scan_frames
+from managed_ledger.framing import decode_frame, scan_log
 from managed_ledger.ledger_files import LedgerFiles, open_file
 
 # Ledgers opened without a cache of their own (tools, unit tests) share this one.
@@ -49,8 +50,12 @@ class Segment:
         size: int,
         closed: bool,
         files: LedgerFiles | None = None,
+        damaged: frozenset[int] | set[int] = frozenset(),
     ):
         self.ledger_id = ledger_id
+        # Entries whose bytes fail their checks: their numbers stay taken, reads
+        # skip them. Found by recovery, or by a read of a closed ledger.
+        self.damaged: set[int] = set(damaged)
         self.path = path
         self._files = files if files is not None else _SHARED_FILES
         # offsets[i] is where entry i starts; offsets[-1] == size (the end sentinel).
@@ -85,8 +90,15 @@ class Segment:
         return cls(ledger_id, path, array("q", [0]), 0, closed=False, files=files)
 
     @classmethod
-    def open_closed(cls, ledger_id: int, path: Path, files: LedgerFiles | None = None) -> Segment:
-        """Open a ledger that was closed cleanly (its index exists), else recover it."""
+    def open_closed(
+        cls,
+        ledger_id: int,
+        path: Path,
+        files: LedgerFiles | None = None,
+        damaged: frozenset[int] | set[int] = frozenset(),
+    ) -> Segment:
+        """Open a ledger that was closed cleanly (its index exists), else recover it.
+        `damaged`: the entries recorded as damaged when it was recovered."""
         index_path = path.with_suffix(".idx")
         if index_path.exists() and path.exists():
             offsets = array("q")
@@ -96,26 +108,38 @@ class Segment:
             if len(raw) % offsets.itemsize == 0:
                 offsets.frombytes(raw)
                 if len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == size:
-                    return cls(ledger_id, path, offsets, size, closed=True, files=files)
+                    return cls(ledger_id, path, offsets, size, True, files, damaged)
             log.warning("ledger %d: index does not match the file; scanning it", ledger_id)
         return cls.recover(ledger_id, path, files)
 
     @classmethod
     def recover(cls, ledger_id: int, path: Path, files: LedgerFiles | None = None) -> Segment:
-        """Scan the file, cut any torn or corrupt tail, and close it with an index."""
+        """Scan the file, keep every valid entry, mark the damaged ones, cut a torn
+        tail, and close it with an index."""
         if not path.exists():
             log.warning("ledger %d: file %s is missing; treating it as empty", ledger_id, path)
             path.touch()
         data = path.read_bytes()
-        offsets = array("q")
-        end = 0
-        for offset, _header, _payload, following in scan_frames(data):
-            offsets.append(offset)
-            end = following
-        offsets.append(end)
+        scan = scan_log(data)
+        entries = len(scan.offsets) - 1
+        for damage in scan.damage:
+            log.error(
+                "ledger %d: entry %d at offset %d is corrupt (%d bytes fail their checks); "
+                "it is skipped, the %d entries after it are kept%s",
+                ledger_id,
+                damage.entry_index,
+                damage.start,
+                damage.end - damage.start,
+                entries - damage.entry_index - 1,
+                ""
+                if damage.exact
+                else "; its length field is damaged too, so the bytes may have held "
+                "more than one entry and later entry numbers may have moved",
+            )
+        end = scan.end
         if end < len(data):
             log.warning(
-                "ledger %d: cutting %d bytes of torn or corrupt tail at offset %d",
+                "ledger %d: cutting %d bytes of torn tail at offset %d",
                 ledger_id,
                 len(data) - end,
                 end,
@@ -124,7 +148,8 @@ class Segment:
                 handle.truncate(end)
                 handle.flush()
                 os.fsync(handle.fileno())
-        segment = cls(ledger_id, path, offsets, end, closed=False, files=files)
+        damaged = {damage.entry_index for damage in scan.damage}
+        segment = cls(ledger_id, path, array("q", scan.offsets), end, False, files, damaged)
         segment.close()
         return segment
 
@@ -216,8 +241,13 @@ class Segment:
         """Bytes the frames of entries first..last take in the file."""
         return self._offsets[last + 1] - self._offsets[first]
 
-    def read(self, first: int, last: int) -> list[tuple[bytes, bytes]]:
-        """Entries first..last (inclusive) as (header, payload), CRC-checked."""
+    def read(self, first: int, last: int) -> list[tuple[int, bytes, bytes]]:
+        """Entries first..last (inclusive) as (entry id, header, payload), CRC-checked.
+
+        Damaged entries are left out. One that fails its checks here (bytes that
+        went bad after the ledger was closed) is logged, added to `damaged` and
+        left out too: the entries around it are still returned.
+        """
         assert 0 <= first <= last < self.entry_count, (first, last, self.entry_count)
         start = self._offsets[first]
         end = self._offsets[last + 1]
@@ -226,11 +256,31 @@ class Segment:
         if len(data) != end - start:
             raise CorruptEntryError(f"ledger {self.ledger_id}: short read at offset {start}")
         view = memoryview(data)
+        damaged = self.damaged
+        offsets = self._offsets
         result = []
         offset = 0
-        for _ in range(last - first + 1):
-            header, payload, offset = decode_frame(view, offset)
-            result.append((header, payload))
+        for entry_id in range(first, last + 1):
+            following = offsets[entry_id + 1] - start
+            if entry_id in damaged:
+                offset = following
+                continue
+            try:
+                header, payload, offset = decode_frame(view, offset)
+                if offset != following:
+                    raise CorruptEntryError(f"frame end {offset} is not the indexed {following}")
+            except CorruptEntryError as error:
+                log.error(
+                    "ledger %d: entry %d at offset %d is corrupt (%s); it is skipped",
+                    self.ledger_id,
+                    entry_id,
+                    offsets[entry_id],
+                    error,
+                )
+                damaged.add(entry_id)
+                offset = following
+                continue
+            result.append((entry_id, header, payload))
         assert offset == len(data)
         return result
 

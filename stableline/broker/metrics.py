@@ -54,6 +54,11 @@ class _TopicCollector:
         storage = GaugeMetricFamily(
             "stableline_storage_size_bytes", "Bytes in the topic's ledgers", labels=["topic"]
         )
+        corrupt = CounterMetricFamily(
+            "stableline_corrupt_entries",
+            "Entries whose stored bytes fail their checks (skipped by every reader)",
+            labels=["topic"],
+        )
         backlog = GaugeMetricFamily(
             "stableline_subscription_backlog",
             "Unacknowledged entries",
@@ -97,6 +102,7 @@ class _TopicCollector:
             msg_in.add_metric([name], topic.rate_in.messages)
             bytes_in.add_metric([name], topic.rate_in.bytes)
             storage.add_metric([name], topic.ledger.total_size)
+            corrupt.add_metric([name], topic.ledger.corrupt_entries)
             for sub in topic.subscriptions.values():
                 backlog.add_metric([name, sub.name, sub.isolation_level.value], sub.backlog)
                 msg_out.add_metric([name, sub.name], sub.messages_out)
@@ -108,6 +114,7 @@ class _TopicCollector:
             msg_in,
             bytes_in,
             storage,
+            corrupt,
             backlog,
             msg_out,
             consumers,

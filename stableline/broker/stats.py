@@ -120,6 +120,8 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "bytesOutCounter": bytes_out,
         "averageMsgSize": round(rate.bytes / rate.messages, 3) if rate.messages else 0.0,
         "storageSize": ledger.total_size,
+        # Entries whose stored bytes fail their checks: skipped by every reader.
+        "corruptEntries": ledger.corrupt_entries,
         "lastConfirmedEntry": str(ledger.last_confirmed),
         "transactionBuffer": topic.buffer.stats(),
         "publishers": [

@@ -12,6 +12,7 @@ from managed_ledger.framing import (
     decode_frame,
     encode_frame,
     scan_frames,
+    scan_log,
 )
 
 
@@ -107,3 +108,43 @@ def test_scan_stops_at_first_bad_frame():
 
 def test_scan_of_empty_buffer_yields_nothing():
     assert list(scan_frames(b"")) == []
+
+
+def test_scan_log_resyncs_after_a_damaged_frame_and_keeps_the_rest():
+    frames = [encode_frame(b"h", f"payload-{i}".encode()) for i in range(4)]
+    data = b"".join(frames)
+    size = len(frames[0])
+    scan = scan_log(_flip(data, size + FRAME_SIZE + 3))  # inside frame 1's body
+    assert scan.offsets == [0, size, 2 * size, 3 * size, 4 * size]
+    assert [(d.entry_index, d.start, d.end, d.exact) for d in scan.damage] == [
+        (1, size, 2 * size, True)
+    ]
+
+
+def test_scan_log_never_takes_a_frame_inside_a_damaged_payload_when_its_length_holds():
+    # A producer's payload that is itself a valid frame: only where the damaged
+    # frame's own length points is searched, never inside its payload.
+    inner = encode_frame(b"forged", b"entry")
+    frames = [encode_frame(b"h", b"a"), encode_frame(b"h", inner), encode_frame(b"h", b"c")]
+    data = b"".join(frames)
+    damaged = _flip(data, len(frames[0]) + FRAME_SIZE)  # frame 1's header byte
+    scan = scan_log(damaged)
+    assert len(scan.offsets) - 1 == 3
+    assert [d.exact for d in scan.damage] == [True]
+    assert scan.offsets[2] == len(frames[0]) + len(frames[1])
+
+
+def test_scan_log_finds_the_next_frame_by_search_when_the_length_is_damaged():
+    frames = [encode_frame(b"h", f"payload-{i}".encode()) for i in range(3)]
+    data = b"".join(frames)
+    size = len(frames[0])
+    scan = scan_log(_flip(data, size + 2))  # frame 1's length field
+    assert scan.offsets == [0, size, 2 * size, 3 * size]
+    assert [d.exact for d in scan.damage] == [False]
+
+
+def test_scan_log_cuts_only_after_the_last_valid_frame():
+    frames = [encode_frame(b"h", f"payload-{i}".encode()) for i in range(3)]
+    data = b"".join(frames)
+    scan = scan_log(_flip(data, len(data) - 1) + b"\x00" * 50)
+    assert scan.end == 2 * len(frames[0]) and scan.damage == []

@@ -19,7 +19,6 @@ import pytest
 
 import managed_ledger.ledger as ledger_module
 from managed_ledger import (
-    CorruptEntryError,
     EntryHeader,
     EntryTooLargeError,
     LedgerClosedError,
@@ -291,18 +290,24 @@ async def test_read_never_returns_entries_past_the_lac_even_with_a_later_bound(h
     assert sequence_ids(ledger.read(positions[0], 100, bound=beyond)) == [0, 1, 2]
 
 
-async def test_read_of_an_entry_corrupted_on_disk_raises_corrupt_entry_error(harness):
+async def test_an_entry_corrupted_on_disk_is_skipped_counted_and_remembered(harness):
     config = ManagedLedgerConfig(fsync=False, cache_size_bytes=0)
     ledger = await harness.open(config)
     positions = await append_many(ledger, range(3))
     ledger = await harness.reopen(ledger, config)
     path = ledger_file(harness, positions[0].ledger_id)
     data = bytearray(path.read_bytes())
-    data[-1] ^= 0x01  # the last byte of the last entry's payload
+    frame_size = len(data) // 3
+    data[frame_size + frame_size // 2] ^= 0x01  # inside the middle entry
     path.write_bytes(bytes(data))
-    assert sequence_ids(ledger.read(positions[0], 2)) == [0, 1]
-    with pytest.raises(CorruptEntryError):
-        ledger.read(positions[2], 1)
+    assert sequence_ids(ledger.read(positions[0], 3)) == [0, 2]
+    assert sequence_ids(ledger.read(positions[1], 1)) == [2]  # never comes back short
+    assert ledger.corrupt_entries == 1
+    assert ledger.first_position_after(positions[0]) == positions[2]
+    assert ledger.count_entries(Position(positions[0].ledger_id, -1), positions[2]) == 2
+    ledger = await harness.reopen(ledger, config)
+    assert ledger.corrupt_entries == 1
+    assert sequence_ids(ledger.read(positions[0], 3)) == [0, 2]
 
 
 # ---------------------------------------------------------------- rollover
@@ -524,6 +529,24 @@ async def test_frame_claiming_more_bytes_than_the_file_holds_is_cut_on_reopen(ha
     with path.open("ab") as handle:
         handle.write(FRAME.pack(10_000, 0, 4) + b"head" + b"short")
     await assert_recovers_whole_entries(harness, path, 3, frame_size)
+
+
+async def test_a_damaged_entry_before_valid_ones_is_skipped_not_cut_on_reopen(harness):
+    path, frame_size = await crash_with_entries(harness, 10)
+    data = bytearray(path.read_bytes())
+    data[3 * frame_size + frame_size // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    ledger = await harness.open()
+    assert sequence_ids(read_all(ledger)) == [i for i in range(10) if i != 3]
+    assert path.stat().st_size == 10 * frame_size
+    assert ledger.corrupt_entries == 1
+    assert ledger.last_confirmed == Position(0, 9)
+    cursor, _ = ledger.open_cursor("c", start_at_earliest=True)
+    cursor.ack([Position(0, i) for i in range(10) if i != 3])
+    assert cursor.mark_delete == Position(0, 9) and cursor.backlog == 0
+    ledger = await harness.crash_and_reopen(ledger)
+    assert ledger.corrupt_entries == 1
+    assert sequence_ids(read_all(ledger)) == [i for i in range(10) if i != 3]
 
 
 async def test_last_entry_with_a_bad_crc_is_cut_on_reopen(harness):

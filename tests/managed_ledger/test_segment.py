@@ -19,8 +19,9 @@ def frame(i: int) -> bytes:
     return encode_frame(f"header-{i:03d}".encode(), f"payload-{i:06d}".encode())
 
 
-def entry(i: int) -> tuple[bytes, bytes]:
-    return f"header-{i:03d}".encode(), f"payload-{i:06d}".encode()
+def entry(i: int, at: int | None = None) -> tuple[int, bytes, bytes]:
+    """As Segment.read returns it: (entry id, header, payload) of frame(i), at id `at`."""
+    return (i if at is None else at), f"header-{i:03d}".encode(), f"payload-{i:06d}".encode()
 
 
 FRAME_LEN = len(frame(0))
@@ -88,16 +89,74 @@ def test_read_past_the_committed_entries_is_refused(segment):
         segment.read(0, 2)
 
 
-def test_read_of_a_frame_corrupted_on_disk_raises_corrupt_entry_error(segment, path):
-    write_committed(segment, range(3))
+def flip_byte(path: Path, offset: int) -> None:
     with path.open("r+b") as handle:
-        handle.seek(FRAME_LEN + FRAME_LEN // 2)
+        handle.seek(offset)
         byte = handle.read(1)
         handle.seek(-1, os.SEEK_CUR)
         handle.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_read_skips_a_frame_corrupted_on_disk_and_marks_it_damaged(segment, path, caplog):
+    write_committed(segment, range(3))
+    flip_byte(path, FRAME_LEN + FRAME_LEN // 2)
     assert segment.read(0, 0) == [entry(0)]
+    assert segment.read(0, 2) == [entry(0), entry(2)]
+    assert segment.damaged == {1}
+    assert f"entry 1 at offset {FRAME_LEN} is corrupt" in caplog.text
+
+
+def test_read_of_a_short_file_still_raises_corrupt_entry_error(segment, path):
+    write_committed(segment, range(3))
+    os.truncate(path, 2 * FRAME_LEN)
     with pytest.raises(CorruptEntryError):
-        segment.read(1, 1)
+        segment.read(0, 2)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param(FRAME_LEN // 2, id="in-payload"),
+        pytest.param(FRAME_LEN * 2 + 4, id="in-crc"),
+        pytest.param(FRAME_LEN * 2 + 1, id="in-length"),
+    ],
+)
+def test_recover_keeps_every_valid_entry_after_a_damaged_one(segment, path, where, caplog):
+    write_committed(segment, range(10))
+    segment.release()  # a crash: no index
+    flip_byte(path, where)
+    damaged_id = where // FRAME_LEN
+    recovered = Segment.recover(7, path)
+    try:
+        assert recovered.entry_count == 10 and recovered.size == 10 * FRAME_LEN
+        assert recovered.damaged == {damaged_id}
+        kept = [entry(i) for i in range(10) if i != damaged_id]
+        assert recovered.read(0, 9) == kept
+        assert f"entry {damaged_id} at offset {damaged_id * FRAME_LEN} is corrupt" in caplog.text
+        assert [r.levelname for r in caplog.records if "is corrupt" in r.message] == ["ERROR"]
+    finally:
+        recovered.release()
+    # The index written by recovery keeps the damaged entry's place.
+    reopened = Segment.open_closed(7, path, damaged=frozenset({damaged_id}))
+    try:
+        assert reopened.read(0, 9) == kept
+    finally:
+        reopened.release()
+
+
+def test_recover_after_damage_still_cuts_a_torn_tail(segment, path):
+    write_committed(segment, range(5))
+    segment.release()
+    flip_byte(path, FRAME_LEN + 20)
+    with path.open("ab") as handle:
+        handle.write(frame(5)[:-3])  # the last write torn
+    recovered = Segment.recover(7, path)
+    try:
+        assert (recovered.entry_count, recovered.size) == (5, 5 * FRAME_LEN)
+        assert recovered.damaged == {1}
+        assert recovered.read(0, 4) == [entry(i) for i in (0, 2, 3, 4)]
+    finally:
+        recovered.release()
 
 
 def test_write_with_fsync_calls_fdatasync_once_per_batch(segment, monkeypatch):
@@ -135,7 +194,7 @@ def test_closed_segment_reopens_from_its_index_without_scanning(segment, path, m
     def no_scan(_data):
         raise AssertionError("a cleanly closed ledger must not be scanned")
 
-    monkeypatch.setattr(segment_module, "scan_frames", no_scan)
+    monkeypatch.setattr(segment_module, "scan_log", no_scan)
     reopened = Segment.open_closed(7, path)
     try:
         assert (reopened.entry_count, reopened.size, reopened.closed) == (3, 3 * FRAME_LEN, True)
@@ -243,7 +302,7 @@ def test_full_disk_on_write_fails_the_batch_but_does_not_fence(segment, path, fa
     assert not segment.fenced  # a full disk refused the bytes; nothing is in doubt
     assert path.stat().st_size == 2 * FRAME_LEN
     write_committed(segment, [3], fsync=True)
-    assert segment.read(0, 2) == [entry(0), entry(1), entry(3)]
+    assert segment.read(0, 2) == [entry(0), entry(1), entry(3, at=2)]
 
 
 def test_io_error_on_write_fences_the_file(segment, path, faulty_disk):
