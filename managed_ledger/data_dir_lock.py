@@ -64,7 +64,7 @@ class DataDirLock:
     def acquire(cls, directory: Path) -> DataDirLock:
         """Create `directory` if needed and lock it; DataDirInUseError if another
         process holds it."""
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = os.path.realpath(directory)
         with _guard:
             held = _held.get(key)
@@ -72,7 +72,7 @@ class DataDirLock:
                 held.holders += 1
                 return cls(directory, key)
             path = os.path.join(key, LOCK_FILE_NAME)
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:

@@ -70,7 +70,7 @@ def out_of_files(path: object, error: OSError, max_open: int) -> TooManyOpenFile
     )
 
 
-def open_file(path: object, flags: int, max_open: int, mode: int = 0o644) -> int:
+def open_file(path: object, flags: int, max_open: int, mode: int = 0o600) -> int:
     """os.open that reports running out of descriptors as TooManyOpenFilesError."""
     try:
         return os.open(path, flags, mode)
@@ -138,7 +138,7 @@ class LedgerFiles:
         """os.open; out of descriptors, close every unused one and try once more
         (connections and other files may have taken what the bound left free)."""
         try:
-            return os.open(key, flags, 0o644)
+            return os.open(key, flags, 0o600)  # the broker's own: no other user reads it
         except OSError as error:
             if error.errno not in _OUT_OF_FILES:
                 raise

@@ -35,6 +35,8 @@ class MetadataStore:
                 sync=False,
                 metasync=False,
                 writemap=False,
+                # The directory 0700, its files 0600: metadata is the broker's own.
+                mode=0o700,
             )
         except BaseException:
             self._lock.release()

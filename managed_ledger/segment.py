@@ -84,7 +84,7 @@ class Segment:
         """A new empty ledger file, its directory entry durable (so are the bytes the
         writer fdatasyncs into it later); its descriptor is left to the cache."""
         files = files if files is not None else _SHARED_FILES
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         files.create(path)
         _fsync_directory(path.parent)
         return cls(ledger_id, path, array("q", [0]), 0, closed=False, files=files)

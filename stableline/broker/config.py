@@ -90,6 +90,8 @@ class BrokerConfig:
     token_public_key: str = ""
     authorization_enabled: bool = False
     superuser_roles: tuple[str, ...] = ()
+    # /metrics is open (as Pulsar leaves it); true: it needs a valid token (any role).
+    authenticate_metrics_endpoint: bool = False
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

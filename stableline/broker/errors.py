@@ -8,7 +8,9 @@ parsing messages meant for people.
 from __future__ import annotations
 
 import errno
+import logging
 import resource
+import secrets
 
 import grpc
 
@@ -41,6 +43,8 @@ from txnbuffer import (
 )
 
 ERROR_METADATA_KEY = "stableline-error"
+
+log = logging.getLogger(__name__)
 
 
 class BrokerError(Exception):
@@ -97,7 +101,15 @@ def classify(error: BaseException) -> BrokerError:
             f"too many open files ({error}); the broker's open-files limit is {soft} "
             f"(hard limit {hard}): raise it (ulimit -n) or lower max_open_ledger_files",
         )
-    return BrokerError(grpc.StatusCode.INTERNAL, "Internal", f"internal error: {error}")
+    return BrokerError(grpc.StatusCode.INTERNAL, "Internal", internal_error_message(error))
+
+
+def internal_error_message(error: BaseException) -> str:
+    """Log an unexpected error with a fresh id; what the client gets is the id only.
+    The error's own text (a storage library's message, a path) stays in the log."""
+    incident = secrets.token_hex(4)
+    log.error("internal error (id %s): %r", incident, error, exc_info=error)
+    return f"internal error (id {incident}); see the broker log"
 
 
 def invalid(message: str, code: str = "InvalidArgument") -> BrokerError:

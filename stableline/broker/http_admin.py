@@ -17,6 +17,7 @@ from stableline.broker import (
     http_transactions,
     stats,
 )
+from stableline.broker.errors import internal_error_message
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -39,9 +40,9 @@ async def _errors(request: web.Request, handler):
         return _error(404, str(error))
     except web.HTTPException:
         raise
-    except Exception as error:  # the broker stays up; the caller learns what failed
-        log.exception("admin request %s failed", request.path)
-        return _error(500, f"internal error: {error}")
+    except Exception as error:  # the broker stays up; the caller gets an id to look for
+        log.error("admin request %s failed", request.path)
+        return _error(500, internal_error_message(error))
 
 
 def make_app(

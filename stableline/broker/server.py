@@ -47,6 +47,7 @@ from stableline.broker.http_connection_limit import add_routes as add_http_route
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
+from stableline.broker.security.file_modes import restrict_data_dir, use_owner_only_umask
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
@@ -165,6 +166,10 @@ class Broker:
         # Before the ledger file cache sizes itself from it.
         self.open_files_limit = raise_open_files_limit()
         security_settings = SecuritySettings.from_config(config)
+        try:
+            restrict_data_dir(config.data_dir)
+        except OSError as error:
+            raise StartupError(f"cannot use data dir {config.data_dir}: {error}") from None
         # The store first: it holds the data dir's lock (see lock_data_dir), so a
         # second owner is refused before anything else under the data dir is opened.
         try:
@@ -420,4 +425,5 @@ def run(config: BrokerConfig) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    use_owner_only_umask()
     asyncio.run(serve(config))

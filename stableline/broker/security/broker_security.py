@@ -55,7 +55,9 @@ class BrokerSecurity:
         """Permission routes always; the token check when authentication is on."""
         add_permission_routes(app, self.permissions)
         if self.guard.enabled:
-            app.middlewares.append(auth_middleware(self.guard))
+            app.middlewares.append(
+                auth_middleware(self.guard, self.settings.authenticate_metrics_endpoint)
+            )
 
     def http_ssl_context(self) -> ssl.SSLContext | None:
         return None if self.settings.tls is None else tls.http_ssl_context(self.settings.tls)

@@ -9,7 +9,8 @@ rights there); everything else on the admin port is administration (topics,
 stats, transactions, permissions, the dashboard) and needs a superuser role. A
 path the table does not name needs a superuser: the guard fails closed. The
 health probe and Prometheus' /metrics stay open, as Pulsar leaves them by
-default.
+default; with `authenticate_metrics_endpoint` (Pulsar's name) /metrics needs a
+valid token of any role, since it names every topic and subscription.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPer
 from stableline.broker.security.permissions import Action
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
-OPEN_PATHS = frozenset({"/admin/v2/brokers/health", "/metrics", "/"})
+METRICS_PATH = "/metrics"
+OPEN_PATHS = frozenset({"/admin/v2/brokers/health", METRICS_PATH, "/"})
 # The dashboard's page and assets hold no data; the page asks for a token when the
 # admin API it reads answers 401, and sends it with every call.
 OPEN_PREFIXES = ("/dashboard/static/",)
@@ -61,12 +63,15 @@ def required_right(method: str, path: str) -> tuple[Action, TopicName | None]:
     return Action.ADMIN, None
 
 
-def auth_middleware(guard: Guard):
+def auth_middleware(guard: Guard, authenticate_metrics: bool = False):
     assert guard.enabled
 
     @web.middleware
     async def authenticate_and_authorize(request: web.Request, handler):
-        if request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
+        metrics_by_token = authenticate_metrics and request.path == METRICS_PATH
+        if not metrics_by_token and (
+            request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES)
+        ):
             return await handler(request)
         try:
             role = guard.authenticate(request.headers.get("Authorization"))
@@ -74,6 +79,8 @@ def auth_middleware(guard: Guard):
             return web.json_response(
                 {"reason": str(error)}, status=401, headers={"WWW-Authenticate": "Bearer"}
             )
+        if metrics_by_token:
+            return await handler(request)  # any role: a scraper needs no grant
         try:
             guard.authorize(role, *required_right(request.method, request.path))
         except NotPermitted as error:

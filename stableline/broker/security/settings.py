@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stableline.broker.config import BrokerConfig
+from stableline.broker.security.tokens import read_secret_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,8 @@ class SecuritySettings:
     token_public_key: Path | None
     authorization_enabled: bool
     superuser_roles: tuple[str, ...]
+    # Pulsar's authenticateMetricsEndpoint: /metrics needs a valid token (any role).
+    authenticate_metrics_endpoint: bool = False
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> SecuritySettings:
@@ -52,6 +55,10 @@ class SecuritySettings:
         for path in files:
             if not path.is_file():
                 raise ValueError(f"security file {path} does not exist")
+        if secret is not None:
+            read_secret_key(secret)  # ValueError naming the file: empty or too short
+        if config.authenticate_metrics_endpoint and not config.authentication_enabled:
+            raise ValueError("authenticate_metrics_endpoint needs authentication_enabled")
         return cls(
             tls=tls,
             authentication_enabled=config.authentication_enabled,
@@ -59,4 +66,5 @@ class SecuritySettings:
             token_public_key=public,
             authorization_enabled=config.authorization_enabled,
             superuser_roles=tuple(config.superuser_roles),
+            authenticate_metrics_endpoint=config.authenticate_metrics_endpoint,
         )

@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 SECRET_KEY_BYTES = 32
+# RFC 7518 section 3.2: an HS256 key must be at least as long as the hash output.
+MIN_SECRET_KEY_BYTES = 32
 RSA_KEY_BITS = 2048
 # Verified tokens kept so a client's every Fetch does not pay for a signature check.
 MAX_CACHED_TOKENS = 1024
@@ -33,16 +35,25 @@ def read_secret_key(path: Path | str) -> bytes:
     """A secret key file holds raw bytes (what `tokens create-secret-key` writes).
 
     A file written with `--base64` (or Pulsar's `data:;base64,` form) is decoded.
+    A key shorter than MIN_SECRET_KEY_BYTES is refused: it can be guessed.
     """
     raw = Path(path).read_bytes()
     text = raw.strip()
     if text.startswith(b"data:;base64,"):
-        return base64.b64decode(text[len(b"data:;base64,") :])
-    if text.startswith(b"base64:"):
-        return base64.b64decode(text[len(b"base64:") :])
-    if not raw:
+        key = base64.b64decode(text[len(b"data:;base64,") :])
+    elif text.startswith(b"base64:"):
+        key = base64.b64decode(text[len(b"base64:") :])
+    else:
+        key = raw
+    if not key:
         raise ValueError(f"secret key file {path} is empty")
-    return raw
+    if len(key) < MIN_SECRET_KEY_BYTES:
+        raise ValueError(
+            f"secret key file {path} holds a {len(key)}-byte key; HS256 needs at least "
+            f"{MIN_SECRET_KEY_BYTES} bytes (RFC 7518): make one with "
+            "`stableline tokens create-secret-key --output FILE`"
+        )
+    return key
 
 
 def create_secret_key() -> bytes:

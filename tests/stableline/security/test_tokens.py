@@ -120,3 +120,26 @@ def test_create_token_needs_exactly_one_key():
         create_token("alice")
     with pytest.raises(ValueError):
         create_token("", secret_key=create_secret_key())
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"k", id="one-byte"),
+        pytest.param(b"x" * 31, id="31-bytes"),
+        pytest.param(b"base64:" + base64.b64encode(b"short"), id="short-base64"),
+    ],
+)
+def test_a_secret_key_shorter_than_32_bytes_is_refused_naming_its_file(tmp_path, content):
+    path = tmp_path / "weak.key"
+    path.write_bytes(content)
+    with pytest.raises(
+        ValueError, match=r"weak\.key holds a \d+-byte key; HS256 needs at least 32"
+    ):
+        read_secret_key(path)
+
+
+def test_a_32_byte_secret_key_is_accepted(tmp_path):
+    path = tmp_path / "ok.key"
+    path.write_bytes(b"k" * 32)
+    assert read_secret_key(path) == b"k" * 32
