@@ -76,6 +76,10 @@ class BrokerConfig:
     # again): idle topics then hold no memory beyond their name and no open file
     # [Pulsar: topics unload with their bundle]. 0: never unload.
     inactive_topic_unload_s: float = 60.0
+    # A namespace holds at most this many topics; one more (created by an admin or
+    # on first use) is refused with TooManyTopics. 0: unlimited [Pulsar's
+    # maxTopicsPerNamespace, 0 by default too].
+    max_topics_per_namespace: int = 0
     # Crash tests only: failpoints to pause at (stableline/broker/failpoints.py).
     failpoints: str = ""
     # Security, all off by default (stableline/broker/security). TLS on both ports
@@ -89,6 +93,10 @@ class BrokerConfig:
     token_secret_key: str = ""
     token_public_key: str = ""
     authorization_enabled: bool = False
+    # With authorization on, a topic is created on first use (Produce, Subscribe)
+    # only by a role with produce on it; true: by any role allowed the call (a
+    # consume-only subscriber too). Without authorization every caller may create.
+    allow_auto_topic_creation: bool = False
     superuser_roles: tuple[str, ...] = ()
     # /metrics is open (as Pulsar leaves it); true: it needs a valid token (any role).
     authenticate_metrics_endpoint: bool = False
@@ -163,9 +171,12 @@ def load_config(
     for name, value in (
         ("max_open_ledger_files", config.ledger.max_open_ledger_files),
         ("inactive_topic_unload_s", config.inactive_topic_unload_s),
+        ("max_topics_per_namespace", config.max_topics_per_namespace),
     ):
         if value < 0:
-            raise ValueError(f"config {name} must be >= 0 (0: automatic/never), got {value}")
+            raise ValueError(
+                f"config {name} must be >= 0 (0: automatic/never/unlimited), got {value}"
+            )
     return config
 
 

@@ -30,7 +30,7 @@ from managed_ledger import (
     StorageFullError,
     TooManyOpenFilesError,
 )
-from stableline.broker.registry import TopicNotFoundError
+from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
@@ -66,6 +66,7 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidAck"),
     (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
     (TooManyConsumersError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyConsumers"),
+    (TooManyTopicsError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTopics"),
     (ConsumerAssignError, grpc.StatusCode.FAILED_PRECONDITION, "ConsumerAssignError"),
     (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
     (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),

@@ -10,7 +10,11 @@ or read it; the check is one dict look-up per transactional request (a send batc
 an ack, an end), never per message. Transaction names are per role, and the
 per-client limit on open transactions counts per role (per connection when
 authentication is off, where every caller is the same anonymous role). A producer
-name is held by its connected producer (Topic.add_publisher)."""
+name is held by its connected producer (Topic.add_publisher).
+
+Creation on first use: Produce or Subscribe naming an unknown topic creates it when
+the caller may create it (Guard.may_create_topic: produce on it, with authorization
+on) or `allow_auto_topic_creation` is set; otherwise the call fails TopicNotFound."""
 
 from __future__ import annotations
 
@@ -37,9 +41,9 @@ from stableline.broker import convert
 from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
-from stableline.broker.registry import TopicRegistry
+from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.security.caller import CURRENT_CALLER
-from stableline.broker.topic import ProducerBusyError, Publisher
+from stableline.broker.topic import ProducerBusyError, Publisher, Topic
 from stableline.broker.transactional_acks import ack_in_transaction
 from stableline.names import InvalidNameError, check_name
 from stableline.topic_name import TopicName
@@ -83,6 +87,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return "", context.peer()
         return caller.role, caller.role
 
+    async def _topic_in_use(self, name: TopicName) -> Topic:
+        """The topic a Produce or Subscribe names, created on its first use when the
+        caller may create it (see the module docstring)."""
+        caller = CURRENT_CALLER.get()
+        may_create = (
+            caller is None or self.config.allow_auto_topic_creation or caller.may_create_topic(name)
+        )
+        if not may_create and not self.registry.exists(name):
+            raise TopicNotFoundError(
+                f"topic {name} does not exist, and role {caller.role!r} may not create it: "
+                f"a role with produce on it creates it on first use, or an admin creates it "
+                f"(PUT /admin/v2/persistent/{name.namespace_path}/{name.local_name})"
+            )
+        return await self.registry.get(name, create=may_create)
+
     # ------------------------------------------------------------ Produce
 
     async def Produce(self, request_iterator, context) -> AsyncIterator[pb.ProduceResponse]:
@@ -95,7 +114,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             if first.open.producer_name:
                 check_name("producer", first.open.producer_name)
-            topic = await self.registry.get(TopicName.parse(first.open.topic))
+            topic = await self._topic_in_use(TopicName.parse(first.open.topic))
         except InvalidNameError as error:
             await abort(context, invalid(str(error)))
         except Exception as error:
@@ -238,7 +257,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 check_name("subscription", request.subscription)
             except InvalidNameError as error:
                 raise invalid(str(error)) from None
-            topic = await self.registry.get(TopicName.parse(request.topic))
+            topic = await self._topic_in_use(TopicName.parse(request.topic))
             type_ = convert.subscription_type(request.type)
             consumer = Consumer(
                 name=request.consumer_name or f"consumer-{id(context):x}",

@@ -19,7 +19,7 @@ from stableline.broker import (
 )
 from stableline.broker.errors import internal_error_message
 from stableline.broker.metrics import make_registry, render
-from stableline.broker.registry import TopicNotFoundError, TopicRegistry
+from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
 from txnbuffer import TransactionCoordinator, TransactionNotFoundError
 
@@ -38,6 +38,8 @@ async def _errors(request: web.Request, handler):
         return _error(400, str(error))
     except (TopicNotFoundError, TransactionNotFoundError) as error:
         return _error(404, str(error))
+    except TooManyTopicsError as error:  # Pulsar answers 412 to a full namespace too
+        return _error(412, str(error))
     except web.HTTPException:
         raise
     except Exception as error:  # the broker stays up; the caller gets an id to look for

@@ -24,6 +24,11 @@ Promises:
 A namespace exists once a topic was created in it (it stays when its topics are
 deleted, as a Pulsar namespace does) or when it is `public/default`, which every
 broker has from the start, as Pulsar's standalone does.
+
+A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as
+Pulsar's default): one more, created by an admin or on first use, is refused with
+TooManyTopicsError and nothing is written. The count per namespace is kept in
+memory (built from the names at start), so the check is O(1) per creation.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ class TopicNotFoundError(LookupError):
     pass
 
 
+class TooManyTopicsError(Exception):
+    """The namespace holds `max_topics_per_namespace` topics already."""
+
+
 class TopicRegistry:
     def __init__(self, config: BrokerConfig, store: MetadataStore):
         self.config = config
@@ -97,13 +106,19 @@ class TopicRegistry:
         self._known: set[str] = {
             key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _TOPIC_PREFIX)
         }
+        # Topics per namespace, counting creations under way (see create()).
+        self._topics_in: dict[str, int] = {}
+        for key in self._known:
+            namespace = TopicName.parse(key).namespace_path
+            self._topics_in[namespace] = self._topics_in.get(namespace, 0) + 1
+        self._creating: set[str] = set()
         self._namespaces: set[str] = {DEFAULT_NAMESPACE}
         self._namespaces.update(
             key[len(_NAMESPACE_PREFIX) :]
             for key, _ in store.scan_prefix(TOPICS_DB, _NAMESPACE_PREFIX)
         )
         # Topics written before namespaces were recorded still make theirs exist.
-        self._namespaces.update(TopicName.parse(key).namespace_path for key in self._known)
+        self._namespaces.update(self._topics_in)
         self._marked: set[str] = {
             key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _RECOVER_PREFIX)
         }
@@ -133,19 +148,45 @@ class TopicRegistry:
     def exists(self, name: TopicName) -> bool:
         return str(name) in self._known
 
+    def topics_in(self, namespace: str) -> int:
+        """How many topics `namespace` holds (creations under way included)."""
+        return self._topics_in.get(namespace, 0)
+
+    def _check_room(self, name: TopicName) -> None:
+        """Raises TooManyTopicsError unless the namespace may hold one more topic."""
+        limit = self.config.max_topics_per_namespace
+        namespace = name.namespace_path
+        if limit and self.topics_in(namespace) >= limit:
+            raise TooManyTopicsError(
+                f"namespace {namespace} holds {limit} topics, its max_topics_per_namespace: "
+                f"delete a topic or raise max_topics_per_namespace in the broker config"
+            )
+
     async def create(self, name: TopicName) -> bool:
         """Create the topic without loading it (the first use loads it); durable when
-        this returns. False when it existed already."""
+        this returns. False when it existed already. Raises TooManyTopicsError when
+        its namespace is full."""
         key = str(name)
         if key in self._known:
             return False
-        self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
-        if name.namespace_path not in self._namespaces:
-            self.store.put(TOPICS_DB, _NAMESPACE_PREFIX + name.namespace_path, b"")
-            self._namespaces.add(name.namespace_path)
-        await self.store.sync_async()  # concurrent creations share one fsync
-        if key in self._known:
-            return False  # created meanwhile by another request
+        if key in self._creating:
+            await self.store.sync_async()  # durable with the creation under way
+            return False
+        self._check_room(name)
+        # Counted before the fsync: concurrent creations cannot overrun the limit.
+        self._creating.add(key)
+        self._topics_in[name.namespace_path] = self.topics_in(name.namespace_path) + 1
+        try:
+            self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
+            if name.namespace_path not in self._namespaces:
+                self.store.put(TOPICS_DB, _NAMESPACE_PREFIX + name.namespace_path, b"")
+                self._namespaces.add(name.namespace_path)
+            await self.store.sync_async()  # concurrent creations share one fsync
+        except BaseException:
+            self._topics_in[name.namespace_path] -= 1
+            raise
+        finally:
+            self._creating.discard(key)
         self._known.add(key)
         log.debug("created topic %s", key)
         return True
@@ -157,8 +198,10 @@ class TopicRegistry:
             if topic is not None:
                 self._last_used[key] = time.monotonic()
                 return topic
-            if not create and key not in self._known:
-                raise TopicNotFoundError(f"topic {key} does not exist")
+            if key not in self._known:
+                if not create:
+                    raise TopicNotFoundError(f"topic {key} does not exist")
+                self._check_room(name)  # before its ledger is opened
             unloading = self._unloading.get(key)
             if unloading is None:
                 break
@@ -295,7 +338,9 @@ class TopicRegistry:
         await topic.delete()
         self._topics.pop(key, None)
         self._last_used.pop(key, None)
-        self._known.discard(key)
+        if key in self._known:
+            self._known.discard(key)
+            self._topics_in[name.namespace_path] -= 1
         self._marked.discard(key)
         self.store.write_many(TOPICS_DB, {}, [_TOPIC_PREFIX + key, _RECOVER_PREFIX + key])
         for forget in self.on_deleted:

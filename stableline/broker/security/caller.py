@@ -10,8 +10,11 @@ Unset (None) when authentication is off: every caller is anonymous.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from stableline.topic_name import TopicName
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +22,10 @@ class Caller:
     role: str
     # May act on what other roles own (a superuser role, or any role with authorization off).
     superuser: bool
+    # May this role create a topic by using it first (Guard.may_create_topic)?
+    may_create_topic: Callable[[TopicName], bool] = field(
+        default=lambda _topic: True, compare=False, repr=False
+    )
 
     @property
     def checked_as(self) -> str | None:

@@ -13,6 +13,7 @@ Health and reflection stay open: probes and tools need no token.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +140,13 @@ class _Check:
             )
         assert self.role is not None
         # In the RPC's own task, before the handler runs: the handler and its tasks see it.
-        CURRENT_CALLER.set(Caller(self.role, self.guard.is_superuser(self.role)))
+        CURRENT_CALLER.set(
+            Caller(
+                self.role,
+                self.guard.is_superuser(self.role),
+                functools.partial(self.guard.may_create_topic, self.role),
+            )
+        )
 
     def unary(self, behavior):
         async def guarded(request, context):

@@ -35,6 +35,12 @@ class Guard:
         """May `role` act on what other roles own? Every role may when authorization is off."""
         return self.authorizer is None or role in self.authorizer.superuser_roles
 
+    def may_create_topic(self, role: str, topic: TopicName) -> bool:
+        """May `role` create `topic` by using it first? Only with produce on it (or as a
+        superuser) when authorization is on, so a consume-only role cannot fill the
+        broker with topics; every role may when it is off."""
+        return self.authorizer is None or self.authorizer.allows(role, Action.PRODUCE, topic)
+
     def authorize(self, role: str, action: Action, topic: TopicName | None = None) -> None:
         """Raises NotPermitted unless `role` may do `action` (on `topic`)."""
         if self.authorizer is None or self.authorizer.allows(role, action, topic):
