@@ -3,12 +3,14 @@ when idle, and loaded again with everything they held."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from dispatcher import Consumer, IsolationLevel, SubscriptionType
 from managed_ledger import EntryHeader, MetadataStore, TxnId
 from stableline.broker.config import load_config
-from stableline.broker.registry import TopicRegistry
+from stableline.broker.registry import TooManyTopicsError, TopicRegistry
 from stableline.topic_name import TopicName
 
 NAME = TopicName.parse("persistent://public/default/reg")
@@ -80,3 +82,31 @@ async def test_a_topic_with_a_producer_is_not_unloaded(registry):
     assert await registry.unload_idle(0) == 0
     del topic.producers[1]
     assert await registry.unload_idle(0) == 1
+
+
+async def test_a_full_namespace_refuses_one_more_topic_even_when_created_concurrently(tmp_path):
+    config = load_config(
+        None, {"data_dir": tmp_path / "data", "fsync": False, "max_topics_per_namespace": 2}
+    )
+    store = MetadataStore(config.metadata_dir)
+    registry = TopicRegistry(config, store)
+    names = [TopicName.parse(f"persistent://t/ns/{i}") for i in range(5)]
+    results = await asyncio.gather(
+        *(registry.create(name) for name in names), return_exceptions=True
+    )
+    assert sum(result is True for result in results) == 2
+    assert all(isinstance(r, TooManyTopicsError) for r in results if r is not True)
+    assert "max_topics_per_namespace" in str(next(r for r in results if r is not True))
+    with pytest.raises(TooManyTopicsError):
+        await registry.get(TopicName.parse("persistent://t/ns/by-use"))
+    assert await registry.create(TopicName.parse("persistent://t/other/0"))  # per namespace
+    await registry.close()
+    # The count is rebuilt from the stored names at start; a deletion makes room.
+    reopened = TopicRegistry(config, store)
+    assert reopened.topics_in("t/ns") == 2
+    with pytest.raises(TooManyTopicsError):
+        await reopened.create(TopicName.parse("persistent://t/ns/after-restart"))
+    await reopened.delete(TopicName.parse(reopened.names("t/ns")[0]))
+    assert await reopened.create(TopicName.parse("persistent://t/ns/after-delete"))
+    await reopened.close()
+    store.close()
