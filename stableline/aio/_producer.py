@@ -415,6 +415,11 @@ class Producer:
 
     def _enqueue(self, batch: Batch) -> None:
         """Give the batch its sequence id and queue it for the stream writer."""
+        if self._failure is not None:
+            # The stream ended for good while this batch was open (a revoked grant, an
+            # expired token, ...): no receiver is left to settle it.
+            _fail(batch, self._failure)
+            return
         sequence_id = next(self._sequence)
         self._pending[sequence_id] = batch
         self._pending_messages += batch.count
