@@ -100,6 +100,9 @@ class BrokerConfig:
     superuser_roles: tuple[str, ...] = ()
     # /metrics is open (as Pulsar leaves it); true: it needs a valid token (any role).
     authenticate_metrics_endpoint: bool = False
+    # How often open Produce/Subscribe streams are checked for an expired token
+    # (Pulsar's authenticationRefreshCheckSeconds); revoked grants end them at once.
+    authentication_refresh_check_seconds: float = 60.0
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

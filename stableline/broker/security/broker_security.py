@@ -15,6 +15,7 @@ from stableline.broker.security.grpc_guard import AuthInterceptor
 from stableline.broker.security.guard import Guard
 from stableline.broker.security.http_guard import auth_middleware
 from stableline.broker.security.http_permissions import add_permission_routes
+from stableline.broker.security.open_streams import OpenStreams
 from stableline.broker.security.permissions import Authorizer, PermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.security.tokens import TokenVerifier, read_secret_key
@@ -27,6 +28,8 @@ class BrokerSecurity:
     settings: SecuritySettings
     permissions: PermissionStore
     guard: Guard
+    # Produce and Subscribe streams, re-checked on grant changes and token expiry.
+    streams: OpenStreams
 
     @classmethod
     def open(cls, settings: SecuritySettings, store: MetadataStore) -> BrokerSecurity:
@@ -41,10 +44,13 @@ class BrokerSecurity:
         if settings.authorization_enabled:
             authorizer = Authorizer(permissions, settings.superuser_roles)
         _describe(settings)
-        return cls(settings, permissions, Guard(verifier, authorizer))
+        guard = Guard(verifier, authorizer)
+        streams = OpenStreams(guard, settings.authentication_refresh_check_seconds)
+        permissions.change_listeners.append(streams.recheck_permissions)
+        return cls(settings, permissions, guard, streams)
 
     def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        return [AuthInterceptor(self.guard)] if self.guard.enabled else []
+        return [AuthInterceptor(self.guard, self.streams)] if self.guard.enabled else []
 
     def add_grpc_port(self, server: grpc.aio.Server, address: str) -> int:
         if self.settings.tls is None:

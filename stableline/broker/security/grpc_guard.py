@@ -7,12 +7,15 @@ which check the topic); every Admin RPC, and any RPC not in the table, -> admin.
 before the service sees the request (for a stream, before its first message
 reaches the service), so a refused call writes nothing and creates no topic.
 An allowed call runs with its caller in `CURRENT_CALLER` (caller.py): the service
-checks what the role owns (a transaction is its opener's) against it.
+checks what the role owns (a transaction is its opener's) against it. An allowed
+Produce or Subscribe stream stays watched while open (open_streams.py): a revoked
+grant or an expired token ends it with PERMISSION_DENIED or UNAUTHENTICATED.
 Health and reflection stay open: probes and tools need no token.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ import grpc
 from stableline.broker.errors import BrokerError, abort, invalid
 from stableline.broker.security.caller import CURRENT_CALLER, Caller
 from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
+from stableline.broker.security.open_streams import OpenStreams
 from stableline.broker.security.permissions import Action
 from stableline.topic_name import TopicName
 
@@ -75,9 +79,10 @@ def _metadata_value(metadata: Any, key: str) -> str | None:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, guard: Guard):
+    def __init__(self, guard: Guard, streams: OpenStreams | None = None):
         assert guard.enabled
         self._guard = guard
+        self._streams = streams
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -86,15 +91,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         rule = RULES.get(method, ADMIN_RULE)
         header = _metadata_value(handler_call_details.invocation_metadata, "authorization")
+        expires_at = None
         try:
             role: str | None = self._guard.authenticate(header)
             failure: BrokerError | None = None
+            if handler.stream_stream is not None:
+                expires_at = self._guard.token_expiry(header)
         except AuthenticationFailed as error:
             role = None
             failure = BrokerError(
                 grpc.StatusCode.UNAUTHENTICATED, "AuthenticationFailed", str(error)
             )
-        check = _Check(self._guard, rule, role, failure, method.rsplit("/", 1)[1])
+        check = _Check(
+            self._guard, rule, role, failure, method.rsplit("/", 1)[1], self._streams, expires_at
+        )
         if handler.unary_unary is not None:
             return handler._replace(unary_unary=check.unary(handler.unary_unary))
         if handler.stream_stream is not None:
@@ -111,9 +121,12 @@ class _Check:
     role: str | None
     failure: BrokerError | None
     method_name: str
+    streams: OpenStreams | None = None
+    expires_at: float | None = None
 
-    async def verify(self, context, message: Any | None) -> None:
-        """Aborts the RPC (raising) unless the caller may make it with this message."""
+    async def verify(self, context, message: Any | None) -> TopicName | None:
+        """Aborts the RPC (raising) unless the caller may make it with this message;
+        returns the topic the message names (None for a rule without one)."""
         if self.failure is not None:
             await abort(context, self.failure)
         topic = None
@@ -147,6 +160,7 @@ class _Check:
                 functools.partial(self.guard.may_create_topic, self.role),
             )
         )
+        return topic
 
     def unary(self, behavior):
         async def guarded(request, context):
@@ -163,34 +177,64 @@ class _Check:
 
         return guarded
 
-    async def _opened(self, request_iterator, context) -> AsyncIterator | None:
-        """The stream with its first message checked and put back; None if it is empty."""
+    async def _opened(
+        self, request_iterator, context
+    ) -> tuple[AsyncIterator | None, TopicName | None]:
+        """The stream with its first message checked and put back (None if it is
+        empty), and the topic that message names."""
         if self.rule.topic_of is None:
             await self.verify(context, None)
-            return request_iterator
+            return request_iterator, None
         # Read the opening message even when the caller is already refused: ending the
         # call while the client still writes it would reach the client as an internal
         # error instead of this status.
         try:
             first = await anext(request_iterator)
         except StopAsyncIteration:
-            return None
-        await self.verify(context, first)
-        return _prepend(first, request_iterator)
+            return None, None
+        topic = await self.verify(context, first)
+        return _prepend(first, request_iterator), topic
 
     def streaming(self, behavior):
         async def guarded(request_iterator, context):
-            requests = await self._opened(request_iterator, context)
+            requests, topic = await self._opened(request_iterator, context)
             if requests is None:
                 return
-            async for response in behavior(requests, context):
-                yield response
+            if self.streams is None or topic is None or self.rule.action is None:
+                async for response in behavior(requests, context):
+                    yield response
+                return
+            assert self.role is not None
+            stream = self.streams.open(self.role, self.rule.action, topic, self.expires_at)
+            responses = behavior(requests, context)
+            try:
+                while stream.ended_by is None:
+                    # Only here may OpenStream.end cancel the task: never while gRPC
+                    # writes a response (the yield), where the call would end without
+                    # this status.
+                    stream.in_handler = True
+                    try:
+                        response = await anext(responses)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        stream.in_handler = False
+                    yield response
+            except asyncio.CancelledError:
+                if stream.ended_by is None:
+                    raise  # the client went away, or the broker is stopping
+                asyncio.current_task().uncancel()
+            finally:
+                self.streams.close(stream)
+                await responses.aclose()
+            if stream.ended_by is not None:
+                await abort(context, stream.ended_by)
 
         return guarded
 
     def stream_unary(self, behavior):
         async def guarded(request_iterator, context):
-            requests = await self._opened(request_iterator, context)
+            requests, _topic = await self._opened(request_iterator, context)
             return await behavior(requests or _prepend(None, request_iterator), context)
 
         return guarded

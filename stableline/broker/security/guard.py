@@ -31,6 +31,11 @@ class Guard:
         assert self.verifier is not None, "authenticate() with authentication off"
         return self.verifier.role_of(bearer_token(authorization_header))
 
+    def token_expiry(self, authorization_header: str | None) -> float | None:
+        """When the caller's (already authenticated) token expires; None if never."""
+        assert self.verifier is not None, "token_expiry() with authentication off"
+        return self.verifier.expiry_of(bearer_token(authorization_header))
+
     def is_superuser(self, role: str) -> bool:
         """May `role` act on what other roles own? Every role may when authorization is off."""
         return self.authorizer is None or role in self.authorizer.superuser_roles

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from managed_ledger import MetadataStore
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -93,6 +93,8 @@ class PermissionStore:
 
     def __init__(self, store: MetadataStore):
         self._store = store
+        # Called after every durable change of grants (open streams are re-checked).
+        self.change_listeners: list[Callable[[], None]] = []
         self._namespaces: dict[str, dict[str, frozenset[Action]]] = {}
         self._topics: dict[str, dict[str, frozenset[Action]]] = {}
         for key, raw in store.scan_prefix(PERMISSIONS_DB, _PREFIX):
@@ -141,6 +143,7 @@ class PermissionStore:
             return
         self._store.delete(PERMISSIONS_DB, _TOPIC_PREFIX + str(topic))
         await self._store.sync_async()
+        self._changed()
 
     async def _set(
         self,
@@ -174,7 +177,12 @@ class PermissionStore:
             table.pop(resource, None)
         # A grant or revocation is acknowledged only once it would survive a crash.
         await self._store.sync_async()
+        self._changed()
         return True
+
+    def _changed(self) -> None:
+        for listener in self.change_listeners:
+            listener()
 
 
 class Authorizer:

@@ -27,6 +27,8 @@ class SecuritySettings:
     superuser_roles: tuple[str, ...]
     # Pulsar's authenticateMetricsEndpoint: /metrics needs a valid token (any role).
     authenticate_metrics_endpoint: bool = False
+    # Pulsar's authenticationRefreshCheckSeconds: open streams' tokens checked this often.
+    authentication_refresh_check_seconds: float = 60.0
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> SecuritySettings:
@@ -59,6 +61,11 @@ class SecuritySettings:
             read_secret_key(secret)  # ValueError naming the file: empty or too short
         if config.authenticate_metrics_endpoint and not config.authentication_enabled:
             raise ValueError("authenticate_metrics_endpoint needs authentication_enabled")
+        if not config.authentication_refresh_check_seconds > 0:
+            raise ValueError(
+                "authentication_refresh_check_seconds must be > 0, got "
+                f"{config.authentication_refresh_check_seconds}"
+            )
         return cls(
             tls=tls,
             authentication_enabled=config.authentication_enabled,
@@ -67,4 +74,5 @@ class SecuritySettings:
             authorization_enabled=config.authorization_enabled,
             superuser_roles=tuple(config.superuser_roles),
             authenticate_metrics_endpoint=config.authenticate_metrics_endpoint,
+            authentication_refresh_check_seconds=config.authentication_refresh_check_seconds,
         )

@@ -169,6 +169,14 @@ class TokenVerifier:
             self._cache.popitem(last=False)
         return role
 
+    def expiry_of(self, token: str) -> float | None:
+        """When a token that role_of() accepted expires (its `exp`), None if never."""
+        hit = self._cache.get(token)
+        if hit is None:
+            self.role_of(token)
+            hit = self._cache.get(token)
+        return hit.expires_at if hit is not None else None
+
 
 def bearer_token(header_value: str | None) -> str:
     """The token of an `authorization: Bearer <token>` value; raises when there is none."""
