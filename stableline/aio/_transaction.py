@@ -6,7 +6,7 @@ import asyncio
 
 from stableline._errors import StableLineError, TransactionEnded
 from stableline._proto import broker_pb2 as pb
-from stableline._types import TransactionState
+from stableline._types import TransactionState, txn_id_text
 from stableline.aio._connection import Connection
 
 _ENDED_BY = {
@@ -33,7 +33,7 @@ class Transaction:
         return self._state
 
     def __repr__(self) -> str:
-        return f"Transaction({self.id[0]}:{self.id[1]}, {self._state})"
+        return f"Transaction({txn_id_text(self.id)}, {self._state})"
 
     def _proto_id(self) -> pb.TxnId:
         return pb.TxnId(most_bits=self.id[0], least_bits=self.id[1])
@@ -46,7 +46,7 @@ class Transaction:
 
     def _check_open(self) -> None:
         if self._state is not TransactionState.OPEN:
-            raise TransactionEnded(f"transaction {self.id[0]}:{self.id[1]} is {self._state}")
+            raise TransactionEnded(f"transaction {txn_id_text(self.id)} is {self._state}")
 
     async def _end(self, action: int) -> None:
         """End on the coordinator, retried across a reconnect. Asking again for the same
