@@ -261,6 +261,11 @@ class Subscription:
         self.unacked_messages -= consumer.release_all()
         self._unblock()
 
+    @property
+    def holds_for_transactions(self) -> bool:
+        """Entries acknowledged in an open transaction are held here, in memory only."""
+        return bool(self._held_for_txn)
+
     # ------------------------------------------------------------ unacked limits
 
     def _hold(

@@ -182,8 +182,7 @@ class Topic:
             # Its own LAC listener only: a long-polling Fetch adds one while it waits.
             and self.ledger.listener_count <= 1
             and all(
-                # Entries held for an open transaction's ack live only in memory.
-                not subscription.consumers and not subscription._held_for_txn
+                not subscription.consumers and not subscription.holds_for_transactions
                 for subscription in self.subscriptions.values()
             )
         )
