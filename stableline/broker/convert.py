@@ -87,6 +87,7 @@ def message_positions(ids) -> list[tuple[Position, int]]:
 
 
 def txn_id(message: pb.TxnId) -> TxnId:
+    """Any message with most_bits and least_bits (the Admin service's look-ups too)."""
     return TxnId(message.most_bits, message.least_bits)
 
 

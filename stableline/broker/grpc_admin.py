@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from managed_ledger import TxnId
 from stableline._proto import admin_pb2 as pb
 from stableline._proto import admin_pb2_grpc
-from stableline.broker import stats
+from stableline.broker import convert, stats
 from stableline.broker.errors import abort
 from stableline.broker.registry import TopicRegistry
 from stableline.topic_name import TopicName
@@ -61,7 +60,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     async def GetTransactionMetadata(self, request, context) -> pb.StatsResponse:
         try:
-            meta = self.coordinator.get(TxnId(request.most_bits, request.least_bits))
+            meta = self.coordinator.get(convert.txn_id(request))
         except Exception as error:
             await abort(context, error)
         return pb.StatsResponse(json=json.dumps(meta.describe()))
