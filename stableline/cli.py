@@ -65,7 +65,6 @@ def serve(
 ) -> None:
     """Start a broker."""
     from stableline.broker.config import load_config
-    from stableline.broker.security.file_modes import use_owner_only_umask
     from stableline.broker.server import StartupError, lock_data_dir, run
 
     try:
@@ -80,9 +79,6 @@ def serve(
         )
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
-    # Before anything is created under the data dir (the lock's directories first):
-    # a fresh data dir is born the broker's own, with nothing to tighten at start.
-    use_owner_only_umask()
     try:
         # Held until the process ends, taken before anything writes under the data
         # dir (--secure's files included): a second broker stops here.

@@ -68,8 +68,11 @@ def lock_data_dir(config: BrokerConfig) -> DataDirLock:
     """Hold the data dir for this process (its metadata store's lock) or refuse.
 
     The command line takes it before anything writes under the data dir; the broker's
-    metadata store shares it (the lock counts holders within a process).
+    metadata store shares it (the lock counts holders within a process). From here on
+    the process creates files for its owner only, the lock's own directories first, so
+    a fresh data dir has nothing to tighten at start.
     """
+    use_owner_only_umask()
     try:
         return DataDirLock.acquire(config.metadata_dir)
     except DataDirInUseError as error:
@@ -425,5 +428,4 @@ def run(config: BrokerConfig) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    use_owner_only_umask()
     asyncio.run(serve(config))
