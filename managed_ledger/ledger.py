@@ -179,12 +179,12 @@ class ManagedLedger:
                 continue
             self._ledgers[info.ledger_id] = info
             self._corrupt_entries += len(info.damaged)
+        if damaged_recorded:
+            self._persist_ledger_list()
         # A file the ledger list does not name was never acknowledged into: either a
         # deleted ledger whose removal was interrupted, or one created just before
         # a crash, ahead of the metadata write that would have adopted it (its id
         # is then >= next_ledger_id, and left alone it would block that id forever).
-        if damaged_recorded:
-            self._persist_ledger_list()
         known = {self._path(ledger_id).name for ledger_id in self._ledgers}
         for path in self.directory.glob("*.log"):
             if path.name not in known:
