@@ -64,6 +64,18 @@ async def append_many(ledger: ManagedLedger, ids) -> list[Position]:
     return [await ledger.append(header(i), payload(i)) for i in ids]
 
 
+async def fence_after_two_entries(harness, faulty_disk) -> tuple[ManagedLedger, int]:
+    """A durable ledger holding entries 0 and 1 whose next append failed its fsync
+    (the disk still failing them); returns it and its first ledger id."""
+    ledger = await harness.open(DURABLE)
+    first = ledger.current_ledger_id
+    await append_many(ledger, range(2))
+    faulty_disk.fail_syncs(errno.EIO)
+    with pytest.raises(StorageError, match="the disk failed"):
+        await ledger.append(header(90), payload(90))
+    return ledger, first
+
+
 def fail_once(real, error: OSError):
     """A stand-in for an os function that raises `error` on its first call only."""
     calls = {"failed": 0}
@@ -726,12 +738,7 @@ async def test_full_disk_fails_appends_with_storage_full_and_they_resume_when_sp
 async def test_failing_fsyncs_fence_the_ledger_and_appends_resume_in_a_new_one_once_healed(
     harness, faulty_disk
 ):
-    ledger = await harness.open(DURABLE)
-    first = ledger.current_ledger_id
-    await append_many(ledger, range(2))
-    faulty_disk.fail_syncs(errno.EIO)
-    with pytest.raises(StorageError, match="the disk failed"):
-        await ledger.append(header(90), payload(90))
+    ledger, first = await fence_after_two_entries(harness, faulty_disk)
     # The rollover's seal needs an fsync too: it fails while the device does, and
     # every later append fails with it, without touching the fenced file.
     with pytest.raises(StorageError, match="rollover"):
@@ -795,12 +802,7 @@ async def test_a_full_disk_leaves_the_ledger_write_failed_until_an_append_lands(
 async def test_a_failed_fsync_fences_the_ledger_until_a_rollover_opens_the_next(
     harness, faulty_disk
 ):
-    ledger = await harness.open(DURABLE)
-    first = ledger.current_ledger_id
-    await append_many(ledger, range(2))
-    faulty_disk.fail_syncs(errno.EIO)
-    with pytest.raises(StorageError, match="the disk failed"):
-        await ledger.append(header(90), payload(90))
+    ledger, first = await fence_after_two_entries(harness, faulty_disk)
     assert ledger.state is LedgerState.FENCED
     # The rollover's seal fails as well: still fenced, the file still unwritten.
     with pytest.raises(StorageError, match="rollover"):
