@@ -619,7 +619,7 @@ class Subscription:
         self._redeliver.discard(position)
         self._looked_ahead.discard(position)
 
-    def _settled(self, entry: Entry, redelivery: bool) -> bool:
+    def _settled(self, entry: Entry) -> bool:
         """True when the entry needs no delivery: acknowledged, held by a transaction,
         outstanding to a consumer (never twice at once: it comes back through a nack
         or its consumer leaving), or skipped by the view (then it is acknowledged
@@ -641,7 +641,7 @@ class Subscription:
         self, entry: Entry, batches: dict[Consumer, list[Delivery]], redelivery: bool = False
     ) -> bool:
         """Deliver or skip one entry; False when no consumer can take it now."""
-        if self._settled(entry, redelivery):
+        if self._settled(entry):
             return True
         if self.blocked:
             return False
@@ -711,7 +711,7 @@ class Subscription:
             redelivery = position not in self._looked_ahead
             self._forget_replayed(position)
             progressed = True
-            if self._settled(entry, redelivery):
+            if self._settled(entry):
                 self._hash_of.pop(position, None)
                 continue
             self._deliver(owner, entry, batches, redelivery, hash_)
@@ -728,7 +728,7 @@ class Subscription:
                 if not ready or self.blocked:
                     return progressed
                 position = entry.position
-                if not self._settled(entry, False):
+                if not self._settled(entry):
                     hash_ = sticky_hash(entry.header.key_hash)
                     owner = None if hash_ in waiting else self._owner_for(hash_, ready)
                     if owner is None:
