@@ -18,6 +18,7 @@ from stableline.broker import (
     stats,
 )
 from stableline.broker.errors import internal_error_message
+from stableline.broker.http_paths import topic_name
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -55,10 +56,6 @@ def make_app(
     recovery = recovery or stats.RecoveryWindow()
     metrics_registry = make_registry(registry, coordinator)
     app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
-
-    def topic_name(request: web.Request) -> TopicName:
-        info = request.match_info
-        return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
 
     started_at_ms = int(time.time() * 1000)
     try:

@@ -17,19 +17,14 @@ from typing import Any
 from aiohttp import web
 
 from stableline.broker import stats
+from stableline.broker.http_paths import topic_name
 from stableline.broker.peek import parse_count, parse_isolation_level, peek
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.stable_positions import stable_position, stable_positions
-from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator
 
 # One broker serves every namespace whole: Pulsar's full-range bundle.
 FULL_BUNDLE = "0x00000000_0xffffffff"
-
-
-def _topic_name(request: web.Request) -> TopicName:
-    info = request.match_info
-    return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -51,11 +46,11 @@ def add_routes(
         return web.json_response(stable_positions(registry.loaded(), coordinator))
 
     async def one_stable_position(request: web.Request) -> web.Response:
-        topic = await registry.get(_topic_name(request), create=False)
+        topic = await registry.get(topic_name(request), create=False)
         return web.json_response(stable_position(topic, coordinator))
 
     async def peek_subscription(request: web.Request) -> web.Response:
-        topic = await registry.get(_topic_name(request), create=False)
+        topic = await registry.get(topic_name(request), create=False)
         name = request.match_info["subscription"]
         subscription = topic.subscriptions.get(name)
         if subscription is None:

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from dispatcher import IsolationLevel, Subscription
 from managed_ledger import Entry, ManagedLedger, Position
+from stableline.broker.http_paths import topic_name
 from stableline.broker.peek import (
     MAX_PEEK_MESSAGES,
     MAX_PEEK_SCAN_ENTRIES,
@@ -45,7 +46,6 @@ from stableline.broker.peek import (
 )
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.topic import Topic
-from stableline.topic_name import TopicName
 
 # Pulsar's partitionIndex of a topic that is not a partition.
 NOT_A_PARTITION = -1
@@ -160,9 +160,7 @@ def _pulsar_headers(entry: Entry) -> dict[str, str]:
 
 def add_routes(app: web.Application, registry: TopicRegistry) -> None:
     async def topic_of(request: web.Request) -> Topic:
-        info = request.match_info
-        name = TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
-        return await registry.get(name, create=False)
+        return await registry.get(topic_name(request), create=False)
 
     async def last_id(request: web.Request) -> web.Response:
         return web.json_response(last_message_id(await topic_of(request)))

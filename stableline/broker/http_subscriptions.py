@@ -29,11 +29,11 @@ from aiohttp import web
 
 from dispatcher import IsolationLevel, Subscription, SubscriptionType
 from managed_ledger import Position
+from stableline.broker.http_paths import topic_name
 from stableline.broker.peek import parse_isolation_level
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.topic import Topic
 from stableline.names import InvalidNameError, check_name
-from stableline.topic_name import TopicName
 
 # Entries acknowledged per step of a skip; the loop serves others between steps.
 SKIP_STEP_ENTRIES = 1000
@@ -43,11 +43,6 @@ LATEST_LEDGER_ID = 2**62
 
 def _reason(status: int, reason: str) -> web.Response:
     return web.json_response({"reason": reason}, status=status)
-
-
-def _topic_name(request: web.Request) -> TopicName:
-    info = request.match_info
-    return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
 
 
 def _subscription(topic: Topic, name: str) -> Subscription:
@@ -136,7 +131,7 @@ def _message_id_target(topic: Topic, body: object) -> Position:
 
 def add_routes(app: web.Application, registry: TopicRegistry) -> None:
     async def topic_of(request: web.Request) -> Topic:
-        return await registry.get(_topic_name(request), create=False)
+        return await registry.get(topic_name(request), create=False)
 
     async def list_subscriptions(request: web.Request) -> web.Response:
         topic = await topic_of(request)

@@ -24,9 +24,9 @@ from typing import Any
 from aiohttp import web
 
 from managed_ledger import TxnId
+from stableline.broker.http_paths import topic_name
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.stats import COORDINATOR_READY, RecoveryWindow
-from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator, TxnMetadata
 
 TRANSACTIONS = "/admin/v3/transactions"
@@ -130,10 +130,8 @@ def add_routes(
         return web.json_response(slow_transactions(coordinator, timeout_ms, now_ms))
 
     async def pending_acks(request: web.Request) -> web.Response:
-        info = request.match_info
-        name = TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
-        topic = await registry.get(name, create=False)
-        subscription = info["subscription"]
+        topic = await registry.get(topic_name(request), create=False)
+        subscription = request.match_info["subscription"]
         if subscription not in topic.subscriptions:
             return _reason(404, f"subscription {subscription!r} does not exist on {topic.name}")
         return web.json_response(
