@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 import time
@@ -66,10 +67,16 @@ START_LOAD_CONCURRENCY = 8
 UNLOAD_CONCURRENCY = 64
 
 
+@functools.cache
+def _libc_name() -> str | None:
+    # Looked up once: find_library runs ldconfig in a subprocess on each call.
+    return ctypes.util.find_library("c")
+
+
 def _release_free_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's malloc_trim), so
     memory freed by unloading shows in the broker's RSS; a no-op elsewhere."""
-    name = ctypes.util.find_library("c")
+    name = _libc_name()
     if name is None:
         return
     with contextlib.suppress(OSError, AttributeError):
