@@ -127,7 +127,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             or f"{ANONYMOUS_PREFIX}{self._run_tag}-{next(self._generated_names)}"
         )
         caller = CURRENT_CALLER.get()
-        txn_caller = None if caller is None else caller.checked_as
+        txn_caller = self._checked_as()
         out: asyncio.Queue = asyncio.Queue()
         publisher = Publisher(
             producer_name,
