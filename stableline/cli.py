@@ -287,11 +287,6 @@ def admin() -> None:
     """Inspect the broker over its HTTP admin API."""
 
 
-def _admin_get(admin_url: str, path: str):
-    return admin_request(admin_url, path)
-
-
-_admin_url = admin_url_option
 main.add_command(tokens)
 admin.add_command(permissions)
 admin.add_command(topics)
@@ -300,13 +295,13 @@ admin.add_command(subscriptions)
 
 @admin.command("txn-buffer")
 @click.argument("topic")
-@_admin_url
+@admin_url_option
 def admin_txn_buffer(topic: str, admin_url: str) -> None:
     """Print TOPIC's transaction buffer: state, maxReadPosition, ongoing and aborted."""
     path = topic_path(topic).replace(
         "/admin/v2/persistent/", "/admin/v3/transactions/transactionBufferStats/"
     )
-    click.echo(json.dumps(_admin_get(admin_url, path), indent=2))
+    click.echo(json.dumps(admin_request(admin_url, path), indent=2))
 
 
 @main.group()
@@ -315,10 +310,10 @@ def txn() -> None:
 
 
 @txn.command("list")
-@_admin_url
+@admin_url_option
 def txn_list(admin_url: str) -> None:
     """List open transactions, oldest first, with their age and topics."""
-    stats = _admin_get(admin_url, "/admin/v3/transactions/coordinatorStats")
+    stats = admin_request(admin_url, "/admin/v3/transactions/coordinatorStats")
     click.echo(
         f"low watermark {stats['lowWaterMark']}, open {stats['openTxns']}, committed "
         f"{stats['committedCount']}, aborted {stats['abortedCount']} ({stats['timedOutCount']} timed out)"
@@ -330,12 +325,12 @@ def txn_list(admin_url: str) -> None:
 
 @txn.command("show")
 @click.argument("txn_id")
-@_admin_url
+@admin_url_option
 def txn_show(txn_id: str, admin_url: str) -> None:
     """Show transaction TXN_ID (MOST:LEAST)."""
     click.echo(
         json.dumps(
-            _admin_get(admin_url, f"/admin/v3/transactions/transactionMetadata?txnId={txn_id}"),
+            admin_request(admin_url, f"/admin/v3/transactions/transactionMetadata?txnId={txn_id}"),
             indent=2,
         )
     )
