@@ -8,7 +8,13 @@ from pathlib import Path
 
 import click
 
-from stableline.cli_admin import admin_url_option, subscriptions, topic_path, topics
+from stableline.cli_admin import (
+    admin_url_option,
+    initial_position_option,
+    subscriptions,
+    topic_path,
+    topics,
+)
 from stableline.cli_security import (
     admin_request,
     broker_error,
@@ -200,13 +206,7 @@ def _raise_on_error(error, _message_id) -> None:
     show_default=True,
     help="read_committed | read_uncommitted",
 )
-@click.option(
-    "-p",
-    "--initial-position",
-    type=click.Choice(["Earliest", "Latest"], case_sensitive=False),
-    default="Latest",
-    show_default=True,
-)
+@initial_position_option
 @click.option(
     "--timeout", default=0.0, help="Stop after this many seconds without a message; 0 = wait."
 )

@@ -24,6 +24,17 @@ def admin_url_option(function):
     return click.option("--admin-url", default=DEFAULT_ADMIN, show_default=True)(function)
 
 
+# Where a new subscription starts reading: the same choice whether a consumer or the
+# admin API makes it.
+initial_position_option = click.option(
+    "-p",
+    "--initial-position",
+    type=click.Choice(["Earliest", "Latest"], case_sensitive=False),
+    default="Latest",
+    show_default=True,
+)
+
+
 def topic_path(topic: str) -> str:
     """A topic name (short or full) -> its admin path."""
     from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -126,13 +137,7 @@ _ISOLATION = click.Choice(["read_committed", "read_uncommitted"], case_sensitive
     show_default=True,
     help="Fixed for the subscription's life; its consumers must ask for the same.",
 )
-@click.option(
-    "-p",
-    "--initial-position",
-    type=click.Choice(["Earliest", "Latest"], case_sensitive=False),
-    default="Latest",
-    show_default=True,
-)
+@initial_position_option
 @admin_url_option
 def subscriptions_create(
     topic: str, subscription: str, isolation: str, initial_position: str, admin_url: str
