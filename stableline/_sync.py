@@ -245,7 +245,7 @@ class Producer:
                     txn = _inner_txn(txn)
                 batch_future, index = send(content, properties, partition_key, txn)
             except (StableLineError, TypeError, ValueError) as error:
-                self._settle_one()
+                self._count_settled(1)
                 if callback is not None:
                     _call(callback, error, None)
                 continue
@@ -256,8 +256,9 @@ class Producer:
                 batch_future.add_done_callback(functools.partial(self._settle, waiting))
             append((callback, index))
 
-    def _settle_one(self) -> None:
-        self._settled += 1
+    def _count_settled(self, count: int) -> None:
+        """`count` more sends are settled (durable or failed): wake senders waiting for room."""
+        self._settled += count
         if self._block:
             with self._room:
                 self._room.notify_all()
@@ -280,10 +281,7 @@ class Producer:
             for callback, _index in waiting:
                 if callback is not None:
                     _call(callback, error, None)
-        self._settled += len(waiting)
-        if self._block:
-            with self._room:
-                self._room.notify_all()
+        self._count_settled(len(waiting))
 
     def flush(self) -> None:
         """Wait until every message sent so far is durable (or failed) and its
