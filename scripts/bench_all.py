@@ -142,6 +142,9 @@ class Row:
     baseline: float | None = None
     goal: tuple[Bound, ...] = ()  # every bound must hold
     note: str = ""
+    # A difference of two samples (RSS growth): at toy sizes it sits inside the
+    # allocator's noise and can come out below zero.
+    signed: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -748,6 +751,7 @@ def _topic_rows(topics: dict) -> list[Row]:
             "per topic just after creating them (loaded)",
             topics["bytes_per_topic"]["after_create"],
             goal=(Bound("value", "<=", 5 * 1024),),
+            signed=True,
             note=f"{topics['bytes_per_topic']['idle_after_unload']:,} B per topic after "
             f"idle ones unloaded, same run (heap not returned); open files idle "
             f"{topics['open_files']['idle']}, empty {topics['open_files']['empty']}",

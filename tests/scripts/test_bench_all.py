@@ -35,7 +35,8 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
     for group in GROUPS:
         assert any(row["figure"].startswith(group) for row in rows), group
     for row in rows:
-        assert row["value"] is not None and row["value"] >= 0, row
+        assert row["value"] is not None, row
+        assert row["signed"] or row["value"] >= 0, row
         assert row["baseline_label"] and row["baseline"] is not None, row
         if row["goal"]:
             assert row["met"] in (True, False), row
