@@ -79,6 +79,7 @@ class Sizes:
     spark_rounds: int = 2
     memory: bool = True
     sync_client_messages: int = 500_000
+    message_id_statements: int = 1_000_000
 
 
 QUICK = Sizes(
@@ -101,6 +102,7 @@ QUICK = Sizes(
     observe_rounds=2,
     memory=False,
     sync_client_messages=5_000,
+    message_id_statements=20_000,
 )
 
 
@@ -804,6 +806,38 @@ def fig_sync_client(sizes: Sizes, ctx: dict) -> list[Row]:
     ]
 
 
+def fig_message_id(sizes: Sizes, ctx: dict) -> list[Row]:
+    """MessageId with callable parts beside the plain-itemgetter layout it replaced."""
+    result = run_script(
+        "bench_message_id.py",
+        ctx["out"] / "message-id.json",
+        "--number",
+        str(sizes.message_id_statements),
+    )
+    figure = "MessageId parts that may be called (bench_message_id, in process)"
+    return [
+        Row(
+            figure,
+            "Message.message_id(): make one id",
+            result["make_from_message_ns"],
+            "ns",
+            "the same with itemgetter parts",
+            result["make_from_message_baseline_ns"],
+            goal=(Bound("ratio", "<=", 1.1),),
+        ),
+        Row(
+            figure,
+            "msg_id.ledger_id (an IdPart)",
+            result["read_attribute_ns"],
+            "ns",
+            "a plain int through itemgetter",
+            result["read_attribute_baseline_ns"],
+            note=f"msg_id.ledger_id() {result['read_call_ns']} ns, msg_id[0] "
+            f"{result['read_index_ns']} ns",
+        ),
+    ]
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -813,6 +847,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "scaling": fig_scaling,
     "scripts": fig_scripts,
     "sync_client": fig_sync_client,
+    "message_id": fig_message_id,
 }
 
 

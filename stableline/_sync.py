@@ -82,7 +82,7 @@ def _as_runs(group: list) -> Messages | None:
 
 def _entry_key(item: Message | MessageId) -> tuple[int, int]:
     message_id = item.message_id() if isinstance(item, Message) else item
-    return (message_id.ledger_id, message_id.entry_id)
+    return message_id[:2]
 
 
 def _id_text(item: Message | MessageId) -> str:

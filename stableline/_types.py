@@ -56,12 +56,30 @@ class TransactionState(enum.StrEnum):
     """The coordinator aborted it: nothing in it is ever visible."""
 
 
+class IdPart(int):
+    """A part of a MessageId, read as an attribute: an int that may also be called.
+
+    `msg_id.ledger_id` is the number (`== 5`, `+ 1`, prints as `5`) and
+    `msg_id.ledger_id()`, pulsar-client's spelling, returns it as a plain int. Made
+    only when a part is read, so a MessageId holds plain ints and costs nothing more
+    to make (scripts/bench_message_id.py measures both).
+    """
+
+    __slots__ = ()
+
+    # int.__int__ of a subclass gives the exact int, in C: no Python frame per call.
+    __call__ = int.__int__
+
+
 class MessageId(tuple):
     """(ledger_id, entry_id, batch_index); ordered as the topic's log.
 
     A tuple: made, compared and hashed in C, as every send_async callback and every
     received message makes one (it unpacks, `ledger, entry, batch = msg_id`, and
     equals the plain tuple of its parts). Immutable, as the frozen value it was.
+    Its parts read as attributes or, as in pulsar-client, as calls:
+    `msg_id.ledger_id == msg_id.ledger_id()` (see IdPart). Code on a hot path
+    unpacks or indexes instead, which makes no IdPart.
     """
 
     __slots__ = ()
@@ -72,10 +90,15 @@ class MessageId(tuple):
     def __new__(cls, ledger_id: int, entry_id: int, batch_index: int = -1) -> MessageId:
         return tuple.__new__(cls, (ledger_id, entry_id, batch_index))
 
-    ledger_id = property(operator.itemgetter(0), doc="The ledger holding the entry.")
-    entry_id = property(operator.itemgetter(1), doc="The entry within its ledger.")
+    ledger_id = property(
+        lambda self: IdPart(self[0]), doc="The ledger holding the entry (an IdPart)."
+    )
+    entry_id = property(
+        lambda self: IdPart(self[1]), doc="The entry within its ledger (an IdPart)."
+    )
     batch_index = property(
-        operator.itemgetter(2), doc="The message within the entry's batch; -1: the entry."
+        lambda self: IdPart(self[2]),
+        doc="The message within the entry's batch; -1: the entry (an IdPart).",
     )
 
     def __getnewargs__(self) -> tuple[int, int, int]:
@@ -86,7 +109,8 @@ class MessageId(tuple):
         return f"MessageId(ledger_id={ledger_id}, entry_id={entry_id}, batch_index={batch_index})"
 
     def __str__(self) -> str:
-        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
+        ledger_id, entry_id, batch_index = self
+        return f"{ledger_id}:{entry_id}:{batch_index}"
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
@@ -118,9 +142,8 @@ class MessageId(tuple):
         return cls(message.ledger_id, message.entry_id, message.batch_index)
 
     def to_proto(self) -> pb.MessageIdData:
-        return pb.MessageIdData(
-            ledger_id=self.ledger_id, entry_id=self.entry_id, batch_index=self.batch_index
-        )
+        ledger_id, entry_id, batch_index = self
+        return pb.MessageIdData(ledger_id=ledger_id, entry_id=entry_id, batch_index=batch_index)
 
 
 MessageId.earliest = MessageId(-1, -1, -1)
@@ -135,7 +158,7 @@ _POSITION_TEXT = re.compile(r"(-?[0-9]+):(-?[0-9]+)")  # ASCII digits, as the en
 
 def position_text(position: MessageId) -> str:
     """ "ledger:entry" of the entry a message id names (its batch index left out)."""
-    return f"{position.ledger_id}:{position.entry_id}"
+    return f"{position[0]}:{position[1]}"
 
 
 def parse_position(text: str) -> MessageId:

@@ -399,7 +399,7 @@ class Consumer:
     def _forget(self, ids: Iterable[MessageId]) -> None:
         if self._unacked:
             for message_id in ids:
-                self._unacked.pop((message_id.ledger_id, message_id.entry_id), None)
+                self._unacked.pop(message_id[:2], None)
 
     async def acknowledge(
         self, message: MessageOrId | list[MessageOrId] | Messages, txn=None
@@ -429,7 +429,7 @@ class Consumer:
                 ack=pb.Ack(request_id=rid, message_ids=[message_id.to_proto()], cumulative=True)
             )
         )
-        upto = (message_id.ledger_id, message_id.entry_id)
+        upto = message_id[:2]
         if self._unacked:
             for key in [k for k in self._unacked if k <= upto]:
                 del self._unacked[key]
@@ -437,7 +437,7 @@ class Consumer:
     async def negative_acknowledge(self, message: MessageOrId) -> None:
         """Ask for the message's entry again after negative_ack_redelivery_delay_ms."""
         message_id = _id_of(message)
-        key = (message_id.ledger_id, message_id.entry_id)
+        key = message_id[:2]
         # The delivery handed back: the broker ignores the nack once it has sent the
         # entry again (after an abort, say), so no second copy is made.
         count = message.redelivery_count() if isinstance(message, Message) else None

@@ -24,6 +24,7 @@ GROUPS = (
     "Ledger append",
     "Recovery",
     "Publish latency histogram",
+    "MessageId parts",
 )
 
 
@@ -42,7 +43,8 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
             assert row["met"] in (True, False), row
     assert results["quick"] is True
     assert set(results["seconds_per_figure"]) == {
-        "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "sync_client", "scripts"
+        "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "sync_client", "scripts",
+        "message_id",
     }  # fmt: skip
     table = (tmp_path / "RESULTS.md").read_text()
     assert table.count("\n| ") == len(rows) + 1  # the header and a line per row
@@ -54,6 +56,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
         "rpc-cost.json",
         "recovery.json",
         "ledger-100b-entries.json",
+        "message-id.json",
     ):
         assert (tmp_path / produced).exists(), produced
 

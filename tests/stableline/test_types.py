@@ -79,3 +79,32 @@ def test_a_message_id_serializes_to_bytes_and_back():
     assert MessageId(3, 120, 7).partition() == -1
     with pytest.raises(ValueError, match="not a serialized message id"):
         MessageId.deserialize(b"\xff\xff\xff")
+
+
+def test_message_id_parts_read_as_attributes_and_as_pulsar_calls():
+    import json
+    import pickle
+
+    from stableline import MessageId
+
+    message_id = MessageId(3, 120, 7)
+    # pulsar-client's spelling: each part is a call returning the plain int.
+    assert message_id.ledger_id() == 3 and type(message_id.ledger_id()) is int
+    assert message_id.entry_id() == 120 and type(message_id.entry_id()) is int
+    assert message_id.batch_index() == 7 and type(message_id.batch_index()) is int
+    assert MessageId(3, 120).batch_index() == -1
+    assert message_id.partition() == -1
+    # The attribute form keeps reading as the number it always was.
+    part = message_id.ledger_id
+    assert part == 3 and part + 1 == 4 and part < 4 and isinstance(part, int)
+    assert repr(part) == str(part) == f"{part}" == "3" and hash(part) == hash(3)
+    assert json.dumps({"ledger": part}) == '{"ledger": 3}'
+    assert {3: "three"}[part] == "three" and list(range(part)) == [0, 1, 2]
+    assert pb.MessageIdData(ledger_id=part).ledger_id == 3
+    assert pickle.loads(pickle.dumps(part)) == 3
+    # The id itself holds plain ints: it unpacks, equals and pickles as before.
+    ledger_id, entry_id, batch_index = message_id
+    assert type(ledger_id) is int and message_id == (3, 120, 7)
+    assert pickle.loads(pickle.dumps(message_id)) == message_id
+    assert str(message_id) == "3:120:7" and MessageId.parse(str(message_id)) == message_id
+    assert repr(message_id) == "MessageId(ledger_id=3, entry_id=120, batch_index=7)"
