@@ -31,6 +31,7 @@ from stableline._types import (
     ConsumerType,
     InitialPosition,
     IsolationLevel,
+    LookupResult,
     Message,
     MessageId,
     Messages,
@@ -722,6 +723,10 @@ class Client:
 
     def get_last_message_id(self, topic: str) -> MessageId:
         return self._loop.run(self._inner.get_last_message_id(topic))
+
+    def lookup_topic(self, topic: str) -> LookupResult:
+        """Which broker serves `topic` (see stableline.aio.Client.lookup_topic)."""
+        return self._loop.run(self._inner.lookup_topic(topic))
 
     def close(self) -> None:
         """Close every producer (sending what it holds) and consumer (confirming its

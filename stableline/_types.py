@@ -1,4 +1,4 @@
-"""Values users see: enums, message ids, messages."""
+"""Values users see: enums, message ids, messages, lookup answers."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import enum
 import operator
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from typing import ClassVar
 
@@ -148,6 +149,36 @@ class MessageId(tuple):
 
 MessageId.earliest = MessageId(-1, -1, -1)
 MessageId.latest = MessageId(_MAX, _MAX, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """Which broker serves a topic (`client.lookup_topic`), as Pulsar's lookup answers."""
+
+    topic: str  # the topic's full name
+    broker_url: str  # the broker's service URL, as Client() takes it (Pulsar's brokerUrl)
+    http_url: str  # its HTTP admin URL
+    grpc_address: str  # host:port of its gRPC port
+    http_address: str  # host:port of its HTTP port
+    tls: bool  # both ports speak TLS
+
+    @classmethod
+    def from_proto(cls, response: pb.LookupResponse) -> LookupResult:
+        """The answer to a Lookup call; ValueError for one this client cannot follow."""
+        if response.action != pb.LOOKUP_ACTION_CONNECT:
+            raise ValueError(
+                f"the broker answered the lookup of {response.topic or 'the topic'} with "
+                f"action {response.action}, which this client does not know: upgrade it"
+            )
+        return cls(
+            response.topic,
+            response.service_url,
+            response.http_url,
+            response.grpc_address,
+            response.http_address,
+            response.tls,
+        )
+
 
 # The project's text forms on the client's side: a position is "ledger:entry", a
 # transaction id "most:least". The engines' Position and TxnId (managed_ledger) make

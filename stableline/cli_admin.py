@@ -35,15 +35,20 @@ initial_position_option = click.option(
 )
 
 
-def topic_path(topic: str) -> str:
-    """A topic name (short or full) -> its admin path."""
+def _topic_parts(topic: str) -> str:
+    """A topic name (short or full) -> "tenant/namespace/topic", as its paths hold it."""
     from stableline.topic_name import InvalidTopicNameError, TopicName
 
     try:
         name = TopicName.parse(topic)
     except InvalidTopicNameError as error:
         raise click.BadParameter(str(error)) from None
-    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
+    return f"{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+def topic_path(topic: str) -> str:
+    """A topic name (short or full) -> its admin path."""
+    return f"/admin/v2/persistent/{_topic_parts(topic)}"
 
 
 def _subscription_path(topic: str, subscription: str) -> str:
@@ -59,7 +64,7 @@ def _print_json(document) -> None:
 
 @click.group()
 def topics() -> None:
-    """Topics: create, delete, list, stats, internal-stats."""
+    """Topics: create, delete, list, stats, internal-stats, lookup."""
 
 
 @topics.command("create")
@@ -105,6 +110,16 @@ def topics_stats(topic: str, admin_url: str) -> None:
 def topics_internal_stats(topic: str, admin_url: str) -> None:
     """Print TOPIC's ledgers and cursors."""
     _print_json(admin_request(admin_url, topic_path(topic) + "/internalStats"))
+
+
+@topics.command("lookup")
+@click.argument("topic")
+@admin_url_option
+def topics_lookup(topic: str, admin_url: str) -> None:
+    """Print the service URL of the broker serving TOPIC, as pulsar-admin does."""
+    answer = admin_request(admin_url, f"/lookup/v2/topic/persistent/{_topic_parts(topic)}")
+    # One port serves plaintext or TLS: the other URL is null.
+    click.echo(answer.get("brokerUrl") or answer.get("brokerUrlTls"))
 
 
 # ---------------------------------------------------------------- subscriptions

@@ -35,6 +35,10 @@ class KeySharedMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KEY_SHARED_MODE_AUTO_SPLIT: _ClassVar[KeySharedMode]
     KEY_SHARED_MODE_STICKY: _ClassVar[KeySharedMode]
 
+class LookupAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOOKUP_ACTION_CONNECT: _ClassVar[LookupAction]
+
 class TxnAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TXN_ACTION_COMMIT: _ClassVar[TxnAction]
@@ -62,6 +66,7 @@ ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel
 ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel
 KEY_SHARED_MODE_AUTO_SPLIT: KeySharedMode
 KEY_SHARED_MODE_STICKY: KeySharedMode
+LOOKUP_ACTION_CONNECT: LookupAction
 TXN_ACTION_COMMIT: TxnAction
 TXN_ACTION_ABORT: TxnAction
 TXN_STATE_UNSPECIFIED: TxnState
@@ -438,6 +443,30 @@ class GetLastMessageIdResponse(_message.Message):
     max_read_position: Position
     ledgers: _containers.RepeatedCompositeFieldContainer[LedgerInfo]
     def __init__(self, last_confirmed_entry: _Optional[_Union[Position, _Mapping]] = ..., max_read_position: _Optional[_Union[Position, _Mapping]] = ..., ledgers: _Optional[_Iterable[_Union[LedgerInfo, _Mapping]]] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("topic", "grpc_address", "http_address", "tls", "service_url", "http_url", "action")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_URL_FIELD_NUMBER: _ClassVar[int]
+    HTTP_URL_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    grpc_address: str
+    http_address: str
+    tls: bool
+    service_url: str
+    http_url: str
+    action: LookupAction
+    def __init__(self, topic: _Optional[str] = ..., grpc_address: _Optional[str] = ..., http_address: _Optional[str] = ..., tls: _Optional[bool] = ..., service_url: _Optional[str] = ..., http_url: _Optional[str] = ..., action: _Optional[_Union[LookupAction, str]] = ...) -> None: ...
 
 class NewTransactionRequest(_message.Message):
     __slots__ = ("timeout_ms", "name")

@@ -69,6 +69,11 @@ class BrokerStub:
                 request_serializer=stableline_dot_v1_dot_broker__pb2.GetTransactionRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_broker__pb2.GetTransactionResponse.FromString,
                 _registered_method=True)
+        self.Lookup = channel.unary_unary(
+                '/stableline.v1.Broker/Lookup',
+                request_serializer=stableline_dot_v1_dot_broker__pb2.LookupRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_broker__pb2.LookupResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -116,6 +121,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Lookup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +164,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetTransaction,
                     request_deserializer=stableline_dot_v1_dot_broker__pb2.GetTransactionRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_broker__pb2.GetTransactionResponse.SerializeToString,
+            ),
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=stableline_dot_v1_dot_broker__pb2.LookupRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_broker__pb2.LookupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +360,33 @@ class Broker:
             '/stableline.v1.Broker/GetTransaction',
             stableline_dot_v1_dot_broker__pb2.GetTransactionRequest.SerializeToString,
             stableline_dot_v1_dot_broker__pb2.GetTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Broker/Lookup',
+            stableline_dot_v1_dot_broker__pb2.LookupRequest.SerializeToString,
+            stableline_dot_v1_dot_broker__pb2.LookupResponse.FromString,
             options,
             channel_credentials,
             insecure,

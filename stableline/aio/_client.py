@@ -13,9 +13,16 @@ import re
 from pathlib import Path
 
 from stableline._auth import AuthenticationToken
+from stableline._errors import StableLineError
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._proto import broker_pb2 as pb
-from stableline._types import ConsumerType, InitialPosition, IsolationLevel, MessageId
+from stableline._types import (
+    ConsumerType,
+    InitialPosition,
+    IsolationLevel,
+    LookupResult,
+    MessageId,
+)
 from stableline.aio._connection import ConnectionPool
 from stableline.aio._consumer import Consumer
 from stableline.aio._multi_consumer import (
@@ -236,6 +243,21 @@ class Client:
     async def get_last_message_id(self, topic: str) -> MessageId:
         last = await self._connections.service.last_confirmed(topic)
         return MessageId(last.ledger_id, last.entry_id, -1)
+
+    async def lookup_topic(self, topic: str) -> LookupResult:
+        """Which broker serves `topic` (Pulsar's lookup; a single broker names itself).
+        TopicNotFound when it does not exist and a producer of this client's role
+        would not create it; needs produce or consume on it where authorization is on."""
+        connection = self._connections.service
+
+        async def attempt() -> pb.LookupResponse:
+            return await connection.unary(connection.broker.Lookup, pb.LookupRequest(topic=topic))
+
+        response = await connection.with_retries(attempt, f"lookup of {topic}")
+        try:
+            return LookupResult.from_proto(response)
+        except ValueError as error:
+            raise StableLineError(str(error)) from None
 
     async def shutdown(self) -> None:
         """Close at once, waiting for nothing: the connections go first, so sends

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dispatcher import (
     Delivery,
@@ -19,6 +20,9 @@ from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
 from managed_ledger.ledger import LedgerInfo
 from stableline._proto import broker_pb2 as pb
 from txnbuffer import TxnMetadata, TxnState
+
+if TYPE_CHECKING:
+    from stableline.broker.lookup import TopicOwner
 
 SUBSCRIPTION_TYPES = {
     pb.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
@@ -108,6 +112,19 @@ def transaction_to_proto(meta: TxnMetadata) -> pb.GetTransactionResponse:
         timeout_at_ms=meta.opened_ms + meta.timeout_ms,
         ended_timestamp_ms=meta.ended_ms,
         name=meta.name,
+    )
+
+
+def owner_to_proto(owner: TopicOwner) -> pb.LookupResponse:
+    broker = owner.broker
+    return pb.LookupResponse(
+        topic=str(owner.topic),
+        grpc_address=broker.grpc_address,
+        http_address=broker.http_address,
+        tls=broker.tls,
+        service_url=broker.service_url,
+        http_url=broker.http_url,
+        action=pb.LOOKUP_ACTION_CONNECT,
     )
 
 

@@ -1,4 +1,5 @@
-"""The data plane over gRPC: Produce, Subscribe, Fetch, GetLastMessageId, transactions.
+"""The data plane over gRPC: Produce, Subscribe, Fetch, GetLastMessageId, transactions,
+and Lookup (which broker serves a topic: lookup.py).
 
 Wire handling only: requests are turned into engine values by convert.py and
 answered from them; what a call does lives with the engines (transactional acks in
@@ -41,8 +42,9 @@ from stableline.broker import convert
 from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
+from stableline.broker.lookup import TopicLookup
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
-from stableline.broker.security.caller import CURRENT_CALLER
+from stableline.broker.security.caller import CURRENT_CALLER, may_create_on_first_use
 from stableline.broker.topic import ProducerBusyError, Publisher, Topic
 from stableline.broker.transactional_acks import ack_in_transaction
 from stableline.names import InvalidNameError, check_name
@@ -63,11 +65,16 @@ _END = object()
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(
-        self, registry: TopicRegistry, config: BrokerConfig, coordinator: TransactionCoordinator
+        self,
+        registry: TopicRegistry,
+        config: BrokerConfig,
+        coordinator: TransactionCoordinator,
+        lookup: TopicLookup,
     ):
         self.registry = registry
         self.config = config
         self.coordinator = coordinator
+        self.lookup = lookup
         self._run_tag = secrets.token_hex(4)
         self._generated_names = itertools.count(1)
 
@@ -91,9 +98,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """The topic a Produce or Subscribe names, created on its first use when the
         caller may create it (see the module docstring)."""
         caller = CURRENT_CALLER.get()
-        may_create = (
-            caller is None or self.config.allow_auto_topic_creation or caller.may_create_topic(name)
-        )
+        may_create = may_create_on_first_use(caller, name, self.config.allow_auto_topic_creation)
         if not may_create and not self.registry.exists(name):
             raise TopicNotFoundError(
                 f"topic {name} does not exist, and role {caller.role!r} may not create it: "
@@ -530,6 +535,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             ),
             ledgers=[convert.ledger_to_proto(info) for info in ledgers],
         )
+
+    # ------------------------------------------------------------ Lookup
+
+    async def Lookup(self, request: pb.LookupRequest, context) -> pb.LookupResponse:
+        """The broker serving the topic (lookup.py): this one, for any topic that
+        exists or that the caller's first use would create."""
+        try:
+            owner = await self.lookup.owner(TopicName.parse(request.topic), CURRENT_CALLER.get())
+        except Exception as error:
+            await abort(context, error)
+        return convert.owner_to_proto(owner)
 
     # ------------------------------------------------------------ transactions
 

@@ -31,6 +31,7 @@ from grpc_reflection.v1alpha import reflection
 from managed_ledger import MetadataStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from stableline.broker import http_lookup
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
     ConnectionLimitInterceptor,
@@ -44,6 +45,7 @@ from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
 from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
 from stableline.broker.http_connection_limit import add_routes as add_http_routes
+from stableline.broker.lookup import BrokerAddresses, TopicLookup
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
@@ -149,6 +151,7 @@ class Broker:
         self.config = config
         self.store: MetadataStore | None = None
         self.registry: TopicRegistry | None = None
+        self.lookup: TopicLookup | None = None
         self.coordinator: TransactionCoordinator | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
@@ -184,6 +187,7 @@ class Broker:
         self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.coordinator = TransactionCoordinator(
             0,
             self.store,
@@ -235,7 +239,7 @@ class Broker:
             ],
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(self.registry, config, self.coordinator), self._grpc
+            BrokerService(self.registry, config, self.coordinator, self.lookup), self._grpc
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminService(self.registry, self.coordinator), self._grpc
@@ -262,6 +266,7 @@ class Broker:
 
         http_app = make_app(self.registry, self.coordinator, recovery)
         add_routes(http_app, self.connections)
+        http_lookup.add_routes(http_app, self.lookup)
         # First: a request refused by the token check has still sent its headers.
         http_app.middlewares.append(self.http_connections.middleware())
         add_http_routes(http_app, self.http_connections)
@@ -286,6 +291,15 @@ class Broker:
                 "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
             ) from None
         self.http_port = site.bound_port
+        self.lookup.advertise(
+            BrokerAddresses.advertised(
+                config.grpc_address,
+                self.grpc_port,
+                config.http_address,
+                self.http_port,
+                self.security.settings.tls is not None,
+            )
+        )
 
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -351,9 +365,7 @@ def version() -> str:
 def _log_banner(broker: Broker, took_s: float) -> None:
     """What runs where, for the operator reading the log."""
     config, settings = broker.config, broker.security.settings
-    grpc_host = config.grpc_address.rpartition(":")[0]
-    http_host = config.http_address.rpartition(":")[0]
-    http_url = f"{'https' if settings.tls else 'http'}://{http_host}:{broker.http_port}"
+    advertised = broker.lookup.advertised  # what lookups answer
     security = []
     if settings.tls is not None:
         security.append("TLS")
@@ -363,8 +375,8 @@ def _log_banner(broker: Broker, took_s: float) -> None:
         security.append("authorization")
     log.info("stableline %s ready in %.1f s", version(), took_s)
     log.info("data dir: %s", config.data_dir.resolve())
-    log.info("gRPC (clients' service URL): %s:%d", grpc_host, broker.grpc_port)
-    log.info("HTTP admin: %s   dashboard: %s/", http_url, http_url)
+    log.info("gRPC (clients' service URL): %s", advertised.grpc_address)
+    log.info("HTTP admin: %s   dashboard: %s/", advertised.http_url, advertised.http_url)
     log.info(
         "security: %s",
         "on (" + ", ".join(security) + ")" if security else "off (plaintext, no tokens)",

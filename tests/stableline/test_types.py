@@ -103,8 +103,7 @@ def test_message_id_parts_read_as_attributes_and_as_pulsar_calls():
     assert pb.MessageIdData(ledger_id=part).ledger_id == 3
     assert pickle.loads(pickle.dumps(part)) == 3
     # The id itself holds plain ints: it unpacks, equals and pickles as before.
-    ledger_id, entry_id, batch_index = message_id
-    assert type(ledger_id) is int and message_id == (3, 120, 7)
+    assert all(type(number) is int for number in message_id) and message_id == (3, 120, 7)
     assert pickle.loads(pickle.dumps(message_id)) == message_id
     assert str(message_id) == "3:120:7" and MessageId.parse(str(message_id)) == message_id
     assert repr(message_id) == "MessageId(ledger_id=3, entry_id=120, batch_index=7)"

@@ -5,7 +5,8 @@ the role too, to tell what belongs to whom (a transaction is its opener's, a pro
 name its connected producer's). A context variable carries it from the interceptor
 into the handler: set once per RPC, before the handler runs, in the RPC's own task
 (and so in the tasks the handler starts); RPCs never see each other's caller.
-Unset (None) when authentication is off: every caller is anonymous.
+Unset (None) when authentication is off: every caller is anonymous. An HTTP
+request carries its caller under REQUEST_CALLER_KEY, set by the HTTP guard.
 """
 
 from __future__ import annotations
@@ -34,3 +35,14 @@ class Caller:
 
 
 CURRENT_CALLER: ContextVar[Caller | None] = ContextVar("stableline_caller", default=None)
+# Where an HTTP request holds its Caller (absent when authentication is off).
+REQUEST_CALLER_KEY = "stableline.caller"
+
+
+def may_create_on_first_use(
+    caller: Caller | None, topic: TopicName, allow_auto_topic_creation: bool
+) -> bool:
+    """Would a Produce or Subscribe of `caller` naming `topic` create it if missing?
+    Anyone may with authentication off or `allow_auto_topic_creation`; otherwise only
+    a role that may create it (Guard.may_create_topic: produce on it)."""
+    return caller is None or allow_auto_topic_creation or caller.may_create_topic(topic)

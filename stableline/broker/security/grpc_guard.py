@@ -1,7 +1,8 @@
 """A grpc.aio server interceptor: every data-plane and admin RPC passes the Guard first.
 
 Each RPC maps to the action it needs on the topic it names: Produce -> produce;
-Subscribe, Fetch, GetLastMessageId -> consume; transactions (new, end, state) ->
+Subscribe, Fetch, GetLastMessageId -> consume; Lookup -> produce or consume (Pulsar's
+lookup right); transactions (new, end, state) ->
 any authenticated role (their writes and acks go through Produce and Subscribe,
 which check the topic); every Admin RPC, and any RPC not in the table, -> admin. The check runs
 before the service sees the request (for a stream, before its first message
@@ -16,7 +17,6 @@ Health and reflection stay open: probes and tools need no token.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 
 from stableline.broker.errors import BrokerError, abort, invalid
-from stableline.broker.security.caller import CURRENT_CALLER, Caller
+from stableline.broker.security.caller import CURRENT_CALLER
 from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
 from stableline.broker.security.open_streams import OpenStreams
 from stableline.broker.security.permissions import Action
@@ -67,6 +67,7 @@ RULES: dict[str, Rule] = {
     "/stableline.v1.Broker/NewTransaction": Rule(None),
     "/stableline.v1.Broker/EndTransaction": Rule(None),
     "/stableline.v1.Broker/GetTransaction": Rule(None),
+    "/stableline.v1.Broker/Lookup": Rule(Action.LOOKUP, lambda r: r.topic),
 }
 ADMIN_RULE = Rule(Action.ADMIN)
 
@@ -153,13 +154,7 @@ class _Check:
             )
         assert self.role is not None
         # In the RPC's own task, before the handler runs: the handler and its tasks see it.
-        CURRENT_CALLER.set(
-            Caller(
-                self.role,
-                self.guard.is_superuser(self.role),
-                functools.partial(self.guard.may_create_topic, self.role),
-            )
-        )
+        CURRENT_CALLER.set(self.guard.caller(self.role))
         return topic
 
     def unary(self, behavior):

@@ -6,6 +6,9 @@ both ports answer the same question the same way.
 
 from __future__ import annotations
 
+import functools
+
+from stableline.broker.security.caller import Caller
 from stableline.broker.security.permissions import Action, Authorizer
 from stableline.broker.security.tokens import AuthenticationFailed, TokenVerifier, bearer_token
 from stableline.topic_name import TopicName
@@ -46,6 +49,10 @@ class Guard:
         broker with topics; every role may when it is off."""
         return self.authorizer is None or self.authorizer.allows(role, Action.PRODUCE, topic)
 
+    def caller(self, role: str) -> Caller:
+        """The authenticated `role` as the services see it (caller.py)."""
+        return Caller(role, self.is_superuser(role), functools.partial(self.may_create_topic, role))
+
     def authorize(self, role: str, action: Action, topic: TopicName | None = None) -> None:
         """Raises NotPermitted unless `role` may do `action` (on `topic`)."""
         if self.authorizer is None or self.authorizer.allows(role, action, topic):
@@ -53,6 +60,12 @@ class Guard:
         if action is Action.ADMIN or topic is None:
             raise NotPermitted(
                 f"role {role!r} may not administer the broker: only superuser roles may"
+            )
+        if action is Action.LOOKUP:
+            raise NotPermitted(
+                f"role {role!r} may not look up {topic}: that needs produce or consume on "
+                f"it; a superuser can grant one with POST /admin/v2/namespaces/"
+                f'{topic.namespace_path}/permissions/{role} ["consume"]'
             )
         raise NotPermitted(
             f"role {role!r} may not {action.value} on {topic}; a superuser can grant it with "

@@ -5,7 +5,8 @@ What each path needs is a table: a subscription's own operations (list, create,
 delete, reset, skip, peek, the entry at a position) and a topic's lastMessageId
 and examinemessage need `consume` on the topic, as Pulsar's do (SUBSCRIBE,
 UNSUBSCRIBE, RESET_CURSOR, SKIP, PEEK_MESSAGES, GET_SUBSCRIPTIONS are consume
-rights there); everything else on the admin port is administration (topics,
+rights there); a topic lookup (/lookup/v2/topic/...) needs produce or consume, as
+Pulsar's LOOKUP does; everything else on the admin port is administration (topics,
 stats, transactions, permissions, the dashboard) and needs a superuser role. A
 path the table does not name needs a superuser: the guard fails closed. The
 health probe and Prometheus' /metrics stay open, as Pulsar leaves them by
@@ -19,6 +20,7 @@ import re
 
 from aiohttp import web
 
+from stableline.broker.security.caller import REQUEST_CALLER_KEY
 from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
 from stableline.broker.security.permissions import Action
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -31,6 +33,7 @@ OPEN_PREFIXES = ("/dashboard/static/",)
 
 _TOPIC = r"^/admin/v2/persistent/(?P<tenant>[^/]+)/(?P<namespace>[^/]+)/(?P<topic>[^/]+)"
 _SUBSCRIPTION = _TOPIC + r"/subscription/[^/]+"
+_LOOKUP = r"^/lookup/v2/topic/persistent/(?P<tenant>[^/]+)/(?P<namespace>[^/]+)/(?P<topic>[^/]+)"
 # (methods, path) -> the action needed on the path's topic; the rest needs ADMIN.
 TOPIC_RIGHTS: tuple[tuple[frozenset[str], re.Pattern[str], Action], ...] = tuple(
     (frozenset(methods), re.compile(pattern + "$"), action)
@@ -44,6 +47,7 @@ TOPIC_RIGHTS: tuple[tuple[frozenset[str], re.Pattern[str], Action], ...] = tuple
         ({"GET"}, _SUBSCRIPTION + "/position/[^/]+", Action.CONSUME),
         ({"GET"}, _TOPIC + "/lastMessageId", Action.CONSUME),
         ({"GET"}, _TOPIC + "/examinemessage", Action.CONSUME),
+        ({"GET"}, _LOOKUP, Action.LOOKUP),
     )
 )
 
@@ -85,6 +89,7 @@ def auth_middleware(guard: Guard, authenticate_metrics: bool = False):
             guard.authorize(role, *required_right(request.method, request.path))
         except NotPermitted as error:
             return web.json_response({"reason": str(error)}, status=403)
+        request[REQUEST_CALLER_KEY] = guard.caller(role)
         return await handler(request)
 
     return authenticate_and_authorize

@@ -28,8 +28,14 @@ MAX_ROLE_LENGTH = 256
 
 class Action(enum.Enum):
     PRODUCE = "produce"
+    """Publish to the topic (and create it by doing so)."""
     CONSUME = "consume"
+    """Subscribe to, read and acknowledge on the topic."""
+    LOOKUP = "lookup"
+    """Ask which broker serves the topic: never granted, implied by produce or consume
+    (Pulsar's canLookup)."""
     ADMIN = "admin"
+    """Everything else (topics, stats, permissions): never granted, superusers only."""
 
 
 GRANTABLE = (Action.PRODUCE, Action.CONSUME)
@@ -197,4 +203,8 @@ class Authorizer:
             return True
         if action is Action.ADMIN or topic is None:
             return False
+        if action is Action.LOOKUP:
+            return self.permissions.allows(role, Action.PRODUCE, topic) or self.permissions.allows(
+                role, Action.CONSUME, topic
+            )
         return self.permissions.allows(role, action, topic)
