@@ -137,3 +137,16 @@ def test_the_cli_prints_the_broker_url_as_pulsar_admin_does(broker):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"stableline://127.0.0.1:{broker.grpc_port}\n"
+
+
+def test_advertised_addresses_name_a_wildcard_listen_host_by_this_machine_s_name():
+    import socket
+
+    from stableline.broker.lookup import BrokerAddresses
+
+    plain = BrokerAddresses.advertised("0.0.0.0:6650", 6650, "[::1]:0", 8081, tls=False)
+    assert plain.grpc_address == f"{socket.getfqdn()}:6650"
+    assert plain.http_address == "[::1]:8081" and plain.http_url == "http://[::1]:8081"
+    secure = BrokerAddresses.advertised("broker-1:0", 6651, "broker-1:8443", 8443, tls=True)
+    assert secure.service_url == "stableline+ssl://broker-1:6651"
+    assert secure.http_url == "https://broker-1:8443"
