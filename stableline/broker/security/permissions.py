@@ -203,8 +203,6 @@ class Authorizer:
             return True
         if action is Action.ADMIN or topic is None:
             return False
-        if action is Action.LOOKUP:
-            return self.permissions.allows(role, Action.PRODUCE, topic) or self.permissions.allows(
-                role, Action.CONSUME, topic
-            )
+        if action is Action.LOOKUP:  # either grantable right implies it
+            return any(self.permissions.allows(role, right, topic) for right in GRANTABLE)
         return self.permissions.allows(role, action, topic)
