@@ -1,7 +1,11 @@
 """Client credentials: a bearer token for every call, and TLS for the channel.
 
 `AuthenticationToken("eyJ...")`, or a function returning the current token (read
-again for each call, so a token refreshed on disk is picked up), as Pulsar's.
+again for each call, so a token refreshed on disk is picked up), as Pulsar's. When
+the broker ends an open producer or consumer stream because its token expired, a
+function is asked again and the stream reopened with what it gives (Pulsar's
+clients re-read their AuthenticationDataProvider on the broker's auth challenge);
+a fixed token, or a function giving the refused token again, ends the stream.
 """
 
 from __future__ import annotations
@@ -18,12 +22,22 @@ class AuthenticationToken:
             raise ValueError("AuthenticationToken needs a token string or a function returning one")
         self._token = token
 
+    @property
+    def refreshable(self) -> bool:
+        """A function gives the token: asked again, it may give a fresh one."""
+        return callable(self._token)
+
     def token(self) -> str:
         value = self._token() if callable(self._token) else self._token
         return value.strip()
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.token()}"),)
+        return bearer_metadata(self.token())
+
+
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata carrying `token`."""
+    return (("authorization", f"Bearer {token}"),)
 
 
 def channel_credentials(

@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from stableline._auth import channel_credentials
+from stableline._auth import bearer_metadata, channel_credentials
 from stableline._errors import (
     ERROR_METADATA_KEY,
+    AuthenticationError,
     BrokerUnavailable,
     StableLineError,
     TopicNotFound,
@@ -113,6 +114,22 @@ class Connection:
         """Metadata sent with every call: the bearer token, when there is one."""
         return self._authentication.metadata() if self._authentication is not None else ()
 
+    def token(self) -> str | None:
+        """The bearer token a call made now sends (a provider is asked again)."""
+        return self._authentication.token() if self._authentication is not None else None
+
+    def refused_for_good(
+        self, refused: AuthenticationError, stream_token: str | None
+    ) -> AuthenticationError | None:
+        """A stream opened with `stream_token` was ended UNAUTHENTICATED (its token
+        expired): None when the token provider now gives another token, so the
+        stream may reopen with it; else the error the stream ends with."""
+        if self._authentication is None or not self._authentication.refreshable:
+            return refused
+        if self.token() == stream_token:
+            return AuthenticationError(f"{refused} (the token provider gave the same token again)")
+        return None
+
     def error(self, error: grpc.aio.AioRpcError) -> StableLineError:
         """The typed error; one that is a failure to connect says what to check about TLS."""
         failure = rpc_failure(error)
@@ -145,12 +162,14 @@ class Connection:
 
     async def open_stream(
         self, method: Callable[..., Any], opening: Any, answer: str, what: str
-    ) -> tuple[grpc.aio.StreamStreamCall, Any]:
+    ) -> tuple[grpc.aio.StreamStreamCall, Any, str | None]:
         """A new bidi stream of `method`: writes `opening`, waits for the response
-        whose oneof `response` is `answer` and returns (call, that answer). `what`
-        names the stream in the error when the broker closes it instead."""
+        whose oneof `response` is `answer` and returns (call, that answer, the token
+        it was opened with). `what` names the stream in the error when the broker
+        closes it instead."""
         self._check_open()
-        call = method(metadata=self.metadata())
+        token = self.token()
+        call = method(metadata=bearer_metadata(token) if token is not None else ())
         try:
             # A write the connection refused says only "Internal error from Core";
             # the read after it raises with the call's real status.
@@ -164,7 +183,7 @@ class Connection:
             call.cancel()
             raise BrokerUnavailable(f"broker closed {what}")
         self._reached = True
-        return call, getattr(response, answer)
+        return call, getattr(response, answer), token
 
     async def last_confirmed(self, topic: str, missing_ok: bool = False) -> pb.Position:
         """The topic's last confirmed entry; (-1, -1) for an unknown one if missing_ok."""

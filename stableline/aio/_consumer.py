@@ -122,6 +122,7 @@ class Consumer:
         self._timer: asyncio.Task | None = None
         self._timer_wakeup = asyncio.Event()
         self._call = None
+        self._stream_token: str | None = None  # the token _call was opened with
         self._receiver: asyncio.Task | None = None
         self._failure: StableLineError | None = None
         self._closed = False
@@ -160,7 +161,7 @@ class Consumer:
                 ),
             )
         )
-        call, subscribed = await self._connection.open_stream(
+        call, subscribed, self._stream_token = await self._connection.open_stream(
             self._connection.broker.Subscribe,
             opening,
             "subscribed",
@@ -216,6 +217,7 @@ class Consumer:
                 self._reopen_once,
                 lambda: self._closed,
                 f"consumer of {self._subscription} on {self._topic}",
+                lambda: self._stream_token,
             )
         except asyncio.CancelledError:
             self._failure = StableLineError("consumer closed")

@@ -71,6 +71,7 @@ class Producer:
         self._keyed_count = 0
         self._timer: asyncio.TimerHandle | None = None
         self._call = None
+        self._stream_token: str | None = None  # the token _call was opened with
         self._receiver: asyncio.Task | None = None
         self._failure: StableLineError | None = None
         self._closed = False
@@ -96,7 +97,7 @@ class Producer:
         opening = pb.ProduceRequest(
             open=pb.ProducerOpen(topic=self._requested_topic, producer_name=self._name)
         )
-        call, opened = await self._connection.open_stream(
+        call, opened, self._stream_token = await self._connection.open_stream(
             self._connection.broker.Produce,
             opening,
             "opened",
@@ -133,6 +134,7 @@ class Producer:
                 self._reopen,
                 lambda: self._closed,
                 f"producer {self._name} on {self.topic}",
+                lambda: self._stream_token,
             )
         except asyncio.CancelledError:
             self._failure = BrokerUnavailable("producer closed")

@@ -1,5 +1,7 @@
 """Reconnecting after the broker went away: which failures are worth waiting out, and
-the backoff between attempts, bounded in total by the client's operation timeout."""
+the backoff between attempts, bounded in total by the client's operation timeout.
+A stream the broker ended because its token expired is reopened too, when the
+client's token provider gives a fresh token."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from stableline._errors import BrokerUnavailable, NotReady, StableLineError
+from stableline._errors import AuthenticationError, BrokerUnavailable, NotReady, StableLineError
 
 if TYPE_CHECKING:
     from stableline.aio._connection import Connection
@@ -64,14 +66,23 @@ async def read_until_gone(
     reopen: Callable[[], Awaitable[None]],
     is_closed: Callable[[], bool],
     what: str,
+    stream_token: Callable[[], str | None],
 ) -> StableLineError:
     """Read a producer's or consumer's stream until it ends for good: after a transient
-    break, reopen it (the connection's backoff and time limit) and read on. Returns
-    why it ended: the owner closed, a lasting error, or the broker staying away too
-    long. `reopen` replaces the broken call with a new one."""
+    break, or an expired token when the token provider gives a fresh one, reopen it
+    (the connection's backoff and time limit) and read on. Returns why it ended: the
+    owner closed, a lasting error, or the broker staying away too long. `reopen`
+    replaces the broken call with a new one; `stream_token` is the token the current
+    call was opened with."""
     while True:
         failure = await read()
-        if is_closed() or not is_transient(failure):
+        if is_closed():
+            return failure
+        if type(failure) is AuthenticationError:
+            final = connection.refused_for_good(failure, stream_token())
+            if final is not None:
+                return final
+        elif not is_transient(failure):
             return failure
         try:
             await connection.with_retries(reopen, what)

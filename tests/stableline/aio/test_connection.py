@@ -13,6 +13,7 @@ import pytest
 
 from stableline._auth import AuthenticationToken
 from stableline._errors import (
+    AuthenticationError,
     BrokerUnavailable,
     InvalidArgument,
     LimitExceeded,
@@ -136,13 +137,61 @@ async def test_open_stream_writes_the_opening_and_returns_the_answer():
     connection = Connection("127.0.0.1:1", False, ClientOptions())
     opening = pb.ProduceRequest(open=pb.ProducerOpen(topic="t"))
     try:
-        call, answer = await connection.open_stream(
+        call, answer, token = await connection.open_stream(
             lambda metadata: stream, opening, "opened", "the produce stream for t"
         )
     finally:
         await connection.close()
     assert call is stream and stream.written == [opening] and not stream.cancelled
-    assert answer.producer_name == "p"
+    assert answer.producer_name == "p" and token is None
+
+
+async def test_open_stream_says_which_token_the_stream_was_opened_with():
+    opened = pb.ProduceResponse(opened=pb.ProducerOpened(topic="t", producer_name="p"))
+    tokens = iter(["first", "second"])
+    options = ClientOptions(authentication=AuthenticationToken(lambda: next(tokens)))
+    connection = Connection("127.0.0.1:1", False, options)
+    sent = []
+
+    def method(metadata):
+        sent.append(metadata)
+        return _FakeStream(opened)
+
+    try:
+        _call, _answer, token = await connection.open_stream(
+            method, pb.ProduceRequest(), "opened", "s"
+        )
+    finally:
+        await connection.close()
+    assert token == "first" and sent == [(("authorization", "Bearer first"),)]
+
+
+def _refused() -> AuthenticationError:
+    return AuthenticationError("the token has expired")
+
+
+async def test_an_expired_stream_reopens_only_when_the_provider_gives_another_token():
+    current = ["old"]
+    options = ClientOptions(authentication=AuthenticationToken(lambda: current[0]))
+    connection = Connection("127.0.0.1:1", False, options)
+    try:
+        final = connection.refused_for_good(_refused(), "old")
+        assert type(final) is AuthenticationError
+        assert "the token provider gave the same token again" in str(final)
+        current[0] = "new"
+        assert connection.refused_for_good(_refused(), "old") is None
+    finally:
+        await connection.close()
+
+
+@pytest.mark.parametrize("authentication", [None, AuthenticationToken("fixed")])
+async def test_an_expired_stream_without_a_token_provider_ends(authentication):
+    connection = Connection("127.0.0.1:1", False, ClientOptions(authentication=authentication))
+    refused = _refused()
+    try:
+        assert connection.refused_for_good(refused, "fixed") is refused
+    finally:
+        await connection.close()
 
 
 @pytest.mark.parametrize(
