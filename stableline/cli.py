@@ -11,6 +11,7 @@ import click
 from stableline.cli_admin import (
     admin_url_option,
     initial_position_option,
+    namespaces,
     subscriptions,
     topic_path,
     topics,
@@ -291,6 +292,7 @@ main.add_command(tokens)
 admin.add_command(permissions)
 admin.add_command(topics)
 admin.add_command(subscriptions)
+admin.add_command(namespaces)
 
 
 @admin.command("txn-buffer")

@@ -1,4 +1,5 @@
-"""`stableline admin topics ...` and `admin subscriptions ...` over the HTTP admin API.
+"""`stableline admin topics ...`, `admin subscriptions ...` and `admin namespaces ...` over the
+HTTP admin API.
 
 Each command is one call on Pulsar's admin paths with the command's --token and
 --tls-trust-certs-file; the broker's answer is printed (JSON as JSON, a refusal as
@@ -272,3 +273,65 @@ def subscriptions_peek(
         query["isolationLevel"] = isolation.upper()
     path = f"{_subscription_path(topic, subscription)}/peek?{urllib.parse.urlencode(query)}"
     _print_json(admin_request(admin_url, path))
+
+
+# ---------------------------------------------------------------- namespaces
+
+
+def _namespace_path(namespace: str) -> str:
+    if namespace.count("/") != 1 or not all(namespace.split("/")):
+        raise click.BadParameter(f"expected tenant/namespace, got {namespace!r}")
+    return f"/admin/v2/namespaces/{namespace}"
+
+
+@click.group()
+def namespaces() -> None:
+    """Namespace policies: policies, set-, get-, remove-auto-topic-creation."""
+
+
+@namespaces.command("policies")
+@click.argument("namespace")
+@admin_url_option
+def namespaces_policies(namespace: str, admin_url: str) -> None:
+    """Print NAMESPACE's policies (tenant/namespace)."""
+    _print_json(admin_request(admin_url, _namespace_path(namespace)))
+
+
+@namespaces.command("set-auto-topic-creation")
+@click.argument("namespace")
+@click.option("--enable/--disable", "enable", required=True, help="Create topics on first use?")
+@click.option(
+    "-t",
+    "--type",
+    "topic_type",
+    type=click.Choice(["non-partitioned"], case_sensitive=False),
+    default="non-partitioned",
+    show_default=True,
+)
+@admin_url_option
+def namespaces_set_auto_topic_creation(
+    namespace: str, enable: bool, topic_type: str, admin_url: str
+) -> None:
+    """Whether NAMESPACE's topics are created by their first use, whatever the broker's
+    allow_auto_topic_creation says (with authorization on, still only by a role with
+    produce on the topic)."""
+    body = {"allowAutoTopicCreation": enable, "topicType": topic_type.lower()}
+    admin_request(admin_url, _namespace_path(namespace) + "/autoTopicCreation", "POST", body)
+    click.echo(f"auto topic creation {'enabled' if enable else 'disabled'} on {namespace}")
+
+
+@namespaces.command("get-auto-topic-creation")
+@click.argument("namespace")
+@admin_url_option
+def namespaces_get_auto_topic_creation(namespace: str, admin_url: str) -> None:
+    """Print NAMESPACE's auto topic creation policy (null: the broker's default)."""
+    _print_json(admin_request(admin_url, _namespace_path(namespace) + "/autoTopicCreation"))
+
+
+@namespaces.command("remove-auto-topic-creation")
+@click.argument("namespace")
+@admin_url_option
+def namespaces_remove_auto_topic_creation(namespace: str, admin_url: str) -> None:
+    """Drop NAMESPACE's auto topic creation policy: the broker's default applies again."""
+    admin_request(admin_url, _namespace_path(namespace) + "/autoTopicCreation", "DELETE")
+    click.echo(f"auto topic creation on {namespace} follows the broker's default")

@@ -14,8 +14,11 @@ authentication is off, where every caller is the same anonymous role). A produce
 name is held by its connected producer (Topic.add_publisher).
 
 Creation on first use: Produce or Subscribe naming an unknown topic creates it when
-the caller may create it (Guard.may_create_topic: produce on it, with authorization
-on) or `allow_auto_topic_creation` is set; otherwise the call fails TopicNotFound."""
+its namespace's auto topic creation policy (namespace_policies.py) allows it and the
+caller may create it (Guard.may_create_topic: produce on it, with authorization on);
+a namespace without the policy creates it for such a caller, or for any caller
+allowed the call when `allow_auto_topic_creation` is set. Otherwise the call fails
+TopicNotFound."""
 
 from __future__ import annotations
 
@@ -44,7 +47,11 @@ from stableline.broker.errors import BrokerError, abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
 from stableline.broker.lookup import TopicLookup
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
-from stableline.broker.security.caller import CURRENT_CALLER, may_create_on_first_use
+from stableline.broker.security.caller import (
+    CURRENT_CALLER,
+    may_create_on_first_use,
+    not_created_on_first_use,
+)
 from stableline.broker.topic import ProducerBusyError, Publisher, Topic
 from stableline.broker.transactional_acks import ack_in_transaction
 from stableline.names import InvalidNameError, check_name
@@ -98,13 +105,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """The topic a Produce or Subscribe names, created on its first use when the
         caller may create it (see the module docstring)."""
         caller = CURRENT_CALLER.get()
-        may_create = may_create_on_first_use(caller, name, self.config.allow_auto_topic_creation)
+        policy = self.registry.namespace_policies.auto_topic_creation(name.namespace_path)
+        may_create = may_create_on_first_use(
+            caller, name, self.config.allow_auto_topic_creation, policy
+        )
         if not may_create and not self.registry.exists(name):
-            raise TopicNotFoundError(
-                f"topic {name} does not exist, and role {caller.role!r} may not create it: "
-                f"a role with produce on it creates it on first use, or an admin creates it "
-                f"(PUT /admin/v2/persistent/{name.namespace_path}/{name.local_name})"
-            )
+            raise TopicNotFoundError(not_created_on_first_use(caller, name, policy))
         return await self.registry.get(name, create=may_create)
 
     # ------------------------------------------------------------ Produce

@@ -13,15 +13,16 @@ from stableline.broker import (
     dashboard,
     http_diagnostics,
     http_messages,
+    http_namespaces,
     http_subscriptions,
     http_transactions,
     stats,
 )
 from stableline.broker.errors import internal_error_message
-from stableline.broker.http_paths import topic_name
+from stableline.broker.http_paths import namespace_path, topic_name
 from stableline.broker.metrics import make_registry, render
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
-from stableline.topic_name import InvalidTopicNameError, TopicName
+from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import TransactionCoordinator, TransactionNotFoundError
 
 log = logging.getLogger(__name__)
@@ -79,10 +80,7 @@ def make_app(
         )
 
     async def list_topics(request: web.Request) -> web.Response:
-        info = request.match_info
-        namespace = TopicName.parse(
-            f"persistent://{info['tenant']}/{info['namespace']}/_"
-        ).namespace_path
+        namespace = namespace_path(request)
         if not registry.namespace_exists(namespace):
             return _error(
                 404,
@@ -149,5 +147,6 @@ def make_app(
     http_subscriptions.add_routes(app, registry)
     http_transactions.add_routes(app, registry, coordinator, recovery)
     http_messages.add_routes(app, registry)
+    http_namespaces.add_routes(app, registry)
     dashboard.add_routes(app)
     return app

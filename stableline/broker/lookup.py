@@ -8,7 +8,8 @@ will answer from its ownership records instead, and may name another broker.
 
 Promises:
 - A valid name of a topic that exists, or that the caller's first Produce or
-  Subscribe would create (creation on first use, caller.may_create_on_first_use),
+  Subscribe would create (creation on first use, caller.may_create_on_first_use,
+  with the namespace's auto topic creation policy),
   is answered with the owner's addresses, as Pulsar answers a missing topic when
   auto-creation would make it. Any other name raises TopicNotFoundError.
 - A lookup creates, loads and writes nothing.
@@ -23,7 +24,11 @@ import socket
 from dataclasses import dataclass
 
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
-from stableline.broker.security.caller import Caller, may_create_on_first_use
+from stableline.broker.security.caller import (
+    Caller,
+    may_create_on_first_use,
+    not_created_on_first_use,
+)
 from stableline.topic_name import TopicName
 
 # Listen hosts that name no one address: clients are told this machine's name.
@@ -101,15 +106,11 @@ class TopicLookup:
     async def owner(self, topic: TopicName, caller: Caller | None) -> TopicOwner:
         """The broker serving `topic` for this caller; TopicNotFoundError when the
         topic does not exist and the caller's first use would not create it."""
+        policy = self._registry.namespace_policies.auto_topic_creation(topic.namespace_path)
         if not self._registry.exists(topic) and not may_create_on_first_use(
-            caller, topic, self._allow_auto_topic_creation
+            caller, topic, self._allow_auto_topic_creation, policy
         ):
-            assert caller is not None  # an anonymous caller's first use creates any topic
-            raise TopicNotFoundError(
-                f"topic {topic} does not exist, and role {caller.role!r} may not create it: "
-                f"a role with produce on it creates it on first use, or an admin creates it "
-                f"(PUT /admin/v2/persistent/{topic.namespace_path}/{topic.local_name})"
-            )
+            raise TopicNotFoundError(not_created_on_first_use(caller, topic, policy))
         await self._ready.wait()
         assert self._advertised is not None
         return TopicOwner(topic, self._advertised)

@@ -25,6 +25,8 @@ A namespace exists once a topic was created in it (it stays when its topics are
 deleted, as a Pulsar namespace does) or when it is `public/default`, which every
 broker has from the start, as Pulsar's standalone does.
 
+A namespace's policies (namespace_policies.py) are kept here with its topics.
+
 A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as
 Pulsar's default): one more, created by an admin or on first use, is refused with
 TooManyTopicsError and nothing is written. The count per namespace is kept in
@@ -48,6 +50,7 @@ from dispatcher import DispatchLimits
 from managed_ledger import LedgerFiles, ManagedLedger, MetadataStore
 from managed_ledger.ledger_files import max_open_files
 from stableline.broker.config import BrokerConfig
+from stableline.broker.namespace_policies import NamespacePolicies
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
@@ -95,6 +98,7 @@ class TopicRegistry:
     def __init__(self, config: BrokerConfig, store: MetadataStore):
         self.config = config
         self.store = store
+        self.namespace_policies = NamespacePolicies(store)
         self.files = LedgerFiles(max_open_files(config.ledger))
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Task] = {}

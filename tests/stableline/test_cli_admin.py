@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import stableline
 
 
@@ -160,3 +162,31 @@ def test_skip_and_reset_cursor_refuse_bad_arguments_clearly(broker):
     missing = _admin(broker, "subscriptions", "skip", "args", "-s", "nosuch", "-n", "1")
     assert missing.returncode == 1
     assert "404" in missing.stderr and "subscription 'nosuch' does not exist" in missing.stderr
+
+
+def test_a_namespace_auto_topic_creation_policy_is_set_read_and_removed(broker, client):
+    namespace = "cli/ns"
+    topic = f"persistent://{namespace}/first-use"
+    get = ("namespaces", "get-auto-topic-creation", namespace)
+    assert json.loads(_ok(_admin(broker, *get))) is None
+    assert "disabled" in _ok(
+        _admin(broker, "namespaces", "set-auto-topic-creation", namespace, "--disable")
+    )
+    assert json.loads(_ok(_admin(broker, *get))) == {
+        "allowAutoTopicCreation": False,
+        "topicType": "non-partitioned",
+    }
+    policies = json.loads(_ok(_admin(broker, "namespaces", "policies", namespace)))
+    assert policies["autoTopicCreationOverride"]["allowAutoTopicCreation"] is False
+    with pytest.raises(stableline.TopicNotFound, match="policy is disabled"):
+        client.create_producer(topic)
+    assert "default" in _ok(_admin(broker, "namespaces", "remove-auto-topic-creation", namespace))
+    assert json.loads(_ok(_admin(broker, *get))) is None
+    client.create_producer(topic).send(b"created on first use again")
+
+
+def test_set_auto_topic_creation_needs_enable_or_disable_and_a_namespace(broker):
+    missing = _admin(broker, "namespaces", "set-auto-topic-creation", "cli/ns")
+    assert missing.returncode == 2 and "--enable" in missing.stderr
+    bad = _admin(broker, "namespaces", "get-auto-topic-creation", "no-slash")
+    assert bad.returncode == 2 and "expected tenant/namespace" in bad.stderr
