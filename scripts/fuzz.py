@@ -17,15 +17,27 @@ see all its data, as must a topic written before the fuzzing began. A table of
 status codes per RPC at the end; exit status 1 on any violation, with the
 smallest failing request hypothesis finds.
 
-    python scripts/fuzz.py [--requests 10000] [--seed S] [--json PATH] [--target HOST:PORT]
+With --secure the broker serves TLS, tokens and authorization (`serve --secure`,
+with a small max_connections and connection_idle_timeout_s): the requests above go
+with a superuser token, and the run then holds idle streams that carry no token or
+a bad one (garbage, another key's, expired), silent or with a proper opening. Each
+must be refused (UNAUTHENTICATED) or ended as idle (DEADLINE_EXCEEDED) with a
+message, none may take a connection slot: while they are held, max_connections
+authenticated producers all open (and one more is refused as over the limit), and
+the broker stays up.
+
+    python scripts/fuzz.py [--requests 10000] [--seed S] [--json PATH] [--secure]
+        [--target HOST:PORT [--token T --tls-trust-certs-file CA.pem]]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
@@ -34,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import jwt
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -41,10 +54,12 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import stableline
-from stableline import InitialPosition, IsolationLevel, MessageId
-from stableline._proto import admin_pb2, broker_pb2
+from stableline import AuthenticationToken, InitialPosition, IsolationLevel, MessageId
+from stableline._proto import admin_pb2, broker_pb2, broker_pb2_grpc
+from stableline._types import parse_service_url
 from stableline._wire import plain_prefix
-from stableline.testing import temporary_broker
+from stableline.broker.security.tokens import create_secret_key, create_token
+from stableline.testing import BrokerProcess, temporary_broker
 
 SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["Broker"],
@@ -62,6 +77,17 @@ FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 WORKLOAD_MESSAGES = 200
 SENTINEL_TOPIC = "fuzz-sentinel"  # written before, never named by a fuzzed request
 SENTINEL_MESSAGES = 50
+# The secure run's broker: few slots and a short idle timeout, so the idle-stream
+# check fills them and sees the streams ended within seconds.
+SECURE_MAX_CONNECTIONS = 4
+SECURE_IDLE_TIMEOUT_S = 1.5
+IDLE_STREAMS_PER_SHAPE = 3
+# An idle stream must be ended within this (the broker sweeps idle streams).
+IDLE_END_WITHIN_S = SECURE_IDLE_TIMEOUT_S * 4 + 5
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+]
 
 INT_RANGES = {
     FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
@@ -81,6 +107,52 @@ class Violation(AssertionError):
     """The broker answered in a way it promised never to."""
 
 
+@dataclass(frozen=True)
+class Target:
+    """The broker fuzzed and how to reach it: plaintext, or TLS with a superuser token."""
+
+    service_url: str
+    http_url: str | None
+    ca_file: Path | None = None
+    token: str | None = None
+
+    @property
+    def address(self) -> str:
+        return parse_service_url(self.service_url)[0]
+
+    @property
+    def secure(self) -> bool:
+        return self.token is not None
+
+    def client(self) -> stableline.Client:
+        if not self.secure:
+            return stableline.Client(self.service_url)
+        return stableline.Client(
+            self.service_url,
+            authentication=AuthenticationToken(self.token),
+            tls_trust_certs_file_path=self.ca_file,
+        )
+
+    def channel(self, token: str | None = None, own_connection: bool = False) -> grpc.Channel:
+        """A raw channel; on a secure broker with `token` (None: the superuser's, "":
+        none) on every call. own_connection: not shared with another channel."""
+        options = list(_CHANNEL_OPTIONS)
+        if own_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
+        if not self.secure:
+            return grpc.insecure_channel(self.address, options=options)
+        credentials = grpc.ssl_channel_credentials(Path(self.ca_file).read_bytes())
+        token = self.token if token is None else token
+        if token:
+            credentials = grpc.composite_channel_credentials(
+                credentials, grpc.access_token_call_credentials(token)
+            )
+        return grpc.secure_channel(self.address, credentials, options=options)
+
+    def http_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.secure else None
+
+
 # ---------------------------------------------------------------- what the broker knows
 
 
@@ -98,11 +170,11 @@ FUZZ_TOPICS = ["fuzz-a", "persistent://public/default/fuzz-b", "other/ns/fuzz-c"
 FUZZ_SUBSCRIPTIONS = ["fuzz-sub", "other-sub", "rc-sub", "ru-sub"]
 
 
-def seed_workload(service_url: str) -> Pools:
+def seed_workload(target: Target) -> Pools:
     """Data on the fuzzed topics, subscriptions with backlog, and transactions."""
     message_ids: list[tuple[int, int, int]] = []
     txn_ids: list[tuple[int, int]] = []
-    with stableline.Client(service_url) as client:
+    with target.client() as client:
         for topic in FUZZ_TOPICS:
             producer = client.create_producer(topic)
             for index in range(5):
@@ -515,29 +587,33 @@ class Fuzzer:
 # ---------------------------------------------------------------- health and workload
 
 
-def check_health(channel: grpc.Channel, http_url: str | None) -> None:
+def check_health(channel: grpc.Channel, target: Target) -> None:
     stub = health_pb2_grpc.HealthStub(channel)
     for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
         status = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
         if status != health_pb2.HealthCheckResponse.SERVING:
             raise Violation(f"gRPC health of {service or 'the broker'!r} is {status}")
-    if http_url is not None:
-        with urllib.request.urlopen(http_url + "/admin/v2/brokers/health", timeout=10) as answer:
+    if target.http_url is not None:
+        with urllib.request.urlopen(
+            target.http_url + "/admin/v2/brokers/health",
+            timeout=10,
+            context=target.http_context(),
+        ) as answer:
             if answer.status != 200:
                 raise Violation(f"HTTP health answered {answer.status}")
 
 
-def write_sentinel(service_url: str) -> None:
-    with stableline.Client(service_url) as client:
+def write_sentinel(target: Target) -> None:
+    with target.client() as client:
         producer = client.create_producer(SENTINEL_TOPIC)
         for index in range(SENTINEL_MESSAGES):
             producer.send(f"sentinel-{index}".encode())
 
 
-def normal_workload(service_url: str) -> dict:
+def normal_workload(target: Target) -> dict:
     """Produce N, consume N at READ_COMMITTED, and a committed transaction: all there."""
     topic = f"after-fuzz-{time.time_ns()}"
-    with stableline.Client(service_url) as client:
+    with target.client() as client:
         consumer = client.subscribe(topic, "workload", initial_position=InitialPosition.Earliest)
         producer = client.create_producer(topic)
         plain = [f"plain-{i}".encode() for i in range(WORKLOAD_MESSAGES)]
@@ -565,26 +641,147 @@ def normal_workload(service_url: str) -> dict:
     return {"produced": len(plain) + len(in_txn), "consumed": len(received)}
 
 
+# ---------------------------------------------------------------- idle streams (--secure)
+
+
+def bad_tokens(secret_key: bytes | None) -> dict[str, str]:
+    """Tokens the broker must refuse, by name ("none": no token at all)."""
+    tokens = {
+        "none": "",
+        "garbage": "not-a-token",
+        # A superuser's claims signed with a key the broker does not know.
+        "other-key": create_token("admin", secret_key=create_secret_key()),
+    }
+    if secret_key is not None:
+        tokens["expired"] = jwt.encode(
+            {"sub": "admin", "exp": int(time.time()) - 60}, secret_key, algorithm="HS256"
+        )
+    return tokens
+
+
+class HeldStream:
+    """A Produce stream on a connection of its own that sends `opening` (or nothing)
+    and then nothing more until closed."""
+
+    def __init__(self, target: Target, token: str | None, opening=None):
+        self.channel = target.channel(token=token, own_connection=True)
+        self._release = threading.Event()
+        self.call = broker_pb2_grpc.BrokerStub(self.channel).Produce(self._requests(opening))
+
+    def _requests(self, opening):
+        if opening is not None:
+            yield opening
+        self._release.wait()
+
+    def ended_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self.call.done():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)  # polling the call's end against a deadline
+        return True
+
+    def close(self) -> None:
+        self._release.set()
+        self.call.cancel()
+        self.channel.close()
+
+
+def _opening(topic: str) -> broker_pb2.ProduceRequest:
+    return broker_pb2.ProduceRequest(open=broker_pb2.ProducerOpen(topic=topic))
+
+
+def idle_streams_check(
+    target: Target, max_connections: int | None, secret_key: bytes | None
+) -> dict:
+    """Streams without a valid token, silent or with a proper opening, are refused or
+    ended as idle and take no slot: while they are held, authenticated producers fill
+    every slot (max_connections; one more is refused), and the broker stays up."""
+    held: dict[str, list[HeldStream]] = {}
+    slots: list[HeldStream] = []
+    try:
+        for name, token in bad_tokens(secret_key).items():
+            for opens in (False, True):
+                shape = f"{name}, {'opening' if opens else 'silent'}"
+                held[shape] = [
+                    HeldStream(target, token, _opening("fuzz-idle") if opens else None)
+                    for _ in range(IDLE_STREAMS_PER_SHAPE)
+                ]
+        for streams in held.values():
+            for stream in streams:
+                grpc.channel_ready_future(stream.channel).result(timeout=10)
+        # The slots go to authenticated callers, as many as the broker allows.
+        for index in range(max_connections or 2):
+            stream = HeldStream(target, None, _opening(f"fuzz-slot-{index}"))
+            slots.append(stream)
+            try:
+                answer = next(stream.call)
+            except grpc.RpcError as error:
+                raise Violation(
+                    f"authenticated producer {index + 1} of {max_connections or 2} refused "
+                    f"while idle streams were held: {error.code().name}: {error.details()}"
+                ) from None
+            if answer.WhichOneof("response") != "opened":
+                raise Violation(f"authenticated producer {index + 1} answered {answer}")
+        over_limit = None
+        if max_connections is not None:
+            extra = HeldStream(target, None, _opening("fuzz-slot-over"))
+            slots.append(extra)
+            try:
+                next(extra.call)
+            except grpc.RpcError as error:
+                over_limit = error.code().name
+            if over_limit != "RESOURCE_EXHAUSTED":
+                raise Violation(f"a producer past max_connections answered {over_limit}")
+        ended: dict[str, Counter] = {}
+        for shape, streams in held.items():
+            ended[shape] = Counter()
+            for stream in streams:
+                if not stream.ended_within(IDLE_END_WITHIN_S):
+                    raise Violation(f"an idle stream ({shape}) still open {IDLE_END_WITHIN_S} s on")
+                code, details = stream.call.code(), stream.call.details() or ""
+                if code not in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise Violation(f"an idle stream ({shape}) ended {code.name}: {details}")
+                if not details.strip() or "Traceback" in details:
+                    raise Violation(f"an idle stream ({shape}) ended {code.name}: {details!r}")
+                ended[shape][code.name] += 1
+    finally:
+        for stream in [*slots, *(s for streams in held.values() for s in streams)]:
+            stream.close()
+    with target.channel() as channel:
+        check_health(channel, target)
+    return {
+        "ended": {shape: dict(codes) for shape, codes in ended.items()},
+        "authenticated_slots": max_connections or 2,
+        "over_limit": over_limit,
+    }
+
+
 # ---------------------------------------------------------------- the run
 
 
+def broker_target(broker: BrokerProcess) -> Target:
+    """A started broker as a Target: with --secure, its CA and superuser token."""
+    if not broker.tls:
+        return Target(broker.service_url, broker.http_url)
+    security = broker.data_dir / "security"
+    token = (security / "admin.token").read_text().strip()
+    return Target(broker.service_url, broker.http_url, security / "ca.pem", token)
+
+
 def fuzz(
-    service_url: str,
-    http_url: str | None,
+    target: Target,
     requests: int,
     seed_value: int,
     broker_alive: Callable[[], bool] = lambda: True,
     progress: Callable[[str], None] = print,
 ) -> Tally:
-    write_sentinel(service_url)
-    pools = seed_workload(service_url)
+    write_sentinel(target)
+    pools = seed_workload(target)
     strategies = Strategies(pools)
     tally = Tally()
     started = time.monotonic()
-    channel = grpc.insecure_channel(
-        service_url,
-        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
-    )
+    channel = target.channel()
     fuzzer = Fuzzer(channel, tally, broker_alive)
 
     @settings(
@@ -602,7 +799,7 @@ def fuzz(
         if tally.requests % HEALTH_EVERY == 0:
             if not broker_alive():
                 raise Violation("the broker process exited")
-            check_health(channel, http_url)
+            check_health(channel, target)
         if tally.requests % PROGRESS_EVERY == 0:
             elapsed = time.monotonic() - started
             progress(
@@ -612,7 +809,7 @@ def fuzz(
 
     try:
         one()
-        check_health(channel, http_url)
+        check_health(channel, target)
     finally:
         channel.close()
     return tally
@@ -641,21 +838,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the summary here")
     parser.add_argument("--reasons", action="store_true", help="print why requests failed")
     parser.add_argument("--target", help="fuzz this broker (HOST:PORT) instead of a new one")
+    parser.add_argument(
+        "--secure", action="store_true", help="TLS, tokens, authorization; idle-stream check"
+    )
+    parser.add_argument("--token", help="a superuser token of the --secure --target")
+    parser.add_argument("--tls-trust-certs-file", type=Path, help="the CA of the --secure --target")
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        help="the --secure --target's max_connections, to fill (default: 2 slots, no check "
+        "of the limit)",
+    )
     args = parser.parse_args(argv)
+    if args.target and args.secure and not (args.token and args.tls_trust_certs_file):
+        parser.error("--secure --target needs --token and --tls-trust-certs-file")
     started = time.monotonic()
+    idle_streams = None
     try:
         if args.target:
-            tally = fuzz(args.target, None, args.requests, args.seed)
-            workload = normal_workload(args.target)
+            target = Target(
+                f"stableline+ssl://{args.target}" if args.secure else args.target,
+                None,
+                args.tls_trust_certs_file,
+                args.token if args.secure else None,
+            )
+            tally = fuzz(target, args.requests, args.seed)
+            if args.secure:
+                idle_streams = idle_streams_check(target, args.max_connections, None)
+            workload = normal_workload(target)
             log_tracebacks = 0
         else:
+            options = {}
+            if args.secure:
+                options = {
+                    "extra_args": ["--secure"],
+                    "env": {
+                        "STABLELINE_MAX_CONNECTIONS": str(SECURE_MAX_CONNECTIONS),
+                        "STABLELINE_CONNECTION_IDLE_TIMEOUT_S": str(SECURE_IDLE_TIMEOUT_S),
+                    },
+                }
             with (
                 tempfile.TemporaryDirectory(prefix="stableline-fuzz-") as parent,
-                temporary_broker(Path(parent)) as broker,
+                temporary_broker(Path(parent), **options) as broker,
             ):
+                target = broker_target(broker)
                 alive = lambda: broker.process.poll() is None  # noqa: E731
-                tally = fuzz(broker.service_url, broker.http_url, args.requests, args.seed, alive)
-                workload = normal_workload(broker.service_url)
+                tally = fuzz(target, args.requests, args.seed, alive)
+                if args.secure:
+                    secret_key = (broker.data_dir / "security" / "secret.key").read_bytes()
+                    idle_streams = idle_streams_check(target, SECURE_MAX_CONNECTIONS, secret_key)
+                workload = normal_workload(target)
                 log_tracebacks = broker.log().count("Traceback")
                 if log_tracebacks:
                     print(broker.log()[-6000:], file=sys.stderr)
@@ -675,6 +907,12 @@ def main(argv: list[str] | None = None) -> int:
         f"in {elapsed:.0f} s; broker up throughout; workload after: "
         f"{workload['produced']} produced, {workload['consumed']} consumed; 0 violations"
     )
+    if idle_streams is not None:
+        print(
+            f"idle streams without a valid token: {json.dumps(idle_streams['ended'])}; "
+            f"{idle_streams['authenticated_slots']} authenticated producers opened meanwhile, "
+            f"one more: {idle_streams['over_limit']}"
+        )
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -685,6 +923,7 @@ def main(argv: list[str] | None = None) -> int:
                     "statuses": {rpc: dict(c) for rpc, c in tally.statuses.items()},
                     "in_stream": {rpc: dict(c) for rpc, c in tally.in_stream.items()},
                     "workload": workload,
+                    "idle_streams": idle_streams,
                     "violations": 0,
                 },
                 indent=2,
