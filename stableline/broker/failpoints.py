@@ -9,6 +9,10 @@ and waits there until SIGUSR1 releases every failpoint for good, or it is killed
 `publish:TOPIC` holds every append to TOPIC (full name) before it is written, as
 if the disk were slow: the broker's back-pressure on producers shows.
 
+`internal-error:TOPIC` makes every append to TOPIC fail with an error no part of
+the broker expects (InjectedFault), until SIGUSR1: the send is answered with an
+internal error id, the traceback goes to the log under that id.
+
 Two more make the disk misbehave under every ledger (managed_ledger.disk):
 - `disk-full`: every ledger write fails with ENOSPC until SIGUSR1 (space is
   back); `disk-full:N`: the next N writes fail.
@@ -28,6 +32,7 @@ from managed_ledger import disk
 log = logging.getLogger(__name__)
 
 PUBLISH = "publish"
+INTERNAL_ERROR = "internal-error"
 DISK_FULL = "disk-full"
 FSYNC_FAIL = "fsync-fail"
 
@@ -42,6 +47,10 @@ def _disk_fault(part: str) -> tuple[str, int | None] | None:
     if not detail.isdigit():
         raise ValueError(f"failpoint {part!r}: the count after ':' must be a whole number")
     return name, int(detail)
+
+
+class InjectedFault(RuntimeError):
+    """The unexpected error the internal-error failpoint raises."""
 
 
 class Failpoints:
@@ -71,6 +80,8 @@ class Failpoints:
         self._released.set()
 
     async def __call__(self, name: str, detail: str) -> None:
+        if name == PUBLISH and f"{INTERNAL_ERROR}:{detail}" in self.armed:
+            raise InjectedFault(f"failpoint {INTERNAL_ERROR} armed for {detail}")
         if name not in self.armed and f"{name}:{detail}" not in self.armed:
             return
         log.warning("failpoint %s reached (%s); waiting for SIGUSR1", name, detail)

@@ -43,7 +43,7 @@ from stableline._proto import broker_pb2_grpc
 from stableline._wire import count_messages, count_plain
 from stableline.broker import convert
 from stableline.broker.config import BrokerConfig
-from stableline.broker.errors import BrokerError, abort, classify, invalid
+from stableline.broker.errors import abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
 from stableline.broker.lookup import TopicLookup
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
@@ -200,7 +200,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     else:
                         receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
                     out.put_nowait(pb.ProduceResponse(receipt=receipt))
-                except (BrokerError, ManagedLedgerError, TransactionError, ValueError) as error:
+                except Exception as error:
+                    # Whatever it is, this send is answered: an unexpected error as an
+                    # internal error id (its traceback logged under that id).
                     failure = classify(error)
                     out.put_nowait(
                         pb.ProduceResponse(
