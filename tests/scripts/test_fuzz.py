@@ -22,6 +22,7 @@ EVERY_RPC = {
     "Broker.Fetch",
     "Broker.GetLastMessageId",
     "Broker.GetTransaction",
+    "Broker.Lookup",
     "Broker.NewTransaction",
     "Broker.Produce",
     "Broker.Subscribe",
