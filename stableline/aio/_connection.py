@@ -112,11 +112,18 @@ class Connection:
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """Metadata sent with every call: the bearer token, when there is one."""
-        return self._authentication.metadata() if self._authentication is not None else ()
+        token = self.token()
+        return bearer_metadata(token) if token is not None else ()
 
     def token(self) -> str | None:
-        """The bearer token a call made now sends (a provider is asked again)."""
-        return self._authentication.token() if self._authentication is not None else None
+        """The bearer token a call made now sends (a provider is asked again); a
+        provider that fails raises AuthenticationError."""
+        if self._authentication is None:
+            return None
+        try:
+            return self._authentication.token()
+        except Exception as error:
+            raise AuthenticationError(f"the token provider failed: {error!r}") from error
 
     def refused_for_good(
         self, refused: AuthenticationError, stream_token: str | None
@@ -126,7 +133,11 @@ class Connection:
         stream may reopen with it; else the error the stream ends with."""
         if self._authentication is None or not self._authentication.refreshable:
             return refused
-        if self.token() == stream_token:
+        try:
+            fresh = self.token()
+        except AuthenticationError as error:
+            return AuthenticationError(f"{refused} ({error})")
+        if fresh == stream_token:
             return AuthenticationError(f"{refused} (the token provider gave the same token again)")
         return None
 

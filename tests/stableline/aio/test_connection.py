@@ -184,6 +184,22 @@ async def test_an_expired_stream_reopens_only_when_the_provider_gives_another_to
         await connection.close()
 
 
+async def test_a_token_provider_that_fails_ends_the_stream_and_fails_calls_typed():
+    def broken() -> str:
+        raise OSError("token file missing")
+
+    connection = Connection(
+        "127.0.0.1:1", False, ClientOptions(authentication=AuthenticationToken(broken))
+    )
+    try:
+        final = connection.refused_for_good(_refused(), "old")
+        assert type(final) is AuthenticationError and "token file missing" in str(final)
+        with pytest.raises(AuthenticationError, match="the token provider failed"):
+            await connection.open_stream(lambda metadata: None, pb.ProduceRequest(), "opened", "s")
+    finally:
+        await connection.close()
+
+
 @pytest.mark.parametrize("authentication", [None, AuthenticationToken("fixed")])
 async def test_an_expired_stream_without_a_token_provider_ends(authentication):
     connection = Connection("127.0.0.1:1", False, ClientOptions(authentication=authentication))
