@@ -24,7 +24,12 @@ Promises:
 - A transactional ack of a message already acknowledged, or already acknowledged in
   an open transaction (another, or the same one), is refused with
   TransactionConflictError: committing it could commit the application's output
-  for one message twice.
+  for one message twice. Transactions hold batch indexes, not entries
+  (dispatcher/pending_acks.py): two may hold disjoint indexes of one entry. A
+  commit acknowledges exactly the indexes its transaction held; an abort gives back
+  exactly those, and they go out again (without the indexes acknowledged or held
+  meanwhile) once no consumer holds the entry, so no message is outstanding twice.
+  An entry stays with its consumer while that delivery still holds a message of it.
 - The dispatch task waits on an event that appends, commits, acks, permits and
   consumer changes set: no polling.
 """
@@ -54,6 +59,7 @@ from dispatcher.key_hash import sticky_hash
 from dispatcher.key_shared import ConsumerSelector, HashRange, KeySharedMode, selector_for
 from dispatcher.kinds import IsolationLevel, SubscriptionType
 from dispatcher.limits import DispatchLimits
+from dispatcher.pending_acks import PendingAcks, already_in_transaction
 from dispatcher.read_view import ReadView
 from managed_ledger import Entry, ManagedCursor, Position, TxnId
 
@@ -103,11 +109,10 @@ class Subscription:
         # Batch indexes acknowledged within entries not yet fully acknowledged.
         self._partial_acks: dict[Position, set[int]] = cursor.partial_acks  # persisted
         self._redelivery_counts: dict[Position, int] = {}
-        # Entries acknowledged inside a transaction that has not ended: held (neither
-        # acknowledged nor redelivered) until it commits or aborts.
-        self._held_for_txn: dict[Position, TxnId] = {}
-        # The batch indexes each held entry's transaction acknowledged (-1: all).
-        self._held_indexes: dict[Position, set[int]] = {}
+        # Batch indexes acknowledged inside transactions that have not ended: held
+        # (neither acknowledged nor delivered again) until each commits or aborts.
+        self._pending_acks = PendingAcks()
+        self._txn_touched = self._pending_acks.entries  # the hot paths' one look-up
         self._round_robin = 0
         # Key_Shared: who owns each hash (while the subscription has consumers), who
         # holds entries of each hash, the hash of every entry held or to deliver
@@ -263,8 +268,9 @@ class Subscription:
 
     @property
     def holds_for_transactions(self) -> bool:
-        """Entries acknowledged in an open transaction are held here, in memory only."""
-        return bool(self._held_for_txn)
+        """Messages acknowledged in an open transaction are held here, in memory (the
+        coordinator's ack records hold them again after a restart)."""
+        return bool(self._pending_acks)
 
     # ------------------------------------------------------------ unacked limits
 
@@ -366,15 +372,21 @@ class Subscription:
                 whole.append(position)
             else:
                 partial.append((position, batch_index, num))
+        touched = self._txn_touched
         for position, batch_index, num in partial:
             acked = self._partial_acks.setdefault(position, set())
             acked.add(batch_index)
             if len(acked) >= num:
                 whole.append(position)
+            elif position in touched:
+                self._delivery_may_have_ended(position, num)
         self._ack_entries(whole)
 
     def _ack_entries(self, positions: list[Position]) -> None:
+        touched = self._txn_touched
         for position in positions:
+            if touched:
+                self._pending_acks.forget(position)
             self._partial_acks.pop(position, None)
             self._redelivery_counts.pop(position, None)
             self._redeliver.discard(position)
@@ -418,61 +430,125 @@ class Subscription:
         self._unblock_after_acks()
 
     def hold_for_transaction(self, txn_id: TxnId, message_ids: list[tuple[Position, int]]) -> None:
-        """A transactional ack: the entries wait for the transaction's outcome.
+        """A transactional ack: the messages wait for the transaction's outcome.
 
         Refused whole (TransactionConflictError) when a message is already
         acknowledged or already acknowledged in an open transaction, the same one
         included: the broker cannot tell a repeated ack of one delivery from an ack
         of a second copy, and committing a second copy's output is the duplicate a
         transaction exists to prevent. The application aborts and consumes again.
+        Batch index -1 names the entry's messages not acknowledged yet. An entry
+        leaves its consumer once every message of that delivery is acknowledged or
+        held; until then the consumer keeps the rest.
         """
+        taking, sizes = self._indexes_to_hold(txn_id, message_ids)
+        for position, indexes in taking.items():
+            self._pending_acks.hold(txn_id, position, indexes)
+            self._delivery_may_have_ended(position, sizes[position])
+        self._unblock_after_acks()
+
+    def _indexes_to_hold(
+        self, txn_id: TxnId, message_ids: list[tuple[Position, int]]
+    ) -> tuple[dict[Position, set[int]], dict[Position, int]]:
+        """The batch indexes each entry's ack takes, and the entries' message counts;
+        every id checked, nothing changed."""
         taking: dict[Position, set[int]] = {}
+        sizes: dict[Position, int] = {}
         for position, batch_index in message_ids:
-            if self.cursor.is_acked(position) or batch_index in self._partial_acks.get(
-                position, ()
-            ):
+            acked = self._partial_acks.get(position, set())
+            if self.cursor.is_acked(position) or batch_index in acked:
                 raise TransactionConflictError(
                     f"message {position}:{batch_index} is already acknowledged; abort the "
                     "transaction"
                 )
-            num = self._num_messages(position)
+            num = sizes[position] = self._num_messages(position)
             self._check_batch_index(position, batch_index, num)
-            if num == 1:
-                batch_index = -1  # index 0 of a single message is the whole entry
-            holder = self._held_for_txn.get(position)
-            if holder is not None and holder != txn_id:
-                raise TransactionConflictError(
-                    f"message {position}:{batch_index} is acknowledged in open transaction {holder}"
-                )
-            for taken in (self._held_indexes.get(position, set()), taking.get(position, set())):
-                if -1 in taken or batch_index in taken or (batch_index == -1 and taken):
-                    raise TransactionConflictError(
-                        f"message {position}:{batch_index} is already acknowledged in "
-                        f"transaction {txn_id}; a second copy of it may have been processed: "
-                        "abort the transaction"
-                    )
-            taking.setdefault(position, set()).add(batch_index)
-        for position, indexes in taking.items():
-            self._held_for_txn[position] = txn_id
-            self._held_indexes.setdefault(position, set()).update(indexes)
-            self._release(position)
-            self._redeliver.discard(position)
-        self._unblock_after_acks()
+            indexes = set(range(num)) - acked if batch_index == -1 else {batch_index}
+            self._pending_acks.check(txn_id, position, batch_index, indexes)
+            if taking.get(position, set()) & indexes:
+                raise already_in_transaction(txn_id, position, batch_index)
+            taking.setdefault(position, set()).update(indexes)
+        return taking, sizes
+
+    def restore_transaction_acks(
+        self, txn_id: TxnId, message_ids: list[tuple[Position, int]]
+    ) -> None:
+        """Hold again, after a restart, what an undecided transaction acknowledged (from
+        the coordinator's records): what was acknowledged otherwise since, or is gone
+        with retention, is left out, and nothing is refused."""
+        for position, batch_index in message_ids:
+            if self.cursor.is_acked(position):
+                continue
+            try:
+                num = self._num_messages(position)
+                self._check_batch_index(position, batch_index, num)
+            except InvalidAckError:
+                continue
+            indexes = set(range(num)) if batch_index == -1 else {batch_index}
+            indexes -= self._partial_acks.get(position, set())
+            indexes -= self._pending_acks.held(position) - self._pending_acks.held_by(
+                txn_id, position
+            )
+            if indexes:
+                self._pending_acks.hold(txn_id, position, indexes)
+                self._delivery_may_have_ended(position, num)
 
     def end_transaction_acks(
         self, txn_id: TxnId, message_ids: list[tuple[Position, int]], commit: bool
     ) -> None:
-        """Commit applies the held acks; abort makes the entries deliverable again."""
-        for position, _batch_index in message_ids:
-            if self._held_for_txn.get(position) == txn_id:
-                del self._held_for_txn[position]
-                del self._held_indexes[position]
-        if commit:
-            self.ack(message_ids)
-        else:
-            for position, _batch_index in message_ids:
-                if not self.cursor.is_acked(position) and position not in self._held_for_txn:
-                    self._redeliver.add(position)
+        """Commit acknowledges the batch indexes the transaction held; abort gives them
+        back (see hold_for_transaction): nothing else of their entries changes."""
+        committed: list[tuple[Position, int]] = []
+        for position in dict.fromkeys(position for position, _index in message_ids):
+            indexes = self._pending_acks.end(txn_id, position)
+            if indexes is None:
+                # Held by no one here (e.g. its subscription was loaded again while the
+                # transaction ended): what the ack named.
+                named = [(p, i) for p, i in message_ids if p == position]
+                if commit:
+                    committed += named
+                else:
+                    self._give_back(position)
+            elif commit:
+                committed += [(position, index) for index in indexes]
+            else:
+                self._give_back(position, indexes)
+        if committed:
+            self.ack(committed)
+        self.wake()
+
+    def _give_back(self, position: Position, indexes: set[int] | None = None) -> None:
+        """An abort: the indexes (None: whatever is open) go out again, but not while
+        the entry is outstanding: its consumer's delivery did not include them."""
+        if self.cursor.is_acked(position):
+            return
+        if indexes is not None:
+            indexes = indexes - self._partial_acks.get(position, set())
+            if not indexes:
+                return
+        if position in self._owner:
+            if indexes is not None:
+                self._pending_acks.give_back(position, indexes)
+        elif position < self.cursor.read_position:
+            self._redeliver.add(position)
+
+    def _delivery_may_have_ended(self, position: Position, num: int) -> None:
+        """After indexes of an entry were acknowledged or held by a transaction: the
+        entry leaves its consumer once that delivery holds none of its messages (each
+        index acknowledged, held, or given back after it went out), and goes out again
+        if an abort gave some back; an entry with nothing left to deliver is no longer
+        queued."""
+        settled = self._partial_acks.get(position, set()) | self._pending_acks.held(position)
+        returned = self._pending_acks.returned(position) - settled
+        if position in self._owner:
+            if len(settled) + len(returned) < num:
+                return  # its consumer still holds messages of it
+            self._release(position)
+        self._pending_acks.take_returned(position)
+        if len(settled) >= num:
+            self._forget_replayed(position)
+        elif position < self.cursor.read_position:
+            self._redeliver.add(position)
             self.wake()
 
     def redeliver(
@@ -515,6 +591,7 @@ class Subscription:
         self._owner.clear()
         self._delivered_as.clear()
         self._partial_acks.clear()
+        self._pending_acks.forget_returned()
         self._holds.clear()
         self._hash_of.clear()
         self._looked_ahead.clear()
@@ -625,17 +702,20 @@ class Subscription:
         or its consumer leaving), or skipped by the view (then it is acknowledged
         here)."""
         position = entry.position
-        if (
-            self.cursor.is_acked(position)
-            or position in self._held_for_txn
-            or position in self._owner
-        ):
+        if self.cursor.is_acked(position) or position in self._owner:
+            return True
+        if position in self._txn_touched and not self._deliverable(position, entry):
             return True
         if self.view.should_skip(entry):
             self.skipped_entries += 1
             self._ack_entries([position])
             return True
         return False
+
+    def _deliverable(self, position: Position, entry: Entry) -> bool:
+        """Whether a message of the entry is neither acknowledged nor held by a transaction."""
+        settled = self._partial_acks.get(position, set()) | self._pending_acks.held(position)
+        return len(settled) < entry.header.num_messages
 
     def _offer(
         self, entry: Entry, batches: dict[Consumer, list[Delivery]], redelivery: bool = False
@@ -669,9 +749,17 @@ class Subscription:
             ):
                 self._redelivery_counts[position] = count
         num = entry.header.num_messages
-        acked = tuple(sorted(self._partial_acks.get(position, ())))
+        if position in self._txn_touched:
+            # Indexes held by open transactions are left out too; what an abort gave
+            # back goes out with this delivery.
+            skipped = self._partial_acks.get(position, set()) | self._pending_acks.held(position)
+            self._pending_acks.take_returned(position)
+            acked = tuple(sorted(skipped))
+        else:
+            acked = tuple(sorted(self._partial_acks.get(position, ())))
         # Permits count messages the consumer gets: a redelivered batch leaves out its
-        # acknowledged indexes, and the client gives back permits only for the rest.
+        # acknowledged (and held) indexes, and the client gives back permits only for
+        # the rest.
         delivered = num - len(acked)
         consumer.permits -= delivered
         self._hold(consumer, position, num, hash_, count)

@@ -754,7 +754,8 @@ async def test_a_transactional_ack_that_could_commit_a_second_copy_is_a_conflict
         (first, [(batch, 1)], "already acknowledged in transaction 1:1"),
         (first, [(batch, -1)], "already acknowledged in transaction 1:1"),
         (first, [(batch, 2), (batch, 2)], "already acknowledged in transaction 1:1"),
-        (second, [(batch, 2)], "acknowledged in open transaction 1:1"),
+        (second, [(batch, 1)], "acknowledged in open transaction 1:1"),
+        (second, [(batch, -1)], "acknowledged in open transaction 1:1"),
         (first, [(other, -1)], "is already acknowledged; abort"),
     ]:
         with pytest.raises(TransactionConflictError, match=complaint):

@@ -405,7 +405,12 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
                 assert not cursor.is_acked(position), f"{position} acked but never by a client"
         waiting = set(subscription._redeliver) - subscription._looked_ahead
         assert waiting <= set(self.deliveries) - self.acked - set(self.holder) - set(self.held_txn)
-        assert subscription._held_for_txn == self.held_txn
+        held = {
+            position: txn
+            for position, record in subscription._pending_acks.entries.items()
+            for txn in record.by_txn
+        }
+        assert held == self.held_txn
         assert not set(self.held_txn) & set(self.holder), "held by a txn and a consumer"
         assert not subscription._looked_ahead & set(self.deliveries), "kept aside, yet delivered"
 
