@@ -106,6 +106,9 @@ class TopicRegistry:
         self._last_used: dict[str, float] = {}
         # Given to every topic loaded from now on (see Topic.on_recovered, failpoints).
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
+        # Called with every topic loaded, before anyone can use it (the broker holds
+        # again the acks of transactions not ended).
+        self.on_loaded: Callable[[Topic], None] | None = None
         self.failpoint: Failpoint | None = None
         # Called after a topic is deleted, to drop what else belongs to it (its grants).
         self.on_deleted: list[Callable[[TopicName], Awaitable[None]]] = []
@@ -247,6 +250,8 @@ class TopicRegistry:
         )
         topic.on_recovered = self.on_recovered
         topic.buffer.failpoint = self.failpoint
+        if self.on_loaded is not None:
+            self.on_loaded(topic)
         self._topics[key] = topic
         topic.start_recovery()
         return topic

@@ -52,6 +52,8 @@ from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.file_modes import restrict_data_dir, use_owner_only_umask
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
+from stableline.broker.topic import Topic
+from stableline.broker.transactional_acks import restore_pending_acks
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
@@ -167,6 +169,9 @@ class Broker:
         )
         self.open_files_limit = 0
 
+    def _restore_pending_acks(self, topic: Topic) -> None:
+        restore_pending_acks(self.coordinator, str(topic.name), topic.subscriptions)
+
     async def start(self) -> None:
         config = self.config
         # Before the ledger file cache sizes itself from it.
@@ -209,11 +214,17 @@ class Broker:
         self.registry.on_recovered = functools.partial(
             settle_leftovers, coordinator=self.coordinator, coordinator_ready=coordinator_ready
         )
+        # A loaded topic's subscriptions hold again what transactions not ended
+        # acknowledged on them: topics loaded from here once the coordinator has
+        # recovered (before, it knows none), those loaded before right after that.
+        self.registry.on_loaded = self._restore_pending_acks
         # Topics load on first use; those the last run may have left transactions
         # in load in the background from here (TopicRegistry.start).
         self.registry.start()
         recover_started_ms = int(time.time() * 1000)
         await self.coordinator.recover()
+        for topic in self.registry.loaded():
+            self._restore_pending_acks(topic)
         recovery = RecoveryWindow(recover_started_ms, int(time.time() * 1000))
         coordinator_ready.set()
 

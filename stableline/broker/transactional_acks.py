@@ -18,9 +18,19 @@ Promises of `ack_in_transaction`:
 - If the coordinator still refuses the ack, the hold is released (the entries go
   back for redelivery) before the error is raised: nothing stays held for a
   transaction that will never end it.
+- What is held is batch indexes (dispatcher/pending_acks.py): transactions acking
+  disjoint messages of one batched entry both succeed, and each end applies to its
+  own messages only.
+
+Promise of `restore_pending_acks`: a subscription loaded again (a restart, or its
+topic loaded after an unload) holds again, before any consumer can join it, what
+each transaction not yet ended acknowledged on it, read from the coordinator's ack
+records (their layout is unchanged: each already names batch indexes).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from dispatcher import Subscription
 from managed_ledger import Position, TxnId
@@ -56,3 +66,22 @@ def ack_in_transaction(
     except TransactionError:
         subscription.end_transaction_acks(txn_id, message_ids, commit=False)
         raise
+
+
+def restore_pending_acks(
+    coordinator: TransactionCoordinator, topic: str, subscriptions: Mapping[str, Subscription]
+) -> int:
+    """Hold again in a just-loaded topic's subscriptions what the transactions not yet
+    ended (open, or decided and still ending) acknowledged on them; the number of ack
+    records applied. Costs O(acks of transactions not ended): nothing when none are."""
+    restored = 0
+    for meta in coordinator.list_open():
+        for ack in meta.acks:
+            subscription = subscriptions.get(ack.subscription) if ack.topic == topic else None
+            if subscription is not None:
+                subscription.restore_transaction_acks(
+                    meta.txn_id,
+                    [(Position(ledger, entry), batch) for ledger, entry, batch in ack.message_ids],
+                )
+                restored += 1
+    return restored
