@@ -86,6 +86,10 @@ def _entry_key(item: Message | MessageId) -> tuple[int, int]:
     return message_id[:2]
 
 
+def _message_id(item: Message | MessageId) -> MessageId:
+    return item.message_id() if isinstance(item, Message) else item
+
+
 def _id_text(item: Message | MessageId) -> str:
     return str(item.message_id() if isinstance(item, Message) else item)
 
@@ -483,6 +487,14 @@ class Consumer:
             buffer.clear()
             buffer.extend(kept)
 
+    def _drop_buffered_messages(self, message_ids: set[MessageId]) -> None:
+        """Forget these buffered messages: they are delivered again."""
+        buffer = self._buffer
+        kept = [m for m in buffer if m.message_id() not in message_ids]
+        if len(kept) != len(buffer):
+            buffer.clear()
+            buffer.extend(kept)
+
     def redeliver_unacknowledged_messages(self) -> None:
         self._buffer.clear()  # buffered messages are unacknowledged: they come again
         self._loop.run(self._confirmed(self._inner.redeliver_unacknowledged_messages))
@@ -538,13 +550,14 @@ class Transaction:
     def __init__(self, inner: aio.Transaction, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
-        # Entries acknowledged in this transaction, by consumer: an abort makes the
-        # broker deliver them again, so what of them a consumer still buffers goes.
-        self._held: dict[Consumer, set[tuple[int, int]]] = {}
+        # Messages acknowledged in this transaction, by consumer: an abort makes the
+        # broker deliver exactly those again (not the rest of their batches), so any
+        # of them a consumer still buffers goes.
+        self._held: dict[Consumer, set[MessageId]] = {}
 
     def _held_by(self, consumer: Consumer, message) -> None:
         items = message if isinstance(message, list | Messages) else [message]
-        self._held.setdefault(consumer, set()).update(_entry_key(item) for item in items)
+        self._held.setdefault(consumer, set()).update(_message_id(item) for item in items)
 
     @property
     def id(self) -> tuple[int, int]:
@@ -564,8 +577,8 @@ class Transaction:
             self._loop.run(self._inner.abort())
         finally:
             held, self._held = self._held, {}
-            for consumer, entries in held.items():
-                consumer._drop_buffered(entries)
+            for consumer, message_ids in held.items():
+                consumer._drop_buffered_messages(message_ids)
 
     def __repr__(self) -> str:
         return repr(self._inner)
