@@ -30,7 +30,7 @@ class EntryPendingAcks:
     returned: set[int] = field(default_factory=set)
 
     def held(self) -> set[int]:
-        """Every index held by an open transaction."""
+        """Every index held by an open transaction (not a copy: read it, never change it)."""
         if len(self.by_txn) == 1:
             return next(iter(self.by_txn.values()))
         return set().union(*self.by_txn.values())
@@ -80,6 +80,16 @@ class PendingAcks:
             assert holder == txn_id or not taken & indexes, (position, holder, txn_id)
         record.by_txn.setdefault(txn_id, set()).update(indexes)
         record.returned -= indexes
+
+    def release(self, txn_id: TxnId, position: Position, indexes: set[int]) -> None:
+        """txn_id no longer holds these indexes (its ack of them was not recorded)."""
+        record = self.entries[position]
+        taken = record.by_txn[txn_id]
+        taken -= indexes
+        if not taken:
+            del record.by_txn[txn_id]
+        if not record.by_txn and not record.returned:
+            del self.entries[position]
 
     def end(self, txn_id: TxnId, position: Position) -> set[int] | None:
         """The indexes txn_id held in the entry, no longer held (None: it held none)."""

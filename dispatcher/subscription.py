@@ -429,7 +429,9 @@ class Subscription:
             self.cursor.ack_cumulative(upto)
         self._unblock_after_acks()
 
-    def hold_for_transaction(self, txn_id: TxnId, message_ids: list[tuple[Position, int]]) -> None:
+    def hold_for_transaction(
+        self, txn_id: TxnId, message_ids: list[tuple[Position, int]]
+    ) -> dict[Position, set[int]]:
         """A transactional ack: the messages wait for the transaction's outcome.
 
         Refused whole (TransactionConflictError) when a message is already
@@ -439,13 +441,22 @@ class Subscription:
         transaction exists to prevent. The application aborts and consumes again.
         Batch index -1 names the entry's messages not acknowledged yet. An entry
         leaves its consumer once every message of that delivery is acknowledged or
-        held; until then the consumer keeps the rest.
+        held; until then the consumer keeps the rest. Returns the indexes taken.
         """
         taking, sizes = self._indexes_to_hold(txn_id, message_ids)
         for position, indexes in taking.items():
             self._pending_acks.hold(txn_id, position, indexes)
             self._delivery_may_have_ended(position, sizes[position])
         self._unblock_after_acks()
+        return taking
+
+    def unhold_for_transaction(self, txn_id: TxnId, taken: dict[Position, set[int]]) -> None:
+        """Undo a hold_for_transaction whose ack was not recorded: exactly the indexes it
+        took go back (for delivery), and none the transaction held before."""
+        for position, indexes in taken.items():
+            self._pending_acks.release(txn_id, position, indexes)
+            self._give_back(position, indexes)
+        self.wake()
 
     def _indexes_to_hold(
         self, txn_id: TxnId, message_ids: list[tuple[Position, int]]
@@ -544,6 +555,7 @@ class Subscription:
             if len(settled) + len(returned) < num:
                 return  # its consumer still holds messages of it
             self._release(position)
+            self._unblock_after_acks()
         self._pending_acks.take_returned(position)
         if len(settled) >= num:
             self._forget_replayed(position)

@@ -15,9 +15,10 @@ Promises of `ack_in_transaction`:
   output of a second copy.
 - The entries are held (neither acked nor redelivered) before the coordinator records
   the ack, so an end that follows always finds them held.
-- If the coordinator still refuses the ack, the hold is released (the entries go
-  back for redelivery) before the error is raised: nothing stays held for a
-  transaction that will never end it.
+- If the coordinator still refuses the ack (or fails to record it), exactly what
+  this ack held is released (those messages go back for redelivery; what the
+  transaction held before stays held) before the error is raised: nothing stays
+  held for a transaction that will never end it.
 - What is held is batch indexes (dispatcher/pending_acks.py): transactions acking
   disjoint messages of one batched entry both succeed, and each end applies to its
   own messages only.
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 
 from dispatcher import Subscription
 from managed_ledger import Position, TxnId
-from txnbuffer import TransactionCoordinator, TransactionEndedError, TransactionError, TxnState
+from txnbuffer import TransactionCoordinator, TransactionEndedError, TxnState
 
 
 def ack_in_transaction(
@@ -55,7 +56,7 @@ def ack_in_transaction(
         raise TransactionEndedError(
             f"transaction {txn_id} is {state.value}; start a new transaction"
         )
-    subscription.hold_for_transaction(txn_id, message_ids)
+    taken = subscription.hold_for_transaction(txn_id, message_ids)
     try:
         coordinator.add_ack(
             txn_id,
@@ -63,8 +64,9 @@ def ack_in_transaction(
             subscription.name,
             [(position.ledger_id, position.entry_id, batch) for position, batch in message_ids],
         )
-    except TransactionError:
-        subscription.end_transaction_acks(txn_id, message_ids, commit=False)
+    except BaseException:
+        # Unrecorded, the ack would never be ended: exactly what it took goes back.
+        subscription.unhold_for_transaction(txn_id, taken)
         raise
 
 

@@ -23,7 +23,9 @@ from stableline.broker.transactional_acks import ack_in_transaction
 from txnbuffer import (
     TransactionCoordinator,
     TransactionEndedError,
+    TransactionLimits,
     TransactionNotFoundError,
+    TransactionTooLargeError,
     TxnAck,
 )
 
@@ -157,3 +159,24 @@ async def test_an_entry_held_by_another_open_transaction_is_refused_to_the_secon
     with pytest.raises(InvalidAckError, match=f"open transaction {first}$"):
         ack_in_transaction(coordinator, subscription, second, entries[:1])
     assert coordinator.get(second).acks == []
+
+
+async def test_an_unrecorded_ack_releases_only_what_it_held_in_a_batched_entry(
+    store, subscription, ledger
+):
+    coordinator = TransactionCoordinator(
+        1, store, NothingToEnd(), TransactionLimits(max_acks_per_txn=1)
+    )
+    await coordinator.recover()
+    try:
+        position = await ledger.append(EntryHeader(num_messages=3), b"abc")
+        txn = coordinator.new_transaction(TIMEOUT_MS)
+        ack_in_transaction(coordinator, subscription, txn, [(position, 0)])
+        with pytest.raises(TransactionTooLargeError):
+            ack_in_transaction(coordinator, subscription, txn, [(position, 1)])
+
+        # Index 0, recorded, is still held; index 1, refused, is free again.
+        assert held_by_another(coordinator, subscription, [(position, 0)])
+        assert not held_by_another(coordinator, subscription, [(position, 1)])
+    finally:
+        await coordinator.close()
