@@ -13,8 +13,11 @@ run is deterministic. After each dispatch the outboxes are drained and checked:
 - an entry is never outstanding twice: not to two consumers, not again to its
   holder, not while a transaction holds it; only a consumer with permits gets one;
 - a nack naming an earlier delivery, or an entry the consumer does not hold, changes
-  nothing; an ack in a transaction of an entry held by a transaction (another or
-  the same), or named twice, is refused whole (TransactionConflictError);
+  nothing; an ack in a transaction of a message acknowledged, held by a transaction
+  (another or the same), or named twice, is refused whole (TransactionConflictError);
+  transactions hold batch indexes: a delivery leaves out what is acknowledged or
+  held, an entry stays with its consumer while that delivery still carries an open
+  message, and an abort gives back only its indexes, sent again only after that;
 - entries delivered for the first time come in log order, with no gaps, after the
   redeliveries of the same pass; redelivery counts and acked batch indexes are right;
 - at the end (teardown), with permits for all, every data entry has been delivered.
@@ -119,7 +122,10 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         self.next_new = 0  # index into data_order of the next never-delivered entry
         self.data_order: list[Position] = []
         self.txn_sequence = 0
-        self.held_txn: dict[Position, TxnId] = {}  # entries acked in an open transaction
+        # Batch indexes acked in open transactions, per entry and transaction.
+        self.held_txn: dict[Position, dict[TxnId, set[int]]] = {}
+        # The batch indexes each outstanding delivery carried (open when it went out).
+        self.carried: dict[Position, set[int]] = {}
 
     # ------------------------------------------------------------ plumbing
 
@@ -132,8 +138,31 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(inside())
 
     def unacked_delivered(self) -> list[Position]:
-        """Delivered, not acknowledged, not held by a transaction."""
-        return sorted(p for p in self.deliveries if p not in self.acked and p not in self.held_txn)
+        """Delivered, not acknowledged, with a message not held by a transaction."""
+        return sorted(p for p in self.deliveries if p not in self.acked and self.open_indexes(p))
+
+    def txn_indexes(self, position: Position) -> set[int]:
+        return set().union(*self.held_txn.get(position, {}).values())
+
+    def settled_indexes(self, position: Position) -> set[int]:
+        """Acknowledged, or held by an open transaction."""
+        return self.partial.get(position, set()) | self.txn_indexes(position)
+
+    def open_indexes(self, position: Position) -> set[int]:
+        return set(range(self.messages[position])) - self.settled_indexes(position)
+
+    def delivery_may_have_ended(self, position: Position) -> None:
+        """An outstanding delivery ends once each message it carried is settled."""
+        if position in self.holder and self.carried[position] <= self.settled_indexes(position):
+            del self.holder[position]
+            del self.carried[position]
+
+    def fully_acked(self, position: Position) -> None:
+        self.acked.add(position)
+        self.holder.pop(position, None)
+        self.carried.pop(position, None)
+        self.partial.pop(position, None)
+        self.held_txn.pop(position, None)
 
     def held_by(self, consumer: Consumer) -> list[Position]:
         return sorted(p for p, c in self.holder.items() if c is consumer)
@@ -191,6 +220,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         self.consumers.remove(consumer)
         for position in self.held_by(consumer):
             del self.holder[position]
+            del self.carried[position]
         assert consumer.pending == {}
 
     @precondition(lambda self: self.consumers)
@@ -213,19 +243,23 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         )
         ids = []
         for position in picked:
-            indexes = [-1, *range(self.messages[position])]
+            # Plain acks of messages a transaction holds are not modelled.
+            whole = [] if self.txn_indexes(position) else [-1]
+            indexes = [*whole, *sorted(self.open_indexes(position))]
             ids.append((position, data.draw(st.sampled_from(indexes), label="batch_index")))
         self.call(self.subscription.ack, ids)
         for position, batch_index in ids:
+            if position in self.acked:
+                continue
             acked = self.partial.setdefault(position, set())
             if batch_index == -1:
                 acked.update(range(self.messages[position]))
             else:
                 acked.add(batch_index)
             if len(acked) == self.messages[position]:
-                self.acked.add(position)
-                self.holder.pop(position, None)
-                del self.partial[position]
+                self.fully_acked(position)
+            else:
+                self.delivery_may_have_ended(position)
 
     @precondition(lambda self: self.log)
     @rule(data=st.data())
@@ -276,6 +310,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             self.call(self.subscription.redeliver, consumer, positions, counts)
         for position in positions:
             del self.holder[position]
+            del self.carried[position]
 
     @precondition(lambda self: self.consumers and self.deliveries)
     @rule(data=st.data())
@@ -303,31 +338,57 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         picked = data.draw(
             st.lists(st.sampled_from(choices), min_size=1, max_size=3), label="acked in txn"
         )
-        ids = [(p, -1) for p in picked]
-        if len(set(picked)) < len(picked) or any(p in self.held_txn for p in picked):
+        ids = [
+            (p, data.draw(st.sampled_from([-1, *range(self.messages[p])]), label="batch_index"))
+            for p in picked
+        ]
+        taking: dict[Position, set[int]] = {}
+        conflict = False
+        for position, batch_index in ids:
+            acked = self.partial.get(position, set())
+            if batch_index == -1:
+                indexes = set(range(self.messages[position])) - acked
+            else:
+                indexes = {batch_index}
+            taken = taking.setdefault(position, set())
+            if batch_index in acked or indexes & (self.txn_indexes(position) | taken):
+                conflict = True
+            taken |= indexes
+        if conflict:
             with pytest.raises(TransactionConflictError):
                 self.call(self.subscription.hold_for_transaction, txn, ids)
             return  # refused whole: the invariant checks nothing moved
         self.call(self.subscription.hold_for_transaction, txn, ids)
-        for position in picked:
-            self.held_txn[position] = txn
-            self.holder.pop(position, None)
+        for position, indexes in taking.items():
+            self.held_txn.setdefault(position, {}).setdefault(txn, set()).update(indexes)
+            if position in self.carried:
+                # Taken from the delivery: an abort gives them back, not to it.
+                self.carried[position] -= indexes
+            self.delivery_may_have_ended(position)
+
+    def open_transactions(self) -> list[TxnId]:
+        return sorted({txn for held in self.held_txn.values() for txn in held})
 
     @precondition(lambda self: self.held_txn)
     @rule(data=st.data(), commit=st.booleans())
     @step
     def end_transaction(self, data, commit: bool) -> None:
-        txn = data.draw(st.sampled_from(sorted(set(self.held_txn.values()))), label="ending")
+        txn = data.draw(st.sampled_from(self.open_transactions()), label="ending")
         self.end_transaction_acks(txn, commit)
 
     def end_transaction_acks(self, txn: TxnId, commit: bool) -> None:
-        positions = sorted(p for p, holder in self.held_txn.items() if holder == txn)
-        self.call(self.subscription.end_transaction_acks, txn, [(p, -1) for p in positions], commit)
-        for position in positions:
-            del self.held_txn[position]
+        held = {p: held[txn] for p, held in self.held_txn.items() if txn in held}
+        ids = [(p, i) for p, indexes in sorted(held.items()) for i in sorted(indexes)]
+        self.call(self.subscription.end_transaction_acks, txn, ids, commit)
+        for position, indexes in held.items():
+            del self.held_txn[position][txn]
+            if not self.held_txn[position]:
+                del self.held_txn[position]
             if commit:
-                self.acked.add(position)
-                self.partial.pop(position, None)
+                acked = self.partial.setdefault(position, set())
+                acked |= indexes
+                if len(acked) == self.messages[position]:
+                    self.fully_acked(position)
 
     # ------------------------------------------------------------ dispatch
 
@@ -366,11 +427,8 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             assert position not in self.acked, f"acknowledged entry {position} delivered again"
             owner = self.holder.get(position)
             assert owner is None, f"{position} given to {consumer.name}, held by {owner.name}"
-            assert position not in self.held_txn, f"{position} delivered while a txn holds it"
-            assert self.permits[consumer] > 0, f"{consumer.name} got {position} without permits"
+            self.check_delivered_messages(consumer, delivery)
             times = self.deliveries.get(position, 0)
-            assert delivery.redelivery_count == times
-            assert delivery.acked_batch_indexes == tuple(sorted(self.partial.get(position, ())))
             if times == 0:
                 first_time.append(position)
             else:
@@ -378,11 +436,21 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
                 redelivered.append(position)
             self.deliveries[position] = times + 1
             self.holder[position] = consumer
-            # Permits pay for the messages delivered: acknowledged indexes are left out.
-            self.permits[consumer] -= self.messages[position] - len(self.partial.get(position, ()))
         assert first_time == sorted(first_time)
         assert redelivered == sorted(redelivered)
         return first_time
+
+    def check_delivered_messages(self, consumer: Consumer, delivery: Delivery) -> None:
+        """What of the entry went out, and what it cost; the delivery carries it."""
+        position = delivery.entry.position
+        carried = self.open_indexes(position)
+        assert carried, f"{position} delivered with every message acked or held by a txn"
+        assert self.permits[consumer] > 0, f"{consumer.name} got {position} without permits"
+        assert delivery.redelivery_count == self.deliveries.get(position, 0)
+        # Acknowledged and transaction-held indexes are left out; permits pay for the rest.
+        assert delivery.acked_batch_indexes == tuple(sorted(self.settled_indexes(position)))
+        self.permits[consumer] -= len(carried)
+        self.carried[position] = carried
 
     # ------------------------------------------------------------ invariants
 
@@ -404,14 +472,22 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
             if position not in self.acked:
                 assert not cursor.is_acked(position), f"{position} acked but never by a client"
         waiting = set(subscription._redeliver) - subscription._looked_ahead
-        assert waiting <= set(self.deliveries) - self.acked - set(self.holder) - set(self.held_txn)
+        assert waiting <= set(self.deliveries) - self.acked - set(self.holder)
+        assert all(self.open_indexes(p) for p in waiting), "queued with nothing to deliver"
         held = {
-            position: txn
+            position: record.by_txn
             for position, record in subscription._pending_acks.entries.items()
-            for txn in record.by_txn
+            if record.by_txn
         }
         assert held == self.held_txn
-        assert not set(self.held_txn) & set(self.holder), "held by a txn and a consumer"
+        for position, consumer in self.holder.items():
+            assert self.carried[position] - self.settled_indexes(position), (
+                f"{consumer.name} holds {position} with nothing of its delivery open"
+            )
+        # Every open message of a delivered entry is outstanding or on its way again.
+        for position in set(self.deliveries) - self.acked - set(self.holder):
+            if self.open_indexes(position):
+                assert position in waiting, f"{position} has open messages and no way out"
         assert not subscription._looked_ahead & set(self.deliveries), "kept aside, yet delivered"
 
     # ------------------------------------------------------------ the end
@@ -430,7 +506,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
     def everything_is_eventually_delivered(self) -> None:
         if not self.consumers:
             self.add_consumer(0)
-        for txn in sorted(set(self.held_txn.values())):
+        for txn in self.open_transactions():
             self.end_transaction_acks(txn, commit=False)
         total = sum(self.messages.values()) + 1  # at least one, or markers wait
         for consumer in self.consumers:
@@ -464,8 +540,6 @@ class KeySharedSubscriptionMachine(SharedSubscriptionMachine):
             assert position not in self.markers and position in self.messages
             assert position not in self.acked, f"acknowledged entry {position} delivered again"
             assert self.holder.get(position) is None
-            assert position not in self.held_txn, f"{position} delivered while a txn holds it"
-            assert self.permits[consumer] > 0, f"{consumer.name} got {position} without permits"
             hash_ = self.hashes[position]
             assert owner_of(hash_) is consumer, f"{position} went to a consumer not owning it"
             for earlier, holder in self.holder.items():
@@ -474,23 +548,21 @@ class KeySharedSubscriptionMachine(SharedSubscriptionMachine):
             for earlier in self.data_order:
                 if earlier >= position:
                     break
-                # One held by a transaction may be overtaken: it comes back only on abort.
+                # One held whole by transactions may be overtaken: it comes back on abort.
                 if (
                     self.hashes[earlier] == hash_
                     and earlier not in self.acked
-                    and earlier not in self.held_txn
+                    and self.open_indexes(earlier)
                 ):
                     assert self.holder.get(earlier) is consumer, (
                         f"{position} delivered before {earlier} of its hash"
                     )
+            self.check_delivered_messages(consumer, delivery)
             times = self.deliveries.get(position, 0)
-            assert delivery.redelivery_count == times
-            assert delivery.acked_batch_indexes == tuple(sorted(self.partial.get(position, ())))
             if times == 0:
                 first_time.append(position)
             self.deliveries[position] = times + 1
             self.holder[position] = consumer
-            self.permits[consumer] -= self.messages[position] - len(self.partial.get(position, ()))
         return first_time
 
     def check_first_deliveries(self, first_time: list[Position]) -> None:
@@ -506,9 +578,7 @@ class KeySharedSubscriptionMachine(SharedSubscriptionMachine):
                 break
             self.call(self.subscription.ack, [(p, -1) for p in held])
             for position in held:
-                self.acked.add(position)
-                self.partial.pop(position, None)
-                del self.holder[position]
+                self.fully_acked(position)
             total = sum(self.messages.values()) + 1
             for consumer in self.consumers:
                 self.call(self.subscription.flow, consumer, total)
