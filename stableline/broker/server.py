@@ -170,7 +170,9 @@ class Broker:
         self.open_files_limit = 0
 
     def _restore_pending_acks(self, topic: Topic) -> None:
-        restore_pending_acks(self.coordinator, str(topic.name), topic.subscriptions)
+        restored = restore_pending_acks(self.coordinator, str(topic.name), topic.subscriptions)
+        if restored:
+            log.info("%s: holding again %d acks of transactions not ended", topic.name, restored)
 
     async def start(self) -> None:
         config = self.config

@@ -50,7 +50,7 @@ def ack_in_transaction(
         raise ValueError("an ack must name at least one message id")
     if cumulative:
         raise ValueError("a transactional ack must be individual, not cumulative")
-    # Checked before anything is held: holding takes the entries from their consumer.
+    # Checked before anything is held: holding may take entries from their consumer.
     state = coordinator.get(txn_id).state
     if state is not TxnState.OPEN:
         raise TransactionEndedError(
