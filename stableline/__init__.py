@@ -16,6 +16,7 @@ from stableline._errors import (
     LimitExceeded,
     MessageTooBig,
     NotReady,
+    OperationNotSupported,
     ProducerBusy,
     ProducerQueueIsFull,
     StableLineError,
@@ -23,12 +24,15 @@ from stableline._errors import (
     StorageFull,
     SubscriptionBusy,
     Timeout,
+    TopicBusy,
+    TopicConflict,
     TopicNotFound,
     TransactionConflict,
     TransactionEnded,
     TransactionNotFound,
 )
 from stableline._keys import BatchingType, KeySharedMode, KeySharedPolicy
+from stableline._routing import MessageRoutingMode
 from stableline._sync import Client, Consumer, Producer, Reader, Transaction
 from stableline._types import (
     ConsumerType,
@@ -66,9 +70,11 @@ __all__ = [
     "LookupResult",
     "Message",
     "MessageId",
+    "MessageRoutingMode",
     "MessageTooBig",
     "Messages",
     "NotReady",
+    "OperationNotSupported",
     "Producer",
     "ProducerBusy",
     "ProducerOptions",
@@ -80,6 +86,8 @@ __all__ = [
     "StorageFull",
     "SubscriptionBusy",
     "Timeout",
+    "TopicBusy",
+    "TopicConflict",
     "TopicNotFound",
     "Transaction",
     "TransactionConflict",

@@ -98,12 +98,27 @@ class AuthorizationError(StableLineError):
     """The role may not do this (PERMISSION_DENIED)."""
 
 
+class TopicConflict(StableLineError):
+    """The name is taken by a topic of the other kind (partitioned or not), or the
+    partitioned topic exists already."""
+
+
+class TopicBusy(StableLineError):
+    """The topic has connected producers or consumers; close them or force."""
+
+
+class OperationNotSupported(StableLineError):
+    """The call cannot be made on this kind of topic (a reader on a partitioned topic)."""
+
+
 class InvalidArgument(StableLineError):
     """The broker refused a request as malformed; the message says why."""
 
 
 CODES: dict[str, type[StableLineError]] = {
     "TopicNotFound": TopicNotFound,
+    "TopicConflict": TopicConflict,
+    "TopicBusy": TopicBusy,
     "InvalidTopicName": InvalidTopicName,
     "IsolationLevelMismatch": IsolationLevelMismatch,
     "SubscriptionBusy": SubscriptionBusy,

@@ -27,6 +27,7 @@ from stableline import aio
 from stableline._auth import AuthenticationToken
 from stableline._errors import InvalidMessageId, StableLineError, Timeout
 from stableline._keys import BatchingType, KeySharedPolicy
+from stableline._routing import MessageRoutingMode, RoutedMessage
 from stableline._types import (
     ConsumerType,
     InitialPosition,
@@ -652,12 +653,18 @@ class Client:
         max_pending_messages: int = PRODUCER_DEFAULTS.max_pending_messages,
         block_if_queue_full: bool = PRODUCER_DEFAULTS.block_if_queue_full,
         batching_type: BatchingType = PRODUCER_DEFAULTS.batching_type,
+        message_routing_mode: MessageRoutingMode = PRODUCER_DEFAULTS.message_routing_mode,
+        message_router: Callable[[RoutedMessage, int], int] | None = (
+            PRODUCER_DEFAULTS.message_router
+        ),
     ) -> Producer:
         """A producer; past max_pending_messages unacknowledged, send() waits when
         block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics).
         A batch holds messages of one partition key at most: BatchingType.Default
         ends a batch where the key changes (send order kept), KeyBased groups a
-        batching window's messages by key (order kept per key)."""
+        batching window's messages by key (order kept per key). On a partitioned
+        topic, a keyed message goes to its key's partition and the others by
+        message_routing_mode, as in stableline.aio."""
         return self.open_producer(
             topic,
             ProducerOptions(
@@ -667,6 +674,8 @@ class Client:
                 max_pending_messages,
                 block_if_queue_full,
                 batching_type,
+                message_routing_mode,
+                message_router,
             ),
         )
 
@@ -730,6 +739,14 @@ class Client:
     def open_reader(self, topic: str, options: ReaderOptions) -> Reader:
         """create_reader with its options as one value."""
         return Reader(self._loop.run(self._inner.open_reader(topic, options)), self._loop)
+
+    def get_partitioned_topic_metadata(self, topic: str) -> int:
+        """How many partitions `topic` has; 0 when it is not partitioned."""
+        return self._loop.run(self._inner.get_partitioned_topic_metadata(topic))
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        """The partitions' names of a partitioned topic, else [topic]."""
+        return self._loop.run(self._inner.get_topic_partitions(topic))
 
     def new_transaction(self, timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> Transaction:
         return Transaction(self._loop.run(self._inner.new_transaction(timeout_ms)), self._loop)

@@ -125,9 +125,12 @@ class MessageId(tuple):
             pass
         raise ValueError(f"not a message id {text!r}: expected 'ledger:entry[:batch]'")
 
+    # A partition's index for a message of a partitioned topic (PartitionedMessageId).
+    _partition: ClassVar[int] = -1
+
     def partition(self) -> int:
-        """Pulsar's partition index: -1, topics here are not partitioned."""
-        return -1
+        """Pulsar's partition index: -1 unless the message is of a partitioned topic."""
+        return self._partition
 
     def serialize(self) -> bytes:
         """Bytes for MessageId.deserialize (the wire's MessageIdData)."""
@@ -145,6 +148,28 @@ class MessageId(tuple):
     def to_proto(self) -> pb.MessageIdData:
         ledger_id, entry_id, batch_index = self
         return pb.MessageIdData(ledger_id=ledger_id, entry_id=entry_id, batch_index=batch_index)
+
+
+class PartitionedMessageId(MessageId):
+    """The MessageId of a message of partition `partition()` of a partitioned topic;
+    equal to the plain MessageId of its position (the partition rides beside it)."""
+
+    def __new__(
+        cls, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1
+    ) -> PartitionedMessageId:
+        self = tuple.__new__(cls, (ledger_id, entry_id, batch_index))
+        self._partition = partition
+        return self
+
+    def __getnewargs__(self) -> tuple[int, int, int, int]:
+        return (*self, self._partition)
+
+    def __repr__(self) -> str:
+        ledger_id, entry_id, batch_index = self
+        return (
+            f"MessageId(ledger_id={ledger_id}, entry_id={entry_id}, "
+            f"batch_index={batch_index}, partition={self._partition})"
+        )
 
 
 MessageId.earliest = MessageId(-1, -1, -1)
@@ -223,6 +248,7 @@ class DeliveredEntry:
         "ledger_id",
         "metadata",
         "num_messages",
+        "partition",
         "payload",
         "redelivery_count",
         "topic",
@@ -246,10 +272,11 @@ class DeliveredEntry:
         self.payload = payload
         self._layout = plain_layout(payload)
         self._messages = None
+        self.partition = -1  # its partition's index when of a partitioned topic
 
     @classmethod
-    def of(cls, topic: str, entry: pb.EntryDelivery) -> DeliveredEntry:
-        return cls(
+    def of(cls, topic: str, entry: pb.EntryDelivery, partition: int = -1) -> DeliveredEntry:
+        delivered = cls(
             topic,
             entry.ledger_id,
             entry.entry_id,
@@ -257,6 +284,8 @@ class DeliveredEntry:
             entry.redelivery_count,
             entry.payload,
         )
+        delivered.partition = partition
+        return delivered
 
     def value(self, index: int) -> bytes:
         layout = self._layout
@@ -318,6 +347,8 @@ class Message(tuple):
 
     def message_id(self) -> MessageId:
         entry, index = self
+        if entry.partition >= 0:
+            return PartitionedMessageId(entry.ledger_id, entry.entry_id, index, entry.partition)
         return tuple.__new__(MessageId, (entry.ledger_id, entry.entry_id, index))
 
     def partition_key(self) -> str | None:

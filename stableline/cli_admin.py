@@ -65,7 +65,7 @@ def _print_json(document) -> None:
 
 @click.group()
 def topics() -> None:
-    """Topics: create, delete, list, stats, internal-stats, lookup."""
+    """Topics: create, delete, list, stats, internal-stats, lookup, and partitioned topics."""
 
 
 @topics.command("create")
@@ -121,6 +121,65 @@ def topics_lookup(topic: str, admin_url: str) -> None:
     answer = admin_request(admin_url, f"/lookup/v2/topic/persistent/{_topic_parts(topic)}")
     # One port serves plaintext or TLS: the other URL is null.
     click.echo(answer.get("brokerUrl") or answer.get("brokerUrlTls"))
+
+
+# ---------------------------------------------------------------- partitioned topics
+
+partitions_option = click.option(
+    "-p",
+    "--partitions",
+    type=int,
+    required=True,
+    help="The number of partitions (topics TOPIC-partition-0 .. N-1).",
+)
+
+
+@topics.command("create-partitioned-topic")
+@click.argument("topic")
+@partitions_option
+@admin_url_option
+def topics_create_partitioned(topic: str, partitions: int, admin_url: str) -> None:
+    """Create partitioned TOPIC with N partitions (409 if the name is taken)."""
+    admin_request(admin_url, topic_path(topic) + "/partitions", "PUT", partitions)
+    click.echo(f"created {topic} with {partitions} partitions")
+
+
+@topics.command("update-partitioned-topic")
+@click.argument("topic")
+@partitions_option
+@admin_url_option
+def topics_update_partitioned(topic: str, partitions: int, admin_url: str) -> None:
+    """Grow partitioned TOPIC to N partitions (the count never shrinks)."""
+    admin_request(admin_url, topic_path(topic) + "/partitions", "POST", partitions)
+    click.echo(f"updated {topic} to {partitions} partitions")
+
+
+@topics.command("get-partitioned-topic-metadata")
+@click.argument("topic")
+@admin_url_option
+def topics_partitioned_metadata(topic: str, admin_url: str) -> None:
+    """Print TOPIC's partition count, {"partitions": N} (0: not partitioned)."""
+    _print_json(admin_request(admin_url, topic_path(topic) + "/partitions"))
+
+
+@topics.command("delete-partitioned-topic")
+@click.argument("topic")
+@click.option("-f", "--force", is_flag=True, help="Disconnect producers and consumers first.")
+@admin_url_option
+def topics_delete_partitioned(topic: str, force: bool, admin_url: str) -> None:
+    """Delete partitioned TOPIC and every partition (refused while in use, unless -f)."""
+    suffix = "?force=true" if force else ""
+    admin_request(admin_url, topic_path(topic) + "/partitions" + suffix, "DELETE")
+    click.echo(f"deleted {topic}")
+
+
+@topics.command("partitioned-stats")
+@click.argument("topic")
+@admin_url_option
+def topics_partitioned_stats(topic: str, admin_url: str) -> None:
+    """Print partitioned TOPIC's summed stats and each partition's (with each
+    subscription's isolation level)."""
+    _print_json(admin_request(admin_url, topic_path(topic) + "/partitioned-stats"))
 
 
 # ---------------------------------------------------------------- subscriptions

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19stableline/v1/admin.proto\x12\rstableline.v1\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"$\n\x12ListTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x1d\n\x0cTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"5\n\x13\x43reateTopicResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"$\n\x13\x44\x65leteTopicResponse\x12\r\n\x05topic\x18\x01 \x01(\t\"\x1d\n\rStatsResponse\x12\x0c\n\x04json\x18\x01 \x01(\t\";\n\x12TransactionRequest\x12\x11\n\tmost_bits\x18\x01 \x01(\x04\x12\x12\n\nleast_bits\x18\x02 \x01(\x04\x32\xc3\x04\n\x05\x41\x64min\x12Q\n\nListTopics\x12 .stableline.v1.ListTopicsRequest\x1a!.stableline.v1.ListTopicsResponse\x12N\n\x0b\x43reateTopic\x12\x1b.stableline.v1.TopicRequest\x1a\".stableline.v1.CreateTopicResponse\x12N\n\x0b\x44\x65leteTopic\x12\x1b.stableline.v1.TopicRequest\x1a\".stableline.v1.DeleteTopicResponse\x12\x45\n\x08GetStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponse\x12M\n\x10GetInternalStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponse\x12V\n\x19GetTransactionBufferStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponse\x12Y\n\x16GetTransactionMetadata\x12!.stableline.v1.TransactionRequest\x1a\x1c.stableline.v1.StatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19stableline/v1/admin.proto\x12\rstableline.v1\"&\n\x11ListTopicsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"$\n\x12ListTopicsResponse\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x1d\n\x0cTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"5\n\x13\x43reateTopicResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"$\n\x13\x44\x65leteTopicResponse\x12\r\n\x05topic\x18\x01 \x01(\t\"\x1d\n\rStatsResponse\x12\x0c\n\x04json\x18\x01 \x01(\t\";\n\x12TransactionRequest\x12\x11\n\tmost_bits\x18\x01 \x01(\x04\x12\x12\n\nleast_bits\x18\x02 \x01(\x04\"<\n\x17PartitionedTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\"=\n\x18PartitionedTopicMetadata\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\"=\n\x1d\x44\x65letePartitionedTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x32\xbc\x08\n\x05\x41\x64min\x12Q\n\nListTopics\x12 .stableline.v1.ListTopicsRequest\x1a!.stableline.v1.ListTopicsResponse\x12N\n\x0b\x43reateTopic\x12\x1b.stableline.v1.TopicRequest\x1a\".stableline.v1.CreateTopicResponse\x12N\n\x0b\x44\x65leteTopic\x12\x1b.stableline.v1.TopicRequest\x1a\".stableline.v1.DeleteTopicResponse\x12\x45\n\x08GetStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponse\x12M\n\x10GetInternalStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponse\x12V\n\x19GetTransactionBufferStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponse\x12Y\n\x16GetTransactionMetadata\x12!.stableline.v1.TransactionRequest\x1a\x1c.stableline.v1.StatsResponse\x12i\n\x16\x43reatePartitionedTopic\x12&.stableline.v1.PartitionedTopicRequest\x1a\'.stableline.v1.PartitionedTopicMetadata\x12i\n\x16UpdatePartitionedTopic\x12&.stableline.v1.PartitionedTopicRequest\x1a\'.stableline.v1.PartitionedTopicMetadata\x12\x63\n\x1bGetPartitionedTopicMetadata\x12\x1b.stableline.v1.TopicRequest\x1a\'.stableline.v1.PartitionedTopicMetadata\x12j\n\x16\x44\x65letePartitionedTopic\x12,.stableline.v1.DeletePartitionedTopicRequest\x1a\".stableline.v1.DeleteTopicResponse\x12P\n\x13GetPartitionedStats\x12\x1b.stableline.v1.TopicRequest\x1a\x1c.stableline.v1.StatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,6 +45,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATSRESPONSE']._serialized_end=275
   _globals['_TRANSACTIONREQUEST']._serialized_start=277
   _globals['_TRANSACTIONREQUEST']._serialized_end=336
-  _globals['_ADMIN']._serialized_start=339
-  _globals['_ADMIN']._serialized_end=918
+  _globals['_PARTITIONEDTOPICREQUEST']._serialized_start=338
+  _globals['_PARTITIONEDTOPICREQUEST']._serialized_end=398
+  _globals['_PARTITIONEDTOPICMETADATA']._serialized_start=400
+  _globals['_PARTITIONEDTOPICMETADATA']._serialized_end=461
+  _globals['_DELETEPARTITIONEDTOPICREQUEST']._serialized_start=463
+  _globals['_DELETEPARTITIONEDTOPICREQUEST']._serialized_end=524
+  _globals['_ADMIN']._serialized_start=527
+  _globals['_ADMIN']._serialized_end=1611
 # @@protoc_insertion_point(module_scope)

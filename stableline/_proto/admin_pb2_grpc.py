@@ -69,6 +69,31 @@ class AdminStub:
                 request_serializer=stableline_dot_v1_dot_admin__pb2.TransactionRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitionedTopic = channel.unary_unary(
+                '/stableline.v1.Admin/CreatePartitionedTopic',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.FromString,
+                _registered_method=True)
+        self.UpdatePartitionedTopic = channel.unary_unary(
+                '/stableline.v1.Admin/UpdatePartitionedTopic',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.FromString,
+                _registered_method=True)
+        self.GetPartitionedTopicMetadata = channel.unary_unary(
+                '/stableline.v1.Admin/GetPartitionedTopicMetadata',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.FromString,
+                _registered_method=True)
+        self.DeletePartitionedTopic = channel.unary_unary(
+                '/stableline.v1.Admin/DeletePartitionedTopic',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.DeletePartitionedTopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.DeleteTopicResponse.FromString,
+                _registered_method=True)
+        self.GetPartitionedStats = channel.unary_unary(
+                '/stableline.v1.Admin/GetPartitionedStats',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -116,6 +141,38 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitionedTopic(self, request, context):
+        """Partitioned topics (Pulsar's createPartitionedTopic, updatePartitionedTopic,
+        getPartitionedTopicMetadata, deletePartitionedTopic, getPartitionedStats).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdatePartitionedTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPartitionedTopicMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePartitionedTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPartitionedStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -152,6 +209,31 @@ def add_AdminServicer_to_server(servicer, server):
             'GetTransactionMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTransactionMetadata,
                     request_deserializer=stableline_dot_v1_dot_admin__pb2.TransactionRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.SerializeToString,
+            ),
+            'CreatePartitionedTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitionedTopic,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.SerializeToString,
+            ),
+            'UpdatePartitionedTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdatePartitionedTopic,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.SerializeToString,
+            ),
+            'GetPartitionedTopicMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPartitionedTopicMetadata,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.SerializeToString,
+            ),
+            'DeletePartitionedTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePartitionedTopic,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.DeletePartitionedTopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'GetPartitionedStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPartitionedStats,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.SerializeToString,
             ),
     }
@@ -343,6 +425,141 @@ class Admin:
             target,
             '/stableline.v1.Admin/GetTransactionMetadata',
             stableline_dot_v1_dot_admin__pb2.TransactionRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitionedTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/CreatePartitionedTopic',
+            stableline_dot_v1_dot_admin__pb2.PartitionedTopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdatePartitionedTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/UpdatePartitionedTopic',
+            stableline_dot_v1_dot_admin__pb2.PartitionedTopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPartitionedTopicMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/GetPartitionedTopicMetadata',
+            stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.PartitionedTopicMetadata.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePartitionedTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/DeletePartitionedTopic',
+            stableline_dot_v1_dot_admin__pb2.DeletePartitionedTopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPartitionedStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/GetPartitionedStats',
+            stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
             stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
             options,
             channel_credentials,

@@ -3,6 +3,7 @@
 from stableline._auth import AuthenticationToken
 from stableline._errors import *  # noqa: F403  (the same typed errors)
 from stableline._keys import BatchingType, KeySharedMode, KeySharedPolicy
+from stableline._routing import MessageRoutingMode
 from stableline._types import (
     ConsumerType,
     InitialPosition,
@@ -16,6 +17,7 @@ from stableline.aio._batch import SendReceipt
 from stableline.aio._client import Client
 from stableline.aio._consumer import Consumer
 from stableline.aio._options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
+from stableline.aio._partitioned_producer import PartitionedProducer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
@@ -37,6 +39,8 @@ __all__ = [
     "LookupResult",
     "Message",
     "MessageId",
+    "MessageRoutingMode",
+    "PartitionedProducer",
     "Producer",
     "ProducerOptions",
     "Reader",

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from stableline._auth import AuthenticationToken
-from stableline._errors import StableLineError
+from stableline._errors import OperationNotSupported, StableLineError
 from stableline._keys import BatchingType, KeySharedPolicy
+from stableline._proto import admin_pb2 as admin_pb
 from stableline._proto import broker_pb2 as pb
+from stableline._routing import MessageRoutingMode, RoutedMessage
 from stableline._types import (
     ConsumerType,
     InitialPosition,
@@ -42,10 +45,13 @@ from stableline.aio._options import (
     ProducerOptions,
     ReaderOptions,
 )
+from stableline.aio._partitioned_producer import PartitionedProducer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
+from stableline.partitions import partition_topics, split_partition
+from stableline.topic_name import TopicName
 
 
 class Client:
@@ -88,7 +94,9 @@ class Client:
     def _start(self, service_url: str, options: ClientOptions) -> None:
         self.options = options
         self._connections = ConnectionPool(service_url, options)
-        self._closeables: list[Producer | Consumer | MultiTopicConsumer | Reader] = []
+        self._closeables: list[
+            Producer | PartitionedProducer | Consumer | MultiTopicConsumer | Reader
+        ] = []
 
     async def __aenter__(self) -> Client:
         return self
@@ -105,12 +113,18 @@ class Client:
         max_pending_messages: int = PRODUCER_DEFAULTS.max_pending_messages,
         block_if_queue_full: bool = PRODUCER_DEFAULTS.block_if_queue_full,
         batching_type: BatchingType = PRODUCER_DEFAULTS.batching_type,
-    ) -> Producer:
+        message_routing_mode: MessageRoutingMode = PRODUCER_DEFAULTS.message_routing_mode,
+        message_router: Callable[[RoutedMessage, int], int] | None = (
+            PRODUCER_DEFAULTS.message_router
+        ),
+    ) -> Producer | PartitionedProducer:
         """A producer; past max_pending_messages unacknowledged, send() waits when
         block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics).
         A batch holds messages of one partition key at most: BatchingType.Default
         ends a batch where the key changes (send order kept), KeyBased groups a
-        batching window's messages by key (order kept per key)."""
+        batching window's messages by key (order kept per key). On a partitioned
+        topic, a keyed message goes to its key's partition and the others by
+        message_routing_mode (stableline._routing)."""
         return await self.open_producer(
             topic,
             ProducerOptions(
@@ -120,15 +134,57 @@ class Client:
                 max_pending_messages,
                 block_if_queue_full,
                 batching_type,
+                message_routing_mode,
+                message_router,
             ),
         )
 
-    async def open_producer(self, topic: str, options: ProducerOptions) -> Producer:
+    async def open_producer(
+        self, topic: str, options: ProducerOptions
+    ) -> Producer | PartitionedProducer:
         """create_producer with its options as one value."""
-        producer = Producer(self._connections.service, topic, options)
+        connection = self._connections.service
+        partitions = await self.partitions_of(topic)
+        if partitions:
+            opened: list[Producer] = []
+            try:
+                for name in partitions:
+                    producer = Producer(connection, name, options)
+                    await producer._open()
+                    opened.append(producer)
+            except BaseException:
+                for producer in opened:
+                    await producer.close()
+                raise
+            partitioned = PartitionedProducer(str(TopicName.parse(topic)), opened, options)
+            self._closeables.append(partitioned)
+            return partitioned
+        producer = Producer(connection, topic, options)
         await producer._open()
         self._closeables.append(producer)
         return producer
+
+    async def get_partitioned_topic_metadata(self, topic: str) -> int:
+        """How many partitions `topic` has; 0 when it is not partitioned."""
+        connection = self._connections.service
+
+        async def attempt() -> admin_pb.PartitionedTopicMetadata:
+            return await connection.unary(
+                connection.admin.GetPartitionedTopicMetadata, admin_pb.TopicRequest(topic=topic)
+            )
+
+        response = await connection.with_retries(attempt, "partitioned topic metadata")
+        return response.partitions
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """The partitions' topic names of a partitioned topic, else [topic] (Pulsar's
+        Client.get_topic_partitions)."""
+        return await self.partitions_of(topic) or [str(TopicName.parse(topic))]
+
+    async def partitions_of(self, topic: str) -> list[str]:
+        """The partitions' topic names of a partitioned topic; [] when not partitioned."""
+        count = await self.get_partitioned_topic_metadata(topic)
+        return [str(name) for name in partition_topics(TopicName.parse(topic), count)]
 
     async def subscribe(
         self,
@@ -176,15 +232,27 @@ class Client:
         connection = self._connections.service
 
         async def open_one(name: str) -> Consumer:
-            consumer = Consumer(connection, name, subscription_name, options)
+            split = split_partition(TopicName.parse(name))
+            # A partition's messages carry its index, wherever it was named.
+            partition = -1 if split is None else split[1]
+            consumer = Consumer(connection, name, subscription_name, options, partition)
             await consumer._open()
             return consumer
 
+        partitioned_topic = None
         if isinstance(topic, str):
-            consumer = await open_one(topic)
-            self._closeables.append(consumer)
-            return consumer
-        if isinstance(topic, re.Pattern):
+            partitions = await self.partitions_of(topic)
+            if not partitions:
+                consumer = await open_one(topic)
+                self._closeables.append(consumer)
+                return consumer
+            # Every partition, with the subscription's isolation level on each.
+            partitioned_topic = str(TopicName.parse(topic))
+            multi = MultiTopicConsumer(
+                open_one, subscription_name, options, partitioned_topic=partitioned_topic
+            )
+            topics = partitions
+        elif isinstance(topic, re.Pattern):
             namespace = pattern_namespace(topic)
             multi = MultiTopicConsumer(
                 open_one,
@@ -196,7 +264,9 @@ class Client:
             topics = await multi._matching()
         elif isinstance(topic, list | tuple) and topic and all(isinstance(t, str) for t in topic):
             multi = MultiTopicConsumer(open_one, subscription_name, options)
-            topics = list(dict.fromkeys(topic))
+            topics = []
+            for name in dict.fromkeys(topic):  # a partitioned topic: its partitions
+                topics += await self.partitions_of(name) or [name]
         else:
             raise TypeError(
                 "topic must be a topic name, a non-empty list of them, or a compiled "
@@ -220,6 +290,13 @@ class Client:
 
     async def open_reader(self, topic: str, options: ReaderOptions) -> Reader:
         """create_reader with its options as one value."""
+        count = await self.get_partitioned_topic_metadata(topic)
+        if count:
+            raise OperationNotSupported(
+                f"{topic} is a partitioned topic ({count} partitions): a reader reads one "
+                f"topic; create a reader on each partition ({topic}-partition-0 .. "
+                f"{topic}-partition-{count - 1}) or subscribe to {topic}"
+            )
         reader = Reader(self._connections.service, topic, options)
         await reader._open()
         self._closeables.append(reader)

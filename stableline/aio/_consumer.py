@@ -96,10 +96,14 @@ class Consumer:
         topic: str,
         subscription_name: str,
         options: ConsumerOptions,
+        partition: int = -1,
     ):
         self.options = options
         self._connection = connection
         self._topic = topic
+        # Its partition's index when it reads one partition of a partitioned topic:
+        # its messages' ids carry it (MessageId.partition()).
+        self._partition = partition
         self._subscription = subscription_name
         self._queue_size = options.receiver_queue_size
         # Named here when not given, as Pulsar's clients do, so consumer_name() knows it.
@@ -249,7 +253,7 @@ class Consumer:
                     if self._discarding:
                         continue
                     arrived = [
-                        (DeliveredEntry.of(self._topic, delivery), delivery)
+                        (DeliveredEntry.of(self._topic, delivery, self._partition), delivery)
                         for delivery in response.deliveries.entries
                     ]
                     self._replace_earlier_deliveries([e for e, _ in arrived if e.redelivery_count])

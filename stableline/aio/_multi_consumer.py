@@ -1,5 +1,5 @@
-"""A consumer of one subscription on several topics: a list, or the topics of a
-namespace whose names match a pattern.
+"""A consumer of one subscription on several topics: a list, the topics of a
+namespace whose names match a pattern, or the partitions of a partitioned topic.
 
 It holds one Consumer per topic. A pump task per topic takes that consumer's
 messages a batch at a time into one queue (at most PUMPED_BATCHES_PER_TOPIC batches
@@ -67,8 +67,13 @@ class MultiTopicConsumer:
         options: ConsumerOptions,
         list_topics: Callable[[], Awaitable[list[str]]] | None = None,
         pattern: re.Pattern | None = None,
+        partitioned_topic: str | None = None,
     ):
         self.options = options
+        # Of one partitioned topic: its name, and its partitions' consumers by index
+        # (a MessageId names its partition, so a bare id finds its consumer).
+        self._partitioned_topic = partitioned_topic
+        self._by_partition: dict[int, Consumer] = {}
         self._open_one = open_one
         self._subscription = subscription_name
         self._list_topics = list_topics
@@ -90,6 +95,8 @@ class MultiTopicConsumer:
     async def _add(self, topic: str) -> None:
         consumer = await self._open_one(topic)
         self._consumers[consumer.topic()] = consumer
+        if self._partitioned_topic is not None:
+            self._by_partition[consumer._partition] = consumer
         room = self._room[consumer.topic()] = asyncio.Semaphore(PUMPED_BATCHES_PER_TOPIC)
         self._pumps.append(asyncio.create_task(self._pump(consumer, room)))
 
@@ -121,7 +128,10 @@ class MultiTopicConsumer:
         return [t for t in await self._list_topics() if self._pattern.fullmatch(t)]
 
     def topic(self) -> str:
-        """The topics, comma-separated, as Pulsar's multi-topic consumer names itself."""
+        """The topics, comma-separated, as Pulsar's multi-topic consumer names itself;
+        a partitioned topic's consumer: that topic's name."""
+        if self._partitioned_topic is not None:
+            return self._partitioned_topic
         return ",".join(self._consumers)
 
     def topics(self) -> list[str]:
@@ -196,8 +206,12 @@ class MultiTopicConsumer:
             return self._consumers[item.topic_name()]
         if len(self._consumers) == 1:
             return next(iter(self._consumers.values()))
+        consumer = self._by_partition.get(item.partition())
+        if consumer is not None:
+            return consumer
         raise TypeError(
-            "a consumer of several topics acknowledges a Message: a MessageId does not "
+            "a consumer of several topics acknowledges a Message, or the MessageId it "
+            "received (a partition's id names its partition): this MessageId does not "
             "name its topic"
         )
 

@@ -11,11 +11,13 @@ out as the enum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from stableline._auth import AuthenticationToken
 from stableline._keys import BatchingType, KeySharedPolicy
+from stableline._routing import MessageRoutingMode, RoutedMessage
 from stableline._types import ConsumerType, InitialPosition, IsolationLevel, MessageId
 from stableline.aio._reconnect import Backoff
 
@@ -73,9 +75,19 @@ class ProducerOptions:
     # where the key changes (send order kept), KeyBased groups a batching window's
     # messages by key (order kept per key).
     batching_type: BatchingType = BatchingType.Default
+    # On a partitioned topic: where messages without a key go (stableline._routing).
+    message_routing_mode: MessageRoutingMode = MessageRoutingMode.RoundRobinPartition
+    message_router: Callable[[RoutedMessage, int], int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batching_type", BatchingType(self.batching_type))
+        mode = MessageRoutingMode(self.message_routing_mode)
+        object.__setattr__(self, "message_routing_mode", mode)
+        if (mode is MessageRoutingMode.CustomPartition) != (self.message_router is not None):
+            raise ValueError(
+                "message_router(message, num_partitions) is given with, and only with, "
+                "message_routing_mode=MessageRoutingMode.CustomPartition"
+            )
         if self.batching_max_messages < 1:
             raise ValueError("batching_max_messages must be >= 1")
         if self.max_pending_messages < 1:

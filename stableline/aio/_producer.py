@@ -125,6 +125,11 @@ class Producer:
     def producer_name(self) -> str:
         return self._name
 
+    def _open_batch(self) -> Batch | None:
+        """The open batch of messages without a key (None when none is open); a
+        partitioned producer's round robin moves on once it is sent."""
+        return self._batch
+
     async def _receive(self) -> None:
         """Receipts, until the producer closes or the broker stays away too long."""
         try:

@@ -80,6 +80,10 @@ class BrokerConfig:
     # on first use) is refused with TooManyTopics. 0: unlimited [Pulsar's
     # maxTopicsPerNamespace, 0 by default too].
     max_topics_per_namespace: int = 0
+    # A partitioned topic has at most this many partitions; more, at creation or
+    # growth, is refused. 0: unlimited [Pulsar's maxNumPartitionsPerPartitionedTopic,
+    # unlimited by default; each partition is a topic with its own files here].
+    max_num_partitions_per_partitioned_topic: int = 1024
     # Crash tests only: failpoints to pause at (stableline/broker/failpoints.py).
     failpoints: str = ""
     # Security, all off by default (stableline/broker/security). TLS on both ports

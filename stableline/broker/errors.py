@@ -30,6 +30,7 @@ from managed_ledger import (
     StorageFullError,
     TooManyOpenFilesError,
 )
+from stableline.broker.partitioned import TopicBusyError, TopicConflictError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
 from stableline.topic_name import InvalidTopicNameError
@@ -59,6 +60,8 @@ class BrokerError(Exception):
 _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (InvalidTopicNameError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidTopicName"),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
+    (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
+    (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),
     (IsolationLevelMismatchError, grpc.StatusCode.FAILED_PRECONDITION, "IsolationLevelMismatch"),
     # Before InvalidAckError, its base: the application should abort, not fix an id.

@@ -8,15 +8,22 @@ from stableline._proto import admin_pb2 as pb
 from stableline._proto import admin_pb2_grpc
 from stableline.broker import convert, stats
 from stableline.broker.errors import abort
+from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.registry import TopicRegistry
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionCoordinator
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, registry: TopicRegistry, coordinator: TransactionCoordinator):
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        coordinator: TransactionCoordinator,
+        partitioned: PartitionedTopics,
+    ):
         self.registry = registry
         self.coordinator = coordinator
+        self.partitioned = partitioned
 
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         return pb.ListTopicsResponse(topics=self.registry.names(request.namespace or None))
@@ -64,3 +71,43 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         except Exception as error:
             await abort(context, error)
         return pb.StatsResponse(json=json.dumps(meta.describe()))
+
+    async def CreatePartitionedTopic(self, request, context) -> pb.PartitionedTopicMetadata:
+        try:
+            name = TopicName.parse(request.topic)
+            await self.partitioned.create(name, request.partitions)
+        except Exception as error:
+            await abort(context, error)
+        return pb.PartitionedTopicMetadata(topic=str(name), partitions=request.partitions)
+
+    async def UpdatePartitionedTopic(self, request, context) -> pb.PartitionedTopicMetadata:
+        try:
+            name = TopicName.parse(request.topic)
+            await self.partitioned.grow(name, request.partitions)
+        except Exception as error:
+            await abort(context, error)
+        return pb.PartitionedTopicMetadata(topic=str(name), partitions=request.partitions)
+
+    async def GetPartitionedTopicMetadata(self, request, context) -> pb.PartitionedTopicMetadata:
+        try:
+            name = TopicName.parse(request.topic)
+        except Exception as error:
+            await abort(context, error)
+        return pb.PartitionedTopicMetadata(
+            topic=str(name), partitions=self.partitioned.partitions(name)
+        )
+
+    async def DeletePartitionedTopic(self, request, context) -> pb.DeleteTopicResponse:
+        try:
+            name = TopicName.parse(request.topic)
+            await self.partitioned.delete(name, force=request.force)
+        except Exception as error:
+            await abort(context, error)
+        return pb.DeleteTopicResponse(topic=str(name))
+
+    async def GetPartitionedStats(self, request, context) -> pb.StatsResponse:
+        try:
+            document = await self.partitioned.stats(TopicName.parse(request.topic))
+        except Exception as error:
+            await abort(context, error)
+        return pb.StatsResponse(json=json.dumps(document))

@@ -14,6 +14,7 @@ from stableline.broker import (
     http_diagnostics,
     http_messages,
     http_namespaces,
+    http_partitioned,
     http_subscriptions,
     http_transactions,
     stats,
@@ -21,6 +22,12 @@ from stableline.broker import (
 from stableline.broker.errors import internal_error_message
 from stableline.broker.http_paths import namespace_path, topic_name
 from stableline.broker.metrics import make_registry, render
+from stableline.broker.partitioned import (
+    InvalidPartitionCountError,
+    PartitionedTopics,
+    TopicBusyError,
+    TopicConflictError,
+)
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import TransactionCoordinator, TransactionNotFoundError
@@ -36,8 +43,10 @@ def _error(status: int, reason: str) -> web.Response:
 async def _errors(request: web.Request, handler):
     try:
         return await handler(request)
-    except InvalidTopicNameError as error:
+    except (InvalidTopicNameError, InvalidPartitionCountError) as error:
         return _error(400, str(error))
+    except (TopicConflictError, TopicBusyError) as error:
+        return _error(409, str(error))
     except (TopicNotFoundError, TransactionNotFoundError) as error:
         return _error(404, str(error))
     except TooManyTopicsError as error:  # Pulsar answers 412 to a full namespace too
@@ -53,6 +62,7 @@ def make_app(
     registry: TopicRegistry,
     coordinator: TransactionCoordinator,
     recovery: stats.RecoveryWindow | None = None,
+    partitioned: PartitionedTopics | None = None,
 ) -> web.Application:
     recovery = recovery or stats.RecoveryWindow()
     metrics_registry = make_registry(registry, coordinator)
@@ -148,5 +158,7 @@ def make_app(
     http_transactions.add_routes(app, registry, coordinator, recovery)
     http_messages.add_routes(app, registry)
     http_namespaces.add_routes(app, registry)
+    if partitioned is not None:
+        http_partitioned.add_routes(app, partitioned)
     dashboard.add_routes(app)
     return app

@@ -112,6 +112,9 @@ class TopicRegistry:
         self.failpoint: Failpoint | None = None
         # Called after a topic is deleted, to drop what else belongs to it (its grants).
         self.on_deleted: list[Callable[[TopicName], Awaitable[None]]] = []
+        # Called before a topic is created; one raises to refuse the name (a
+        # partitioned topic's base name, stableline.broker.partitioned).
+        self.creation_checks: list[Callable[[TopicName], None]] = []
         self.dispatch_limits = DispatchLimits(
             max_unacked_per_consumer=config.max_unacked_messages_per_consumer,
             max_unacked_per_subscription=config.max_unacked_messages_per_subscription,
@@ -167,7 +170,10 @@ class TopicRegistry:
         return self._topics_in.get(namespace, 0)
 
     def _check_room(self, name: TopicName) -> None:
-        """Raises TooManyTopicsError unless the namespace may hold one more topic."""
+        """Raises TooManyTopicsError unless the namespace may hold one more topic, or
+        what a creation check raises."""
+        for check in self.creation_checks:
+            check(name)
         limit = self.config.max_topics_per_namespace
         namespace = name.namespace_path
         if limit and self.topics_in(namespace) >= limit:

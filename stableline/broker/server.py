@@ -47,6 +47,8 @@ from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnecti
 from stableline.broker.http_connection_limit import add_routes as add_http_routes
 from stableline.broker.lookup import BrokerAddresses, TopicLookup
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
+from stableline.broker.partitioned import PartitionedTopics
+from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.file_modes import restrict_data_dir, use_owner_only_umask
@@ -154,6 +156,7 @@ class Broker:
         self.store: MetadataStore | None = None
         self.registry: TopicRegistry | None = None
         self.lookup: TopicLookup | None = None
+        self.partitioned: PartitionedTopics | None = None
         self.coordinator: TransactionCoordinator | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
@@ -195,6 +198,9 @@ class Broker:
         self.registry = TopicRegistry(config, self.store)
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
+        self.partitioned = PartitionedTopics(
+            config, self.registry, EmbeddedPartitionedMetadata(self.store)
+        )
         self.coordinator = TransactionCoordinator(
             0,
             self.store,
@@ -255,7 +261,7 @@ class Broker:
             BrokerService(self.registry, config, self.coordinator, self.lookup), self._grpc
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.registry, self.coordinator), self._grpc
+            AdminService(self.registry, self.coordinator, self.partitioned), self._grpc
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
@@ -277,7 +283,7 @@ class Broker:
             )
         await self._grpc.start()
 
-        http_app = make_app(self.registry, self.coordinator, recovery)
+        http_app = make_app(self.registry, self.coordinator, recovery, self.partitioned)
         add_routes(http_app, self.connections)
         http_lookup.add_routes(http_app, self.lookup)
         # First: a request refused by the token check has still sent its headers.

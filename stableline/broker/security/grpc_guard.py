@@ -68,6 +68,9 @@ RULES: dict[str, Rule] = {
     "/stableline.v1.Broker/EndTransaction": Rule(None),
     "/stableline.v1.Broker/GetTransaction": Rule(None),
     "/stableline.v1.Broker/Lookup": Rule(Action.LOOKUP, lambda r: r.topic),
+    # Clients read a topic's partition count before producing or subscribing
+    # (Pulsar's partitioned-metadata lookup): the same right as a lookup.
+    "/stableline.v1.Admin/GetPartitionedTopicMetadata": Rule(Action.LOOKUP, lambda r: r.topic),
 }
 ADMIN_RULE = Rule(Action.ADMIN)
 

@@ -1,0 +1,172 @@
+"""A producer of a partitioned topic: one Producer per partition and a router.
+
+Made by Client.create_producer when the topic's partition count (asked of the
+broker when the producer is made) is above zero, as Pulsar's PartitionedProducerImpl.
+Each partition's producer batches, de-duplicates and reconnects on its own; a batch
+never spans partitions. Routing (stableline._routing): a keyed message goes to the
+partition of its key's hash; without a key, by message_routing_mode. A transaction
+may take sends to several partitions: each partition's producer joins it, and its
+commit or abort ends them all together (the coordinator records every partition).
+Message ids carry their partition (MessageId.partition()).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Generator
+from typing import Any
+
+from stableline._errors import StableLineError
+from stableline._routing import MessageRoutingMode, RoutedMessage, key_partition
+from stableline._types import MessageId, PartitionedMessageId
+from stableline.aio._batch import SendReceipt
+from stableline.aio._options import ProducerOptions
+from stableline.aio._producer import Producer
+
+
+class PartitionedSendReceipt(SendReceipt):
+    """A SendReceipt whose MessageId carries its partition."""
+
+    def __new__(cls, receipt: SendReceipt, partition: int) -> PartitionedSendReceipt:
+        made = tuple.__new__(cls, receipt)
+        made.partition = partition
+        return made
+
+    def __await__(self) -> Generator[Any, None, MessageId]:
+        future, index = self
+        ledger_id, entry_id = yield from future.__await__()
+        return PartitionedMessageId(ledger_id, entry_id, index, self.partition)
+
+    def result(self) -> MessageId:
+        future, index = self
+        ledger_id, entry_id = future.result()
+        return PartitionedMessageId(ledger_id, entry_id, index, self.partition)
+
+
+class PartitionedProducer:
+    """Sends to every partition of a partitioned topic (see the module docstring)."""
+
+    def __init__(self, topic: str, producers: list[Producer], options: ProducerOptions):
+        assert producers, "a partitioned topic has at least one partition"
+        self.options = options
+        self.topic = topic
+        self._producers = producers
+        self._mode = options.message_routing_mode
+        self._router = options.message_router
+        # Pulsar starts both at a random partition, so producers spread out.
+        self._single = random.randrange(len(producers))
+        self._turn = random.randrange(len(producers))
+        # The open batch of the partition whose turn it is; once it is sent, the
+        # next keyless message goes to the next partition.
+        self._turn_batch: object | None = None
+
+    @property
+    def producer_name(self) -> str:
+        return self._producers[0].producer_name
+
+    @property
+    def max_message_size(self) -> int:
+        return min(p.max_message_size for p in self._producers)
+
+    def num_partitions(self) -> int:
+        return len(self._producers)
+
+    def _route(self, content: bytes, properties: dict[str, str] | None, key: str | None) -> int:
+        count = len(self._producers)
+        if self._mode is MessageRoutingMode.CustomPartition:
+            index = self._router(RoutedMessage(content, key, properties), count)
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
+                raise ValueError(
+                    f"message_router returned {index!r}: it must return a partition "
+                    f"index in 0..{count - 1}"
+                )
+            return index
+        if key is not None:
+            return key_partition(key, count)
+        if self._mode is MessageRoutingMode.SinglePartition:
+            return self._single
+        current = self._producers[self._turn]._open_batch()
+        if current is None or current is not self._turn_batch:
+            self._turn = (self._turn + 1) % count
+        return self._turn
+
+    def _sent(self, index: int, key: str | None) -> None:
+        if key is None and index == self._turn:
+            self._turn_batch = self._producers[index]._open_batch()
+
+    def send_nowait(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        txn=None,
+        event_time_ms: int = 0,
+    ) -> SendReceipt:
+        index = self._route(content, properties, partition_key)
+        receipt = self._producers[index].send_nowait(
+            content, properties, partition_key, txn, event_time_ms
+        )
+        self._sent(index, partition_key)
+        return PartitionedSendReceipt(receipt, index)
+
+    def _send_admitted(self, content, properties, partition_key, txn) -> SendReceipt:
+        index = self._route(content, properties, partition_key)
+        receipt = self._producers[index]._send_admitted(content, properties, partition_key, txn)
+        self._sent(index, partition_key)
+        return PartitionedSendReceipt(receipt, index)
+
+    async def send(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        txn=None,
+        event_time_ms: int = 0,
+    ) -> MessageId:
+        index = self._route(content, properties, partition_key)
+        producer = self._producers[index]
+        if producer.queue_full():  # waits for room there, or raises
+            message_id = await producer.send(content, properties, partition_key, txn, event_time_ms)
+            return PartitionedMessageId(*message_id, index)
+        receipt = producer.send_nowait(content, properties, partition_key, txn, event_time_ms)
+        self._sent(index, partition_key)
+        return await PartitionedSendReceipt(receipt, index)
+
+    def send_async(
+        self,
+        content: bytes,
+        callback: Callable[[StableLineError | None, MessageId | None], None] | None,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        txn=None,
+    ) -> None:
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
+        receipt = self.send_nowait(content, properties, partition_key, txn)
+        if callback is None:
+            return
+
+        def done(batch_future: asyncio.Future) -> None:
+            if batch_future.cancelled():
+                callback(StableLineError("send cancelled"), None)
+            elif batch_future.exception() is not None:
+                callback(batch_future.exception(), None)
+            else:
+                callback(None, receipt.result())
+
+        receipt._future.add_done_callback(done)
+
+    def queue_full(self) -> bool:
+        """Whether some partition's producer holds max_pending_messages unacknowledged."""
+        return any(p.queue_full() for p in self._producers)
+
+    def _queue_full_error(self) -> StableLineError:
+        full = next((p for p in self._producers if p.queue_full()), self._producers[0])
+        return full._queue_full_error()
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(p.flush() for p in self._producers))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)
