@@ -36,6 +36,7 @@ from stableline._types import (
     Message,
     MessageId,
     Messages,
+    PartitionedMessageId,
     TransactionState,
 )
 from stableline.aio._multi_consumer import MultiTopicConsumer
@@ -249,7 +250,8 @@ class Producer:
                     raise inner._queue_full_error()
                 if txn is not None:
                     txn = _inner_txn(txn)
-                batch_future, index = send(content, properties, partition_key, txn)
+                receipt = send(content, properties, partition_key, txn)
+                batch_future, index = receipt
             except (StableLineError, TypeError, ValueError) as error:
                 self._count_settled(1)
                 if callback is not None:
@@ -259,7 +261,9 @@ class Producer:
                 current = batch_future
                 waiting = []
                 append = waiting.append
-                batch_future.add_done_callback(functools.partial(self._settle, waiting))
+                # A partitioned topic's receipt names its partition; the ids carry it.
+                partition = getattr(receipt, "partition", -1)
+                batch_future.add_done_callback(functools.partial(self._settle, waiting, partition))
             append((callback, index))
 
     def _count_settled(self, count: int) -> None:
@@ -269,7 +273,7 @@ class Producer:
             with self._room:
                 self._room.notify_all()
 
-    def _settle(self, waiting: list, batch_future: asyncio.Future) -> None:
+    def _settle(self, waiting: list, partition: int, batch_future: asyncio.Future) -> None:
         """A batch is durable or failed: run its messages' callbacks in send order."""
         if batch_future.cancelled():
             error = StableLineError("send cancelled")
@@ -280,7 +284,12 @@ class Producer:
             for callback, index in waiting:
                 if callback is not None:
                     try:
-                        callback(None, _new_tuple(MessageId, (ledger_id, entry_id, index)))
+                        callback(
+                            None,
+                            _new_tuple(MessageId, (ledger_id, entry_id, index))
+                            if partition < 0
+                            else PartitionedMessageId(ledger_id, entry_id, index, partition),
+                        )
                     except Exception:
                         _log.exception("send_async callback %r raised", callback)
         else:
