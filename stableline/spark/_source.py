@@ -20,6 +20,7 @@ from pyspark.sql.types import StructType
 from stableline._errors import StableLineError
 from stableline._types import parse_position, position_text
 from stableline.spark._options import OptionError, SourceOptions, parse_options
+from stableline.spark._partitions import expand_read, resolve_write
 from stableline.spark._read import (
     COLUMN_TYPES,
     SCHEMA,
@@ -56,17 +57,20 @@ class StablelineDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
+    # On the driver: a partitioned topic is read as its partitions and written with
+    # its count (stableline.spark._partitions).
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(parse_options(self.options), read_columns(schema))
+        return BatchReader(expand_read(parse_options(self.options)), read_columns(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(parse_options(self.options, streaming=True), read_columns(schema))
+        options = expand_read(parse_options(self.options, streaming=True))
+        return StreamReader(options, read_columns(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(parse_write_options(self.options), schema)
+        return BatchWriter(resolve_write(parse_write_options(self.options)), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return StreamWriter(parse_write_options(self.options), schema)
+        return StreamWriter(resolve_write(parse_write_options(self.options)), schema)
 
 
 def read_columns(schema: StructType) -> tuple[str, ...]:

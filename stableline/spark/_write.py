@@ -1,5 +1,9 @@
 """Writing a DataFrame to a topic: all rows in one transaction, every row once.
 
+To a partitioned topic, each row goes where a producer would send it (by its key's
+hash, else whole batches in turn; see _routed), and a task writes each topic
+partition's share as the same named producer, numbered per partition.
+
 The driver opens one transaction when the write is planned; every task writes
 its partition into it and the driver commits it when Spark commits the job, or
 aborts it when the job fails (a driver that dies leaves it to time out): all
@@ -24,7 +28,9 @@ import grpc
 from stableline._errors import StableLineError, from_code
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
+from stableline._routing import key_partition
 from stableline._wire import encode_message, plain_prefix
+from stableline.partitions import partition_topic
 from stableline.spark._connection import Connection
 from stableline.spark._options import OptionError, parse_connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -42,6 +48,8 @@ class WriteOptions:
     topic: str
     rows_per_batch: int
     txn_timeout_ms: int
+    # The topic's partition count, learnt on the driver (0: not partitioned).
+    partitions: int = 0
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -134,6 +142,37 @@ def _batches(rows: Iterator, columns: frozenset[str], size: int) -> Iterator[tup
         yield len(encoded), b"".join(encoded)
 
 
+def _routed(
+    rows: Iterator, columns: frozenset[str], options: WriteOptions, partition: int
+) -> dict[int, list[bytes]]:
+    """A task's encoded rows by the topic partition each goes to: a keyed row to its
+    key's, keyless rows `rows_per_batch` at a time to one partition, then the next
+    (starting at the task's own, so tasks spread out). The same rows in the same
+    order route the same way, so a retried task de-duplicates as on a plain topic."""
+    count = options.partitions
+    routed: dict[int, list[bytes]] = {}
+    keyless: list[bytes] = []
+    turn = partition % count
+    for row in rows:
+        key = row["key"] if "key" in columns else None
+        if key is None:
+            keyless.append(_encode(row, columns))
+            if len(keyless) == options.rows_per_batch:
+                routed.setdefault(turn, []).extend(keyless)
+                keyless, turn = [], (turn + 1) % count
+        else:
+            routed.setdefault(key_partition(key, count), []).append(_encode(row, columns))
+    if keyless:
+        routed.setdefault(turn, []).extend(keyless)
+    return routed
+
+
+def _chunks(encoded: list[bytes], size: int) -> Iterator[tuple[int, bytes]]:
+    for first in range(0, len(encoded), size):
+        chunk = encoded[first : first + size]
+        yield len(chunk), b"".join(chunk)
+
+
 def write_partition(
     options: WriteOptions,
     txn_id: tuple[int, int],
@@ -142,11 +181,42 @@ def write_partition(
     columns: frozenset[str],
     partition: int,
 ) -> TaskReport:
-    """Write one partition's rows into the transaction (executor side)."""
-    requests: queue.Queue = queue.Queue()
-    requests.put(
-        pb.ProduceRequest(open=pb.ProducerOpen(topic=options.topic, producer_name=producer_name))
+    """Write one partition's rows into the transaction (executor side); to a
+    partitioned topic, each topic partition's share over a stream of its own."""
+    if not options.partitions:
+        batches = _batches(rows, columns, options.rows_per_batch)
+        return _write_topic(options, options.topic, txn_id, producer_name, batches, partition)
+    reports = [
+        _write_topic(
+            options,
+            str(partition_topic(TopicName.parse(options.topic), index)),
+            txn_id,
+            producer_name,
+            _chunks(encoded, options.rows_per_batch),
+            partition,
+        )
+        for index, encoded in sorted(_routed(rows, columns, options, partition).items())
+    ]
+    return TaskReport(
+        partition,
+        sum(r.rows for r in reports),
+        sum(r.batches_sent for r in reports),
+        sum(r.batches_already_written for r in reports),
+        txn_id,
     )
+
+
+def _write_topic(
+    options: WriteOptions,
+    topic: str,
+    txn_id: tuple[int, int],
+    producer_name: str,
+    batches: Iterator[tuple[int, bytes]],
+    partition: int,
+) -> TaskReport:
+    """Write numbered batches to one topic into the transaction."""
+    requests: queue.Queue = queue.Queue()
+    requests.put(pb.ProduceRequest(open=pb.ProducerOpen(topic=topic, producer_name=producer_name)))
 
     def request_stream() -> Iterator[pb.ProduceRequest]:
         while (request := requests.get()) is not _END:
@@ -161,7 +231,6 @@ def write_partition(
             opened = next(responses).opened
             already = opened.last_sequence_id  # batches 0..already: written before
             sent = skipped = total_rows = in_flight = 0
-            batches = _batches(rows, columns, options.rows_per_batch)
             try:
                 for sequence_id, (count, payload) in enumerate(batches):
                     total_rows += count
@@ -181,7 +250,7 @@ def write_partition(
                 for response in responses:
                     _check(response)
         except grpc.RpcError as error:
-            raise StableLineError(f"writing to {options.topic}: {error.details()}") from None
+            raise StableLineError(f"writing to {topic}: {error.details()}") from None
         finally:
             requests.put(_END)
     return TaskReport(partition, total_rows, sent, skipped, txn_id)
