@@ -17,11 +17,35 @@ Promises:
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 
-from dispatcher.key_hash import key_hash
-
 _SIGN_CLEARED = 0x7FFFFFFF
+_U32 = 0xFFFFFFFF
+
+
+def _rotl(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _U32
+
+
+def _scramble(block: int) -> int:
+    return (_rotl((block * 0xCC9E2D51) & _U32, 15) * 0x1B873593) & _U32
+
+
+def murmur3_32(data: bytes) -> int:
+    """MurmurHash3 x86_32 with seed 0, unsigned. The broker computes the same hash
+    for an entry's key (dispatcher.key_hash); the client may not load that engine
+    package, so it is written here too and a test holds the two to one answer."""
+    state = 0
+    whole = len(data) & ~3
+    for (block,) in struct.iter_unpack("<I", data[:whole]):
+        state = (_rotl(state ^ _scramble(block), 13) * 5 + 0xE6546B64) & _U32
+    if whole < len(data):
+        state ^= _scramble(int.from_bytes(data[whole:], "little"))
+    state ^= len(data)
+    for shift, multiplier in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        state = ((state ^ (state >> shift)) * multiplier) & _U32
+    return state ^ (state >> 16)
 
 
 class MessageRoutingMode(enum.Enum):
@@ -48,4 +72,4 @@ class RoutedMessage:
 def key_partition(key: str, num_partitions: int) -> int:
     """The partition of a message with partition key `key` (see the module docstring)."""
     assert num_partitions > 0, num_partitions
-    return (key_hash(key) & _SIGN_CLEARED) % num_partitions
+    return (murmur3_32(key.encode()) & _SIGN_CLEARED) % num_partitions

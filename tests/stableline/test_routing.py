@@ -4,9 +4,11 @@ routing options' checks."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stableline import MessageRoutingMode, ProducerOptions
-from stableline._routing import key_partition
+from stableline._routing import key_partition, murmur3_32
 
 
 def test_a_key_goes_to_its_murmur3_hash_modulo_the_partition_count():
@@ -15,6 +17,13 @@ def test_a_key_goes_to_its_murmur3_hash_modulo_the_partition_count():
     fox = "The quick brown fox jumps over the lazy dog"
     assert key_partition(fox, 6) == 0x2E4FF723 % 6
     assert key_partition("", 5) == 0
+
+
+@given(st.binary(max_size=64))
+def test_the_client_hash_is_the_broker_key_hash(data):
+    from dispatcher.key_hash import murmur3_32 as broker_murmur3_32
+
+    assert murmur3_32(data) == broker_murmur3_32(data)
 
 
 def test_the_hash_sign_bit_is_cleared_as_pulsar_does():
@@ -36,6 +45,4 @@ def test_custom_routing_needs_a_router_and_a_router_needs_custom_routing():
 
 
 def _hash(key: str) -> int:
-    from dispatcher.key_hash import key_hash
-
-    return key_hash(key)
+    return murmur3_32(key.encode())
