@@ -134,7 +134,7 @@ class PartitionedTopics:
         async with self._lock(name):
             if self.metadata.partitions(name) != NOT_PARTITIONED:
                 raise TopicConflictError(f"partitioned topic {name} already exists")
-            if self.registry.exists(name):
+            if self.registry.taken(name):
                 raise TopicConflictError(
                     f"{name} exists as a non-partitioned topic: delete it first or "
                     f"choose another name"

@@ -165,6 +165,11 @@ class TopicRegistry:
     def exists(self, name: TopicName) -> bool:
         return str(name) in self._known
 
+    def taken(self, name: TopicName) -> bool:
+        """True when the topic exists or its creation (or first load) is under way."""
+        key = str(name)
+        return key in self._known or key in self._creating or key in self._loading
+
     def topics_in(self, namespace: str) -> int:
         """How many topics `namespace` holds (creations under way included)."""
         return self._topics_in.get(namespace, 0)
