@@ -80,6 +80,7 @@ class Sizes:
     memory: bool = True
     sync_client_messages: int = 500_000
     message_id_statements: int = 1_000_000
+    partitioned_messages: int = 300_000
 
 
 QUICK = Sizes(
@@ -103,6 +104,7 @@ QUICK = Sizes(
     memory=False,
     sync_client_messages=5_000,
     message_id_statements=20_000,
+    partitioned_messages=5_000,
 )
 
 
@@ -838,6 +840,40 @@ def fig_message_id(sizes: Sizes, ctx: dict) -> list[Row]:
     ]
 
 
+def fig_partitioned(sizes: Sizes, ctx: dict) -> list[Row]:
+    """The producer of a 6-partition topic beside one of a plain topic."""
+    result = run_script(
+        "bench_partitioned.py",
+        ctx["out"] / "partitioned.json",
+        "--messages",
+        str(sizes.partitioned_messages),
+    )
+    rates = result["msgs_per_s"]
+    cpu = result["client_cpu_us_per_msg"]
+    figure = f"Partitioned topic producer, {result['partitions']} partitions (bench_partitioned)"
+    return [
+        Row(
+            figure,
+            "no key, round robin by batch: msgs/s",
+            rates["partitioned_round_robin"],
+            "msgs/s",
+            "one plain topic, no key",
+            rates["plain"],
+            note=f"client CPU {cpu['partitioned_round_robin']} us/msg (plain {cpu['plain']}); "
+            "each partition is a log of its own, with its own fsyncs",
+        ),
+        Row(
+            figure,
+            f"{result['keys']:,} keys, routed by key hash: msgs/s",
+            rates["partitioned_keyed"],
+            "msgs/s",
+            "one plain topic, the same keys",
+            rates["plain_keyed"],
+            note=f"client CPU {cpu['partitioned_keyed']} us/msg (plain {cpu['plain_keyed']})",
+        ),
+    ]
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -848,6 +884,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "scripts": fig_scripts,
     "sync_client": fig_sync_client,
     "message_id": fig_message_id,
+    "partitioned": fig_partitioned,
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, ClassVar
 
 from stableline._errors import StableLineError
 from stableline._routing import MessageRoutingMode, RoutedMessage, key_partition
@@ -26,12 +26,12 @@ from stableline.aio._producer import Producer
 
 
 class PartitionedSendReceipt(SendReceipt):
-    """A SendReceipt whose MessageId carries its partition."""
+    """A SendReceipt whose MessageId carries its partition. One subclass per
+    partition holds the index as a class attribute (receipt_type), so a receipt is
+    still a 2-tuple made in C, as every send makes one."""
 
-    def __new__(cls, receipt: SendReceipt, partition: int) -> PartitionedSendReceipt:
-        made = tuple.__new__(cls, receipt)
-        made.partition = partition
-        return made
+    __slots__ = ()
+    partition: ClassVar[int] = -1
 
     def __await__(self) -> Generator[Any, None, MessageId]:
         future, index = self
@@ -42,6 +42,15 @@ class PartitionedSendReceipt(SendReceipt):
         future, index = self
         ledger_id, entry_id = future.result()
         return PartitionedMessageId(ledger_id, entry_id, index, self.partition)
+
+
+def receipt_type(partition: int) -> type[PartitionedSendReceipt]:
+    """The receipt class of partition `partition`."""
+    return type(
+        f"PartitionedSendReceipt{partition}",
+        (PartitionedSendReceipt,),
+        {"__slots__": (), "partition": partition},
+    )
 
 
 class PartitionedProducer:
@@ -60,6 +69,8 @@ class PartitionedProducer:
         # The open batch of the partition whose turn it is; once it is sent, the
         # next keyless message goes to the next partition.
         self._turn_batch: object | None = None
+        self._receipts = [receipt_type(index) for index in range(len(producers))]
+        self._round_robin = self._mode is MessageRoutingMode.RoundRobinPartition
 
     @property
     def producer_name(self) -> str:
@@ -103,18 +114,29 @@ class PartitionedProducer:
         txn=None,
         event_time_ms: int = 0,
     ) -> SendReceipt:
+        if partition_key is None and self._round_robin:
+            # The usual keyless send, _route and _sent written out: it runs per message.
+            index = self._turn
+            producer = self._producers[index]
+            current = producer._open_batch()
+            if current is None or current is not self._turn_batch:
+                index = self._turn = (index + 1) % len(self._producers)
+                producer = self._producers[index]
+            receipt = producer.send_nowait(content, properties, None, txn, event_time_ms)
+            self._turn_batch = producer._open_batch()
+            return tuple.__new__(self._receipts[index], receipt)
         index = self._route(content, properties, partition_key)
         receipt = self._producers[index].send_nowait(
             content, properties, partition_key, txn, event_time_ms
         )
         self._sent(index, partition_key)
-        return PartitionedSendReceipt(receipt, index)
+        return tuple.__new__(self._receipts[index], receipt)
 
     def _send_admitted(self, content, properties, partition_key, txn) -> SendReceipt:
         index = self._route(content, properties, partition_key)
         receipt = self._producers[index]._send_admitted(content, properties, partition_key, txn)
         self._sent(index, partition_key)
-        return PartitionedSendReceipt(receipt, index)
+        return tuple.__new__(self._receipts[index], receipt)
 
     async def send(
         self,
@@ -131,7 +153,7 @@ class PartitionedProducer:
             return PartitionedMessageId(*message_id, index)
         receipt = producer.send_nowait(content, properties, partition_key, txn, event_time_ms)
         self._sent(index, partition_key)
-        return await PartitionedSendReceipt(receipt, index)
+        return await tuple.__new__(self._receipts[index], receipt)
 
     def send_async(
         self,
