@@ -127,10 +127,10 @@ class MessageId(tuple):
 
     # A partition's index for a message of a partitioned topic (PartitionedMessageId).
     _partition: ClassVar[int] = -1
-
-    def partition(self) -> int:
-        """Pulsar's partition index: -1 unless the message is of a partitioned topic."""
-        return self._partition
+    partition = property(
+        lambda self: IdPart(self._partition),
+        doc="Pulsar's partition index, -1 unless of a partitioned topic (an IdPart).",
+    )
 
     def serialize(self) -> bytes:
         """Bytes for MessageId.deserialize (the wire's MessageIdData)."""

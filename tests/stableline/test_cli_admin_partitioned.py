@@ -10,9 +10,9 @@ from stableline import InitialPosition, IsolationLevel
 
 
 def _admin(broker, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "stableline", "admin", "topics", *args]
     return subprocess.run(
-        [sys.executable, "-m", "stableline", "admin", "topics", *args]
-        + ["--admin-url", broker.http_url],
+        [*command, "--admin-url", broker.http_url],
         capture_output=True,
         text=True,
         timeout=60,

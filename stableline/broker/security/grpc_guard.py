@@ -1,12 +1,12 @@
 """A grpc.aio server interceptor: every data-plane and admin RPC passes the Guard first.
 
 Each RPC maps to the action it needs on the topic it names: Produce -> produce;
-Subscribe, Fetch, GetLastMessageId -> consume; Lookup -> produce or consume (Pulsar's
-lookup right); transactions (new, end, state) ->
-any authenticated role (their writes and acks go through Produce and Subscribe,
-which check the topic), and so is Admin GetPartitionedTopicMetadata (a partition
-count, asked by clients before they produce or subscribe); every other Admin RPC,
-and any RPC not in the table, -> admin. The check runs
+Subscribe, Fetch, GetLastMessageId -> consume; Lookup and Admin
+GetPartitionedTopicMetadata (a partition count, asked by clients before they produce
+or subscribe) -> produce or consume (Pulsar's lookup right); transactions (new, end,
+state) -> any authenticated role (their writes and acks go through Produce and
+Subscribe, which check the topic); every other Admin RPC, and any RPC not in the
+table, -> admin. The check runs
 before the service sees the request (for a stream, before its first message
 reaches the service), so a refused call writes nothing and creates no topic.
 An allowed call runs with its caller in `CURRENT_CALLER` (caller.py): the service
