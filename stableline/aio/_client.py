@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stableline._auth import AuthenticationToken
-from stableline._errors import OperationNotSupported, StableLineError
+from stableline._errors import AuthorizationError, OperationNotSupported, StableLineError
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._proto import admin_pb2 as admin_pb
 from stableline._proto import broker_pb2 as pb
@@ -173,7 +173,12 @@ class Client:
                 connection.admin.GetPartitionedTopicMetadata, admin_pb.TopicRequest(topic=topic)
             )
 
-        response = await connection.with_retries(attempt, "partitioned topic metadata")
+        try:
+            response = await connection.with_retries(attempt, "partitioned topic metadata")
+        except AuthorizationError:
+            # A role that may not look the topic up may neither produce nor consume
+            # there: the call that follows is refused with its own, precise reason.
+            return 0
         return response.partitions
 
     async def get_topic_partitions(self, topic: str) -> list[str]:

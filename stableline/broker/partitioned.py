@@ -17,6 +17,10 @@ Promises:
 - Delete: refused while any partition has a connected producer or consumer, unless
   forced; then every partition is deleted and the count forgotten last, so a crash
   midway leaves a partitioned topic whose missing partitions a retry deletes.
+- A name ending in -partition-<n> is created only as a partition, by create or
+  grow: a first use of one beyond its topic's count, or of a topic being deleted,
+  is refused (TopicNotFound), so a consumer reconnecting after a forced delete does
+  not bring a partition back.
 - One change per partitioned topic at a time (a lock per name).
 - Stats: Pulsar's PartitionedTopicStats, the partitions' counters summed and each
   partition's own stats under `partitions`.
@@ -76,6 +80,10 @@ class PartitionedTopics:
         self._locks: dict[str, asyncio.Lock] = {}
         # Partitioned topics whose creation is under way: their base names are taken.
         self._creating: set[str] = set()
+        # The count each creation or growth under way makes room for.
+        self._making: dict[str, int] = {}
+        # Partitioned topics being deleted: their partitions are not made again.
+        self._deleting: set[str] = set()
         registry.creation_checks.append(self.check_topic_creation)
 
     # ------------------------------------------------------------ names
@@ -86,7 +94,22 @@ class PartitionedTopics:
 
     def check_topic_creation(self, name: TopicName) -> None:
         """Raises TopicConflictError when an ordinary topic may not be called `name`
-        (a partitioned topic of that name exists or is being made)."""
+        (a partitioned topic of that name exists or is being made), and
+        TopicNotFoundError for a partition beyond its topic's count: a name ending
+        in -partition-<n> is made only as a partition (by create or grow), never by
+        a first use, so a consumer reconnecting after its topic was deleted does
+        not bring one partition back."""
+        split = split_partition(name)
+        if split is not None:
+            base, index = split
+            key = str(base)
+            count = 0 if key in self._deleting else self.metadata.partitions(base)
+            if index >= max(count, self._making.get(key, 0)):
+                raise TopicNotFoundError(
+                    f"topic {name} does not exist: a name ending in -partition-<n> is "
+                    f"a partition of a partitioned topic, made with it, and {base} has "
+                    f"{count} partitions"
+                )
         if self.metadata.partitions(name) != NOT_PARTITIONED or str(name) in self._creating:
             raise TopicConflictError(
                 f"{name} is a partitioned topic: produce to and subscribe on it with the "
@@ -141,12 +164,14 @@ class PartitionedTopics:
                 )
             self._check_room(name, sum(not self.registry.exists(p) for p in self._all(name, count)))
             self._creating.add(str(name))
+            self._making[str(name)] = count
             try:
                 for partition in self._all(name, count):
                     await self.registry.create(partition)
                 await self.metadata.set_partitions(name, count)
             finally:
                 self._creating.discard(str(name))
+                del self._making[str(name)]
 
     async def grow(self, name: TopicName, count: int) -> None:
         """Raise `name`'s partition count to `count` (never lower); durable on return."""
@@ -160,9 +185,13 @@ class PartitionedTopics:
                 )
             new = self._all(name, count)[old:]
             self._check_room(name, sum(not self.registry.exists(p) for p in new))
-            for partition in new:
-                await self.registry.create(partition)
-            await self.metadata.set_partitions(name, count)
+            self._making[str(name)] = count
+            try:
+                for partition in new:
+                    await self.registry.create(partition)
+                await self.metadata.set_partitions(name, count)
+            finally:
+                del self._making[str(name)]
 
     async def delete(self, name: TopicName, force: bool = False) -> None:
         """Delete every partition of `name`, then its count."""
@@ -177,11 +206,15 @@ class PartitionedTopics:
                             f"partition {partition} has {busy}: close them, or delete "
                             f"with force to disconnect them"
                         )
-            for partition in partitions:
-                # Missing: deleted by an earlier, interrupted delete.
-                with contextlib.suppress(TopicNotFoundError):
-                    await self.registry.delete(partition)
-            await self.metadata.delete(name)
+            self._deleting.add(str(name))
+            try:
+                for partition in partitions:
+                    # Missing: deleted by an earlier, interrupted delete.
+                    with contextlib.suppress(TopicNotFoundError):
+                        await self.registry.delete(partition)
+                await self.metadata.delete(name)
+            finally:
+                self._deleting.discard(str(name))
         self._locks.pop(str(name), None)
 
     def _busy(self, partition: TopicName) -> str:

@@ -11,7 +11,7 @@ from managed_ledger import MetadataStore
 from stableline.broker.config import load_config
 from stableline.broker.partitioned import PartitionedTopics, TopicConflictError
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
-from stableline.broker.registry import TopicRegistry
+from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.topic_name import TopicName
 
 
@@ -68,3 +68,17 @@ async def test_counts_are_read_back_from_the_store(opened):
         "persistent://t/ns/a-partition-0",
         "persistent://t/ns/a-partition-1",
     ]
+
+
+async def test_a_partition_is_made_only_with_its_topic_never_by_a_first_use(opened):
+    _, _, registry, partitioned = opened
+    await partitioned.create(TopicName.parse("p"), 2)
+    await registry.get(TopicName.parse("p-partition-1"))  # one of its partitions
+    for beyond in ("p-partition-2", "never-partition-0"):
+        with pytest.raises(TopicNotFoundError, match="ending in -partition-<n>"):
+            await registry.get(TopicName.parse(beyond))
+    await partitioned.grow(TopicName.parse("p"), 3)
+    await registry.get(TopicName.parse("p-partition-2"))
+    await partitioned.delete(TopicName.parse("p"))
+    with pytest.raises(TopicNotFoundError):
+        await registry.get(TopicName.parse("p-partition-0"))
