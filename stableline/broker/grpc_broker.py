@@ -463,10 +463,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def Fetch(self, request: pb.FetchRequest, context) -> pb.FetchResponse:
         try:
-            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
             level = convert.isolation_level(request.isolation_level)
             if request.max_entries < 0 or request.max_wait_ms < 0 or request.max_bytes < 0:
                 raise invalid("max_entries, max_wait_ms and max_bytes must be >= 0")
+            name = TopicName.parse(request.topic)
+            if level is IsolationLevel.READ_COMMITTED:
+                topic = await self.registry.get_stable(name)
+            else:
+                topic = await self.registry.get(name, create=False)
         except Exception as error:
             await abort(context, error)
         view = topic.read_view(level)
@@ -530,9 +534,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def GetLastMessageId(self, request, context) -> pb.GetLastMessageIdResponse:
         """The LAC and the stable position (and, asked, the ledgers), read together:
-        nothing awaits between them, so they describe one instant of the topic."""
+        nothing awaits between them, so they describe one instant of the topic. The
+        stable position is the recovered one (TopicRegistry.get_stable)."""
         try:
-            topic = await self.registry.get(TopicName.parse(request.topic), create=False)
+            topic = await self.registry.get_stable(TopicName.parse(request.topic))
         except Exception as error:
             await abort(context, error)
         ledgers = topic.ledger.ledger_infos() if request.include_ledgers else ()

@@ -30,7 +30,11 @@ from stableline.broker.partitioned import (
 )
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError
-from txnbuffer import TransactionCoordinator, TransactionNotFoundError
+from txnbuffer import (
+    TransactionBufferNotReadyError,
+    TransactionCoordinator,
+    TransactionNotFoundError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,8 @@ async def _errors(request: web.Request, handler):
         return _error(404, str(error))
     except TooManyTopicsError as error:  # Pulsar answers 412 to a full namespace too
         return _error(412, str(error))
+    except TransactionBufferNotReadyError as error:  # still recovering: retry
+        return _error(503, str(error))
     except web.HTTPException:
         raise
     except Exception as error:  # the broker stays up; the caller gets an id to look for

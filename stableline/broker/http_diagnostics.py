@@ -46,7 +46,7 @@ def add_routes(
         return web.json_response(stable_positions(registry.loaded(), coordinator))
 
     async def one_stable_position(request: web.Request) -> web.Response:
-        topic = await registry.get(topic_name(request), create=False)
+        topic = await registry.get_stable(topic_name(request))
         return web.json_response(stable_position(topic, coordinator))
 
     async def peek_subscription(request: web.Request) -> web.Response:

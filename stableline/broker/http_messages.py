@@ -163,7 +163,8 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
         return await registry.get(topic_name(request), create=False)
 
     async def last_id(request: web.Request) -> web.Response:
-        return web.json_response(last_message_id(await topic_of(request)))
+        # It tells the stable position: the recovered one (TopicRegistry.get_stable).
+        return web.json_response(last_message_id(await registry.get_stable(topic_name(request))))
 
     async def nth_message(request: web.Request) -> web.Response:
         topic = await topic_of(request)

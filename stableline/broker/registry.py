@@ -6,9 +6,11 @@ Promises:
   metadata store, loaded or not; start-up reads the names and loads nothing else,
   so the broker is healthy in about the same time whatever the number of topics.
 - A topic is loaded by the first request that names it: its ledger metadata and
-  cursors, and its transaction buffer's snapshot, before anyone sees it (so a
-  READ_COMMITTED reader never sees a stable position earlier than the snapshot's);
-  the log after the snapshot is replayed in the background (Topic.start_recovery).
+  cursors, and its transaction buffer's snapshot, before anyone sees it; the log
+  after the snapshot is replayed in the background (Topic.start_recovery).
+  READ_COMMITTED reads wait for that replay (get_stable, at most
+  `topic_recovery_wait_s`), so they never see a stable position earlier than the
+  one readers saw before a restart, a crash included.
 - A topic that may hold transactions the coordinator must settle is loaded at
   start, in the background: every topic loaded by a run that did not close it
   cleanly (a crash), and every topic closed with transactions still open. Its
@@ -238,6 +240,14 @@ class TopicRegistry:
             task.add_done_callback(lambda _t: self._loading.pop(key, None))
         topic = await asyncio.shield(task)
         self._last_used[key] = time.monotonic()
+        return topic
+
+    async def get_stable(self, name: TopicName) -> Topic:
+        """The topic once its recovery has replayed its log (Topic.wait_stable), for
+        READ_COMMITTED reads; TransactionBufferNotReadyError after
+        `topic_recovery_wait_s`."""
+        topic = await self.get(name, create=False)
+        await topic.wait_stable(self.config.topic_recovery_wait_s)
         return topic
 
     async def _load(self, name: TopicName) -> Topic:

@@ -1,4 +1,10 @@
-"""A topic: its managed ledger, its subscriptions, and its counters."""
+"""A topic: its managed ledger, its subscriptions, and its counters.
+
+READ_COMMITTED sees a topic only once its recovery has replayed the log after its
+transaction buffer's snapshot (the buffer is READY): the snapshot's stable position
+can be earlier than what readers saw before a crash, so until then subscriptions
+deliver nothing at that level and request/response reads wait (wait_stable).
+"""
 
 from __future__ import annotations
 
@@ -19,14 +25,35 @@ from dispatcher import (
     SubscriptionType,
 )
 from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
+from managed_ledger.position import EARLIEST
 from stableline.broker.latency import PUBLISH_LATENCY
 from stableline.broker.sent_positions import find_sent_positions
 from stableline.topic_name import TopicName
-from txnbuffer import SnapshotPolicy, TransactionBuffer
+from txnbuffer import (
+    BufferState,
+    SnapshotPolicy,
+    TransactionBuffer,
+    TransactionBufferNotReadyError,
+)
 from txnbuffer.producer_state import tracked
 
 # Producers whose last duplicate scan is kept (a reconnect's resends reuse it).
 MAX_SCANNED_PRODUCERS = 64
+
+
+class RecoveredCommittedView(CommittedReadView):
+    """READ_COMMITTED, bounded before every entry until the buffer is READY: a
+    subscription dispatches nothing from the snapshot's (possibly earlier) stable
+    position; the end of recovery wakes it (Topic.recover)."""
+
+    def __init__(self, buffer: TransactionBuffer):
+        super().__init__(buffer)
+        self._recovering = buffer
+
+    def bound(self) -> Position:
+        if self._recovering.state is not BufferState.READY:
+            return EARLIEST
+        return self._recovering.stable_position
 
 
 @dataclass(slots=True)
@@ -118,7 +145,7 @@ class Topic:
         self.buffer.set_zombie_aborter(self._abort_zombie)
         self._views: dict[IsolationLevel, ReadView] = {
             IsolationLevel.READ_UNCOMMITTED: LogReadView(ledger),
-            IsolationLevel.READ_COMMITTED: CommittedReadView(self.buffer),
+            IsolationLevel.READ_COMMITTED: RecoveredCommittedView(self.buffer),
         }
         self._background: set[asyncio.Task] = set()
         # Batches of named producers being appended, for a duplicate that overtakes one.
@@ -158,6 +185,22 @@ class Topic:
         if self._recovery is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(self._recovery)
+
+    async def wait_stable(self, timeout_s: float) -> None:
+        """Until the buffer is READY (the log after its snapshot replayed), so the
+        stable position is never earlier than before a restart. Raises
+        TransactionBufferNotReadyError (retryable) after `timeout_s`."""
+        if self.buffer.state is BufferState.READY:
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.buffer.wait_ready()
+        except TimeoutError:
+            raise TransactionBufferNotReadyError(
+                f"{self.name} is still replaying its log after a restart "
+                f"({self.buffer.replayed_entries} entries so far, waited {timeout_s:g} s, "
+                "topic_recovery_wait_s); retry"
+            ) from None
 
     async def _stop_recovery(self) -> None:
         if self._recovery is not None and not self._recovery.done():

@@ -7,10 +7,12 @@ import contextlib
 import signal
 import threading
 
+import grpc
 import pytest
 
 import stableline
 from stableline import InitialPosition, IsolationLevel
+from stableline._proto import broker_pb2, broker_pb2_grpc
 
 EARLIEST = InitialPosition.Earliest
 RC = IsolationLevel.READ_COMMITTED
@@ -195,3 +197,75 @@ def test_an_open_transaction_left_by_a_restart_blocks_committed_reads_until_it_t
         assert _receive(committed, 1) == [b"p1"]
         assert _nothing_more(committed)
     assert _txn_status(broker, txn.id) == "ABORTED"
+
+
+# Topics whose stable positions the crash test below checks.
+STABLE_TOPICS = [f"stable-after-crash-{index}" for index in range(4)]
+
+
+def _committed_positions(broker, topic: str) -> list[tuple[int, int]]:
+    """The stable position as GetLastMessageId and a READ_COMMITTED Fetch tell it."""
+    request = broker_pb2.FetchRequest(
+        topic=topic,
+        start=broker_pb2.Position(ledger_id=0, entry_id=0),
+        max_entries=100,
+        isolation_level=broker_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+    )
+    with grpc.insecure_channel(broker.service_url) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        last = stub.GetLastMessageId(broker_pb2.GetLastMessageIdRequest(topic=topic), timeout=10)
+        fetched = stub.Fetch(request, timeout=10)
+    return [
+        (last.max_read_position.ledger_id, last.max_read_position.entry_id),
+        (fetched.bound.ledger_id, fetched.bound.entry_id),
+    ]
+
+
+def test_committed_reads_after_a_crash_never_see_an_earlier_stable_position(broker, wait):
+    # No snapshot but the one a clean stop takes: the crash leaves it behind the log.
+    no_timed_snapshots = {"STABLELINE_TXN_SNAPSHOT_INTERVAL_S": "3600"}
+    broker.env = no_timed_snapshots
+    broker.restart()
+
+    def commit_one_to_each(client) -> None:
+        txn = client.new_transaction()
+        for topic in STABLE_TOPICS:
+            client.create_producer(topic).send(b"t", txn=txn)
+        txn.commit()
+
+    with stableline.Client(broker.service_url) as client:
+        commit_one_to_each(client)
+    broker.stop()  # each topic's snapshot holds the stable position after one commit
+    broker.start()
+    with stableline.Client(broker.service_url) as client:
+        commit_one_to_each(client)
+        commit_one_to_each(client)
+    before = {topic: _committed_positions(broker, topic) for topic in STABLE_TOPICS}
+    broker.kill()
+
+    # Replay held at the failpoint: a read must wait for it, not answer the snapshot's.
+    broker.env = {
+        **no_timed_snapshots,
+        "STABLELINE_FAILPOINTS": "txn-buffer-recovery",
+        "STABLELINE_TOPIC_RECOVERY_WAIT_S": "0.3",
+    }
+    broker.start()
+    broker.wait_for_event("failpoint", WAIT_S)
+    for topic in STABLE_TOPICS:
+        try:
+            during = _committed_positions(broker, topic)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            assert "still replaying its log" in error.details(), error.details()
+        else:
+            assert during == before[topic], (topic, during, before[topic])
+
+    broker.signal(signal.SIGUSR1)  # release the failpoint: recovery goes on
+    for topic in STABLE_TOPICS:
+        wait(
+            lambda topic=topic: _buffer_stats(broker, topic)["state"] == "Ready",
+            WAIT_S,
+            f"{topic} to recover",
+        )
+        assert _committed_positions(broker, topic) == before[topic]
+    broker.env = {}
