@@ -88,6 +88,13 @@ def _release_free_heap() -> None:
         ctypes.CDLL(name).malloc_trim(0)
 
 
+def _namespace_of(stored_name: str) -> str:
+    """TopicName.parse(stored_name).namespace_path, without checking again at every
+    start a name that was checked when its topic was created (str(TopicName))."""
+    tenant_namespace, _, _local = stored_name.removeprefix("persistent://").rpartition("/")
+    return tenant_namespace
+
+
 class TopicNotFoundError(LookupError):
     pass
 
@@ -128,7 +135,7 @@ class TopicRegistry:
         # Topics per namespace, counting creations under way (see create()).
         self._topics_in: dict[str, int] = {}
         for key in self._known:
-            namespace = TopicName.parse(key).namespace_path
+            namespace = _namespace_of(key)
             self._topics_in[namespace] = self._topics_in.get(namespace, 0) + 1
         self._creating: set[str] = set()
         self._namespaces: set[str] = {DEFAULT_NAMESPACE}
