@@ -20,6 +20,7 @@ import resource
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +52,11 @@ from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
-from stableline.broker.security.file_modes import restrict_data_dir, use_owner_only_umask
+from stableline.broker.security.file_modes import (
+    restrict_data_dir,
+    restrict_top_of_data_dir,
+    use_owner_only_umask,
+)
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
 from stableline.broker.topic import Topic
@@ -162,6 +167,9 @@ class Broker:
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
         self._sync_task: asyncio.Task | None = None
+        # The walk that tightens the data dir's modes, after start (file_modes.py).
+        self._tighten_task: asyncio.Task | None = None
+        self._tighten_stop = threading.Event()
         self.failpoints: Failpoints | None = None
         self.security: BrokerSecurity | None = None
         self.grpc_port = 0
@@ -183,7 +191,8 @@ class Broker:
         self.open_files_limit = raise_open_files_limit()
         security_settings = SecuritySettings.from_config(config)
         try:
-            restrict_data_dir(config.data_dir)
+            # The top only: the whole tree is walked once serving (see file_modes.py).
+            restrict_top_of_data_dir(config.data_dir)
         except OSError as error:
             raise StartupError(f"cannot use data dir {config.data_dir}: {error}") from None
         # The store first: it holds the data dir's lock (see lock_data_dir), so a
@@ -323,6 +332,13 @@ class Broker:
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._sync_task = asyncio.create_task(self._sync_metadata())
+        self._tighten_task = asyncio.create_task(self._tighten_data_dir())
+
+    async def _tighten_data_dir(self) -> None:
+        try:
+            await asyncio.to_thread(restrict_data_dir, self.config.data_dir, self._tighten_stop)
+        except OSError as error:
+            log.error("data dir %s: cannot tighten file modes: %s", self.config.data_dir, error)
 
     async def _sync_metadata(self) -> None:
         # Cursor positions are written without fsync; make them durable periodically.
@@ -363,6 +379,9 @@ class Broker:
             self._sync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sync_task
+        if self._tighten_task is not None:
+            self._tighten_stop.set()
+            await self._tighten_task
         if self.coordinator is not None:
             await self.coordinator.close()
         if self.registry is not None:

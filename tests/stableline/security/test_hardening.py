@@ -73,6 +73,26 @@ def test_the_data_dir_is_the_brokers_own_and_older_files_are_tightened(tmp_path)
         broker.stop()
 
 
+def test_files_deep_in_the_data_dir_are_tightened_after_the_start(tmp_path, wait):
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    broker.start()
+    with stableline.Client(broker.service_url) as client:
+        client.create_producer("deep").send(b"x")
+    broker.stop()
+    # As a restore with another umask would leave them: the top stays 0700.
+    topic_dir = data_dir / "ledgers" / "public" / "default" / "deep"
+    loosened = [topic_dir, *topic_dir.iterdir()]
+    for path in loosened:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    broker.start()
+    try:
+        wait(lambda: not _loose_modes(data_dir), 10.0, "the walk to tighten every file")
+        assert "took group and other permissions off 3 files and directories" in broker.log()
+    finally:
+        broker.stop()
+
+
 @pytest.fixture(scope="module")
 def metrics_by_token_broker(tmp_path_factory, keys):
     directory = tmp_path_factory.mktemp("metrics-auth")
