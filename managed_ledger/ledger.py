@@ -156,16 +156,11 @@ class ManagedLedger:
         files: LedgerFiles | None = None,
     ) -> ManagedLedger:
         ledger = cls(name, directory, store, config or ManagedLedgerConfig(), files)
-        meta = store.get_json(LEDGERS_DB, name) or {"next_ledger_id": 0, "ledgers": []}
-        if all(data["closed"] for data in meta["ledgers"]):
-            # Nothing to scan (a new topic, or one closed cleanly): a directory
-            # listing at most, cheaper on the loop than a trip to a worker thread.
-            ledger._recover(meta)
-        else:
-            await asyncio.get_running_loop().run_in_executor(None, ledger._recover, meta)
+        await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
         return ledger
 
-    def _recover(self, meta: dict) -> None:
+    def _recover(self) -> None:
+        meta = self.store.get_json(LEDGERS_DB, self.name) or {"next_ledger_id": 0, "ledgers": []}
         self._next_ledger_id = meta["next_ledger_id"]
         damaged_recorded = False
         for data in meta["ledgers"]:
