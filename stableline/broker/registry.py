@@ -70,6 +70,8 @@ _RECOVER_PREFIX = "recover:"
 START_LOAD_CONCURRENCY = 8
 # Idle topics closed at once (their ledgers' seals share fsyncs of the store).
 UNLOAD_CONCURRENCY = 64
+# After a collection of unloaded topics' garbage that took T, the next waits 10 T.
+COLLECT_COST_FACTOR = 10
 
 
 @functools.cache
@@ -150,6 +152,9 @@ class TopicRegistry:
         }
         self._background: list[asyncio.Task] = []
         self.unloaded_total = 0
+        # Unloaded topics not collected yet, and when the next collection may run.
+        self._garbage = False
+        self._collect_after = 0.0
 
     def _directory(self, name: TopicName) -> Path:
         return self.config.ledgers_dir / name.tenant / name.namespace / name.local_name
@@ -342,10 +347,19 @@ class TopicRegistry:
             unloaded += sum(results)
         if unloaded:
             log.info("unloaded %d idle topics (%d loaded)", unloaded, len(self._topics))
+            self._garbage = True
+        if self._garbage and time.monotonic() >= self._collect_after:
             # A topic's objects reference each other (listeners, views): only the
-            # cycle collector frees them, and only then can the heap shrink.
+            # cycle collector frees them, and only then can the heap shrink. A full
+            # collection walks every object of the broker and holds the loop
+            # meanwhile, so it runs at most 1/COLLECT_COST_FACTOR of the time.
+            started = time.monotonic()
             gc.collect()
             _release_free_heap()
+            took = time.monotonic() - started
+            self._collect_after = time.monotonic() + took * COLLECT_COST_FACTOR
+            self._garbage = False
+            log.debug("collected unloaded topics' garbage in %.1f ms", took * 1000)
         return unloaded
 
     async def _unload(self, key: str, deadline: float) -> bool:
