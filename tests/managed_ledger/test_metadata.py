@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from managed_ledger import MetadataStore
@@ -87,52 +85,3 @@ def test_values_survive_close_and_reopen(tmp_path):
         assert second.get_json(b"coordinator", "log") == [1, 2, 3]
     finally:
         second.close()
-
-
-def _committed_keys(store, db: bytes, prefix: str) -> list[str]:
-    """What LMDB itself holds, staged writes aside."""
-    return [key for key, _ in store._scan_committed(db, prefix)]
-
-
-async def test_writes_in_a_loop_are_read_at_once_and_committed_by_sync_async(store):
-    store.put(b"cursors", "t\x00a", b"A")
-    store.write_many(b"cursors", {"t\x00b": b"B", "t\x00c": b"C"})
-    store.delete(b"cursors", "t\x00c")
-    assert store.get(b"cursors", "t\x00b") == b"B"
-    assert store.get(b"cursors", "t\x00c") is None
-    assert [key for key, _ in store.scan_prefix(b"cursors", "t\x00")] == ["t\x00a", "t\x00b"]
-    assert _committed_keys(store, b"cursors", "t\x00") == []  # not committed on the loop
-
-    await store.sync_async()
-
-    assert _committed_keys(store, b"cursors", "t\x00") == ["t\x00a", "t\x00b"]
-
-
-async def test_staged_writes_commit_in_order_whoever_commits_them(store):
-    store.put(b"ledgers", "k", b"old")
-    store.sync()  # on this thread, with no round under way
-    store.put(b"ledgers", "k", b"new")
-    store.delete(b"ledgers", "gone")
-    waiting = asyncio.ensure_future(store.sync_async())
-    store.put(b"ledgers", "k", b"newest")
-    await waiting
-    store.sync()
-    assert store.get(b"ledgers", "k") == b"newest"
-    assert dict(store._scan_committed(b"ledgers", "k")) == {"k": b"newest"}
-
-
-async def test_staged_writes_survive_close(tmp_path):
-    first = MetadataStore(tmp_path / "m")
-    first.put_json(b"coordinator", "log", [1])
-    first.close()
-    second = MetadataStore(tmp_path / "m")
-    try:
-        assert second.get_json(b"coordinator", "log") == [1]
-    finally:
-        second.close()
-
-
-async def test_a_bad_key_is_refused_when_written_and_nothing_is_staged(store):
-    with pytest.raises(ValueError):
-        store.write_many(b"cursors", {"ok": b"1", "": b"empty keys are invalid"})
-    assert store.get(b"cursors", "ok") is None
