@@ -16,10 +16,13 @@ import contextlib
 import functools
 import itertools
 import logging
+import operator
 import re
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
+from itertools import groupby, repeat, starmap
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,25 +65,23 @@ RECEIVE_BATCH_MAX = 1000
 _WAIT_FOREVER_MS = 3_600_000
 
 
-def _as_runs(group: list) -> Messages | None:
+def _runs_of(messages: list[Message]) -> Messages:
     """Received messages as runs of one entry each, as batch_receive gives them, so
-    the ack costs per entry (a run that is a whole entry goes as one id); None when
-    the group holds a MessageId. A run's indexes only grow, so each is there once."""
-    runs: list = []
-    entry = indexes = None
-    last = -1
-    for message in group:
-        if type(message) is not Message:
-            return None
-        message_entry, index = message
-        if message_entry is entry and index > last:
-            indexes.append(index)
-        else:
-            entry = message_entry
-            indexes = [index]
-            runs.append((entry, indexes))
-        last = index
+    the ack costs per entry (a run that is a whole entry goes as one id). Grouped in
+    C (groupby, map): the loop thread spends no Python step per message. A run that
+    counts as many indexes as its entry has is made of distinct ones, or the ack
+    would name the whole entry for a message acknowledged twice."""
+    runs = []
+    for entry, run in groupby(messages, _entry_of):
+        indexes = list(map(_index_of, run))
+        if len(indexes) == entry.num_messages and len(set(indexes)) != len(indexes):
+            indexes = sorted(set(indexes))
+        runs.append((entry, indexes))
     return Messages(runs)
+
+
+_entry_of = operator.itemgetter(0)  # Message is the tuple (entry, index)
+_index_of = operator.itemgetter(1)
 
 
 def _entry_key(item: Message | MessageId) -> tuple[int, int]:
@@ -321,6 +322,8 @@ class Consumer:
     receive() takes from a buffer of this thread's, refilled from the receiver queue
     a batch at a time (up to receiver_queue_size messages, at most RECEIVE_BATCH_MAX:
     what the buffer holds counts as consumed, so the broker is given permits for it).
+    The caller crosses to the loop only to refill; a refill returns as soon as the
+    messages are taken (the permits' write is not waited for).
 
     acknowledge() groups as Pulsar's acknowledgment grouping does: the ids wait
     ack_grouping_time_ms (or until ack_grouping_max_size of them) and go as one
@@ -343,15 +346,26 @@ class Consumer:
         self._refill_size = (
             1 if options.ack_timeout_ms else min(options.receiver_queue_size, RECEIVE_BATCH_MAX)
         )
-        # Grouped acks: appended here by the caller, taken on the loop thread.
-        self._acks: deque = deque()
+        # Grouped acks, appended by the caller and taken on the loop thread: received
+        # Messages (the usual case, grouped into runs in C) and anything else.
+        self._acks: deque[Message] = deque()
+        self._acked_others: deque[Message | MessageId] = deque()
         self._ack_group_s = options.ack_grouping_time_ms / 1000
         self._ack_group_max = options.ack_grouping_max_size
-        self._ack_timer_pending = False
+        # acknowledge() stays an append until the group holds _ack_wake_at acks: 1
+        # while no timer is armed (the first ack arms it), ack_grouping_max_size
+        # while one is, past any size while a full group waits to be taken. Written
+        # under _ack_lock; read by the caller without it (a stale read errs towards
+        # a wake-up too many, never a group left without a timer).
+        self._ack_lock = threading.Lock()
+        self._ack_wake_at = 1
+        self._ack_timer_armed = False
         self._ack_full_pending = False
         self._ack_requests: set[asyncio.Task] = set()
         self._several = isinstance(inner, MultiTopicConsumer)
-        self._closed = False  # close() or unsubscribe() called: acks wait (and raise)
+        # Plain acks are grouped: ack_grouping_time_ms > 0 and neither close() nor
+        # unsubscribe() called (then acks wait for their answer, and raise).
+        self._grouped = self._ack_group_s > 0
 
     def topic(self) -> str:
         return self._inner.topic()
@@ -369,13 +383,22 @@ class Consumer:
         return self._loop.run(self._inner.get_last_message_id())
 
     def receive(self, timeout_millis: int | None = None) -> Message:
+        try:
+            return self._buffer.popleft()
+        except IndexError:
+            return self._receive_refilled(timeout_millis)
+
+    def _receive_refilled(self, timeout_millis: int | None) -> Message:
         buffer = self._buffer
         while True:
+            batch = self._loop.run(self._take(self._refill_size, timeout_millis))
+            for entry, indexes in batch.runs():
+                # Each Message made in C (tuple.__new__ from map), as Messages does.
+                buffer.extend(map(_new_tuple, repeat(Message), zip(repeat(entry), indexes)))
             try:
                 return buffer.popleft()
             except IndexError:
-                # Another thread may take from this refill first: then refill again.
-                buffer.extend(self._loop.run(self._take(self._refill_size, timeout_millis)))
+                continue  # another thread took this refill first: refill again
 
     async def _take(self, max_messages: int, timeout_millis: int | None) -> Messages:
         """At least one message, up to max_messages; Timeout after timeout_millis."""
@@ -406,58 +429,82 @@ class Consumer:
     def acknowledge(self, message: Message | MessageId | list | Messages, txn=None) -> None:
         """Acknowledge; grouped unless in a transaction or ack_grouping_time_ms is 0
         (then it returns once the broker has the ack, and raises if refused)."""
-        if txn is not None or not self._ack_group_s or self._closed:
+        if txn is None and type(message) is Message and self._grouped:
+            acks = self._acks
+            acks.append(message)
+            if len(acks) >= self._ack_wake_at:
+                self._ack_group_grew()
+            return
+        if txn is not None or not self._grouped:
             self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
             if isinstance(txn, Transaction):
                 txn._held_by(self, message)
             return
-        acks = self._acks
-        if type(message) is Message:
-            acks.append(message)
-        elif isinstance(message, MessageId | Message):
+        others = self._acked_others
+        if isinstance(message, MessageId | Message):
             if self._several:
                 self._inner._consumer_of(message)  # a MessageId names no topic: raises
-            acks.append(message)
+            others.append(message)
         elif isinstance(message, list | Messages):
             for item in message:
                 if not isinstance(item, Message | MessageId):
                     raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
                 if self._several and type(item) is not Message:
                     self._inner._consumer_of(item)
-            acks.extend(message)
+            others.extend(message)
         else:
             raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
-        if not self._ack_timer_pending:
-            self._ack_timer_pending = True
-            self._loop.call_soon(self._arm_ack_timer)
-        elif len(acks) >= self._ack_group_max and not self._ack_full_pending:
-            self._ack_full_pending = True
-            self._loop.call_soon(self._send_full_group)
+        self._ack_group_grew()
+
+    def _ack_group_grew(self) -> None:
+        """The group reached _ack_wake_at, or took other acks than Messages: arm the
+        timer, or have a full group sent; the next wake-up comes when the Messages
+        and the others together make ack_grouping_max_size."""
+        with self._ack_lock:
+            others = len(self._acked_others)
+            if not self._ack_timer_armed:
+                self._ack_timer_armed = True
+                self._loop.call_soon(self._arm_ack_timer)
+            if self._ack_full_pending:
+                return  # the wake-up is past any size until the loop takes the group
+            if len(self._acks) + others >= self._ack_group_max:
+                self._ack_full_pending = True
+                self._ack_wake_at = sys.maxsize
+                self._loop.call_soon(self._send_full_group)
+            else:
+                self._ack_wake_at = self._ack_group_max - others
 
     def _arm_ack_timer(self) -> None:
         self._loop.loop.call_later(self._ack_group_s, self._send_timed_group)
 
     def _send_timed_group(self) -> None:
-        self._ack_timer_pending = False  # before taking: a later ack arms a new timer
+        with self._ack_lock:  # before taking: a later ack arms a new timer
+            self._ack_timer_armed = False
+            self._ack_wake_at = 1
         self._send_acks()
 
     def _send_full_group(self) -> None:
-        self._ack_full_pending = False
+        with self._ack_lock:
+            self._ack_full_pending = False
+            self._ack_wake_at = self._ack_group_max if self._ack_timer_armed else 1
         self._send_acks()
 
     def _send_acks(self) -> None:
-        """On the loop: send every grouped ack as one request."""
+        """On the loop: send every grouped ack as one request. Appends that come
+        after a deque's len() was read wait for the next group."""
         acks = self._acks
-        take = acks.popleft
-        group = [take() for _ in range(len(acks))]  # appends after len() wait their turn
+        group: Messages | list = _runs_of(list(starmap(acks.popleft, repeat((), len(acks)))))
+        others = self._acked_others
+        if others:
+            group = [*group, *starmap(others.popleft, repeat((), len(others)))]
         if group:
             task = self._loop.loop.create_task(self._send_group(group))
             self._ack_requests.add(task)
             task.add_done_callback(self._ack_requests.discard)
 
-    async def _send_group(self, group: list) -> None:
+    async def _send_group(self, group: Messages | list) -> None:
         try:
-            await self._inner.acknowledge(_as_runs(group) or group)
+            await self._inner.acknowledge(group)
         except InvalidMessageId:
             # The request is all or nothing: ack one by one so that one bad id in the
             # group refuses only itself.
@@ -514,7 +561,7 @@ class Consumer:
         self._loop.run(self._confirmed(self._inner.seek, target))
 
     def unsubscribe(self) -> None:
-        self._closed = True
+        self._grouped = False
         self._buffer.clear()
         self._loop.run(self._confirmed(self._inner.unsubscribe))
 
@@ -525,7 +572,7 @@ class Consumer:
         self._loop.run(self._close())
 
     async def _close(self) -> None:
-        self._closed = True
+        self._grouped = False
         with contextlib.suppress(StableLineError):
             await self._confirm_acks()
         await self._inner.close()

@@ -5,6 +5,10 @@ redelivery count, so the broker ignores it once the entry has been delivered aga
 Handing an entry back drops what of that delivery is still queued (its permits
 are given back), and a delivery that arrives drops a pending nack or ack timeout
 of an earlier one: one copy of a message is outstanding at a time.
+
+Permits go back to the broker by a write no receive waits for (as Pulsar's
+clients send their flow): what was taken is the caller's at once, and the next
+entry is on its way while the caller works.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ class Consumer:
         self._unacked: dict[tuple[int, int], tuple[float, int | None]] = {}
         self._nacked: dict[tuple[int, int], tuple[float, int | None]] = {}
         self._timer: asyncio.Task | None = None
+        self._flow_writer: asyncio.Task | None = None  # writes the permits owed
         self._timer_wakeup = asyncio.Event()
         self._call = None
         self._stream_token: str | None = None  # the token _call was opened with
@@ -354,11 +359,27 @@ class Consumer:
                 )
         return runs
 
-    async def _refill(self) -> None:
-        # Pulsar's rule: give the broker permits back once half the queue is consumed.
-        if self._consumed_since_flow >= max(self._queue_size // 2, 1):
-            permits, self._consumed_since_flow = self._consumed_since_flow, 0
-            await self._write(pb.SubscribeRequest(flow=pb.Flow(permits=permits)))
+    def _refill(self) -> None:
+        """Pulsar's rule: give the broker permits back once half the queue is
+        consumed. The write is the flow writer's, so the caller does not wait for it."""
+        if self._flow_due() and self._flow_writer is None and not self._closed:
+            self._flow_writer = asyncio.create_task(self._write_flows())
+
+    def _flow_due(self) -> bool:
+        return self._consumed_since_flow >= max(self._queue_size // 2, 1)
+
+    async def _write_flows(self) -> None:
+        """Write the permits owed, again while more become due during a write. A
+        write that fails is not retried: a broken stream's reopening gives a whole
+        queue of permits, and a closed or failed consumer needs none."""
+        try:
+            while self._flow_due():
+                permits, self._consumed_since_flow = self._consumed_since_flow, 0
+                await self._write(pb.SubscribeRequest(flow=pb.Flow(permits=permits)))
+        except StableLineError:
+            pass  # receive raises the consumer's failure or closing itself
+        finally:
+            self._flow_writer = None
 
     async def _wait_for_messages(self, timeout_s: float | None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -382,7 +403,7 @@ class Consumer:
         if not await self._wait_for_messages(timeout_s):
             raise Timeout(f"no message on {self._topic} within {timeout_millis} ms")
         ((entry, (index,)),) = self._take(1)
-        await self._refill()
+        self._refill()
         return Message(entry, index)
 
     async def batch_receive(
@@ -397,7 +418,7 @@ class Consumer:
         await self._wait_for_messages(timeout_millis / 1000)
         messages = Messages(self._take(max_num_messages))
         if messages:
-            await self._refill()
+            self._refill()
         return messages
 
     # ------------------------------------------------------------ acks
@@ -481,7 +502,7 @@ class Consumer:
         await self._write(
             pb.SubscribeRequest(redeliver=pb.Redeliver(message_ids=ids, redelivery_counts=counts))
         )
-        await self._refill()
+        self._refill()
 
     def _drop_queued(self, no_longer_outstanding: Callable[[DeliveredEntry], bool]) -> None:
         """Drop queued messages of deliveries handed back (the rest of a batch whose
@@ -560,7 +581,7 @@ class Consumer:
             return
         self._closed = True
         self._timer_wakeup.set()
-        for task in (self._timer, self._receiver):
+        for task in (self._timer, self._flow_writer, self._receiver):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

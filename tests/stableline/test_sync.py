@@ -495,7 +495,7 @@ def test_an_ack_after_close_raises(client):
 
 def test_a_group_of_received_messages_acks_whole_entries_as_one_id_and_nothing_more():
     from stableline._proto import broker_pb2 as pb
-    from stableline._sync import _as_runs
+    from stableline._sync import _runs_of
     from stableline._types import messages_of
     from stableline.aio._consumer import _ack_ids
 
@@ -509,14 +509,24 @@ def test_a_group_of_received_messages_acks_whole_entries_as_one_id_and_nothing_m
         )
         return messages_of("persistent://public/default/t", entry)
 
+    def acked(group: list) -> list:
+        return sorted(_ack_ids(_runs_of(group)))
+
     whole, part = delivered(0, 3), delivered(1, 3)
-    group = [*whole, part[0], part[0], part[1]]  # a message acked twice is not the entry
-    assert sorted(_ack_ids(_as_runs(group))) == [
-        stableline.MessageId(1, 0, -1),
-        stableline.MessageId(1, 1, 0),
-        stableline.MessageId(1, 1, 1),
+    MessageId = stableline.MessageId
+    # A message acked twice is not the entry, even when the run counts as many.
+    assert acked([*whole, part[0], part[0], part[1]]) == [
+        MessageId(1, 0, -1),
+        MessageId(1, 1, 0),
+        MessageId(1, 1, 1),
     ]
-    assert _as_runs([whole[0], stableline.MessageId(1, 0, 1)]) is None
+    assert acked([part[1], part[0], part[0]]) == [MessageId(1, 1, 0), MessageId(1, 1, 1)]
+    # Entries interleaved and out of order: an entry acked whole goes as one id.
+    assert acked([whole[2], part[1], whole[0], whole[1]]) == [
+        MessageId(1, 0, -1),
+        MessageId(1, 1, 1),
+    ]
+    assert acked([]) == []
 
 
 def test_an_abort_drops_only_the_buffered_messages_acked_in_it(client):
