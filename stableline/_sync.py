@@ -16,13 +16,12 @@ import contextlib
 import functools
 import itertools
 import logging
-import operator
 import re
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine
-from itertools import groupby, repeat, starmap
+from collections.abc import Callable, Coroutine, Iterator
+from itertools import chain, groupby, islice, repeat, starmap
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,23 +64,35 @@ RECEIVE_BATCH_MAX = 1000
 _WAIT_FOREVER_MS = 3_600_000
 
 
-def _runs_of(messages: list[Message]) -> Messages:
-    """Received messages as runs of one entry each, as batch_receive gives them, so
-    the ack costs per entry (a run that is a whole entry goes as one id). Grouped in
-    C (groupby, map): the loop thread spends no Python step per message. A run that
-    counts as many indexes as its entry has is made of distinct ones, or the ack
-    would name the whole entry for a message acknowledged twice."""
+def _messages_of(runs: list) -> Iterator[Message]:
+    """The messages of these runs, each made when it is taken, in C (map, zip and
+    chain of C callables: no Python frame, so threads taking from one iterator
+    each take different messages). A message no one holds is freed at once: none
+    lives long enough to be promoted by the garbage collector, which would then
+    walk the whole heap to free it."""
+    entries = [entry for entry, _indexes in runs]
+    pairs = chain.from_iterable(map(zip, map(repeat, entries), [i for _e, i in runs]))
+    return map(_new_tuple, repeat(Message), pairs)
+
+
+def _runs_of(flat: list) -> Messages:
+    """Acknowledged messages, kept as entry, index, entry, index... (their Messages
+    are not held), as runs of one entry each, as batch_receive gives them, so the
+    ack costs per entry (a run that is a whole entry goes as one id). Grouped in C
+    (groupby by identity, slices): the loop thread spends no Python step per
+    message. A run that counts as many indexes as its entry has is made of distinct
+    ones, or the ack would name the whole entry for a message acknowledged twice."""
+    entries, indexes = flat[::2], flat[1::2]
     runs = []
-    for entry, run in groupby(messages, _entry_of):
-        indexes = list(map(_index_of, run))
-        if len(indexes) == entry.num_messages and len(set(indexes)) != len(indexes):
-            indexes = sorted(set(indexes))
-        runs.append((entry, indexes))
+    start = 0
+    for entry, same in groupby(entries):
+        end = start + len(list(same))
+        run = indexes[start:end]
+        if len(run) == entry.num_messages and len(set(run)) != len(run):
+            run = sorted(set(run))
+        runs.append((entry, run))
+        start = end
     return Messages(runs)
-
-
-_entry_of = operator.itemgetter(0)  # Message is the tuple (entry, index)
-_index_of = operator.itemgetter(1)
 
 
 def _entry_key(item: Message | MessageId) -> tuple[int, int]:
@@ -338,23 +349,27 @@ class Consumer:
         self._inner = inner
         self._loop = loop
         options = inner.options
-        # Messages taken from the receiver queue, not yet given out; a deque, so that
-        # threads sharing the consumer each take different ones.
-        self._buffer: deque[Message] = deque()
+        # Messages taken from the receiver queue, not yet given out: an iterator that
+        # makes each as it is taken (see _messages_of). Replaced under _buffer_lock.
+        self._buffer_lock = threading.Lock()
+        self._buffered: Iterator[Message] = iter(())
+        self._take_buffered = self._buffered.__next__
         # With an ack timeout, a message's clock starts when it is taken from the
         # receiver queue: one at a time, so none waits out its timeout in the buffer.
         self._refill_size = (
             1 if options.ack_timeout_ms else min(options.receiver_queue_size, RECEIVE_BATCH_MAX)
         )
         # Grouped acks, appended by the caller and taken on the loop thread: received
-        # Messages (the usual case, grouped into runs in C) and anything else.
-        self._acks: deque[Message] = deque()
+        # Messages (the usual case) as two items each, entry and index (one extend:
+        # atomic, so the pairs stay whole whatever threads ack), and anything else.
+        self._acks: deque = deque()
         self._acked_others: deque[Message | MessageId] = deque()
         self._ack_group_s = options.ack_grouping_time_ms / 1000
         self._ack_group_max = options.ack_grouping_max_size
-        # acknowledge() stays an append until the group holds _ack_wake_at acks: 1
-        # while no timer is armed (the first ack arms it), ack_grouping_max_size
-        # while one is, past any size while a full group waits to be taken. Written
+        # acknowledge() stays an append until _acks holds _ack_wake_at items (two a
+        # message): 1 while no timer is armed (the first ack arms it), room for
+        # ack_grouping_max_size acks while one is, past any size while a full group
+        # waits to be taken. Written
         # under _ack_lock; read by the caller without it (a stale read errs towards
         # a wake-up too many, never a group left without a timer).
         self._ack_lock = threading.Lock()
@@ -384,21 +399,25 @@ class Consumer:
 
     def receive(self, timeout_millis: int | None = None) -> Message:
         try:
-            return self._buffer.popleft()
-        except IndexError:
+            return self._take_buffered()
+        except StopIteration:
             return self._receive_refilled(timeout_millis)
 
     def _receive_refilled(self, timeout_millis: int | None) -> Message:
-        buffer = self._buffer
         while True:
             batch = self._loop.run(self._take(self._refill_size, timeout_millis))
-            for entry, indexes in batch.runs():
-                # Each Message made in C (tuple.__new__ from map), as Messages does.
-                buffer.extend(map(_new_tuple, repeat(Message), zip(repeat(entry), indexes)))
+            with self._buffer_lock:
+                # What another thread's refill left goes first.
+                self._set_buffered(chain(list(self._buffered), _messages_of(batch.runs())))
             try:
-                return buffer.popleft()
-            except IndexError:
-                continue  # another thread took this refill first: refill again
+                return self._take_buffered()
+            except StopIteration:
+                continue  # other threads took this refill first: refill again
+
+    def _set_buffered(self, messages: Iterator[Message]) -> None:
+        """Under _buffer_lock: the buffer is now `messages`."""
+        self._buffered = messages
+        self._take_buffered = messages.__next__
 
     async def _take(self, max_messages: int, timeout_millis: int | None) -> Messages:
         """At least one message, up to max_messages; Timeout after timeout_millis."""
@@ -420,8 +439,7 @@ class Consumer:
     ) -> Messages:
         if max_num_messages < 1:
             raise ValueError("max_num_messages must be >= 1")
-        buffer = self._buffer
-        buffered = [buffer.popleft() for _ in range(min(len(buffer), max_num_messages))]
+        buffered = list(islice(self._buffered, max_num_messages))
         if buffered:
             return Messages([(m._entry, (m._index,)) for m in buffered])
         return self._loop.run(self._inner.batch_receive(max_num_messages, timeout_millis))
@@ -431,7 +449,7 @@ class Consumer:
         (then it returns once the broker has the ack, and raises if refused)."""
         if txn is None and type(message) is Message and self._grouped:
             acks = self._acks
-            acks.append(message)
+            acks.extend(message)  # entry, index: the Message itself is not kept
             if len(acks) >= self._ack_wake_at:
                 self._ack_group_grew()
             return
@@ -467,12 +485,12 @@ class Consumer:
                 self._loop.call_soon(self._arm_ack_timer)
             if self._ack_full_pending:
                 return  # the wake-up is past any size until the loop takes the group
-            if len(self._acks) + others >= self._ack_group_max:
+            if len(self._acks) // 2 + others >= self._ack_group_max:
                 self._ack_full_pending = True
                 self._ack_wake_at = sys.maxsize
                 self._loop.call_soon(self._send_full_group)
             else:
-                self._ack_wake_at = self._ack_group_max - others
+                self._ack_wake_at = 2 * (self._ack_group_max - others)
 
     def _arm_ack_timer(self) -> None:
         self._loop.loop.call_later(self._ack_group_s, self._send_timed_group)
@@ -486,14 +504,16 @@ class Consumer:
     def _send_full_group(self) -> None:
         with self._ack_lock:
             self._ack_full_pending = False
-            self._ack_wake_at = self._ack_group_max if self._ack_timer_armed else 1
+            self._ack_wake_at = 2 * self._ack_group_max if self._ack_timer_armed else 1
         self._send_acks()
 
     def _send_acks(self) -> None:
         """On the loop: send every grouped ack as one request. Appends that come
         after a deque's len() was read wait for the next group."""
         acks = self._acks
-        group: Messages | list = _runs_of(list(starmap(acks.popleft, repeat((), len(acks)))))
+        flat = list(starmap(acks.popleft, repeat((), len(acks))))
+        assert len(flat) % 2 == 0, "an ack is appended as entry and index in one extend"
+        group: Messages | list = _runs_of(flat)
         others = self._acked_others
         if others:
             group = [*group, *starmap(others.popleft, repeat((), len(others)))]
@@ -538,11 +558,13 @@ class Consumer:
 
     def _drop_buffered(self, entries: set[tuple[int, int]]) -> None:
         """Forget buffered messages of these entries: they are delivered again."""
-        buffer = self._buffer
-        kept = [m for m in buffer if (m[0].ledger_id, m[0].entry_id) not in entries]
-        if len(kept) != len(buffer):
-            buffer.clear()
-            buffer.extend(kept)
+        with self._buffer_lock:
+            kept = [m for m in self._buffered if (m[0].ledger_id, m[0].entry_id) not in entries]
+            self._set_buffered(iter(kept))
+
+    def _clear_buffer(self) -> None:
+        with self._buffer_lock:
+            self._set_buffered(iter(()))
 
     def _drop_buffered_messages(self, message_ids: set[MessageId]) -> None:
         """Forget these buffered messages: they are delivered again."""
@@ -553,22 +575,22 @@ class Consumer:
             buffer.extend(kept)
 
     def redeliver_unacknowledged_messages(self) -> None:
-        self._buffer.clear()  # buffered messages are unacknowledged: they come again
+        self._clear_buffer()  # buffered messages are unacknowledged: they come again
         self._loop.run(self._confirmed(self._inner.redeliver_unacknowledged_messages))
 
     def seek(self, target: MessageId | int) -> None:
-        self._buffer.clear()
+        self._clear_buffer()
         self._loop.run(self._confirmed(self._inner.seek, target))
 
     def unsubscribe(self) -> None:
         self._grouped = False
-        self._buffer.clear()
+        self._clear_buffer()
         self._loop.run(self._confirmed(self._inner.unsubscribe))
 
     def close(self) -> None:
         """Close after every grouped ack is confirmed; buffered messages, not
         acknowledged, are delivered again (to this subscription's next consumer)."""
-        self._buffer.clear()
+        self._clear_buffer()
         self._loop.run(self._close())
 
     async def _close(self) -> None:
