@@ -3,6 +3,7 @@ same parameters and defaults, the same options values, the same transaction stat
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import re
@@ -447,7 +448,7 @@ def test_a_nack_drops_the_rest_of_its_entry_from_the_buffer(client):
     assert all(m.redelivery_count() == 1 for m in again)
 
 
-def test_threads_sharing_a_consumer_each_receive_different_messages(client):
+def test_threads_sharing_a_consumer_each_receive_different_messages(client, broker):
     _fill(client, "shared-by-threads", 4000)
     consumer = client.subscribe("shared-by-threads", "sub", initial_position=EARLIEST)
     got: list[list[bytes]] = [[] for _ in range(4)]
@@ -468,6 +469,54 @@ def test_threads_sharing_a_consumer_each_receive_different_messages(client):
         thread.join(60)
     every = [value for mine in got for value in mine]
     assert sorted(every) == sorted(str(i).encode() for i in range(4000))
+    consumer.close()  # the acks of every thread, each whole, are confirmed
+    assert _backlog(broker, "shared-by-threads") == 0
+
+
+def test_acknowledge_keeps_no_reference_to_the_message(client):
+    _fill(client, "ack-holds-nothing", 10)
+    consumer = client.subscribe(
+        "ack-holds-nothing", "sub", initial_position=EARLIEST, ack_grouping_time_ms=60_000
+    )
+    message = consumer.receive(5000)
+    held = sys.getrefcount(message)
+    consumer.acknowledge(message)
+    # The group keeps its entry and index: a Message no one holds is freed at once.
+    assert sys.getrefcount(message) == held
+
+
+def test_receive_makes_each_buffered_message_when_it_is_taken(client):
+    _fill(client, "made-when-taken", 100)  # one entry of 100
+    consumer = client.subscribe("made-when-taken", "sub", initial_position=EARLIEST)
+
+    def messages_alive() -> int:
+        return sum(type(o) is stableline.Message for o in gc.get_objects())
+
+    before = messages_alive()
+    first = consumer.receive(5000)  # the other 99 wait in the buffer, not yet made
+    assert messages_alive() <= before + 1
+    rest = [consumer.receive(5000) for _ in range(99)]
+    assert [m.value() for m in [first, *rest]] == [str(i).encode() for i in range(100)]
+
+
+def test_acks_of_ids_and_messages_together_go_once_the_group_is_full(client, broker, wait):
+    _fill(client, "mixed-group", 200)
+    consumer = client.subscribe(
+        "mixed-group",
+        "sub",
+        initial_position=EARLIEST,
+        ack_grouping_time_ms=60_000,
+        ack_grouping_max_size=100,
+    )
+    messages = [consumer.receive(5000) for _ in range(200)]
+    for message in messages[:60]:
+        consumer.acknowledge(message.message_id())
+    for message in messages[60:100]:  # 60 ids and 40 messages: a full group
+        consumer.acknowledge(message)
+    wait(lambda: _backlog(broker, "mixed-group") == 1, 10, "the first full group acknowledged")
+    consumer.acknowledge(messages[100:150])
+    consumer.acknowledge(messages[150:])
+    wait(lambda: _backlog(broker, "mixed-group") == 0, 10, "the second full group acknowledged")
 
 
 def test_send_async_in_a_transaction_then_commit_without_flush_commits_every_message(client):
