@@ -369,9 +369,9 @@ class Consumer:
         # acknowledge() stays an append until _acks holds _ack_wake_at items (two a
         # message): 1 while no timer is armed (the first ack arms it), room for
         # ack_grouping_max_size acks while one is, past any size while a full group
-        # waits to be taken. Written
-        # under _ack_lock; read by the caller without it (a stale read errs towards
-        # a wake-up too many, never a group left without a timer).
+        # waits to be taken. Written under _ack_lock; read by the caller without it
+        # (the loop resets it before it takes the acks, so an ack appended after a
+        # take always sees the reset: no group is left without a timer).
         self._ack_lock = threading.Lock()
         self._ack_wake_at = 1
         self._ack_timer_armed = False
