@@ -568,11 +568,9 @@ class Consumer:
 
     def _drop_buffered_messages(self, message_ids: set[MessageId]) -> None:
         """Forget these buffered messages: they are delivered again."""
-        buffer = self._buffer
-        kept = [m for m in buffer if m.message_id() not in message_ids]
-        if len(kept) != len(buffer):
-            buffer.clear()
-            buffer.extend(kept)
+        with self._buffer_lock:
+            kept = [m for m in self._buffered if m.message_id() not in message_ids]
+            self._set_buffered(iter(kept))
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._clear_buffer()  # buffered messages are unacknowledged: they come again
