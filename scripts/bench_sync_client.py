@@ -195,7 +195,7 @@ def measure(messages: int, rounds: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=500_000)
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each face (median)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each face (median)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     result = measure(args.messages, args.rounds)
