@@ -115,15 +115,24 @@ class MessageId(tuple):
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
+        """The MessageId that str() wrote: 'ledger:entry[:batch]', or for a message of
+        a partitioned topic Pulsar's 'ledger:entry:partition:batch'."""
         parts = text.split(":")
         try:
             if len(parts) == 2:
                 return cls(int(parts[0]), int(parts[1]))
             if len(parts) == 3:
                 return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+            if len(parts) == 4:
+                ledger_id, entry_id, partition, batch_index = map(int, parts)
+                if partition >= 0:
+                    return PartitionedMessageId(ledger_id, entry_id, batch_index, partition)
         except ValueError:
             pass
-        raise ValueError(f"not a message id {text!r}: expected 'ledger:entry[:batch]'")
+        raise ValueError(
+            f"not a message id {text!r}: expected 'ledger:entry[:batch]' or "
+            "'ledger:entry:partition:batch' (partition >= 0)"
+        )
 
     # A partition's index for a message of a partitioned topic (PartitionedMessageId).
     _partition: ClassVar[int] = -1
@@ -133,16 +142,24 @@ class MessageId(tuple):
     )
 
     def serialize(self) -> bytes:
-        """Bytes for MessageId.deserialize (the wire's MessageIdData)."""
+        """Bytes for MessageId.deserialize (the wire's MessageIdData; its partition
+        field is set only for a message of a partitioned topic)."""
         return self.to_proto().SerializeToString()
 
     @classmethod
     def deserialize(cls, data: bytes) -> MessageId:
-        """The MessageId that serialize() wrote; ValueError for other bytes."""
+        """The MessageId that serialize() wrote (a PartitionedMessageId when it carries
+        a partition); ValueError for other bytes."""
         try:
             message = pb.MessageIdData.FromString(data)
         except Exception as error:  # protobuf's DecodeError
             raise ValueError(f"not a serialized message id: {error}") from None
+        if message.HasField("partition"):
+            if message.partition < 0:
+                raise ValueError(f"not a serialized message id: partition {message.partition}")
+            return PartitionedMessageId(
+                message.ledger_id, message.entry_id, message.batch_index, message.partition
+            )
         return cls(message.ledger_id, message.entry_id, message.batch_index)
 
     def to_proto(self) -> pb.MessageIdData:
@@ -170,6 +187,19 @@ class PartitionedMessageId(MessageId):
             f"MessageId(ledger_id={ledger_id}, entry_id={entry_id}, "
             f"batch_index={batch_index}, partition={self._partition})"
         )
+
+    def __str__(self) -> str:
+        # Pulsar's order for a partition's message id: ledger:entry:partition:batch.
+        ledger_id, entry_id, batch_index = self
+        return f"{ledger_id}:{entry_id}:{self._partition}:{batch_index}"
+
+    def serialize(self) -> bytes:
+        # to_proto() stays the position alone (acks and seeks to the partition's
+        # topic); the bytes a user keeps carry the partition too.
+        message = self.to_proto()
+        if self._partition >= 0:
+            message.partition = self._partition
+        return message.SerializeToString()
 
 
 MessageId.earliest = MessageId(-1, -1, -1)

@@ -94,14 +94,16 @@ class Position(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ...) -> None: ...
 
 class MessageIdData(_message.Message):
-    __slots__ = ("ledger_id", "entry_id", "batch_index")
+    __slots__ = ("ledger_id", "entry_id", "batch_index", "partition")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     entry_id: int
     batch_index: int
-    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., batch_index: _Optional[int] = ...) -> None: ...
+    partition: int
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., batch_index: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class EntryMetadata(_message.Message):
     __slots__ = ("type", "num_messages", "publish_time_ms", "producer_name", "sequence_id", "txn_id", "low_watermark")
@@ -170,13 +172,21 @@ class ProducerSend(_message.Message):
     has_partition_key: bool
     def __init__(self, sequence_id: _Optional[int] = ..., metadata: _Optional[_Union[EntryMetadata, _Mapping]] = ..., payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., has_partition_key: _Optional[bool] = ...) -> None: ...
 
+class ProducerSends(_message.Message):
+    __slots__ = ("sends",)
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    sends: _containers.RepeatedCompositeFieldContainer[ProducerSend]
+    def __init__(self, sends: _Optional[_Iterable[_Union[ProducerSend, _Mapping]]] = ...) -> None: ...
+
 class ProduceRequest(_message.Message):
-    __slots__ = ("open", "send")
+    __slots__ = ("open", "send", "sends")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     SEND_FIELD_NUMBER: _ClassVar[int]
+    SENDS_FIELD_NUMBER: _ClassVar[int]
     open: ProducerOpen
     send: ProducerSend
-    def __init__(self, open: _Optional[_Union[ProducerOpen, _Mapping]] = ..., send: _Optional[_Union[ProducerSend, _Mapping]] = ...) -> None: ...
+    sends: ProducerSends
+    def __init__(self, open: _Optional[_Union[ProducerOpen, _Mapping]] = ..., send: _Optional[_Union[ProducerSend, _Mapping]] = ..., sends: _Optional[_Union[ProducerSends, _Mapping]] = ...) -> None: ...
 
 class ProducerOpened(_message.Message):
     __slots__ = ("topic", "producer_name", "max_message_size", "last_sequence_id")
@@ -212,15 +222,23 @@ class SendError(_message.Message):
     message: str
     def __init__(self, sequence_id: _Optional[int] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
+class SendReceipts(_message.Message):
+    __slots__ = ("receipts",)
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    receipts: _containers.RepeatedCompositeFieldContainer[SendReceipt]
+    def __init__(self, receipts: _Optional[_Iterable[_Union[SendReceipt, _Mapping]]] = ...) -> None: ...
+
 class ProduceResponse(_message.Message):
-    __slots__ = ("opened", "receipt", "error")
+    __slots__ = ("opened", "receipt", "error", "receipts")
     OPENED_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     opened: ProducerOpened
     receipt: SendReceipt
     error: SendError
-    def __init__(self, opened: _Optional[_Union[ProducerOpened, _Mapping]] = ..., receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., error: _Optional[_Union[SendError, _Mapping]] = ...) -> None: ...
+    receipts: SendReceipts
+    def __init__(self, opened: _Optional[_Union[ProducerOpened, _Mapping]] = ..., receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., error: _Optional[_Union[SendError, _Mapping]] = ..., receipts: _Optional[_Union[SendReceipts, _Mapping]] = ...) -> None: ...
 
 class SubscribeOpen(_message.Message):
     __slots__ = ("topic", "subscription", "type", "initial_position", "isolation_level", "consumer_name", "priority_level", "key_shared")

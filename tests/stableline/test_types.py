@@ -107,3 +107,41 @@ def test_message_id_parts_read_as_attributes_and_as_pulsar_calls():
     assert pickle.loads(pickle.dumps(message_id)) == message_id
     assert str(message_id) == "3:120:7" and MessageId.parse(str(message_id)) == message_id
     assert repr(message_id) == "MessageId(ledger_id=3, entry_id=120, batch_index=7)"
+
+
+def test_a_partitioned_message_id_keeps_its_partition_through_its_text_forms():
+    from stableline import MessageId
+    from stableline._types import PartitionedMessageId
+
+    for message_id in (
+        PartitionedMessageId(3, 120, 7, 2),
+        PartitionedMessageId(3, 120, -1, 0),
+        PartitionedMessageId(0, 0, 0, 11),
+    ):
+        for back in (
+            MessageId.deserialize(message_id.serialize()),
+            MessageId.parse(str(message_id)),
+        ):
+            assert type(back) is PartitionedMessageId
+            assert back == message_id and back.partition == message_id.partition
+    # Pulsar's order for a partition's id: ledger:entry:partition:batch.
+    assert str(PartitionedMessageId(3, 120, 7, 2)) == "3:120:2:7"
+
+
+def test_a_plain_message_id_keeps_its_text_forms_byte_for_byte():
+    from stableline import MessageId
+
+    # The forms written before partitions rode along: stored ids must still read.
+    assert str(MessageId(3, 120, 7)) == "3:120:7"
+    assert MessageId(3, 120, 7).serialize() == b"\x08\x03\x10x\x18\x07"
+    assert MessageId(3, 120).serialize() == b"\x08\x03\x10x\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+    back = MessageId.deserialize(MessageId(3, 120, 7).serialize())
+    assert type(back) is MessageId and back.partition == -1
+    assert type(MessageId.parse("3:120:7")) is MessageId
+
+
+def test_a_message_id_text_with_a_negative_partition_is_refused():
+    from stableline import MessageId
+
+    with pytest.raises(ValueError, match="ledger:entry:partition:batch"):
+        MessageId.parse("3:120:-1:7")
