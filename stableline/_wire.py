@@ -47,6 +47,29 @@ def plain_prefix(length: int) -> bytes:
     return prefix
 
 
+_keyed_prefixes: dict[tuple[int, int], bytes] = {}
+
+
+def key_fields(key: str) -> bytes:
+    """A SingleMessage's partition_key and has_partition_key fields (2 and 5), as
+    protobuf writes them: what follows the payload of a message with only a key."""
+    encoded = key.encode()
+    return (b"\x12" + _varint(len(encoded)) + encoded if encoded else b"") + b"\x28\x01"
+
+
+def keyed_prefix(length: int, fields_length: int) -> bytes:
+    """What precedes a payload of `length` bytes followed by key fields of
+    fields_length bytes (key_fields): the batch's field 1 and the payload's field 1.
+    prefix + payload + key_fields(key) is exactly encode_message(payload, None, key, 0)."""
+    prefix = _keyed_prefixes.get((length, fields_length))
+    if prefix is None:
+        inner = _field(length) if length else b""
+        prefix = _field(len(inner) + length + fields_length) + inner
+        if length <= _CACHED_PREFIX_MAX:
+            _keyed_prefixes[length, fields_length] = prefix
+    return prefix
+
+
 def _varint_width(value: int) -> int:
     return max(1, (value.bit_length() + 6) // 7)
 

@@ -31,11 +31,19 @@ class Batch:
     count: int = 0
     size_bytes: int = 0
     key: str | None = None
+    # key_fields(key), cached when a key's batch opens: a keyed send's fast path
+    # appends it after the payload instead of encoding a SingleMessage.
+    key_fields: bytes = b""
 
     def __len__(self) -> int:
         return self.count
 
     def to_send(self, sequence_id: int, producer_name: str) -> pb.ProduceRequest:
+        """The request that sends this batch alone."""
+        return pb.ProduceRequest(send=self.to_proto(sequence_id, producer_name))
+
+    def to_proto(self, sequence_id: int, producer_name: str) -> pb.ProducerSend:
+        """This batch as one entry's send (alone, or among others in one frame)."""
         metadata = pb.EntryMetadata(
             num_messages=self.count,
             publish_time_ms=int(time.time() * 1000),
@@ -50,7 +58,38 @@ class Batch:
         if self.key is not None:
             send.partition_key = self.key
             send.has_partition_key = True
-        return pb.ProduceRequest(send=send)
+        return send
+
+
+def frames(
+    batches: list[tuple[int, Batch]], producer_name: str, max_bytes: int
+) -> list[tuple[tuple[int, ...], pb.ProduceRequest]]:
+    """(sequence ids, request) for batches given with their sequence ids, ascending:
+    as few frames as hold them, each at most max_bytes of payload (a frame holds at
+    least one batch). One batch alone goes as a plain send."""
+    out: list[tuple[tuple[int, ...], pb.ProduceRequest]] = []
+    group: list[tuple[int, Batch]] = []
+    size = 0
+    for sequence_id, batch in batches:
+        if group and size + batch.size_bytes > max_bytes:
+            out.append(_frame(group, producer_name))
+            group, size = [], 0
+        group.append((sequence_id, batch))
+        size += batch.size_bytes
+    if group:
+        out.append(_frame(group, producer_name))
+    return out
+
+
+def _frame(
+    group: list[tuple[int, Batch]], producer_name: str
+) -> tuple[tuple[int, ...], pb.ProduceRequest]:
+    sequence_ids = tuple(sequence_id for sequence_id, _ in group)
+    if len(group) == 1:
+        sequence_id, batch = group[0]
+        return sequence_ids, batch.to_send(sequence_id, producer_name)
+    sends = [batch.to_proto(sequence_id, producer_name) for sequence_id, batch in group]
+    return sequence_ids, pb.ProduceRequest(sends=pb.ProducerSends(sends=sends))
 
 
 class SendReceipt(tuple):

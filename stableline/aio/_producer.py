@@ -5,7 +5,10 @@ a key go to `_batch`, the only batch the fast path of send_nowait looks at; keye
 messages go to the open batches of `_keyed`, one per (transaction, key). Default
 batching keeps send order: at most one batch is open, keyed or not, and a new key
 sends it. KeyBased batching keeps a batch per key open for the batching window,
-so order is kept per key only.
+so order is kept per key only; the window's batches go out together, many entries
+in one ProducerSends frame (each still one key's entry with its own sequence id),
+and the broker answers the frame with one SendReceipts, so a thousand keys cost
+about what one key does.
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ from stableline._errors import (
 from stableline._keys import BatchingType
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId, TransactionState
-from stableline._wire import encode_message, known_plain_prefix, plain_prefix
-from stableline.aio._batch import Batch, SendReceipt, new_receipt
+from stableline._wire import (
+    encode_message,
+    key_fields,
+    keyed_prefix,
+    known_plain_prefix,
+    plain_prefix,
+)
+from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
 from stableline.aio._connection import Connection, rpc_failure
 from stableline.aio._options import ProducerOptions
 from stableline.aio._reconnect import read_until_gone
@@ -77,7 +86,7 @@ class Producer:
         self._closed = False
         self.topic = topic
         self.max_message_size = 5 * 1024 * 1024
-        # (stream generation, sequence id, request): a reconnect starts a generation.
+        # (stream generation, sequence ids, request): a reconnect starts a generation.
         self._outgoing: asyncio.Queue = asyncio.Queue()
         self._generation = 0
         self._writer: asyncio.Task | None = None
@@ -117,9 +126,9 @@ class Producer:
         self._generation += 1
         while not self._outgoing.empty():
             self._outgoing.get_nowait()
-        for sequence_id in sorted(self._pending):
-            request = self._pending[sequence_id].to_send(sequence_id, self._name)
-            self._outgoing.put_nowait((self._generation, sequence_id, request))
+        pending = [(sequence_id, self._pending[sequence_id]) for sequence_id in sorted(self._pending)]
+        for sequence_ids, request in frames(pending, self._name, self.max_message_size):
+            self._outgoing.put_nowait((self._generation, sequence_ids, request))
 
     @property
     def producer_name(self) -> str:
@@ -161,18 +170,13 @@ class Producer:
                 if response is grpc.aio.EOF:
                     return BrokerUnavailable(f"produce stream to {self.topic} ended")
                 kind = response.WhichOneof("response")
-                if kind == "receipt":
-                    receipt = response.receipt
-                    batch = self._pending.pop(receipt.sequence_id, None)
-                    if batch is None:
-                        continue
-                    self._pending_messages -= batch.count
+                if kind == "receipts":
+                    for receipt in response.receipts.receipts:
+                        self._settle(receipt)
                     self._space.set()
-                    if receipt.ledger_id < 0:
-                        # A duplicate whose first copy the log no longer holds.
-                        _fail(batch, StableLineError(_LOST_POSITION))
-                    elif not batch.future.done():
-                        batch.future.set_result((receipt.ledger_id, receipt.entry_id))
+                elif kind == "receipt":
+                    self._settle(response.receipt)
+                    self._space.set()
                 elif kind == "error":
                     batch = self._pending.pop(response.error.sequence_id, None)
                     if batch is None:
@@ -182,6 +186,17 @@ class Producer:
                     _fail(batch, from_code(response.error.code, response.error.message))
         except grpc.aio.AioRpcError as error:
             return rpc_failure(error)
+
+    def _settle(self, receipt: pb.SendReceipt) -> None:
+        batch = self._pending.pop(receipt.sequence_id, None)
+        if batch is None:
+            return
+        self._pending_messages -= batch.count
+        if receipt.ledger_id < 0:
+            # A duplicate whose first copy the log no longer holds.
+            _fail(batch, StableLineError(_LOST_POSITION))
+        elif not batch.future.done():
+            batch.future.set_result((receipt.ledger_id, receipt.entry_id))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -228,6 +243,40 @@ class Producer:
                     if index + 1 >= self._batch_cap:
                         self._flush_batch()
                     return new_receipt(SendReceipt, (batch.future, index))
+        elif (
+            partition_key is not None
+            and txn is None
+            and self._key_based
+            and type(content) is bytes
+            and not (properties or event_time_ms)
+            and self._failure is None
+            and not self._closed
+        ):
+            # KeyBased's usual send: a plain payload into its key's open batch. The
+            # key's fields were encoded when the batch opened; the queue is counted
+            # per message, as keyed batches open and close apart.
+            keyed = self._keyed.get((None, partition_key))
+            if (
+                keyed is not None
+                and keyed.count < self._max_messages
+                and self._keyed_count + self._pending_messages + (batch.count if batch else 0)
+                < self._max_pending
+            ):
+                fields = keyed.key_fields
+                prefix = keyed_prefix(len(content), len(fields))
+                total = keyed.size_bytes + len(prefix) + len(content) + len(fields)
+                if total < BATCHING_MAX_BYTES and total <= self.max_message_size:
+                    parts = keyed.parts
+                    parts.append(prefix)
+                    parts.append(content)
+                    parts.append(fields)
+                    index = keyed.count
+                    keyed.count = index + 1
+                    keyed.size_bytes = total
+                    self._keyed_count += 1
+                    if index + 1 >= self._max_messages:
+                        self._flush_slot((None, partition_key))
+                    return new_receipt(SendReceipt, (keyed.future, index))
         return self._add(content, properties, partition_key, txn, event_time_ms, False)
 
     def _send_admitted(
@@ -330,7 +379,9 @@ class Producer:
         if batch is None:
             loop = asyncio.get_running_loop()
             txn_id, key = slot
-            batch = self._keyed[slot] = Batch(txn_id, loop.create_future(), key=key)
+            batch = self._keyed[slot] = Batch(
+                txn_id, loop.create_future(), key=key, key_fields=key_fields(key)
+            )
             if txn is not None:
                 txn._join(self, batch.future)
             if self._delay_s > 0 and self._timer is None:
@@ -416,9 +467,15 @@ class Producer:
         batch, self._batch = self._batch, None
         if batch:
             self._enqueue(batch)
-        if self._keyed:
-            for slot in list(self._keyed):
-                self._flush_slot(slot)
+        if len(self._keyed) == 1:
+            self._flush_slot(next(iter(self._keyed)))
+        elif self._keyed:
+            # Every key's batch at once, in as few frames as hold them: per message this
+            # costs what one batch does, however many keys the window saw.
+            keyed = list(self._keyed.values())
+            self._keyed.clear()
+            self._keyed_count = 0
+            self._enqueue_all(keyed)
 
     def _enqueue(self, batch: Batch) -> None:
         """Give the batch its sequence id and queue it for the stream writer."""
@@ -431,14 +488,30 @@ class Producer:
         self._pending[sequence_id] = batch
         self._pending_messages += batch.count
         self._outgoing.put_nowait(
-            (self._generation, sequence_id, batch.to_send(sequence_id, self._name))
+            (self._generation, (sequence_id,), batch.to_send(sequence_id, self._name))
         )
+
+    def _enqueue_all(self, batches: list[Batch]) -> None:
+        """_enqueue for several batches: a sequence id each, in order, sent together."""
+        if self._failure is not None:
+            for batch in batches:
+                _fail(batch, self._failure)
+            return
+        numbered = []
+        for batch in batches:
+            sequence_id = next(self._sequence)
+            self._pending[sequence_id] = batch
+            self._pending_messages += batch.count
+            numbered.append((sequence_id, batch))
+        for sequence_ids, request in frames(numbered, self._name, self.max_message_size):
+            self._outgoing.put_nowait((self._generation, sequence_ids, request))
 
     async def _write_batches(self) -> None:
         """The one task that writes to the stream, so batches go out in sequence order."""
         while True:
-            generation, sequence_id, request = await self._outgoing.get()
-            if generation != self._generation or sequence_id not in self._pending:
+            generation, sequence_ids, request = await self._outgoing.get()
+            pending = self._pending
+            if generation != self._generation or not any(s in pending for s in sequence_ids):
                 continue  # queued for a stream that broke: _reopen queued it again
             try:
                 await self._call.write(request)

@@ -165,7 +165,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
             tasks: set[asyncio.Task] = set()
 
-            async def append(send: pb.ProducerSend, counted: int | None) -> None:
+            async def append(
+                send: pb.ProducerSend, counted: int | None
+            ) -> pb.SendReceipt | pb.SendError:
+                """Write one entry; its receipt, or the error that answers it."""
                 try:
                     if self.registry.failpoint is not None:  # tests hold appends here
                         await self.registry.failpoint(PUBLISH, str(topic.name))
@@ -199,38 +202,70 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         receipt.ledger_id, receipt.entry_id = -1, -1
                     else:
                         receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
-                    out.put_nowait(pb.ProduceResponse(receipt=receipt))
+                    return receipt
                 except Exception as error:
                     # Whatever it is, this send is answered: an unexpected error as an
                     # internal error id (its traceback logged under that id).
                     failure = classify(error)
-                    out.put_nowait(
-                        pb.ProduceResponse(
-                            error=pb.SendError(
-                                sequence_id=send.sequence_id,
-                                code=failure.code,
-                                message=str(failure),
-                            )
-                        )
+                    return pb.SendError(
+                        sequence_id=send.sequence_id, code=failure.code, message=str(failure)
                     )
                 finally:
                     publisher.pending_publishes -= 1
                     in_flight.release()
 
+            async def answer_one(send: pb.ProducerSend, counted: int | None) -> None:
+                answer = await append(send, counted)
+                if isinstance(answer, pb.SendReceipt):
+                    out.put_nowait(pb.ProduceResponse(receipt=answer))
+                else:
+                    out.put_nowait(pb.ProduceResponse(error=answer))
+
+            async def answer_frame(appends: list[asyncio.Task]) -> None:
+                """One SendReceipts for a ProducerSends frame once all its entries are
+                settled, so the producer frees their room at once; errors go alone."""
+                answers = await asyncio.gather(*appends)
+                receipts = []
+                for answer in answers:
+                    if isinstance(answer, pb.SendReceipt):
+                        receipts.append(answer)
+                    else:
+                        out.put_nowait(pb.ProduceResponse(error=answer))
+                if receipts:
+                    out.put_nowait(
+                        pb.ProduceResponse(receipts=pb.SendReceipts(receipts=receipts))
+                    )
+
+            def start(work) -> asyncio.Task:
+                task = asyncio.create_task(work)
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                return task
+
             async def read_sends() -> None:
                 try:
                     async for request in request_iterator:
-                        if request.WhichOneof("request") != "send":
+                        kind = request.WhichOneof("request")
+                        if kind == "send":
+                            counted = await _count_messages(request.send.payload)
+                            await in_flight.acquire()
+                            publisher.pending_publishes += 1
+                            start(answer_one(request.send, counted))
+                        elif kind == "sends":
+                            # Each entry appends as a lone send would, in the frame's
+                            # order (sequence ids ascend within it).
+                            appends = []
+                            for send in request.sends.sends:
+                                counted = await _count_messages(send.payload)
+                                await in_flight.acquire()
+                                publisher.pending_publishes += 1
+                                appends.append(asyncio.create_task(append(send, counted)))
+                            start(answer_frame(appends))
+                        else:
                             out.put_nowait(
-                                invalid("only 'send' may follow 'open' on a Produce stream")
+                                invalid("only 'send' or 'sends' may follow 'open' on a Produce stream")
                             )
                             return
-                        counted = await _count_messages(request.send.payload)
-                        await in_flight.acquire()
-                        publisher.pending_publishes += 1
-                        task = asyncio.create_task(append(request.send, counted))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
                     if tasks:
                         await asyncio.gather(*tasks, return_exceptions=True)
                 finally:
