@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stableline._proto import broker_pb2 as pb
-from stableline._wire import encode_message, plain_layout, plain_prefix
+from stableline._wire import encode_message, key_fields, keyed_prefix, plain_layout, plain_prefix
 
 payloads = st.binary(max_size=70_000)
 
@@ -18,6 +18,22 @@ def test_plain_messages_encode_as_protobuf_does(contents):
     expected = pb.MessageBatch(messages=[pb.SingleMessage(payload=c) for c in contents])
     assert encoded == expected.SerializeToString()
     assert [m.payload for m in pb.MessageBatch.FromString(encoded).messages] == contents
+
+
+@given(st.lists(st.tuples(payloads, st.text(max_size=300)), max_size=5))
+def test_keyed_messages_encode_as_protobuf_does(messages):
+    encoded = b"".join(
+        keyed_prefix(len(content), len(key_fields(key))) + content + key_fields(key)
+        for content, key in messages
+    )
+    expected = pb.MessageBatch(
+        messages=[
+            pb.SingleMessage(payload=content, partition_key=key, has_partition_key=True)
+            for content, key in messages
+        ]
+    )
+    assert encoded == expected.SerializeToString()
+    assert encoded == b"".join(encode_message(c, None, k, 0) for c, k in messages)
 
 
 @given(

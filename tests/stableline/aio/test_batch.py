@@ -7,7 +7,7 @@ import asyncio
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
 from stableline._wire import plain_prefix
-from stableline.aio._batch import Batch, SendReceipt
+from stableline.aio._batch import Batch, SendReceipt, frames
 
 
 def test_a_batch_sends_its_parts_as_one_payload_with_its_count_and_txn():
@@ -64,3 +64,29 @@ def test_a_keyed_batch_sends_its_key_and_a_keyless_one_sends_none():
         loop.close()
     assert (keyed.has_partition_key, keyed.partition_key) == (True, "")
     assert not keyless.has_partition_key
+
+
+def test_batches_sent_together_fill_frames_up_to_a_byte_limit_in_sequence_order():
+    loop = asyncio.new_event_loop()
+    try:
+        batches = []
+        for sequence_id, key in enumerate("abcde", start=10):
+            batch = Batch(None, loop.create_future(), key=key)
+            batch.parts += [plain_prefix(40), b"x" * 40]
+            batch.count, batch.size_bytes = 1, 42
+            batches.append((sequence_id, batch))
+        cut = frames(batches, "p", max_bytes=100)
+        alone = frames(batches[:1], "p", max_bytes=100)
+    finally:
+        loop.close()
+    # 42-byte batches under 100 bytes: two to a frame, in sequence order.
+    assert [ids for ids, _ in cut] == [(10, 11), (12, 13), (14,)]
+    first = cut[0][1].sends.sends
+    assert [(s.sequence_id, s.metadata.sequence_id, s.partition_key) for s in first] == [
+        (10, 10, "a"),
+        (11, 11, "b"),
+    ]
+    assert all(s.has_partition_key for s in first)
+    # The last frame, and a batch on its own, go as a plain send.
+    assert cut[2][1].WhichOneof("request") == "send" and cut[2][1].send.sequence_id == 14
+    assert alone[0][1].WhichOneof("request") == "send"

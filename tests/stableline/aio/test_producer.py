@@ -146,3 +146,80 @@ async def test_key_based_batching_groups_a_window_s_messages_by_key(broker):
         assert {(m.partition_key(), m.value()) for m in got} == {
             (k, f"{k}{i}".encode()) for i, k in enumerate(keys)
         }
+
+
+def _count_frames(producer) -> list:
+    """Spy on the producer's Produce stream: every request it writes, still written."""
+    written = []
+    call = producer._call
+    write = call.write
+
+    async def spy(request):
+        written.append(request)
+        await write(request)
+
+    call.write = spy
+    return written
+
+
+async def test_key_based_batching_sends_a_window_s_key_batches_in_one_frame(broker):
+    async with aio.Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            "many-keys",
+            batching_max_publish_delay_ms=10_000,
+            batching_type=aio.BatchingType.KeyBased,
+        )
+        written = _count_frames(producer)
+        keys = [f"k{n}" for n in range(200)]
+        sent = [(key, f"{key}-{i}".encode()) for i in range(3) for key in keys]
+        receipts = [producer.send_nowait(value, partition_key=key) for key, value in sent]
+        await producer.flush()
+        ids = [await receipt for receipt in receipts]
+        # One frame of 200 entries, one per key, each a sequence id of its own.
+        assert [r.WhichOneof("request") for r in written] == ["sends"]
+        entries = written[0].sends.sends
+        assert [e.partition_key for e in entries] == keys
+        assert [e.sequence_id for e in entries] == list(range(200))
+        entry_of_key: dict[str, set] = {}
+        for (key, _), message_id in zip(sent, ids, strict=True):
+            entry_of_key.setdefault(key, set()).add((message_id.ledger_id, message_id.entry_id))
+        assert all(len(entries) == 1 for entries in entry_of_key.values())
+        assert len({next(iter(e)) for e in entry_of_key.values()}) == 200
+        # Within a key, send order.
+        assert [ids[i].batch_index for i, (key, _) in enumerate(sent) if key == "k7"] == [0, 1, 2]
+        reader = await client.create_reader("many-keys", aio.MessageId.earliest)
+        got = [await reader.read_next(5000) for _ in sent]
+        by_entry: dict[tuple[int, int], set] = {}
+        for message in got:
+            message_id = message.message_id()
+            by_entry.setdefault((message_id.ledger_id, message_id.entry_id), set()).add(
+                message.partition_key()
+            )
+        assert all(len(keys_in) == 1 for keys_in in by_entry.values())  # an entry: one key
+        assert sorted((m.partition_key(), m.value()) for m in got) == sorted(sent)
+
+
+async def test_key_based_frames_resent_after_a_kill_are_written_once(broker):
+    async with aio.Client(broker.service_url) as client:
+        producer = await client.create_producer(
+            "keys-through-kill", batching_type=aio.BatchingType.KeyBased
+        )
+        keys = [f"k{n}" for n in range(50)]
+        sent = [(keys[i % 50], b"m%04d" % i) for i in range(1000)]
+        receipts = [producer.send_nowait(value, partition_key=key) for key, value in sent[:500]]
+        await asyncio.gather(*(_await(r) for r in receipts[:50]))
+        broker.kill()  # later frames may be written, in flight, or not yet sent
+        receipts += [producer.send_nowait(value, partition_key=key) for key, value in sent[500:]]
+        await _restart(broker)
+        ids = [await receipt for receipt in receipts]
+        reader = await client.create_reader(
+            "keys-through-kill", aio.MessageId.earliest, aio.IsolationLevel.READ_UNCOMMITTED
+        )
+        read = []
+        while await reader.has_message_available():
+            message = await reader.read_next(5000)
+            read.append((message.partition_key(), message.value(), message.message_id()))
+    assert sorted((key, value) for key, value, _ in read) == sorted(sent)  # none lost, none twice
+    assert sorted(message_id for _, _, message_id in read) == sorted(ids)
+    for key in keys:  # per key, send order
+        assert [v for k, v, _ in read if k == key] == [v for k, v in sent if k == key]
