@@ -12,6 +12,8 @@ then `flush`) in a client process of its own, 100-byte messages:
 Rate = messages / (first send -> flushed); CPU is the client process's per message.
 On two shared cores the broker and the client compete: the ratios say what the
 partitioned producer adds on the client, not what several brokers would give.
+keyed_vs_keyless_ratio is plain_keyed / plain: what 1,000 keys cost KeyBased
+batching on one topic, against no key.
 
     python scripts/bench_partitioned.py [--messages N] [--json PATH]
 """
@@ -99,6 +101,7 @@ def measure(messages: int) -> dict:
         "client_cpu_us_per_msg": cpu_us,
         "round_robin_ratio": round(rates["partitioned_round_robin"] / rates["plain"], 3),
         "keyed_ratio": round(rates["partitioned_keyed"] / rates["plain_keyed"], 3),
+        "keyed_vs_keyless_ratio": round(rates["plain_keyed"] / rates["plain"], 3),
     }
 
 
