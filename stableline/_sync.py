@@ -733,6 +733,7 @@ class Client:
         message_router: Callable[[RoutedMessage, int], int] | None = (
             PRODUCER_DEFAULTS.message_router
         ),
+        partitions_update_interval_s: float = PRODUCER_DEFAULTS.partitions_update_interval_s,
     ) -> Producer:
         """A producer; past max_pending_messages unacknowledged, send() waits when
         block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics).
@@ -752,6 +753,7 @@ class Client:
                 batching_type,
                 message_routing_mode,
                 message_router,
+                partitions_update_interval_s,
             ),
         )
 
@@ -776,6 +778,7 @@ class Client:
         key_shared_policy: KeySharedPolicy | None = CONSUMER_DEFAULTS.key_shared_policy,
         ack_grouping_time_ms: int = CONSUMER_DEFAULTS.ack_grouping_time_ms,
         ack_grouping_max_size: int = CONSUMER_DEFAULTS.ack_grouping_max_size,
+        partitions_update_interval_s: float = CONSUMER_DEFAULTS.partitions_update_interval_s,
     ) -> Consumer:
         return self.open_consumer(
             topic,
@@ -792,6 +795,7 @@ class Client:
                 key_shared_policy,
                 ack_grouping_time_ms,
                 ack_grouping_max_size,
+                partitions_update_interval_s,
             ),
         )
 

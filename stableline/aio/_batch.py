@@ -34,6 +34,9 @@ class Batch:
     # key_fields(key), cached when a key's batch opens: a keyed send's fast path
     # appends it after the payload instead of encoding a SingleMessage.
     key_fields: bytes = b""
+    # The prefix keyed_prefix gave for the last payload length seen (-1: none yet).
+    prefix_length: int = -1
+    prefix: bytes = b""
 
     def __len__(self) -> int:
         return self.count

@@ -9,6 +9,7 @@ client builds the same value and calls the same `open_*` method.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +51,7 @@ from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
-from stableline.partitions import partition_topics, split_partition
+from stableline.partitions import partition_topic, partition_topics, split_partition
 from stableline.topic_name import TopicName
 
 
@@ -117,6 +118,7 @@ class Client:
         message_router: Callable[[RoutedMessage, int], int] | None = (
             PRODUCER_DEFAULTS.message_router
         ),
+        partitions_update_interval_s: float = PRODUCER_DEFAULTS.partitions_update_interval_s,
     ) -> Producer | PartitionedProducer:
         """A producer; past max_pending_messages unacknowledged, send() waits when
         block_if_queue_full, else raises ProducerQueueIsFull (Pulsar's semantics).
@@ -136,6 +138,7 @@ class Client:
                 batching_type,
                 message_routing_mode,
                 message_router,
+                partitions_update_interval_s,
             ),
         )
 
@@ -156,7 +159,20 @@ class Client:
                 for producer in opened:
                     await producer.close()
                 raise
-            partitioned = PartitionedProducer(str(TopicName.parse(topic)), opened, options)
+            base = TopicName.parse(topic)
+
+            async def open_partition(index: int) -> Producer:
+                producer = Producer(connection, str(partition_topic(base, index)), options)
+                await producer._open()
+                return producer
+
+            partitioned = PartitionedProducer(
+                str(base),
+                opened,
+                options,
+                lambda: self.get_partitioned_topic_metadata(topic),
+                open_partition,
+            )
             self._closeables.append(partitioned)
             return partitioned
         producer = Producer(connection, topic, options)
@@ -206,6 +222,7 @@ class Client:
         key_shared_policy: KeySharedPolicy | None = CONSUMER_DEFAULTS.key_shared_policy,
         ack_grouping_time_ms: int = CONSUMER_DEFAULTS.ack_grouping_time_ms,
         ack_grouping_max_size: int = CONSUMER_DEFAULTS.ack_grouping_max_size,
+        partitions_update_interval_s: float = CONSUMER_DEFAULTS.partitions_update_interval_s,
     ) -> Consumer | MultiTopicConsumer:
         """A consumer of `topic`; a list of topics or a compiled pattern makes one
         consumer of them all (see open_consumer)."""
@@ -224,6 +241,7 @@ class Client:
                 key_shared_policy,
                 ack_grouping_time_ms,
                 ack_grouping_max_size,
+                partitions_update_interval_s,
             ),
         )
 
@@ -236,13 +254,20 @@ class Client:
         namespace needs a superuser where authorization is on)."""
         connection = self._connections.service
 
-        async def open_one(name: str) -> Consumer:
+        async def open_one(name: str, options: ConsumerOptions = options) -> Consumer:
             split = split_partition(TopicName.parse(name))
             # A partition's messages carry its index, wherever it was named.
             partition = -1 if split is None else split[1]
             consumer = Consumer(connection, name, subscription_name, options, partition)
             await consumer._open()
             return consumer
+
+        async def open_new_partition(name: str) -> Consumer:
+            # A partition the topic gained after subscribing: from its first message,
+            # which a producer may have sent before this consumer saw the new count.
+            return await open_one(
+                name, dataclasses.replace(options, initial_position=InitialPosition.Earliest)
+            )
 
         partitioned_topic = None
         if isinstance(topic, str):
@@ -254,7 +279,12 @@ class Client:
             # Every partition, with the subscription's isolation level on each.
             partitioned_topic = str(TopicName.parse(topic))
             multi = MultiTopicConsumer(
-                open_one, subscription_name, options, partitioned_topic=partitioned_topic
+                open_one,
+                subscription_name,
+                options,
+                partitioned_topic=partitioned_topic,
+                partitions_of=lambda: self.partitions_of(topic),
+                open_new_partition=open_new_partition,
             )
             topics = partitions
         elif isinstance(topic, re.Pattern):

@@ -7,7 +7,11 @@ of each topic wait there), which receive and batch_receive read, so every topic 
 read as its messages come. An ack goes to the consumer of the message's topic; a
 bare MessageId names no topic, so it is accepted only with one topic. With a
 pattern, the namespace is listed at subscribe time and again every
-pattern_discovery_period_s, and topics new since are subscribed as well.
+pattern_discovery_period_s, and topics new since are subscribed as well. Of a
+partitioned topic, the partition count is asked again every
+partitions_update_interval_s and a grown topic's new partitions are subscribed from
+their earliest message, so nothing sent to them before is missed (Pulsar's
+autoUpdatePartitions).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class MultiTopicConsumer:
         list_topics: Callable[[], Awaitable[list[str]]] | None = None,
         pattern: re.Pattern | None = None,
         partitioned_topic: str | None = None,
+        partitions_of: Callable[[], Awaitable[list[str]]] | None = None,
+        open_new_partition: Callable[[str], Awaitable[Consumer]] | None = None,
     ):
         self.options = options
         # Of one partitioned topic: its name, and its partitions' consumers by index
@@ -84,6 +90,10 @@ class MultiTopicConsumer:
         self._room: dict[str, asyncio.Semaphore] = {}
         self._current: list[Message] = []
         self._discovery: asyncio.Task | None = None
+        # A partitioned topic's partition names now (partitions_of) and the opener of
+        # a partition it gained since (from its earliest message).
+        self._partitions_of = partitions_of
+        self._open_new_partition = open_new_partition
         self._closed = False
 
     async def _open(self, topics: list[str]) -> None:
@@ -91,9 +101,31 @@ class MultiTopicConsumer:
             await self._add(topic)
         if self._pattern is not None:
             self._discovery = asyncio.create_task(self._discover())
+        elif (
+            self._partitions_of is not None
+            and self._open_new_partition is not None
+            and self.options.partitions_update_interval_s > 0
+        ):
+            self._discovery = asyncio.create_task(self._follow_partitions())
 
-    async def _add(self, topic: str) -> None:
-        consumer = await self._open_one(topic)
+    async def _follow_partitions(self) -> None:
+        """Subscribe to the partitions the topic gained since."""
+        assert self._partitions_of is not None and self._open_new_partition is not None
+        while not self._closed:
+            await asyncio.sleep(self.options.partitions_update_interval_s)
+            with contextlib.suppress(StableLineError):
+                for index, name in enumerate(await self._partitions_of()):
+                    if index not in self._by_partition and not self._closed:
+                        await self._add(name, self._open_new_partition)
+
+    async def _add(
+        self, topic: str, open_one: Callable[[str], Awaitable[Consumer]] | None = None
+    ) -> None:
+        consumer = await (open_one or self._open_one)(topic)
+        if self._closed:  # closed while it was opening
+            with contextlib.suppress(Exception):
+                await consumer.close()
+            return
         self._consumers[consumer.topic()] = consumer
         if self._partitioned_topic is not None:
             self._by_partition[consumer._partition] = consumer

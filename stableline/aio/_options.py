@@ -78,8 +78,13 @@ class ProducerOptions:
     # On a partitioned topic: where messages without a key go (stableline._routing).
     message_routing_mode: MessageRoutingMode = MessageRoutingMode.RoundRobinPartition
     message_router: Callable[[RoutedMessage, int], int] | None = None
+    # On a partitioned topic: how often the partition count is read again, so a grown
+    # topic's new partitions are produced to (Pulsar's autoUpdatePartitionsInterval;
+    # 0: never, Pulsar's autoUpdatePartitions=false).
+    partitions_update_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
+        _check_interval(self.partitions_update_interval_s)
         object.__setattr__(self, "batching_type", BatchingType(self.batching_type))
         mode = MessageRoutingMode(self.message_routing_mode)
         object.__setattr__(self, "message_routing_mode", mode)
@@ -117,8 +122,12 @@ class ConsumerOptions:
     # is awaited and always waits (pass a list to group).
     ack_grouping_time_ms: int = 100
     ack_grouping_max_size: int = 1000
+    # On a partitioned topic: how often the partition count is read again, so a grown
+    # topic's new partitions are consumed too, from their earliest message (0: never).
+    partitions_update_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
+        _check_interval(self.partitions_update_interval_s)
         object.__setattr__(self, "consumer_type", ConsumerType(self.consumer_type))
         if self.ack_grouping_time_ms < 0:
             raise ValueError("ack_grouping_time_ms must be >= 0 (0: no grouping)")
@@ -130,6 +139,14 @@ class ConsumerOptions:
             raise ValueError("receiver_queue_size must be >= 1")
         if self.ack_timeout_ms < 0 or self.negative_ack_redelivery_delay_ms < 0:
             raise ValueError("ack_timeout_ms and negative_ack_redelivery_delay_ms must be >= 0")
+
+
+def _check_interval(seconds: float) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise ValueError(
+            f"partitions_update_interval_s must be a number of seconds >= 0 (0: never), "
+            f"not {seconds!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,19 @@ never spans partitions. Routing (stableline._routing): a keyed message goes to t
 partition of its key's hash; without a key, by message_routing_mode. A transaction
 may take sends to several partitions: each partition's producer joins it, and its
 commit or abort ends them all together (the coordinator records every partition).
-Message ids carry their partition (MessageId.partition()).
+Message ids carry their partition (MessageId.partition()). Every
+partitions_update_interval_s the count is asked again and the partitions a grown
+topic gained get producers of their own (Pulsar's autoUpdatePartitions): from then
+on round robin includes them and keys hash over the new count, as in Pulsar.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, ClassVar
 
 from stableline._errors import StableLineError
@@ -23,6 +28,8 @@ from stableline._types import MessageId, PartitionedMessageId
 from stableline.aio._batch import SendReceipt
 from stableline.aio._options import ProducerOptions
 from stableline.aio._producer import Producer
+
+log = logging.getLogger(__name__)
 
 
 class PartitionedSendReceipt(SendReceipt):
@@ -56,7 +63,17 @@ def receipt_type(partition: int) -> type[PartitionedSendReceipt]:
 class PartitionedProducer:
     """Sends to every partition of a partitioned topic (see the module docstring)."""
 
-    def __init__(self, topic: str, producers: list[Producer], options: ProducerOptions):
+    def __init__(
+        self,
+        topic: str,
+        producers: list[Producer],
+        options: ProducerOptions,
+        count_partitions: Callable[[], Awaitable[int]] | None = None,
+        open_partition: Callable[[int], Awaitable[Producer]] | None = None,
+    ):
+        """count_partitions() asks the broker for the topic's count; open_partition(i)
+        opens partition i's producer. Without them, or with an interval of 0, the
+        producer keeps the partitions it was made with."""
         assert producers, "a partitioned topic has at least one partition"
         self.options = options
         self.topic = topic
@@ -71,6 +88,35 @@ class PartitionedProducer:
         self._turn_batch: object | None = None
         self._receipts = [receipt_type(index) for index in range(len(producers))]
         self._round_robin = self._mode is MessageRoutingMode.RoundRobinPartition
+        self._closed = False
+        self._follower: asyncio.Task | None = None
+        if options.partitions_update_interval_s > 0 and count_partitions and open_partition:
+            self._follower = asyncio.create_task(
+                self._follow_partitions(count_partitions, open_partition)
+            )
+
+    async def _follow_partitions(
+        self,
+        count_partitions: Callable[[], Awaitable[int]],
+        open_partition: Callable[[int], Awaitable[Producer]],
+    ) -> None:
+        """Every interval: the count again, and a producer for each partition new since."""
+        while not self._closed:
+            await asyncio.sleep(self.options.partitions_update_interval_s)
+            try:
+                count = await count_partitions()
+                while len(self._producers) < count and not self._closed:
+                    index = len(self._producers)
+                    producer = await open_partition(index)
+                    if self._closed:
+                        await producer.close()
+                        return
+                    # The receipt class first: a send routed to index finds it there.
+                    self._receipts.append(receipt_type(index))
+                    self._producers.append(producer)
+            except StableLineError as error:
+                # The broker is away or refuses for now: the next interval asks again.
+                log.warning("partitions of %s not updated: %s", self.topic, error)
 
     @property
     def producer_name(self) -> str:
@@ -191,4 +237,9 @@ class PartitionedProducer:
         await asyncio.gather(*(p.flush() for p in self._producers))
 
     async def close(self) -> None:
+        self._closed = True
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._follower
         await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)

@@ -45,6 +45,8 @@ from stableline.aio._reconnect import read_until_gone
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024
 _OPEN = TransactionState.OPEN
+# Where a keyed message's batch is found: its key, or (transaction id, key).
+Slot = str | tuple[tuple[int, int], str]
 _LOST_POSITION = (
     "the broker holds this batch from before a reconnect, but no longer knows its position"
 )
@@ -76,7 +78,9 @@ class Producer:
         # hold together. Default batching opens at most one, and only while _batch
         # is empty; _batch never holds a keyed message.
         self._key_based = options.batching_type is BatchingType.KeyBased
-        self._keyed: dict[tuple[tuple[int, int] | None, str], Batch] = {}
+        # A slot is the key alone without a transaction (the fast path looks it up by
+        # the key given), else (transaction id, key).
+        self._keyed: dict[Slot, Batch] = {}
         self._keyed_count = 0
         self._timer: asyncio.TimerHandle | None = None
         self._call = None
@@ -255,7 +259,7 @@ class Producer:
             # KeyBased's usual send: a plain payload into its key's open batch. The
             # key's fields were encoded when the batch opened; the queue is counted
             # per message, as keyed batches open and close apart.
-            keyed = self._keyed.get((None, partition_key))
+            keyed = self._keyed.get(partition_key)
             if (
                 keyed is not None
                 and keyed.count < self._max_messages
@@ -263,8 +267,13 @@ class Producer:
                 < self._max_pending
             ):
                 fields = keyed.key_fields
-                prefix = keyed_prefix(len(content), len(fields))
-                total = keyed.size_bytes + len(prefix) + len(content) + len(fields)
+                length = len(content)
+                if length == keyed.prefix_length:
+                    prefix = keyed.prefix
+                else:
+                    prefix = keyed.prefix = keyed_prefix(length, len(fields))
+                    keyed.prefix_length = length
+                total = keyed.size_bytes + len(prefix) + length + len(fields)
                 if total < BATCHING_MAX_BYTES and total <= self.max_message_size:
                     parts = keyed.parts
                     parts.append(prefix)
@@ -275,7 +284,7 @@ class Producer:
                     keyed.size_bytes = total
                     self._keyed_count += 1
                     if index + 1 >= self._max_messages:
-                        self._flush_slot((None, partition_key))
+                        self._flush_slot(partition_key)
                     return new_receipt(SendReceipt, (keyed.future, index))
         return self._add(content, properties, partition_key, txn, event_time_ms, False)
 
@@ -320,7 +329,8 @@ class Producer:
             txn._check_open()
             txn_id = txn.id
         if partition_key is not None:
-            return self._add_by_key(encoded, size, txn, (txn_id, partition_key), room_reserved)
+            slot = partition_key if txn_id is None else (txn_id, partition_key)
+            return self._add_by_key(encoded, size, txn, slot, room_reserved)
         if self._keyed and not self._key_based:
             self._flush_batch()  # send order: the keyed batch goes before this message
         batch = self._batch
@@ -362,7 +372,7 @@ class Producer:
         encoded: list[bytes],
         size: int,
         txn,
-        slot: tuple[tuple[int, int] | None, str],
+        slot: Slot,
         room_reserved: bool,
     ) -> SendReceipt:
         """A keyed message joins the open batch of its (transaction, key)."""
@@ -378,7 +388,7 @@ class Producer:
             batch = None
         if batch is None:
             loop = asyncio.get_running_loop()
-            txn_id, key = slot
+            txn_id, key = (None, slot) if type(slot) is str else slot
             batch = self._keyed[slot] = Batch(
                 txn_id, loop.create_future(), key=key, key_fields=key_fields(key)
             )
@@ -397,7 +407,7 @@ class Producer:
             self._flush_batch()
         return receipt
 
-    def _flush_slot(self, slot: tuple[tuple[int, int] | None, str]) -> None:
+    def _flush_slot(self, slot: Slot) -> None:
         batch = self._keyed.pop(slot)
         self._keyed_count -= batch.count
         self._enqueue(batch)

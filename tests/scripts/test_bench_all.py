@@ -25,6 +25,7 @@ GROUPS = (
     "Recovery",
     "Publish latency histogram",
     "MessageId parts",
+    "Partitioned topic producer",
 )
 
 
@@ -44,7 +45,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
     assert results["quick"] is True
     assert set(results["seconds_per_figure"]) == {
         "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "sync_client", "scripts",
-        "message_id",
+        "message_id", "partitioned",
     }  # fmt: skip
     table = (tmp_path / "RESULTS.md").read_text()
     assert table.count("\n| ") == len(rows) + 1  # the header and a line per row
@@ -57,6 +58,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
         "recovery.json",
         "ledger-100b-entries.json",
         "message-id.json",
+        "partitioned.json",
     ):
         assert (tmp_path / produced).exists(), produced
 

@@ -20,11 +20,12 @@ EARLIEST = InitialPosition.Earliest
 RU = IsolationLevel.READ_UNCOMMITTED
 
 
-def _partitioned(broker, topic: str, count: int) -> None:
+def _partitioned(broker, topic: str, count: int, method: str = "PUT") -> None:
+    """Create a partitioned topic (PUT), or grow it to `count` (POST)."""
     request = urllib.request.Request(
         f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
         data=str(count).encode(),
-        method="PUT",
+        method=method,
     )
     urllib.request.urlopen(request, timeout=10).close()
 
@@ -197,3 +198,65 @@ def test_the_asyncio_client_routes_and_consumes_partitions(broker):
 
     ids = asyncio.run(run())
     assert [i.partition() for i in ids] == [key_partition(f"k{i}", 3) for i in range(12)]
+
+
+async def _until(condition, what: str, deadline_s: float = 20.0) -> None:
+    """Wait for condition() with a deadline, looking again every 20 ms."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    while not condition():
+        assert loop.time() < deadline, f"not within {deadline_s} s: {what}"
+        await asyncio.sleep(0.02)
+
+
+def test_producers_and_consumers_follow_a_topic_grown_while_they_run(broker):
+    _partitioned(broker, "growing", 3)
+
+    async def run() -> tuple[list, dict, list]:
+        async with aio.Client(broker.service_url) as client:
+            consumer = await client.subscribe(
+                "growing", "s", initial_position=EARLIEST, partitions_update_interval_s=0.1
+            )
+            producer = await client.create_producer("growing", partitions_update_interval_s=0.1)
+            received: dict[bytes, int] = {}
+
+            async def consume() -> None:
+                while True:
+                    message = await consumer.receive()
+                    await consumer.acknowledge(message)
+                    received[message.data()] = message.message_id().partition()
+
+            consuming = asyncio.create_task(consume())
+            counter = itertools.count()
+            sent: list[tuple[bytes, int]] = []
+
+            async def send_some(n: int) -> None:
+                for _ in range(n):
+                    value = b"m%05d" % next(counter)
+                    sent.append((value, (await producer.send(value)).partition()))
+
+            await send_some(30)
+            assert producer.num_partitions() == 3
+            grown = asyncio.create_task(asyncio.to_thread(_partitioned, broker, "growing", 5, "POST"))
+            deadline = asyncio.get_running_loop().time() + 20
+            while producer.num_partitions() < 5:  # producing while the topic grows
+                assert asyncio.get_running_loop().time() < deadline, "the producer did not grow"
+                await send_some(5)
+            await grown
+            await send_some(50)  # round robin over all five now
+            keyed = [await producer.send(b"k", partition_key=f"key-{i}") for i in range(10)]
+            await _until(
+                lambda: all(value in received for value, _ in sent),
+                "every message delivered",
+            )
+            consuming.cancel()
+            return sent, received, keyed
+
+    sent, received, keyed = asyncio.run(run())
+    assert len({value for value, _ in sent}) == len(sent)
+    assert {value: partition for value, partition in sent} == {
+        value: received[value] for value, _ in sent
+    }  # each delivered from the partition its receipt named
+    assert {3, 4} <= {partition for _, partition in sent}  # the new partitions are used
+    # Keys hash over the new count, as Pulsar's producer does once it sees it.
+    assert [i.partition() for i in keyed] == [key_partition(f"key-{i}", 5) for i in range(10)]

@@ -42,6 +42,7 @@ def test_the_defaults_are_the_ones_api_md_documents():
         max_pending_messages=100_000,
         block_if_queue_full=False,
         batching_type=stableline.BatchingType.Default,
+        partitions_update_interval_s=60.0,
     )
     assert ConsumerOptions() == ConsumerOptions(
         consumer_type=stableline.ConsumerType.Exclusive,
@@ -53,6 +54,7 @@ def test_the_defaults_are_the_ones_api_md_documents():
         negative_ack_redelivery_delay_ms=60_000,
         priority_level=0,
         key_shared_policy=None,
+        partitions_update_interval_s=60.0,
     )
     assert ReaderOptions() == ReaderOptions(
         start_message_id=stableline.MessageId.earliest,
@@ -117,6 +119,8 @@ def test_enum_options_given_as_text_or_number_come_out_as_the_enum():
         (lambda: ConsumerOptions(negative_ack_redelivery_delay_ms=-1), "negative_ack"),
         (lambda: ConsumerOptions(isolation_level="serializable"), "isolation level"),
         (lambda: ClientOptions(operation_timeout_seconds=0), "operation_timeout_seconds"),
+        (lambda: ProducerOptions(partitions_update_interval_s=-1), "partitions_update_interval"),
+        (lambda: ConsumerOptions(partitions_update_interval_s="1"), "partitions_update_interval"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it(make, named):
