@@ -130,7 +130,9 @@ class Producer:
         self._generation += 1
         while not self._outgoing.empty():
             self._outgoing.get_nowait()
-        pending = [(sequence_id, self._pending[sequence_id]) for sequence_id in sorted(self._pending)]
+        pending = [
+            (sequence_id, self._pending[sequence_id]) for sequence_id in sorted(self._pending)
+        ]
         for sequence_ids, request in frames(pending, self._name, self.max_message_size):
             self._outgoing.put_nowait((self._generation, sequence_ids, request))
 

@@ -232,9 +232,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     else:
                         out.put_nowait(pb.ProduceResponse(error=answer))
                 if receipts:
-                    out.put_nowait(
-                        pb.ProduceResponse(receipts=pb.SendReceipts(receipts=receipts))
-                    )
+                    out.put_nowait(pb.ProduceResponse(receipts=pb.SendReceipts(receipts=receipts)))
 
             def start(work) -> asyncio.Task:
                 task = asyncio.create_task(work)
@@ -263,7 +261,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                             start(answer_frame(appends))
                         else:
                             out.put_nowait(
-                                invalid("only 'send' or 'sends' may follow 'open' on a Produce stream")
+                                invalid(
+                                    "only 'send' or 'sends' may follow 'open' on a Produce stream"
+                                )
                             )
                             return
                     if tasks:

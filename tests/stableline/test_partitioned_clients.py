@@ -237,7 +237,9 @@ def test_producers_and_consumers_follow_a_topic_grown_while_they_run(broker):
 
             await send_some(30)
             assert producer.num_partitions() == 3
-            grown = asyncio.create_task(asyncio.to_thread(_partitioned, broker, "growing", 5, "POST"))
+            grown = asyncio.create_task(
+                asyncio.to_thread(_partitioned, broker, "growing", 5, "POST")
+            )
             deadline = asyncio.get_running_loop().time() + 20
             while producer.num_partitions() < 5:  # producing while the topic grows
                 assert asyncio.get_running_loop().time() < deadline, "the producer did not grow"

@@ -134,7 +134,10 @@ def test_a_plain_message_id_keeps_its_text_forms_byte_for_byte():
     # The forms written before partitions rode along: stored ids must still read.
     assert str(MessageId(3, 120, 7)) == "3:120:7"
     assert MessageId(3, 120, 7).serialize() == b"\x08\x03\x10x\x18\x07"
-    assert MessageId(3, 120).serialize() == b"\x08\x03\x10x\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+    assert (
+        MessageId(3, 120).serialize()
+        == b"\x08\x03\x10x\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+    )
     back = MessageId.deserialize(MessageId(3, 120, 7).serialize())
     assert type(back) is MessageId and back.partition == -1
     assert type(MessageId.parse("3:120:7")) is MessageId
