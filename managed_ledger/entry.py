@@ -1,10 +1,17 @@
 """An entry: a fixed binary header the engines understand, and an opaque payload.
 
 The header is all the broker ever decodes of an entry (type, message count, the
-transaction it belongs to, the hash of its key); the payload is a client-encoded
+transaction it belongs to, the hash of its key, the log offset of its first
+message); the payload is a client-encoded
 batch of messages that is stored and dispatched byte for byte. Every entry holds
 messages of at most one key (producers cut a batch where the key changes), so one
 key hash per entry is what Key_Shared dispatch routes by.
+
+Log offsets (Kafka's): every message and every marker takes one consecutive
+number per topic. The ledger stamps each entry with the offset of its first
+message as it writes it (`base_offset`), so an offset is found from headers alone.
+Entries written before offsets existed have no base offset; the ledger derives
+theirs by counting (managed_ledger/offsets.py).
 """
 
 from __future__ import annotations
@@ -55,13 +62,17 @@ _TXN_ID_TEXT = re.compile(r"([0-9]+):([0-9]+)")
 
 
 # type, flags, num_messages, publish_time_ms, sequence_id, txn most, txn least,
-# low watermark, producer name length; then the name, then (flag KEY_HASH) the hash.
+# low watermark, producer name length; then the name, then (flag KEY_HASH) the hash,
+# then (flag BASE_OFFSET) the base offset.
 _HEADER = struct.Struct("<BBIqqQQQH")
 _KEY_HASH = struct.Struct("<I")
+_BASE_OFFSET = struct.Struct("<q")
 _FLAG_TXN = 1
 # Written by brokers that store the key hash; entries written before decode as keyless.
 _FLAG_KEY_HASH = 2
-_KNOWN_FLAGS = _FLAG_TXN | _FLAG_KEY_HASH
+# Written by brokers that number messages; entries written before have no base offset.
+_FLAG_BASE_OFFSET = 4
+_KNOWN_FLAGS = _FLAG_TXN | _FLAG_KEY_HASH | _FLAG_BASE_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +88,29 @@ class EntryHeader:
     # No __post_init__ check: headers are made per entry read; struct.pack refuses
     # a value outside 32 bits when the header is written.
     key_hash: int | None = None
+    # The log offset of the entry's first message (a marker's own offset), stamped
+    # by the ledger when it writes the entry; None before that, and in entries
+    # written before offsets existed.
+    base_offset: int | None = None
 
     @property
     def is_marker(self) -> bool:
         return self.type is not EntryType.DATA
 
+    @property
+    def offset_count(self) -> int:
+        """How many log offsets the entry takes: one per message, one for a marker."""
+        return 1 if self.type is not EntryType.DATA else self.num_messages
+
     def encode(self) -> bytes:
         name = self.producer_name.encode()
         txn = self.txn_id
         key_hash = self.key_hash
-        flags = (_FLAG_TXN if txn is not None else 0) | (
-            _FLAG_KEY_HASH if key_hash is not None else 0
+        base_offset = self.base_offset
+        flags = (
+            (_FLAG_TXN if txn is not None else 0)
+            | (_FLAG_KEY_HASH if key_hash is not None else 0)
+            | (_FLAG_BASE_OFFSET if base_offset is not None else 0)
         )
         encoded = (
             _HEADER.pack(
@@ -105,6 +128,8 @@ class EntryHeader:
         )
         if key_hash is not None:
             encoded += _KEY_HASH.pack(key_hash)
+        if base_offset is not None:
+            encoded += _BASE_OFFSET.pack(base_offset)
         return encoded
 
     @classmethod
@@ -113,15 +138,18 @@ class EntryHeader:
         if flags & ~_KNOWN_FLAGS:
             raise ValueError(f"entry header has unknown flags {flags:#x}")
         end = _HEADER.size + name_len
-        key_hash = None
+        expected = (
+            end
+            + (_KEY_HASH.size if flags & _FLAG_KEY_HASH else 0)
+            + (_BASE_OFFSET.size if flags & _FLAG_BASE_OFFSET else 0)
+        )
+        if len(data) != expected:
+            raise ValueError(f"entry header is {len(data)} bytes, expected {expected}")
+        key_hash = base_offset = None
         if flags & _FLAG_KEY_HASH:
-            if len(data) != end + _KEY_HASH.size:
-                raise ValueError(
-                    f"entry header is {len(data)} bytes, expected {end + _KEY_HASH.size}"
-                )
             (key_hash,) = _KEY_HASH.unpack_from(data, end)
-        elif len(data) != end:
-            raise ValueError(f"entry header is {len(data)} bytes, expected {end}")
+        if flags & _FLAG_BASE_OFFSET:
+            (base_offset,) = _BASE_OFFSET.unpack_from(data, expected - _BASE_OFFSET.size)
         return cls(
             type=EntryType(type_),
             num_messages=num,
@@ -131,7 +159,14 @@ class EntryHeader:
             txn_id=TxnId(most, least) if flags & _FLAG_TXN else None,
             low_watermark=lwm,
             key_hash=key_hash,
+            base_offset=base_offset,
         )
+
+
+def stamp_base_offset(encoded: bytes, base_offset: int) -> bytes:
+    """An encoded header that has a base offset, with `base_offset` in its place."""
+    assert encoded[1] & _FLAG_BASE_OFFSET, "the header was encoded without a base offset"
+    return encoded[: -_BASE_OFFSET.size] + _BASE_OFFSET.pack(base_offset)
 
 
 @dataclass(frozen=True, slots=True)

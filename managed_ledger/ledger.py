@@ -28,7 +28,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sortedcontainers import SortedDict
@@ -36,7 +36,7 @@ from sortedcontainers import SortedDict
 from managed_ledger.cache import EntryCache
 from managed_ledger.config import ManagedLedgerConfig
 from managed_ledger.cursor import ManagedCursor
-from managed_ledger.entry import Entry, EntryHeader
+from managed_ledger.entry import Entry, EntryHeader, stamp_base_offset
 from managed_ledger.errors import (
     EntryTooLargeError,
     LedgerClosedError,
@@ -47,6 +47,7 @@ from managed_ledger.errors import (
 from managed_ledger.framing import FRAME_SIZE, encode_frame
 from managed_ledger.ledger_files import LedgerFiles, max_open_files
 from managed_ledger.metadata import MetadataStore
+from managed_ledger.offsets import LogOffsets
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files
 from managed_ledger.state import LedgerState, check_transition
@@ -143,6 +144,9 @@ class ManagedLedger:
         # Damaged entries known since open (those listed with retained ledgers,
         # and those reads find later); retention never lowers it.
         self._corrupt_entries = 0
+        # Log offsets: stamped on each entry as it is written (managed_ledger/offsets.py).
+        self.offsets = LogOffsets(self)
+        self._ledger_deleted_listeners.append(self.offsets.forget_ledger)
 
     # ------------------------------------------------------------ open / close
 
@@ -317,7 +321,8 @@ class ManagedLedger:
             await self._space_available.wait()
             if not self._state.is_open:
                 raise LedgerClosedError(f"{self.name} is closed")
-        header_bytes = header.encode()
+        # Encoded with room for the base offset, which the writer stamps in place.
+        header_bytes = replace(header, base_offset=0).encode()
         future = asyncio.get_running_loop().create_future()
         self._pending.append(_PendingAppend(header, header_bytes, payload, future))
         self._pending_bytes += len(payload) + len(header_bytes) + FRAME_SIZE
@@ -378,13 +383,18 @@ class ManagedLedger:
             frames: list[bytes] = []
             batch_bytes = 0
             room = self.config.max_entries_per_ledger - self._current.entry_count
+            # Offsets are numbered here, in log order, so a failed write leaves no gap.
+            offsets = self.offsets
+            first_base = offsets.next_offset
             while (
                 self._pending
                 and len(batch) < room
                 and (not batch or batch_bytes < self.config.max_group_commit_bytes)
             ):
                 pending = self._pending.popleft()
-                frame = encode_frame(pending.frame, pending.payload)
+                base = offsets.stamp(pending.header.offset_count)
+                pending.header = replace(pending.header, base_offset=base)
+                frame = encode_frame(stamp_base_offset(pending.frame, base), pending.payload)
                 batch.append(pending)
                 frames.append(frame)
                 batch_bytes += len(frame)
@@ -396,6 +406,7 @@ class ManagedLedger:
                 # No descriptor, so nothing was written: the batch fails, the ledger
                 # is as it was.
                 log.error("%s: append failed: %s", self.name, error)
+                offsets.unstamp(first_base)
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(error)
@@ -413,6 +424,7 @@ class ManagedLedger:
                 self._writer_reached(
                     LedgerState.FENCED if segment.fenced else LedgerState.WRITE_FAILED
                 )
+                offsets.unstamp(first_base)
                 failure = storage_error(f"append to {self.name} failed", error)
                 for pending in batch:
                     if not pending.future.done():

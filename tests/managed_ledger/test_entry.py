@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from managed_ledger import EARLIEST, LATEST, EntryHeader, EntryType, Position, TxnId
+from managed_ledger.entry import stamp_base_offset
 
 
 @pytest.mark.parametrize(
@@ -129,3 +130,38 @@ def test_header_with_key_flag_and_missing_hash_is_rejected():
     data = EntryHeader(producer_name="p", key_hash=9).encode()
     with pytest.raises(ValueError, match="entry header is"):
         EntryHeader.decode(data[:-1])
+
+
+@pytest.mark.parametrize("base_offset", [0, 1, 2**62])
+def test_base_offset_round_trips_with_key_hash_and_transaction(base_offset):
+    for txn in (None, TxnId(3, 4)):
+        for key_hash in (None, 7):
+            header = EntryHeader(
+                producer_name="p", key_hash=key_hash, txn_id=txn, base_offset=base_offset
+            )
+            assert EntryHeader.decode(header.encode()) == header
+
+
+def test_header_written_without_base_offset_flag_decodes_without_one():
+    # The layout entries had before offsets: no flag bit 4, nothing after the key hash.
+    old = EntryHeader(producer_name="old", key_hash=5).encode()
+    assert old[1] & 4 == 0
+    decoded = EntryHeader.decode(old)
+    assert decoded.base_offset is None and decoded.key_hash == 5
+
+
+def test_header_with_base_offset_flag_and_missing_offset_is_rejected():
+    data = EntryHeader(producer_name="p", base_offset=9).encode()
+    with pytest.raises(ValueError, match="entry header is"):
+        EntryHeader.decode(data[:-1])
+
+
+def test_a_marker_takes_one_offset_and_a_batch_one_per_message():
+    assert EntryHeader(type=EntryType.TXN_ABORT, num_messages=0).offset_count == 1
+    assert EntryHeader(num_messages=7).offset_count == 7
+
+
+def test_stamping_an_encoded_header_sets_its_base_offset_only():
+    encoded = EntryHeader(producer_name="p", key_hash=3, base_offset=0).encode()
+    decoded = EntryHeader.decode(stamp_base_offset(encoded, 41))
+    assert decoded == EntryHeader(producer_name="p", key_hash=3, base_offset=41)

@@ -1,0 +1,125 @@
+"""Log offsets: stamped per entry by the ledger, found by binary search, kept over
+restarts and crashes, derived by counting for entries written without them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import managed_ledger.ledger as ledger_module
+from managed_ledger import EntryHeader, EntryType, ManagedLedgerConfig, Position, TxnId
+from managed_ledger.errors import StorageError
+
+# Small ledgers, so lookups cross ledger boundaries.
+SMALL_LEDGERS = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=4)
+
+
+def data(messages: int) -> EntryHeader:
+    return EntryHeader(num_messages=messages, producer_name="p")
+
+
+def marker() -> EntryHeader:
+    return EntryHeader(type=EntryType.TXN_ABORT, num_messages=0, txn_id=TxnId(0, 1))
+
+
+async def append_sizes(ledger, sizes: list[int]) -> list[Position]:
+    """One entry per size: a data entry of that many messages, a marker for 0."""
+    return [
+        await ledger.append(data(size) if size else marker(), b"x" * max(size, 1)) for size in sizes
+    ]
+
+
+def expected_bases(sizes: list[int], start: int = 0) -> list[int]:
+    bases, offset = [], start
+    for size in sizes:
+        bases.append(offset)
+        offset += max(size, 1)
+    return bases
+
+
+SIZES = [1, 3, 0, 2, 1, 5, 0, 0, 4, 1, 2]
+
+
+async def test_every_message_and_marker_takes_the_next_offset(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    await append_sizes(ledger, SIZES)
+    entries = ledger.read(ledger.first_position(), 100)
+    assert [entry.header.base_offset for entry in entries] == expected_bases(SIZES)
+    assert ledger.offsets.next_offset == sum(max(size, 1) for size in SIZES)
+    assert ledger.offsets.start_offset() == 0
+
+
+async def test_each_offset_finds_the_entry_holding_it_across_ledgers(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    positions = await append_sizes(ledger, SIZES)
+    assert len(ledger.ledger_ids()) > 2
+    bases = expected_bases(SIZES)
+    for index, (position, base) in enumerate(zip(positions, bases, strict=True)):
+        for offset in range(base, base + max(SIZES[index], 1)):
+            assert ledger.offsets.position_of(offset) == position, offset
+    assert ledger.offsets.position_of(ledger.offsets.next_offset) is None
+
+
+async def test_offset_after_a_position_is_the_next_entrys_base(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    positions = await append_sizes(ledger, SIZES)
+    bases = expected_bases(SIZES)
+    for position, following_base in zip(positions, bases[1:], strict=False):
+        assert ledger.offsets.offset_after(position) == following_base
+    assert ledger.offsets.offset_after(positions[-1]) == ledger.offsets.next_offset
+    assert ledger.offsets.offset_after(ledger.first_position()) == 0
+
+
+async def test_offsets_continue_after_a_clean_restart(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    await append_sizes(ledger, SIZES)
+    end = ledger.offsets.next_offset
+    ledger = await harness.reopen(ledger, SMALL_LEDGERS)
+    assert ledger.offsets.next_offset == end
+    [position] = await append_sizes(ledger, [2])
+    assert ledger.read(position, 1)[0].header.base_offset == end
+    assert ledger.offsets.position_of(end + 1) == position
+
+
+async def test_offsets_continue_after_a_crash(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    await append_sizes(ledger, SIZES)
+    end = ledger.offsets.next_offset
+    ledger = await harness.crash_and_reopen(ledger, SMALL_LEDGERS)
+    assert ledger.offsets.next_offset == end
+    [position] = await append_sizes(ledger, [3])
+    assert ledger.offsets.position_of(end + 2) == position
+
+
+async def test_a_failed_write_leaves_no_gap_in_the_offsets(harness, faulty_disk):
+    ledger = await harness.open(SMALL_LEDGERS)
+    await append_sizes(ledger, [2])
+    faulty_disk.fail_writes(count=1)
+    with pytest.raises(StorageError):
+        await append_sizes(ledger, [5])
+    [position] = await append_sizes(ledger, [1])
+    assert ledger.read(position, 1)[0].header.base_offset == 2
+
+
+def _without_base_offset(encoded: bytes, _base: int) -> bytes:
+    """What a broker from before offsets wrote: the same header, no base offset."""
+    return dataclasses.replace(EntryHeader.decode(encoded), base_offset=None).encode()
+
+
+async def test_entries_written_before_offsets_are_numbered_by_count(harness, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(ledger_module, "stamp_base_offset", _without_base_offset)
+        ledger = await harness.open(SMALL_LEDGERS)
+        old = await append_sizes(ledger, SIZES)
+    ledger = await harness.reopen(ledger, SMALL_LEDGERS)
+    assert all(entry.header.base_offset is None for entry in ledger.read(old[0], 100))
+    bases = expected_bases(SIZES)
+    assert ledger.offsets.next_offset == bases[-1] + max(SIZES[-1], 1)
+    assert [ledger.offsets.position_of(base) for base in bases] == old
+    [new] = await append_sizes(ledger, [2])
+    assert ledger.read(new, 1)[0].header.base_offset == bases[-1] + max(SIZES[-1], 1)
+    # Once a stamped entry exists, the old ones are counted back from it: the same.
+    ledger = await harness.reopen(ledger, SMALL_LEDGERS)
+    assert [ledger.offsets.position_of(base) for base in bases] == old
+    assert [ledger.offsets.base_of(e) for e in ledger.read(old[0], len(old))] == bases
