@@ -57,6 +57,12 @@ def main() -> None:
     "--http", "http_address", default=None, help="HTTP admin listen address [127.0.0.1:8080]."
 )
 @click.option(
+    "--kafka",
+    "kafka_address",
+    default=None,
+    help="Kafka protocol listen address (preview) [off; '' turns it off].",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(exists=True, path_type=Path),
@@ -68,6 +74,7 @@ def serve(
     data_dir: Path | None,
     grpc_address: str | None,
     http_address: str | None,
+    kafka_address: str | None,
     config_file: Path | None,
 ) -> None:
     """Start a broker."""
@@ -81,6 +88,7 @@ def serve(
                 "data_dir": data_dir,
                 "grpc_address": grpc_address,
                 "http_address": http_address,
+                "kafka_address": kafka_address,
                 **serve_security_overrides(),
             },
         )

@@ -63,6 +63,8 @@ from stableline.broker.stats import RecoveryWindow
 from stableline.broker.topic import Topic
 from stableline.broker.transactional_acks import restore_pending_acks
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
+from stableline.kafka import KafkaStartupError, start_kafka
+from stableline.kafka.listener import KafkaListener
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
 log = logging.getLogger(__name__)
@@ -163,6 +165,8 @@ class Broker:
         self.registry: TopicRegistry | None = None
         self.lookup: TopicLookup | None = None
         self.partitioned: PartitionedTopics | None = None
+        self.kafka: KafkaListener | None = None
+        self.kafka_port = 0
         self.coordinator: TransactionCoordinator | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
@@ -320,6 +324,16 @@ class Broker:
                 "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
             ) from None
         self.http_port = site.bound_port
+        if config.kafka_address:
+            try:
+                self.kafka, self.kafka_port = await start_kafka(
+                    config,
+                    self.registry,
+                    self.security.settings.tls is not None
+                    or self.security.settings.authentication_enabled,
+                )
+            except KafkaStartupError as error:
+                raise StartupError(str(error)) from None
         self.lookup.advertise(
             BrokerAddresses.advertised(
                 config.grpc_address,
@@ -380,6 +394,8 @@ class Broker:
             )
         if self._http is not None:
             await self._http.cleanup()
+        if self.kafka is not None:
+            await self.kafka.stop()
         if self._sync_task is not None:
             self._sync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -420,6 +436,8 @@ def _log_banner(broker: Broker, took_s: float) -> None:
     log.info("data dir: %s", config.data_dir.resolve())
     log.info("gRPC (clients' service URL): %s", advertised.grpc_address)
     log.info("HTTP admin: %s   dashboard: %s/", advertised.http_url, advertised.http_url)
+    if broker.kafka is not None:
+        log.info("Kafka (preview): port %d", broker.kafka_port)
     log.info(
         "security: %s",
         "on (" + ", ".join(security) + ")" if security else "off (plaintext, no tokens)",
@@ -462,6 +480,7 @@ async def serve(config: BrokerConfig) -> None:
                 "grpc_port": broker.grpc_port,
                 "http_port": broker.http_port,
                 "tls": broker.security.settings.tls is not None,
+                **({"kafka_port": broker.kafka_port} if broker.kafka is not None else {}),
             }
         ),
         flush=True,

@@ -1,0 +1,98 @@
+"""The Kafka port: an asyncio server reading length-prefixed request frames.
+
+Each frame is an int32 size and that many bytes. A size past the cap (or
+negative) is refused before any of the frame is read: the connection is closed.
+A frame that does not parse closes its own connection and no other; the broker
+stays up. Requests of one connection are answered in the order they came, one
+at a time (Kafka's ordering promise per connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+
+from stableline.kafka.codec import MalformedRequest
+from stableline.kafka.handler import KafkaRequestHandler
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+
+
+class KafkaListener:
+    def __init__(self, handler: KafkaRequestHandler, max_frame_bytes: int) -> None:
+        self._handler = handler
+        self._max_frame_bytes = max_frame_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+        self.malformed_frames = 0
+        self.oversized_frames = 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port (port 0 picks a free one)."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._requests(reader, writer, peer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _requests(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
+    ) -> None:
+        while True:
+            try:
+                (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+            except asyncio.IncompleteReadError as error:
+                if error.partial:
+                    log.info("kafka: %s sent a torn frame size; closing", peer)
+                return
+            if not 0 < size <= self._max_frame_bytes:
+                self.oversized_frames += 1
+                log.warning(
+                    "kafka: %s sent a frame of %d bytes (limit %d); closing the connection",
+                    peer,
+                    size,
+                    self._max_frame_bytes,
+                )
+                return
+            frame = await reader.readexactly(size)
+            try:
+                response = await self._handler.handle(frame)
+            except MalformedRequest as error:
+                self.malformed_frames += 1
+                log.warning("kafka: malformed request from %s (%s); closing", peer, error)
+                return
+            except Exception:
+                # A fault of this broker, not of the client: logged, only this
+                # connection pays (the client reconnects and retries).
+                log.exception("kafka: request from %s failed; closing", peer)
+                return
+            if response is not None:
+                writer.write(_SIZE.pack(len(response)) + response)
+                await writer.drain()

@@ -1,0 +1,257 @@
+"""Kafka record batches (magic v2): decoded from Produce, encoded for Fetch.
+
+A batch is a 61-byte header (base offset, length, leader epoch, magic, CRC-32C
+of everything after the CRC, attributes, last offset delta, first and max
+timestamps, producer id, epoch, base sequence, record count) and its records.
+With compression only the records are compressed, the count stays outside.
+gzip is built in; snappy, lz4 and zstd are refused with UnsupportedCompression
+(the client hears UNSUPPORTED_COMPRESSION_TYPE) rather than stored unreadable.
+A control batch holds one record whose key says COMMIT or ABORT.
+"""
+
+from __future__ import annotations
+
+import enum
+import gzip
+import struct
+import zlib
+from dataclasses import dataclass
+
+import crc32c
+
+from stableline.kafka.codec import MalformedRequest, Reader, encode_varint
+
+MAGIC = 2
+# base offset, batch length, partition leader epoch, magic, crc
+_PREFIX = struct.Struct(">qiibI")
+# attributes, last offset delta, first timestamp, max timestamp, producer id,
+# producer epoch, base sequence, record count
+_BODY = struct.Struct(">hiqqqhii")
+HEADER_SIZE = _PREFIX.size + _BODY.size  # 61
+# Bytes counted by the batch length: everything after the length field itself.
+_LENGTH_START = 12
+# The CRC covers everything after itself: from the attributes to the batch's end.
+_CRC_START = _PREFIX.size
+
+_COMPRESSION_MASK = 0x07
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+# Most records a decoded batch may claim before its bytes are read (a guard).
+_MAX_RECORDS = 1_000_000
+
+
+class Compression(enum.IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class ControlType(enum.IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+class UnsupportedCompression(ValueError):
+    """A batch compressed with a codec this broker does not carry."""
+
+
+class CorruptBatch(ValueError):
+    """A batch whose CRC, magic or lengths are wrong (CORRUPT_MESSAGE)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset_delta: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    base_offset: int
+    records: tuple[Record, ...]
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = NO_SEQUENCE
+    transactional: bool = False
+    control: bool = False
+    compression: Compression = Compression.NONE
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.records[-1].offset_delta if self.records else 0
+
+
+def _decompress(codec: Compression, data: bytes) -> bytes:
+    if codec is Compression.NONE:
+        return data
+    if codec is Compression.GZIP:
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as error:
+            raise CorruptBatch(f"gzip records do not decompress: {error}") from None
+    raise UnsupportedCompression(
+        f"{codec.name.lower()} compression is not supported by this broker; "
+        "use compression.type none or gzip"
+    )
+
+
+def _compress(codec: Compression, data: bytes) -> bytes:
+    if codec is Compression.NONE:
+        return data
+    if codec is Compression.GZIP:
+        return gzip.compress(data, compresslevel=1)
+    raise UnsupportedCompression(f"cannot write {codec.name.lower()} batches")
+
+
+def _decode_record(reader: Reader, base_timestamp: int) -> Record:
+    length = reader.varint()
+    if length < 0 or length > reader.remaining:
+        raise MalformedRequest(f"record of {length} bytes in {reader.remaining}")
+    body = Reader(reader.raw(length))
+    body.int8()  # attributes: unused
+    timestamp_delta = body.varint()
+    offset_delta = body.varint()
+    key_length = body.varint()
+    key = body.raw(key_length) if key_length >= 0 else None
+    value_length = body.varint()
+    value = body.raw(value_length) if value_length >= 0 else None
+    headers = []
+    for _ in range(body.varint()):
+        name_length = body.varint()
+        try:
+            name = str(body.raw(name_length), "utf-8")
+        except UnicodeDecodeError:
+            raise MalformedRequest("record header name is not UTF-8") from None
+        header_length = body.varint()
+        headers.append((name, body.raw(header_length) if header_length >= 0 else None))
+    return Record(offset_delta, base_timestamp + timestamp_delta, key, value, tuple(headers))
+
+
+def decode_batches(data: bytes) -> list[RecordBatch]:
+    """Every batch of a Produce's records; CorruptBatch, MalformedRequest or
+    UnsupportedCompression when one does not decode."""
+    batches: list[RecordBatch] = []
+    at = 0
+    view = memoryview(data)
+    while at < len(data):
+        if len(data) - at < HEADER_SIZE:
+            raise CorruptBatch(f"{len(data) - at} bytes left, less than a batch header")
+        base_offset, length, _epoch, magic, crc = _PREFIX.unpack_from(view, at)
+        end = at + _LENGTH_START + length
+        if magic != MAGIC:
+            raise CorruptBatch(f"record batch magic {magic}: only v2 batches are accepted")
+        if length < HEADER_SIZE - _LENGTH_START or end > len(data):
+            raise CorruptBatch(f"batch length {length} does not fit the request")
+        if crc32c.crc32c(view[at + _CRC_START : end]) != crc:
+            raise CorruptBatch("record batch CRC-32C mismatch")
+        (attributes, _last_delta, first_ts, _max_ts, producer_id, epoch, base_seq, count) = (
+            _BODY.unpack_from(view, at + _PREFIX.size)
+        )
+        if not 0 <= count <= _MAX_RECORDS:
+            raise CorruptBatch(f"record count {count}")
+        try:
+            codec = Compression(attributes & _COMPRESSION_MASK)
+        except ValueError:
+            raise CorruptBatch(f"unknown compression {attributes & 7}") from None
+        reader = Reader(_decompress(codec, bytes(view[at + HEADER_SIZE : end])))
+        records = tuple(_decode_record(reader, first_ts) for _ in range(count))
+        batches.append(
+            RecordBatch(
+                base_offset,
+                records,
+                producer_id,
+                epoch,
+                base_seq,
+                bool(attributes & TRANSACTIONAL),
+                bool(attributes & CONTROL),
+                codec,
+            )
+        )
+        at = end
+    return batches
+
+
+def _encode_record(record: Record, base_timestamp: int) -> bytes:
+    parts = [
+        b"\x00",
+        encode_varint(record.timestamp_ms - base_timestamp),
+        encode_varint(record.offset_delta),
+    ]
+    for field in (record.key, record.value):
+        if field is None:
+            parts.append(encode_varint(-1))
+        else:
+            parts += (encode_varint(len(field)), field)
+    parts.append(encode_varint(len(record.headers)))
+    for name, value in record.headers:
+        encoded = name.encode()
+        parts += (encode_varint(len(encoded)), encoded)
+        if value is None:
+            parts.append(encode_varint(-1))
+        else:
+            parts += (encode_varint(len(value)), value)
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def encode_batch(batch: RecordBatch) -> bytes:
+    """One v2 batch, CRC-32C included."""
+    assert batch.records, "a batch holds at least one record"
+    timestamps = [record.timestamp_ms for record in batch.records]
+    first_ts = timestamps[0]
+    records = _compress(
+        batch.compression, b"".join(_encode_record(r, first_ts) for r in batch.records)
+    )
+    attributes = (
+        batch.compression
+        | (TRANSACTIONAL if batch.transactional else 0)
+        | (CONTROL if batch.control else 0)
+    )
+    body = (
+        _BODY.pack(
+            attributes,
+            batch.last_offset_delta,
+            first_ts,
+            max(timestamps),
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            len(batch.records),
+        )
+        + records
+    )
+    crc = crc32c.crc32c(body)
+    length = len(body) + _PREFIX.size - _LENGTH_START
+    return _PREFIX.pack(batch.base_offset, length, -1, MAGIC, crc) + body
+
+
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def control_batch(
+    offset: int, control: ControlType, producer_id: int, producer_epoch: int, timestamp_ms: int
+) -> RecordBatch:
+    """The control batch of a transaction marker at `offset`."""
+    record = Record(
+        0,
+        timestamp_ms,
+        _CONTROL_KEY.pack(0, control),
+        _CONTROL_VALUE.pack(0, 0),
+    )
+    return RecordBatch(
+        offset,
+        (record,),
+        producer_id,
+        producer_epoch,
+        NO_SEQUENCE,
+        transactional=True,
+        control=True,
+    )
