@@ -91,7 +91,11 @@ def read_request_header(reader: Reader) -> RequestHeader:
     """Header v1 (v2 adds tagged fields when the request's version is flexible)."""
     api_key, api_version, correlation_id = reader.int16(), reader.int16(), reader.int32()
     client_id = reader.nullable_string()
-    if is_flexible(api_key, api_version) and api_key in SUPPORTED:
+    served = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    # An unserved request is answered from these three fields alone: what follows
+    # them is not read, so its header version does not matter.
+    is_served = served is not None and served[0] <= api_version <= served[1]
+    if is_served and is_flexible(api_key, api_version):
         reader.tagged_fields()
     return RequestHeader(api_key, api_version, correlation_id, client_id)
 

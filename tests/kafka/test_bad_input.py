@@ -1,0 +1,164 @@
+"""Raw frames on the Kafka port: bad ones cost their own connection and nothing else;
+unknown APIs and versions get UNSUPPORTED_VERSION; a retried idempotent batch is
+written once."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from stableline.kafka import messages as m
+from stableline.kafka.codec import Reader
+from tests.kafka.conftest import confluent_consume, end_offset
+
+
+def connect(bootstrap: str) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return sock
+
+
+def send_frame(sock: socket.socket, body: bytes) -> None:
+    sock.sendall(struct.pack(">i", len(body)) + body)
+
+
+def receive_frame(sock: socket.socket) -> bytes:
+    def exactly(size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    (size,) = struct.unpack(">i", exactly(4))
+    return exactly(size)
+
+
+def closed_by_broker(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def header(api_key: int, version: int, correlation_id: int = 7) -> bytes:
+    return struct.pack(">hhi", api_key, version, correlation_id) + struct.pack(">h", 1) + b"t"
+
+
+def api_versions_works(bootstrap: str) -> bool:
+    with connect(bootstrap) as sock:
+        send_frame(sock, header(m.ApiKey.API_VERSIONS, 0))
+        response = Reader(receive_frame(sock))
+        return response.int32() == 7 and response.int16() == 0
+
+
+def test_an_oversized_frame_is_refused_before_it_is_read(kafka_broker):
+    with connect(kafka_broker.bootstrap) as sock:
+        sock.sendall(struct.pack(">i", 1 << 30))  # 1 GiB announced, none of it sent
+        assert closed_by_broker(sock)
+    assert api_versions_works(kafka_broker.bootstrap)
+
+
+def test_a_negative_frame_size_closes_that_connection_only(kafka_broker):
+    with connect(kafka_broker.bootstrap) as other, connect(kafka_broker.bootstrap) as sock:
+        sock.sendall(struct.pack(">i", -5))
+        assert closed_by_broker(sock)
+        send_frame(other, header(m.ApiKey.API_VERSIONS, 0))
+        assert Reader(receive_frame(other)).int32() == 7
+
+
+def test_a_malformed_request_closes_that_connection_only(kafka_broker):
+    with connect(kafka_broker.bootstrap) as other, connect(kafka_broker.bootstrap) as sock:
+        # A Metadata v1 request claiming a million topics in four bytes.
+        send_frame(sock, header(m.ApiKey.METADATA, 1) + struct.pack(">i", 1_000_000))
+        assert closed_by_broker(sock)
+        send_frame(other, header(m.ApiKey.API_VERSIONS, 0))
+        assert Reader(receive_frame(other)).int32() == 7
+
+
+def test_an_unknown_api_key_gets_unsupported_version_and_the_connection_stays(kafka_broker):
+    with connect(kafka_broker.bootstrap) as sock:
+        send_frame(sock, header(9999, 0, correlation_id=11))
+        response = Reader(receive_frame(sock))
+        assert (response.int32(), response.int16()) == (11, m.ErrorCode.UNSUPPORTED_VERSION)
+        send_frame(sock, header(m.ApiKey.API_VERSIONS, 0))
+        assert Reader(receive_frame(sock)).int32() == 7
+
+
+def test_an_unserved_fetch_version_gets_unsupported_version(kafka_broker):
+    with connect(kafka_broker.bootstrap) as sock:
+        send_frame(sock, header(m.ApiKey.FETCH, 13, correlation_id=12) + b"\x00")
+        response = Reader(receive_frame(sock))
+        assert response.int32() == 12
+        response.tagged_fields()  # Fetch v13 is flexible: response header v1
+        assert response.int16() == m.ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_a_too_new_api_versions_request_gets_the_served_versions_in_v0(kafka_broker):
+    with connect(kafka_broker.bootstrap) as sock:
+        send_frame(sock, header(m.ApiKey.API_VERSIONS, 99))
+        response = Reader(receive_frame(sock))
+        assert response.int32() == 7
+        assert response.int16() == m.ErrorCode.UNSUPPORTED_VERSION
+        served = response.array(lambda r: (r.int16(), r.int16(), r.int16()))
+        assert (m.ApiKey.API_VERSIONS, 0, 3) in served
+
+
+def produce_frame(correlation_id: int, producer_id: int, base_sequence: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
+    )
+    for offset in range(3):
+        builder.append(offset, timestamp=1000, key=None, value=b"v%d" % offset, headers=[])
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(
+        index=0, records=bytes(builder.build())
+    )
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[ProduceRequest.TopicProduceData(name="orders", partition_data=[partition])],
+    )
+    return header(m.ApiKey.PRODUCE, 8, correlation_id) + request.encode(version=8)
+
+
+def produced_offset(sock: socket.socket) -> tuple[int, int]:
+    """(error code, base offset) of a one-partition Produce v8 response."""
+    response = Reader(receive_frame(sock))
+    response.int32()  # correlation id
+    response.int32()  # topics
+    response.string()
+    response.int32()  # partitions
+    response.int32()  # index
+    return response.int16(), response.int64()
+
+
+def test_a_retried_idempotent_batch_is_written_once_and_answered_with_its_offset(
+    kafka_broker,
+):
+    from tests.kafka.conftest import confluent_produce
+
+    confluent_produce(kafka_broker.bootstrap, "orders", [b"first"])  # creates the topic
+    with connect(kafka_broker.bootstrap) as sock:
+        send_frame(sock, produce_frame(1, producer_id=77, base_sequence=0))
+        assert produced_offset(sock) == (0, 1)
+        send_frame(sock, produce_frame(2, producer_id=77, base_sequence=0))  # the retry
+        assert produced_offset(sock) == (0, 1)
+        send_frame(sock, produce_frame(3, producer_id=77, base_sequence=3))
+        assert produced_offset(sock) == (0, 4)
+        send_frame(sock, produce_frame(4, producer_id=77, base_sequence=9))  # a gap
+        assert produced_offset(sock)[0] == m.ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert end_offset(kafka_broker.bootstrap, "orders") == 7
+    values = [value for _, value in confluent_consume(kafka_broker.bootstrap, "orders", 7)]
+    assert values == [b"first", b"v0", b"v1", b"v2", b"v0", b"v1", b"v2"]
