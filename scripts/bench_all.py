@@ -81,6 +81,7 @@ class Sizes:
     sync_client_messages: int = 500_000
     message_id_statements: int = 1_000_000
     partitioned_messages: int = 300_000
+    kafka_messages: int = 200_000
 
 
 QUICK = Sizes(
@@ -105,6 +106,7 @@ QUICK = Sizes(
     sync_client_messages=5_000,
     message_id_statements=20_000,
     partitioned_messages=5_000,
+    kafka_messages=5_000,
 )
 
 
@@ -885,6 +887,32 @@ def fig_partitioned(sizes: Sizes, ctx: dict) -> list[Row]:
     ]
 
 
+def fig_kafka(sizes: Sizes, ctx: dict) -> list[Row]:
+    """confluent-kafka through the Kafka port beside the SDK through gRPC, one broker."""
+    result = run_script(
+        "bench_kafka.py", ctx["out"] / "kafka.json", "--messages", str(sizes.kafka_messages)
+    )
+    figure = "Kafka port (preview), 100-byte messages (bench_kafka)"
+    return [
+        Row(
+            figure,
+            "confluent-kafka produce",
+            result["kafka_produce_msgs_s"],
+            "msgs/s",
+            "SDK send_async + flush",
+            result["sdk_produce_msgs_s"],
+        ),
+        Row(
+            figure,
+            "confluent-kafka consume",
+            result["kafka_consume_msgs_s"],
+            "msgs/s",
+            "SDK batch_receive + acknowledge",
+            result["sdk_consume_msgs_s"],
+        ),
+    ]
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -896,6 +924,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "sync_client": fig_sync_client,
     "message_id": fig_message_id,
     "partitioned": fig_partitioned,
+    "kafka": fig_kafka,
 }
 
 

@@ -76,9 +76,7 @@ def sdk_produce(service_url: str, topic: str, count: int) -> float:
 
 def sdk_consume(service_url: str, topic: str, count: int) -> float:
     with stableline.Client(service_url) as client:
-        consumer = client.subscribe(
-            topic, "bench", initial_position=InitialPosition.Earliest
-        )
+        consumer = client.subscribe(topic, "bench", initial_position=InitialPosition.Earliest)
         got = 0
         started = time.perf_counter()
         while got < count:
@@ -94,9 +92,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     count = args.messages
-    with tempfile.TemporaryDirectory() as parent, temporary_broker(
-        Path(parent), extra_args=["--kafka", "127.0.0.1:0"]
-    ) as broker:
+    with (
+        tempfile.TemporaryDirectory() as parent,
+        temporary_broker(Path(parent), extra_args=["--kafka", "127.0.0.1:0"]) as broker,
+    ):
         bootstrap = f"127.0.0.1:{broker.wait_for_event('ready')['kafka_port']}"
         figures = {
             "kafka_produce_msgs_s": kafka_produce(bootstrap, "bench-kafka", count),
