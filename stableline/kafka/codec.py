@@ -227,4 +227,11 @@ def encode_uvarint(value: int) -> bytes:
 
 def encode_varint(value: int) -> bytes:
     """Zig-zag signed varint (64-bit)."""
+    if -1 <= value < _SMALL:
+        return _SMALL_VARINTS[value]
     return encode_uvarint((value << 1) ^ (value >> 63))
+
+
+# Records' lengths, deltas and -1 (null) are mostly small: their varints, made once.
+_SMALL = 1 << 14
+_SMALL_VARINTS = [encode_uvarint(v << 1) for v in range(_SMALL)] + [b"\x01"]  # [-1]: -1

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from dispatcher import key_hash
 from managed_ledger import Entry, EntryHeader, EntryType
 from stableline._proto import broker_pb2 as pb
+from stableline._wire import plain_layout
+from stableline.kafka.codec import encode_uvarint
 from stableline.kafka.producer_ids import SDK_TXN_EPOCH, sdk_txn_producer_id
 from stableline.kafka.records import (
     ControlType,
@@ -48,14 +50,32 @@ def _text(data: bytes, what: str) -> str:
         raise InvalidRecord(f"record {what} is not UTF-8 text") from None
 
 
-def _message(record: Record) -> pb.SingleMessage:
-    message = pb.SingleMessage(payload=record.value or b"", event_time_ms=record.timestamp_ms)
+def _field(tag: int, data: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return bytes((tag,)) + encode_uvarint(len(data)) + data
+
+
+def _message(record: Record) -> bytes:
+    """One MessageBatch `messages` field (a SingleMessage), written by hand: the
+    bytes protobuf would parse, without an object per record."""
+    parts = []
+    if record.value:
+        parts.append(_field(0x0A, record.value))  # payload = 1
     if record.key is not None:
-        message.partition_key = _text(record.key, "key")
-        message.has_partition_key = True
+        _text(record.key, "key")
+        if record.key:
+            parts.append(_field(0x12, record.key))  # partition_key = 2
+        parts.append(b"\x28\x01")  # has_partition_key = 5
     for name, value in record.headers:
-        message.properties[name] = "" if value is None else _text(value, f"header {name!r}")
-    return message
+        encoded = b"" if value is None else value
+        _text(encoded, f"header {name!r}")
+        parts.append(_field(0x1A, _field(0x0A, name.encode()) + _field(0x12, encoded)))
+    if record.timestamp_ms:
+        parts.append(b"\x20" + encode_uvarint(record.timestamp_ms & _U64))  # event_time_ms
+    return _field(0x0A, b"".join(parts))
+
+
+_U64 = (1 << 64) - 1
 
 
 def batch_to_entries(batch: RecordBatch, producer_name: str = "") -> list[EntryToWrite]:
@@ -70,8 +90,7 @@ def batch_to_entries(batch: RecordBatch, producer_name: str = "") -> list[EntryT
             runs.append([record])
     entries = []
     for run in runs:
-        messages = [_message(record) for record in run]
-        key = messages[0].partition_key if messages[0].has_partition_key else None
+        key = _text(run[0].key, "key") if run[0].key is not None else None
         last_delta = run[-1].offset_delta
         header = EntryHeader(
             num_messages=len(run),
@@ -80,7 +99,7 @@ def batch_to_entries(batch: RecordBatch, producer_name: str = "") -> list[EntryT
             sequence_id=batch.base_sequence + last_delta if producer_name else -1,
             key_hash=key_hash(key) if key is not None else None,
         )
-        payload = pb.MessageBatch(messages=messages).SerializeToString()
+        payload = b"".join(_message(record) for record in run)
         entries.append(EntryToWrite(header, payload, last_delta))
     return entries
 
@@ -96,7 +115,17 @@ def entry_to_batch(entry: Entry, base_offset: int) -> bytes:
         return encode_batch(
             control_batch(base_offset, control, producer_id, epoch, header.publish_time_ms)
         )
-    messages = pb.MessageBatch.FromString(entry.payload).messages
+    payload = entry.payload
+    layout = plain_layout(payload)
+    if layout is not None:  # plain messages of one length, as SDK producers write them
+        prefix, stride = layout
+        timestamp = header.publish_time_ms
+        records = tuple(
+            Record(index, timestamp, None, payload[at + prefix : at + stride])
+            for index, at in enumerate(range(0, len(payload), stride))
+        )
+        return _batch(base_offset, records, producer_id, epoch, txn_id is not None)
+    messages = pb.MessageBatch.FromString(payload).messages
     records = tuple(
         Record(
             index,
@@ -107,14 +136,18 @@ def entry_to_batch(entry: Entry, base_offset: int) -> bytes:
         )
         for index, message in enumerate(messages)
     )
+    return _batch(base_offset, records, producer_id, epoch, txn_id is not None)
+
+
+def _batch(
+    base_offset: int,
+    records: tuple[Record, ...],
+    producer_id: int,
+    epoch: int,
+    transactional: bool,
+) -> bytes:
     if not records:
         return b""
     return encode_batch(
-        RecordBatch(
-            base_offset,
-            records,
-            producer_id,
-            epoch,
-            transactional=txn_id is not None,
-        )
+        RecordBatch(base_offset, records, producer_id, epoch, transactional=transactional)
     )
