@@ -123,3 +123,20 @@ async def test_entries_written_before_offsets_are_numbered_by_count(harness, mon
     ledger = await harness.reopen(ledger, SMALL_LEDGERS)
     assert [ledger.offsets.position_of(base) for base in bases] == old
     assert [ledger.offsets.base_of(e) for e in ledger.read(old[0], len(old))] == bases
+
+
+async def test_retention_moves_the_start_offset_and_keeps_the_others(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    positions = await append_sizes(ledger, SIZES)
+    bases = expected_bases(SIZES)
+    assert ledger.offsets.position_of(bases[1]) == positions[1]  # cached, then trimmed
+    cursor, _ = ledger.open_cursor("reader", start_at_earliest=True)
+    cursor.ack_cumulative(positions[5])  # past the first ledger (4 entries)
+    assert ledger.trim() == [positions[0].ledger_id]
+    assert ledger.offsets.start_offset() == bases[4]
+    # A trimmed offset finds the first retained entry; the rest are where they were.
+    assert ledger.offsets.position_of(bases[1]) == positions[4]
+    assert [ledger.offsets.position_of(b) for b in bases[4:]] == positions[4:]
+    ledger = await harness.reopen(ledger, SMALL_LEDGERS)
+    assert ledger.offsets.start_offset() == bases[4]
+    assert ledger.offsets.next_offset == bases[-1] + max(SIZES[-1], 1)
