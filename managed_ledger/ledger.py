@@ -28,7 +28,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sortedcontainers import SortedDict
@@ -36,7 +36,7 @@ from sortedcontainers import SortedDict
 from managed_ledger.cache import EntryCache
 from managed_ledger.config import ManagedLedgerConfig
 from managed_ledger.cursor import ManagedCursor
-from managed_ledger.entry import Entry, EntryHeader, stamp_base_offset
+from managed_ledger.entry import Entry, EntryHeader, stamp_base_offset, with_base_offset_slot
 from managed_ledger.errors import (
     EntryTooLargeError,
     LedgerClosedError,
@@ -322,7 +322,7 @@ class ManagedLedger:
             if not self._state.is_open:
                 raise LedgerClosedError(f"{self.name} is closed")
         # Encoded with room for the base offset, which the writer stamps in place.
-        header_bytes = replace(header, base_offset=0).encode()
+        header_bytes = with_base_offset_slot(header.encode())
         future = asyncio.get_running_loop().create_future()
         self._pending.append(_PendingAppend(header, header_bytes, payload, future))
         self._pending_bytes += len(payload) + len(header_bytes) + FRAME_SIZE
@@ -393,7 +393,7 @@ class ManagedLedger:
             ):
                 pending = self._pending.popleft()
                 base = offsets.stamp(pending.header.offset_count)
-                pending.header = replace(pending.header, base_offset=base)
+                pending.header = pending.header.stamped(base)
                 frame = encode_frame(stamp_base_offset(pending.frame, base), pending.payload)
                 batch.append(pending)
                 frames.append(frame)

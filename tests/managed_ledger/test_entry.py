@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from managed_ledger import EARLIEST, LATEST, EntryHeader, EntryType, Position, TxnId
-from managed_ledger.entry import stamp_base_offset
+from managed_ledger.entry import stamp_base_offset, with_base_offset_slot
 
 
 @pytest.mark.parametrize(
@@ -165,3 +165,10 @@ def test_stamping_an_encoded_header_sets_its_base_offset_only():
     encoded = EntryHeader(producer_name="p", key_hash=3, base_offset=0).encode()
     decoded = EntryHeader.decode(stamp_base_offset(encoded, 41))
     assert decoded == EntryHeader(producer_name="p", key_hash=3, base_offset=41)
+
+
+def test_a_header_encoded_without_an_offset_takes_one_in_its_slot():
+    header = EntryHeader(producer_name="p", key_hash=3, txn_id=TxnId(1, 2))
+    slotted = with_base_offset_slot(header.encode())
+    assert EntryHeader.decode(stamp_base_offset(slotted, 7)) == header.stamped(7)
+    assert with_base_offset_slot(slotted) == slotted
