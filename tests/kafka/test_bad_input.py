@@ -4,6 +4,7 @@ written once."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 
@@ -162,3 +163,40 @@ def test_a_retried_idempotent_batch_is_written_once_and_answered_with_its_offset
     assert end_offset(kafka_broker.bootstrap, "orders") == 7
     values = [value for _, value in confluent_consume(kafka_broker.bootstrap, "orders", 7)]
     assert values == [b"first", b"v0", b"v1", b"v2", b"v0", b"v1", b"v2"]
+
+
+def test_random_and_damaged_requests_leave_the_broker_serving(kafka_broker):
+    import random
+
+    rng = random.Random(21)
+    valid = produce_frame(1, producer_id=-1, base_sequence=-1)
+    for round_ in range(200):
+        if round_ % 2:
+            frame = bytearray(valid)  # a real Produce with a few bytes damaged
+            for _ in range(rng.randint(1, 8)):
+                frame[rng.randrange(len(frame))] = rng.randrange(256)
+            body = bytes(frame)
+        else:
+            api_key = rng.choice([0, 1, 2, 3, 18, 22, rng.randrange(-5, 100)])
+            body = header(api_key, rng.randrange(0, 14)) + rng.randbytes(rng.randrange(64))
+        with connect(kafka_broker.bootstrap) as sock:
+            sock.settimeout(2)  # a damaged acks field may say 0: then no answer comes
+            send_frame(sock, body)
+            # An answer, or the connection closed: both fine.
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                receive_frame(sock)
+    assert api_versions_works(kafka_broker.bootstrap)
+    assert kafka_broker.process.poll() is None
+    assert "Traceback" not in kafka_broker.log(), kafka_broker.log()[-3000:]
+
+
+def test_acks_zero_gets_no_response_and_the_records_are_written(kafka_broker):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks=0)
+    for index in range(20):
+        producer.send("orders", value=b"%d" % index)
+    producer.flush(20)
+    producer.close()
+    got = confluent_consume(kafka_broker.bootstrap, "orders", 20)
+    assert got == [(i, b"%d" % i) for i in range(20)]
