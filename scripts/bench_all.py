@@ -81,7 +81,7 @@ class Sizes:
     sync_client_messages: int = 500_000
     message_id_statements: int = 1_000_000
     partitioned_messages: int = 300_000
-    kafka_messages: int = 200_000
+    kafka_messages: int = 100_000
 
 
 QUICK = Sizes(

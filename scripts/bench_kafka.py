@@ -25,6 +25,8 @@ from stableline import InitialPosition
 from stableline.testing import temporary_broker
 
 PAYLOAD = b"x" * 100
+# A stage that takes longer has stalled: it fails saying how far it got.
+STAGE_TIMEOUT_S = 120.0
 
 
 def kafka_produce(bootstrap: str, topic: str, count: int) -> float:
@@ -54,7 +56,10 @@ def kafka_consume(bootstrap: str, topic: str, count: int) -> float:
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     got = 0
     started = time.perf_counter()
+    deadline = time.monotonic() + STAGE_TIMEOUT_S
     while got < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kafka consumer got {got} of {count} messages in time")
         for message in consumer.consume(10_000, 1.0):
             assert message.error() is None, message.error()
             got += 1
@@ -79,7 +84,10 @@ def sdk_consume(service_url: str, topic: str, count: int) -> float:
         consumer = client.subscribe(topic, "bench", initial_position=InitialPosition.Earliest)
         got = 0
         started = time.perf_counter()
+        deadline = time.monotonic() + STAGE_TIMEOUT_S
         while got < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"SDK consumer got {got} of {count} messages in time")
             batch = consumer.batch_receive(1000, 1000)
             got += len(batch)
             consumer.acknowledge(batch)
@@ -88,7 +96,7 @@ def sdk_consume(service_url: str, topic: str, count: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     count = args.messages
@@ -97,12 +105,16 @@ def main() -> int:
         temporary_broker(Path(parent), extra_args=["--kafka", "127.0.0.1:0"]) as broker,
     ):
         bootstrap = f"127.0.0.1:{broker.wait_for_event('ready')['kafka_port']}"
-        figures = {
-            "kafka_produce_msgs_s": kafka_produce(bootstrap, "bench-kafka", count),
-            "sdk_produce_msgs_s": sdk_produce(broker.service_url, "bench-sdk", count),
-            "kafka_consume_msgs_s": kafka_consume(bootstrap, "bench-kafka", count),
-            "sdk_consume_msgs_s": sdk_consume(broker.service_url, "bench-sdk", count),
+        stages = {
+            "kafka_produce_msgs_s": lambda: kafka_produce(bootstrap, "bench-kafka", count),
+            "sdk_produce_msgs_s": lambda: sdk_produce(broker.service_url, "bench-sdk", count),
+            "kafka_consume_msgs_s": lambda: kafka_consume(bootstrap, "bench-kafka", count),
+            "sdk_consume_msgs_s": lambda: sdk_consume(broker.service_url, "bench-sdk", count),
         }
+        figures = {}
+        for name, stage in stages.items():
+            figures[name] = stage()
+            print(f"{name}: {figures[name]:,.0f}", file=sys.stderr, flush=True)
     figures["produce_ratio"] = figures["kafka_produce_msgs_s"] / figures["sdk_produce_msgs_s"]
     figures["consume_ratio"] = figures["kafka_consume_msgs_s"] / figures["sdk_consume_msgs_s"]
     figures["messages"] = count
