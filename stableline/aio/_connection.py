@@ -48,9 +48,11 @@ _CHANNEL_OPTIONS = [
     # limits (max_connections, open transactions per client) would lump clients together.
     ("grpc.use_local_subchannel_pool", 1),
     # gRPC's own reconnect backoff grows to minutes by default; a restarted broker
-    # should be found within about a second.
+    # should be found within about a second. Not grpc.min_reconnect_backoff_ms: gRPC
+    # core takes it as the connection attempt's timeout as well (20 s by default), and
+    # at 100 ms a broker on a busy machine that answers the handshake late was given
+    # up on ("timed out before receiving SETTINGS frame").
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
