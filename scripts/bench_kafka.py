@@ -70,7 +70,8 @@ def kafka_consume(bootstrap: str, topic: str, count: int) -> float:
 
 def sdk_produce(service_url: str, topic: str, count: int) -> float:
     with stableline.Client(service_url) as client:
-        producer = client.create_producer(topic)
+        # A fire-and-forget loop past max_pending_messages needs room to wait for.
+        producer = client.create_producer(topic, block_if_queue_full=True)
         producer.send(PAYLOAD)
         started = time.perf_counter()
         for _ in range(count):

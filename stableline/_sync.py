@@ -27,7 +27,12 @@ from typing import Any, TypeVar
 
 from stableline import aio
 from stableline._auth import AuthenticationToken
-from stableline._errors import InvalidMessageId, StableLineError, Timeout
+from stableline._errors import (
+    InvalidMessageId,
+    ProducerQueueIsFull,
+    StableLineError,
+    Timeout,
+)
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._routing import MessageRoutingMode, RoutedMessage
 from stableline._types import (
@@ -222,19 +227,29 @@ class Producer:
         """Queue one message; callback(error, message_id) runs on the client's loop
         thread once it is durable or failed. None: fire and forget. Past
         max_pending_messages without callbacks run, the caller waits for room
-        (block_if_queue_full) or the callback gets ProducerQueueIsFull."""
+        (block_if_queue_full) or the callback gets ProducerQueueIsFull; with no
+        callback to tell, the call itself raises it (as a Kafka producer's
+        produce() does), so a refused message is never lost unseen."""
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
         number = next(self._admitted)
+        refused = False
         if number - self._settled > self._max_pending:
             if not self._block or self._loop.on_loop_thread():
-                content = None  # refused: the callback is told on the loop thread
+                refused = True
+                content = None  # the loop counts it settled and tells the callback
             else:
                 self._wait_for_room(number)
         self._handed.append((content, callback, properties, partition_key, txn))
         if not self._wake_pending:
             self._wake_pending = True
             self._loop.call_soon(self._drain)
+        if refused and callback is None:
+            raise ProducerQueueIsFull(
+                f"producer for {self._inner.topic} holds {self._max_pending} messages not "
+                "yet acknowledged, its max_pending_messages, and this send has no callback "
+                "to tell: create it with block_if_queue_full=True, or flush() now and then"
+            )
 
     def _wait_for_room(self, number: int) -> None:
         """Block the calling thread until send `number` is within max_pending_messages

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -172,6 +173,29 @@ def test_without_block_if_queue_full_a_send_past_the_queue_gets_queue_full(clien
     refused = [error for error in errors if error is not None]
     assert len(errors) == 2000 and refused
     assert all(isinstance(error, stableline.ProducerQueueIsFull) for error in refused)
+
+
+def test_a_fire_and_forget_send_past_the_queue_raises_and_every_accepted_one_is_stored(
+    client,
+):
+    topic = "fire-and-forget-room"
+    producer = client.create_producer(topic, max_pending_messages=10, batching_max_messages=1000)
+    accepted, refused = 0, 0
+    for i in range(2000):
+        try:
+            producer.send_async(str(i).encode(), None)
+            accepted += 1
+        except stableline.ProducerQueueIsFull as error:
+            assert "no callback" in str(error)
+            refused += 1
+    producer.flush()
+    assert refused and accepted + refused == 2000
+    consumer = client.subscribe(topic, "all", initial_position=stableline.InitialPosition.Earliest)
+    got, deadline = 0, time.monotonic() + 30
+    while got < accepted and time.monotonic() < deadline:
+        got += len(consumer.batch_receive(1000, 1000))
+    assert got == accepted
+    assert len(consumer.batch_receive(1000, 200)) == 0  # and nothing that was refused
 
 
 def test_the_producer_s_room_hand_off_is_private():
