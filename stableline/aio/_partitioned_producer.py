@@ -27,7 +27,7 @@ from stableline._routing import MessageRoutingMode, RoutedMessage, key_partition
 from stableline._types import MessageId, PartitionedMessageId
 from stableline.aio._batch import SendReceipt
 from stableline.aio._options import ProducerOptions
-from stableline.aio._producer import Producer
+from stableline.aio._producer import Producer, send_with_callback
 
 log = logging.getLogger(__name__)
 
@@ -209,21 +209,7 @@ class PartitionedProducer:
         partition_key: str | None = None,
         txn=None,
     ) -> None:
-        if callback is not None and not callable(callback):
-            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
-        receipt = self.send_nowait(content, properties, partition_key, txn)
-        if callback is None:
-            return
-
-        def done(batch_future: asyncio.Future) -> None:
-            if batch_future.cancelled():
-                callback(StableLineError("send cancelled"), None)
-            elif batch_future.exception() is not None:
-                callback(batch_future.exception(), None)
-            else:
-                callback(None, receipt.result())
-
-        receipt._future.add_done_callback(done)
+        send_with_callback(self.send_nowait, content, callback, properties, partition_key, txn)
 
     def queue_full(self) -> bool:
         """Whether some partition's producer holds max_pending_messages unacknowledged."""

@@ -52,6 +52,33 @@ _LOST_POSITION = (
 )
 
 
+def send_with_callback(
+    send_nowait: Callable,
+    content: bytes,
+    callback: Callable[[StableLineError | None, MessageId | None], None] | None,
+    properties: dict[str, str] | None,
+    partition_key: str | None,
+    txn,
+) -> None:
+    """send_async's body for either producer: queue the message now (a full queue
+    raises here), and run callback(error, message_id) once it is durable or failed."""
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
+    receipt = send_nowait(content, properties, partition_key, txn)
+    if callback is None:
+        return
+
+    def done(batch_future: asyncio.Future) -> None:
+        if batch_future.cancelled():
+            callback(StableLineError("send cancelled"), None)
+        elif batch_future.exception() is not None:
+            callback(batch_future.exception(), None)
+        else:
+            callback(None, receipt.result())
+
+    receipt._future.add_done_callback(done)
+
+
 class Producer:
     """Sends to one topic over one Produce stream on its connection; made by
     Client.create_producer."""
@@ -456,21 +483,7 @@ class Producer:
         """Queue one message; callback(error, message_id) runs once it is durable or
         failed; callback None sends it without telling (fire and forget). Never
         waits, as send_nowait."""
-        if callback is not None and not callable(callback):
-            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
-        receipt = self.send_nowait(content, properties, partition_key, txn)
-        if callback is None:
-            return
-
-        def done(batch_future: asyncio.Future) -> None:
-            if batch_future.cancelled():
-                callback(StableLineError("send cancelled"), None)
-            elif batch_future.exception() is not None:
-                callback(batch_future.exception(), None)
-            else:
-                callback(None, receipt.result())
-
-        receipt._future.add_done_callback(done)
+        send_with_callback(self.send_nowait, content, callback, properties, partition_key, txn)
 
     def _flush_batch(self) -> None:
         if self._timer is not None:
