@@ -1,0 +1,91 @@
+"""Cluster metadata: one store interface, an embedded (LMDB) and an etcd implementation.
+
+An engine package: it imports nothing of the broker. `open_metadata_store(url)` gives
+a `MetadataStore` (store.py states its promises); the embedded store is the default
+(one broker, nothing to run), `etcd://host:port[,host:port]` shares one etcd among a
+cluster's brokers.
+
+Key layout. Everything lives under `/stableline`; names are those of topics
+(`tenant/namespace/topic`) and clusters. Values are JSON.
+
+    /stableline/clusters/{cluster}
+        The cluster's record, written by its first broker: later its settings
+        (coordinator shard count K, default 4).
+    /stableline/brokers/{cluster}/{host:port}                           [ephemeral]
+        A live broker (brokers.py): advertised gRPC and HTTP addresses, version,
+        start time, host, pid, load. Gone when its session lapses.
+    /stableline/namespaces/{tenant}/{namespace}
+        The namespace's policies (auto topic creation, topic limits, retention).
+    /stableline/permissions/{tenant}/{namespace}
+    /stableline/permissions/{tenant}/{namespace}/{topic}
+        Grants: {role: ["produce", "consume"]} for the namespace, for one topic.
+    /stableline/partitioned-topics/{tenant}/{namespace}/{topic}
+        {"partitions": N}; partition i is the topic `{topic}-partition-{i}`.
+    /stableline/ownership/{cluster}/topics/{tenant}/{namespace}/{topic}
+        Placement of one topic (or partition): {"leader": broker id, "epoch": E,
+        "ensemble": [broker ids], "since_ms": T}. Persistent, not ephemeral: the
+        topic's ledgers stay on its leader's disk while that broker is down, so the
+        record outlives the leader's session and its liveness is read from
+        /stableline/brokers. Changed only by compare-and-set on the record's version;
+        each change of leader raises the epoch, which the new leader writes into
+        its ledgers so an old leader's late writes are refused (fencing). The
+        ensemble lists the brokers holding replicas (only the leader today).
+    /stableline/ownership/{cluster}/coordinators/{shard}
+        The same record for coordinator shard `shard` (0..K-1): a transaction id's
+        high half names its shard, whose leader decides and ends the transaction.
+"""
+
+from stableline.metadata.brokers import (
+    BrokerAlreadyRegistered,
+    BrokerInfo,
+    BrokerRegistration,
+    list_brokers,
+    list_clusters,
+)
+from stableline.metadata.errors import (
+    AlreadyExists,
+    BadVersion,
+    InvalidPath,
+    MetadataStoreError,
+    MetadataStoreUnavailable,
+    NotFound,
+    WatchOverflow,
+)
+from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
+from stableline.metadata.factory import DEFAULT_SESSION_TIMEOUT_S, open_metadata_store
+from stableline.metadata.store import MetadataStore, Watch
+from stableline.metadata.values import (
+    GetResult,
+    Notification,
+    NotificationType,
+    SessionEvent,
+    SessionState,
+    Stat,
+)
+
+__all__ = [
+    "DEFAULT_SESSION_TIMEOUT_S",
+    "AlreadyExists",
+    "BadVersion",
+    "BrokerAlreadyRegistered",
+    "BrokerInfo",
+    "BrokerRegistration",
+    "GetResult",
+    "InvalidMetadataStoreUrl",
+    "InvalidPath",
+    "MetadataStore",
+    "MetadataStoreError",
+    "MetadataStoreUnavailable",
+    "NotFound",
+    "Notification",
+    "NotificationType",
+    "SessionEvent",
+    "SessionState",
+    "Stat",
+    "Watch",
+    "WatchOverflow",
+    "list_brokers",
+    "list_clusters",
+    "open_metadata_store",
+    "parse_etcd_url",
+]

@@ -1,0 +1,172 @@
+"""Live brokers: each registers itself as an ephemeral key of its cluster.
+
+`/stableline/brokers/{cluster}/{broker_id}` holds a `BrokerInfo` (JSON); the key
+lives as long as the broker's metadata session, so the children of the cluster's
+directory are its live brokers. The broker id is the advertised gRPC address
+(`host:port`, what clients dial), so two brokers advertising one address cannot
+both register: the second is refused (`BrokerAlreadyRegistered`), unless the key is
+a leftover of a dead run on this host (same host name, its pid gone; this process
+could bind the port, so nothing else on this host serves it), which is replaced.
+After a lost session is re-established, the registration writes its key again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+
+from stableline.metadata.errors import (
+    AlreadyExists,
+    BadVersion,
+    MetadataStoreError,
+    MetadataStoreUnavailable,
+    NotFound,
+)
+from stableline.metadata.layout import broker_path, brokers_dir, cluster_path, clusters_dir
+from stableline.metadata.store import MetadataStore
+from stableline.metadata.values import SessionEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: str  # the advertised gRPC address, host:port
+    grpc_address: str
+    http_url: str
+    version: str
+    started_ms: int
+    hostname: str
+    pid: int
+    # Unique per broker run: tells this run's key from one a previous run left.
+    instance: str
+    # What placement will weigh; for now topics loaded and client connections.
+    load: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> BrokerInfo:
+        return cls(**json.loads(raw))
+
+
+class BrokerAlreadyRegistered(MetadataStoreError):
+    """Another live broker holds this broker id (advertised address)."""
+
+    def __init__(self, cluster: str, existing: BrokerInfo):
+        self.existing = existing
+        super().__init__(
+            f"broker {existing.broker_id} is already registered in cluster {cluster} by "
+            f"pid {existing.pid} on {existing.hostname}; two brokers cannot advertise one "
+            f"address: stop that broker or pass another --grpc (or advertised_address)"
+        )
+
+
+def _alive_here(info: BrokerInfo) -> bool:
+    """Whether `info`'s process may still run: on another host we cannot tell (yes)."""
+    if info.hostname != socket.gethostname():
+        return True
+    try:
+        os.kill(info.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class BrokerRegistration:
+    """This broker's key: written at start, rewritten after a new session, deleted at stop."""
+
+    def __init__(self, store: MetadataStore, cluster: str, info: BrokerInfo):
+        self.store = store
+        self.cluster = cluster
+        self.info = info
+        self.path = broker_path(cluster, info.broker_id)
+        self._version: int | None = None
+        self._tasks: set[asyncio.Task] = set()
+        store.add_session_listener(self._on_session_event)
+
+    async def register(self) -> None:
+        """Write the key or raise BrokerAlreadyRegistered (MetadataStoreUnavailable)."""
+        with contextlib.suppress(AlreadyExists):
+            await self.store.put(cluster_path(self.cluster), b"{}", -1)
+        while True:
+            try:
+                stat = await self.store.put(self.path, self.info.to_json(), -1, ephemeral=True)
+            except AlreadyExists:
+                existing = await self.store.get(self.path)
+                if existing is None:
+                    continue  # it lapsed meanwhile
+                other = BrokerInfo.from_json(existing.value)
+                if other.instance != self.info.instance and _alive_here(other):
+                    raise BrokerAlreadyRegistered(self.cluster, other) from None
+                log.info(
+                    "replacing the registration %s left by %s (pid %d, no longer running)",
+                    self.path,
+                    "this run" if other.instance == self.info.instance else "a previous run",
+                    other.pid,
+                )
+                with contextlib.suppress(NotFound, BadVersion):
+                    await self.store.delete(self.path, existing.stat.version)
+                continue
+            self._version = stat.version
+            return
+
+    async def update_load(self, load: dict[str, float]) -> None:
+        """Publish a new load figure (compare-and-set on this run's key)."""
+        if self._version is None:
+            return
+        info = BrokerInfo(**{**asdict(self.info), "load": load})
+        try:
+            stat = await self.store.put(self.path, info.to_json(), self._version, ephemeral=True)
+        except (BadVersion, MetadataStoreUnavailable) as error:
+            log.debug("load report skipped: %s", error)
+            return
+        self.info, self._version = info, stat.version
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.SESSION_LOST:
+            self._version = None
+        elif event is SessionEvent.SESSION_REESTABLISHED:
+            task = asyncio.get_running_loop().create_task(self._register_again())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _register_again(self) -> None:
+        try:
+            await self.register()
+            log.info("broker %s registered again in cluster %s", self.info.broker_id, self.cluster)
+        except MetadataStoreError as error:
+            log.error("broker %s could not register again: %s", self.info.broker_id, error)
+
+    async def unregister(self) -> None:
+        """Delete the key (best effort: closing the session deletes it anyway)."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._version is None:
+            return
+        with contextlib.suppress(MetadataStoreError):
+            await self.store.delete(self.path, self._version)
+        self._version = None
+
+
+async def list_brokers(store: MetadataStore, cluster: str) -> list[BrokerInfo]:
+    """The cluster's live brokers, by id; a key that lapses while read is left out."""
+    brokers = []
+    for broker_id in await store.children(brokers_dir(cluster)):
+        result = await store.get(broker_path(cluster, broker_id))
+        if result is not None:
+            brokers.append(BrokerInfo.from_json(result.value))
+    return brokers
+
+
+async def list_clusters(store: MetadataStore) -> list[str]:
+    """Clusters a broker has started in (their records stay when the brokers go)."""
+    return await store.children(clusters_dir())

@@ -1,0 +1,45 @@
+"""open_metadata_store(url): the implementation its scheme names.
+
+"" (or None): the embedded store in `embedded_dir`; `etcd://...`: etcd. Anything
+else is InvalidMetadataStoreUrl, before anything is opened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stableline.metadata.embedded import EmbeddedMetadataStore
+from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
+from stableline.metadata.store import MetadataStore
+
+DEFAULT_SESSION_TIMEOUT_S = 30.0
+
+
+async def open_metadata_store(
+    url: str | None,
+    *,
+    embedded_dir: Path | None = None,
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+    operation_timeout_s: float | None = None,
+    connect_timeout_s: float | None = None,
+) -> MetadataStore:
+    """Open the store `url` names; MetadataStoreUnavailable (naming it) if it cannot."""
+    if not url:
+        if embedded_dir is None:
+            raise InvalidMetadataStoreUrl("the embedded metadata store needs a directory")
+        return EmbeddedMetadataStore(embedded_dir)
+    if url.startswith("etcd:"):
+        from stableline.metadata.etcd import EtcdMetadataStore
+
+        timeouts = {}
+        if operation_timeout_s is not None:
+            timeouts["operation_timeout_s"] = operation_timeout_s
+        if connect_timeout_s is not None:
+            timeouts["connect_timeout_s"] = connect_timeout_s
+        return await EtcdMetadataStore.open(
+            parse_etcd_url(url), session_timeout_s=session_timeout_s, **timeouts
+        )
+    raise InvalidMetadataStoreUrl(
+        f"metadata store URL {url!r}: unknown scheme; use etcd://HOST:PORT[,HOST:PORT...] "
+        f"or leave it empty for the embedded store in the data dir"
+    )
