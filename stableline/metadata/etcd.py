@@ -368,17 +368,23 @@ class EtcdMetadataStore(MetadataStore):
             call.cancel()
 
     async def _reestablish(self) -> None:
-        """A new lease after a lost one; the old one is revoked so its keys go now."""
-        old = self._lease_id
-        if old:
-            with contextlib.suppress(MetadataStoreUnavailable):
-                await self._call(
-                    self._leases.LeaseRevoke,
-                    rpc.LeaseRevokeRequest(ID=old),
-                    timeout_s=self._keep_alive_interval_s,
-                )
+        """A new lease after a lost one. The old one is revoked first (etcd may have
+        kept it through a restart), so its keys go now and never outlive LOST."""
+        if self._lease_id:
+            await self._revoke(self._lease_id, self._keep_alive_interval_s)
+            self._lease_id = 0
         await self._grant_lease(self._keep_alive_interval_s)
         self._session_event(SessionEvent.SESSION_REESTABLISHED)
+
+    async def _revoke(self, lease_id: int, timeout_s: float) -> None:
+        """Revoke the lease; one etcd no longer knows counts as revoked."""
+        try:
+            await self._leases.LeaseRevoke(
+                rpc.LeaseRevokeRequest(ID=lease_id), timeout=timeout_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() is not grpc.StatusCode.NOT_FOUND:
+                raise self._error(error) from None
 
     # --- watches ------------------------------------------------------------------------
 
@@ -449,14 +455,10 @@ class EtcdMetadataStore(MetadataStore):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if self._lease_id and self._session_state is not SessionState.LOST:
+        if self._lease_id:
             # Ephemeral keys go now rather than a TTL later; if etcd is away they lapse.
             with contextlib.suppress(MetadataStoreUnavailable):
-                await self._call(
-                    self._leases.LeaseRevoke,
-                    rpc.LeaseRevokeRequest(ID=self._lease_id),
-                    timeout_s=min(2.0, self._operation_timeout_s),
-                )
+                await self._revoke(self._lease_id, min(2.0, self._operation_timeout_s))
         self._mark_closed()
         await self._channel.close()
 

@@ -14,9 +14,9 @@ from stableline.metadata import (
     BadVersion,
     InvalidPath,
     MetadataStore,
+    NotFound,
     Notification,
     NotificationType,
-    NotFound,
 )
 
 WAIT_S = 5.0

@@ -1,0 +1,134 @@
+"""Sessions: ephemeral keys outlive neither a killed owner nor its lease; the session
+state follows etcd going away and coming back; an unreachable URL fails at once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stableline.metadata import (
+    MetadataStoreUnavailable,
+    Notification,
+    NotificationType,
+    SessionEvent,
+    SessionState,
+    open_metadata_store,
+)
+
+from .conftest import SHORT_SESSION_TIMEOUT_S, _free_port
+
+WRITER = Path(__file__).with_name("ephemeral_writer.py")
+
+
+def _start_writer(url: str, embedded_dir: Path, path: str) -> subprocess.Popen:
+    writer = subprocess.Popen(
+        [sys.executable, str(WRITER), url, str(embedded_dir), path, str(SHORT_SESSION_TIMEOUT_S)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = writer.stdout.readline()
+    assert line.strip() == "written", writer.stderr.read()
+    return writer
+
+
+async def test_ephemeral_key_of_a_killed_process_lapses_with_its_lease(etcd, root, tmp_path):
+    path = f"{root}/holder"
+    writer = _start_writer(etcd.url, tmp_path, path)
+    async with await open_metadata_store(etcd.url) as reader:
+        watch = await reader.watch(path)
+        assert (await reader.get(path)).stat.ephemeral
+        killed_at = time.monotonic()
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        deleted = await asyncio.wait_for(anext(watch), SHORT_SESSION_TIMEOUT_S * 4)
+        assert deleted == Notification(NotificationType.DELETED, path)
+        assert time.monotonic() - killed_at >= SHORT_SESSION_TIMEOUT_S * 5 / 6 - 0.5
+        assert await reader.get(path) is None
+
+
+def test_ephemeral_keys_of_a_killed_process_go_at_the_next_open_of_the_embedded_store(
+    tmp_path,
+):
+    writer = _start_writer("", tmp_path / "metadata", "/held")
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+
+    async def check() -> None:
+        async with await open_metadata_store("", embedded_dir=tmp_path / "metadata") as store:
+            assert await store.get("/held") is None
+
+    asyncio.run(check())
+
+
+async def test_a_second_open_of_one_embedded_directory_is_refused(tmp_path):
+    async with await open_metadata_store("", embedded_dir=tmp_path / "m"):
+        with pytest.raises(MetadataStoreUnavailable, match="open in another process"):
+            await open_metadata_store("", embedded_dir=tmp_path / "m")
+
+
+async def test_an_unreachable_etcd_fails_at_open_naming_its_url():
+    url = f"etcd://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(MetadataStoreUnavailable, match=f"etcd at {url} is unreachable"):
+        await open_metadata_store(url)
+    assert time.monotonic() - started < 3.0
+
+
+async def test_session_is_lost_when_etcd_stops_and_reestablished_when_it_returns(own_etcd, root):
+    events: list[SessionEvent] = []
+    store = await open_metadata_store(own_etcd.url, session_timeout_s=SHORT_SESSION_TIMEOUT_S)
+    try:
+        store.add_session_listener(events.append)
+        watch = await store.watch(root)
+        await store.put(f"{root}/mine", b"1", ephemeral=True)
+
+        own_etcd.stop()
+        await store.wait_for_session(SessionState.SUSPENDED, timeout_s=SHORT_SESSION_TIMEOUT_S)
+        with pytest.raises(MetadataStoreUnavailable, match="unreachable"):
+            await store.get(f"{root}/mine")
+        await store.wait_for_session(SessionState.LOST, timeout_s=SHORT_SESSION_TIMEOUT_S)
+        with pytest.raises(MetadataStoreUnavailable, match="session is lost"):
+            await store.put(f"{root}/mine", b"2", ephemeral=True)
+
+        own_etcd.start()
+        await store.wait_for_session(SessionState.CONNECTED, timeout_s=10)
+        assert events == [
+            SessionEvent.CONNECTION_LOST,
+            SessionEvent.SESSION_LOST,
+            SessionEvent.SESSION_REESTABLISHED,
+        ]
+        # The old lease is revoked: its key went; a new ephemeral key goes in.
+        assert await store.get(f"{root}/mine") is None
+        assert (await store.put(f"{root}/mine", b"3", -1, ephemeral=True)).ephemeral
+        # The watch resumed where it broke: it saw the old key's deletion and the new put.
+        seen = [await asyncio.wait_for(anext(watch), 5) for _ in range(3)]
+        assert seen == [
+            Notification(NotificationType.CREATED, f"{root}/mine"),
+            Notification(NotificationType.DELETED, f"{root}/mine"),
+            Notification(NotificationType.CREATED, f"{root}/mine"),
+        ]
+    finally:
+        await store.close()
+
+
+async def test_session_reconnects_with_its_keys_when_etcd_returns_within_the_lease(own_etcd, root):
+    events: list[SessionEvent] = []
+    store = await open_metadata_store(own_etcd.url, session_timeout_s=6)
+    try:
+        store.add_session_listener(events.append)
+        await store.put(f"{root}/kept", b"1", ephemeral=True)
+        own_etcd.stop()
+        await store.wait_for_session(SessionState.SUSPENDED, timeout_s=3)
+        own_etcd.start()
+        await store.wait_for_session(SessionState.CONNECTED, timeout_s=5)
+        assert events == [SessionEvent.CONNECTION_LOST, SessionEvent.RECONNECTED]
+        assert (await store.get(f"{root}/kept")).stat.ephemeral
+    finally:
+        await store.close()
