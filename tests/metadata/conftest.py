@@ -163,10 +163,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     closed; etcd stores are sessions of one etcd. All still open are closed after.
     """
     opened: list[MetadataStore] = []
-    if request.param == "etcd":
-        url = request.getfixturevalue("etcd").url
-    else:
-        url = ""
+    url = request.getfixturevalue("etcd").url if request.param == "etcd" else ""
 
     async def open_one(**options) -> MetadataStore:
         store = await open_metadata_store(url, embedded_dir=tmp_path / "metadata", **options)
