@@ -10,6 +10,7 @@ import click
 
 from stableline.cli_admin import (
     admin_url_option,
+    brokers,
     initial_position_option,
     namespaces,
     subscriptions,
@@ -69,6 +70,13 @@ def main() -> None:
     default=None,
     help="A TOML config file.",
 )
+@click.option(
+    "--metadata-store",
+    "metadata_store_url",
+    default=None,
+    help="Cluster metadata: etcd://HOST:PORT[,HOST:PORT...] [in the data dir].",
+)
+@click.option("--cluster", "cluster_name", default=None, help="Cluster name [standalone].")
 @serve_security_options
 def serve(
     data_dir: Path | None,
@@ -76,6 +84,8 @@ def serve(
     http_address: str | None,
     kafka_address: str | None,
     config_file: Path | None,
+    metadata_store_url: str | None,
+    cluster_name: str | None,
 ) -> None:
     """Start a broker."""
     from stableline.broker.config import load_config
@@ -89,6 +99,8 @@ def serve(
                 "grpc_address": grpc_address,
                 "http_address": http_address,
                 "kafka_address": kafka_address,
+                "metadata_store_url": metadata_store_url,
+                "cluster_name": cluster_name,
                 **serve_security_overrides(),
             },
         )
@@ -297,6 +309,7 @@ def admin() -> None:
 
 
 main.add_command(tokens)
+admin.add_command(brokers)
 admin.add_command(permissions)
 admin.add_command(topics)
 admin.add_command(subscriptions)

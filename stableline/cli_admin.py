@@ -394,3 +394,24 @@ def namespaces_remove_auto_topic_creation(namespace: str, admin_url: str) -> Non
     """Drop NAMESPACE's auto topic creation policy: the broker's default applies again."""
     admin_request(admin_url, _namespace_path(namespace) + "/autoTopicCreation", "DELETE")
     click.echo(f"auto topic creation on {namespace} follows the broker's default")
+
+
+# ---------------------------------------------------------------- brokers
+
+
+@click.group()
+def brokers() -> None:
+    """The cluster's live brokers."""
+
+
+@brokers.command("list")
+@click.argument("cluster", required=False)
+@admin_url_option
+def brokers_list(cluster: str | None, admin_url: str) -> None:
+    """Print the live brokers of CLUSTER (every cluster when omitted), one host:port a line."""
+    names = [cluster] if cluster else admin_request(admin_url, "/admin/v2/clusters")
+    for name in names:
+        for broker_id in admin_request(
+            admin_url, f"/admin/v2/brokers/{urllib.parse.quote(name, safe='')}"
+        ):
+            click.echo(broker_id)

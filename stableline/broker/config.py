@@ -116,6 +116,21 @@ class BrokerConfig:
     # How often open Produce/Subscribe streams are checked for an expired token
     # (Pulsar's authenticationRefreshCheckSeconds); revoked grants end them at once.
     authentication_refresh_check_seconds: float = 60.0
+    # Cluster metadata (stableline/metadata): "" keeps it in the data dir (a cluster of
+    # one); etcd://host:port[,host:port...] shares one etcd among a cluster's brokers,
+    # with TLS and USER:PASSWORD@ as its docstring says [metadataStoreUrl].
+    metadata_store_url: str = ""
+    # The cluster this broker registers in [clusterName; Pulsar standalone's name].
+    cluster_name: str = "standalone"
+    # The etcd lease of this broker's session: a killed broker leaves the live list
+    # this long after its last keep-alive; a broker cut off from etcd declares its
+    # session lost a sixth of it before the lease can expire
+    # [metadataStoreSessionTimeoutMillis, 30 s in Pulsar].
+    metadata_session_timeout_s: float = 30.0
+    # HOST or HOST:PORT clients reach this broker's gRPC at, and its id in the cluster;
+    # "" is the --grpc host and bound port (this machine's name for a wildcard host)
+    # [advertisedAddress].
+    advertised_address: str = ""
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property
@@ -184,6 +199,7 @@ def load_config(
     for name in LIMIT_KEYS:
         if getattr(config, name) < 1:
             raise ValueError(f"config {name} must be >= 1, got {getattr(config, name)}")
+    _check_cluster_settings(config)
     for name, value in (
         ("max_open_ledger_files", config.ledger.max_open_ledger_files),
         ("inactive_topic_unload_s", config.inactive_topic_unload_s),
@@ -194,6 +210,22 @@ def load_config(
                 f"config {name} must be >= 0 (0: automatic/never/unlimited), got {value}"
             )
     return config
+
+
+def _check_cluster_settings(config: BrokerConfig) -> None:
+    from stableline.metadata import InvalidPath, layout, parse_etcd_url
+
+    if config.metadata_store_url:
+        if not config.metadata_store_url.startswith("etcd:"):
+            raise ValueError(
+                f"config metadata_store_url {config.metadata_store_url!r}: use "
+                f"etcd://HOST:PORT[,HOST:PORT...], or leave it empty for the data dir"
+            )
+        parse_etcd_url(config.metadata_store_url)  # ValueError saying what is wrong
+    try:
+        layout.check_cluster_name(config.cluster_name)
+    except InvalidPath as error:
+        raise ValueError(f"config cluster_name: {error}") from None
 
 
 # Limits that bound a queue: each must be at least 1 (there is no "unlimited").
@@ -213,4 +245,5 @@ LIMIT_KEYS = (
     "max_fetch_bytes",
     "max_http_connections",
     "http_request_header_timeout_s",
+    "metadata_session_timeout_s",
 )

@@ -45,10 +45,12 @@ from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.http_admin import make_app
+from stableline.broker.http_brokers import add_routes as add_brokers_routes
 from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
 from stableline.broker.http_connection_limit import add_routes as add_http_routes
 from stableline.broker.lookup import BrokerAddresses, TopicLookup
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
+from stableline.broker.membership import Membership, with_advertised_address
 from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
 from stableline.broker.registry import TopicRegistry
@@ -65,6 +67,7 @@ from stableline.broker.transactional_acks import restore_pending_acks
 from stableline.broker.transactions import BrokerParticipant, settle_leftovers
 from stableline.kafka import KafkaStartupError, start_kafka
 from stableline.kafka.listener import KafkaListener
+from stableline.metadata import MetadataStoreError
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
 log = logging.getLogger(__name__)
@@ -168,6 +171,7 @@ class Broker:
         self.kafka: KafkaListener | None = None
         self.kafka_port = 0
         self.coordinator: TransactionCoordinator | None = None
+        self.membership: Membership | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
@@ -208,6 +212,11 @@ class Broker:
             raise _data_dir_in_use(config.data_dir, error) from None
         _check_address_free("gRPC", "--grpc HOST:PORT", config.grpc_address)
         _check_address_free("HTTP", "--http HOST:PORT", config.http_address)
+        # Before recovery: an unreachable etcd stops the start at once, naming it.
+        try:
+            self.membership = await Membership.open(config)
+        except MetadataStoreError as error:
+            raise StartupError(f"cannot open the cluster metadata store: {error}") from None
         self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
@@ -300,6 +309,7 @@ class Broker:
         http_app = make_app(self.registry, self.coordinator, recovery, self.partitioned)
         add_routes(http_app, self.connections)
         http_lookup.add_routes(http_app, self.lookup)
+        add_brokers_routes(http_app, self.membership.store)
         # First: a request refused by the token check has still sent its headers.
         http_app.middlewares.append(self.http_connections.middleware())
         add_http_routes(http_app, self.http_connections)
@@ -334,15 +344,21 @@ class Broker:
                 )
             except KafkaStartupError as error:
                 raise StartupError(str(error)) from None
-        self.lookup.advertise(
+        addresses = with_advertised_address(
             BrokerAddresses.advertised(
                 config.grpc_address,
                 self.grpc_port,
                 config.http_address,
                 self.http_port,
                 self.security.settings.tls is not None,
-            )
+            ),
+            config.advertised_address,
         )
+        self.lookup.advertise(addresses)
+        try:
+            await self.membership.register(addresses, version(), self._load)
+        except MetadataStoreError as error:
+            raise StartupError(str(error)) from None
 
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -359,6 +375,14 @@ class Broker:
         except OSError as error:
             log.error("data dir %s: cannot tighten file modes: %s", self.config.data_dir, error)
 
+    def _load(self) -> dict[str, float]:
+        """The load figure this broker registers and reports (placement will weigh it)."""
+        return {
+            "topics": self.registry.count(),
+            "loadedTopics": len(self.registry.loaded()),
+            "connections": len(self.connections),
+        }
+
     async def _sync_metadata(self) -> None:
         # Cursor positions are written without fsync; make them durable periodically.
         while True:
@@ -369,6 +393,9 @@ class Broker:
         """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
         started = time.monotonic()
         await self._health.enter_graceful_shutdown()
+        if self.membership is not None:
+            # Out of the cluster's live list before anything else stops.
+            await self.membership.close()
         if self._grpc is not None:
             calls, clients = self.connections.open_calls(), len(self.connections)
             if calls:
@@ -434,6 +461,12 @@ def _log_banner(broker: Broker, took_s: float) -> None:
         security.append("authorization")
     log.info("stableline %s ready in %.1f s", version(), took_s)
     log.info("data dir: %s", config.data_dir.resolve())
+    log.info(
+        "cluster %s: metadata store %s, this broker is %s",
+        config.cluster_name,
+        broker.membership.store.description,
+        broker.membership.registration.info.broker_id,
+    )
     log.info("gRPC (clients' service URL): %s", advertised.grpc_address)
     log.info("HTTP admin: %s   dashboard: %s/", advertised.http_url, advertised.http_url)
     if broker.kafka is not None:
