@@ -26,9 +26,7 @@ def cluster() -> str:
     return f"c{os.getpid()}-{next(_clusters)}"
 
 
-def _cluster_broker(
-    tmp_path: Path, name: str, url: str, cluster: str, **env: str
-) -> BrokerProcess:
+def _cluster_broker(tmp_path: Path, name: str, url: str, cluster: str, **env: str) -> BrokerProcess:
     return BrokerProcess(
         tmp_path / name / "data",
         extra_args=["--metadata-store", url, "--cluster", cluster],
@@ -105,9 +103,7 @@ def test_a_second_broker_advertising_a_taken_address_is_refused(etcd, cluster, t
     first.start()
     brokers.append(first)
     taken = f"127.0.0.1:{first.grpc_port}"
-    second = _cluster_broker(
-        tmp_path, "b", etcd.url, cluster, STABLELINE_ADVERTISED_ADDRESS=taken
-    )
+    second = _cluster_broker(tmp_path, "b", etcd.url, cluster, STABLELINE_ADVERTISED_ADDRESS=taken)
     with pytest.raises(BrokerExited) as refused:
         second.start()
     assert refused.value.returncode != 0
