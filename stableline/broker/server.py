@@ -505,6 +505,13 @@ async def serve(config: BrokerConfig) -> None:
         await broker.stop()
         raise
     _log_banner(broker, time.monotonic() - started)
+    # Handlers first: a SIGTERM sent the moment `ready` is read is a clean stop.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if broker.failpoints is not None:
+        loop.add_signal_handler(signal.SIGUSR1, broker.failpoints.release)
     # One line on stdout that tools and tests can read for the bound ports.
     print(
         json.dumps(
@@ -518,12 +525,6 @@ async def serve(config: BrokerConfig) -> None:
         ),
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    if broker.failpoints is not None:
-        loop.add_signal_handler(signal.SIGUSR1, broker.failpoints.release)
     await stop.wait()
     await broker.stop()
 
