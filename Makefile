@@ -24,7 +24,7 @@ run: $(VENV)/.base-installed
 	$(PY) -m stableline serve --data-dir $(DATA_DIR)
 
 test: $(VENV)/.all-installed
-	bash scripts/install_browser.sh
+	bash scripts/install_test_servers.sh
 	$(PY) -m pytest
 
 # The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min).

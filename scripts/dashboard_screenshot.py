@@ -4,7 +4,7 @@ Starts a broker on a temporary data dir, runs a small payments load (a producer,
 a READ_COMMITTED and a READ_UNCOMMITTED subscription consuming), opens a
 transaction that stays open so READ_COMMITTED stalls behind it, and photographs
 the topic page in headless Chromium with a READ_UNCOMMITTED peek. Needs
-selenium and Debian's chromium + chromium-driver (scripts/install_browser.sh).
+selenium and Debian's chromium + chromium-driver (scripts/install_test_servers.sh).
 
     python scripts/dashboard_screenshot.py --output docs/dashboard.png
 """
