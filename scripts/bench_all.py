@@ -82,6 +82,7 @@ class Sizes:
     message_id_statements: int = 1_000_000
     partitioned_messages: int = 300_000
     kafka_messages: int = 100_000
+    metadata_puts: int = 1000
 
 
 QUICK = Sizes(
@@ -107,6 +108,7 @@ QUICK = Sizes(
     message_id_statements=20_000,
     partitioned_messages=5_000,
     kafka_messages=5_000,
+    metadata_puts=50,
 )
 
 
@@ -842,6 +844,43 @@ def fig_message_id(sizes: Sizes, ctx: dict) -> list[Row]:
     ]
 
 
+def fig_metadata(sizes: Sizes, ctx: dict) -> list[Row]:
+    result = run_script(
+        "bench_metadata.py",
+        ctx["out"] / "metadata.json",
+        "--puts",
+        str(sizes.metadata_puts),
+        "--gets",
+        str(sizes.metadata_puts * 2),
+    )
+    embedded, raw = result["embedded"], result["raw_lmdb"]
+    figure = "Metadata store (bench_metadata)"
+    rows = [
+        Row(figure, "embedded: durable puts/s, one at a time", embedded["puts_per_s"], "puts/s",
+            "raw LMDB put + fsync", raw["puts_per_s"]),
+        Row(figure, f"embedded: durable puts/s, {result['concurrency']} in flight",
+            embedded["concurrent_puts_per_s"], "puts/s", "raw LMDB put + fsync, one at a time",
+            raw["puts_per_s"], goal=(Bound("ratio", ">=", 1),)),
+        Row(figure, "embedded: get p50", embedded["get"]["p50_us"], "us", "raw LMDB get",
+            raw["get"]["p50_us"]),
+    ]  # fmt: skip
+    if "etcd" in result:
+        etcd, raw = result["etcd"], result["raw_aetcd"]
+        rows += [
+            Row(figure, "etcd: puts/s, one at a time", etcd["puts_per_s"], "puts/s",
+                "aetcd client put", raw["puts_per_s"], goal=(Bound("ratio", ">=", 0.6),)),
+            Row(figure, f"etcd: puts/s, {result['concurrency']} in flight",
+                etcd["concurrent_puts_per_s"], "puts/s", "aetcd client put, same",
+                raw["concurrent_puts_per_s"], goal=(Bound("ratio", ">=", 0.6),)),
+            Row(figure, "etcd: compare-and-set puts/s, one at a time", etcd["cas_puts_per_s"],
+                "puts/s", "plain put through the store", etcd["puts_per_s"]),
+            Row(figure, "etcd: get p50", etcd["get"]["p50_us"], "us", "aetcd client get",
+                raw["get"]["p50_us"], goal=(Bound("ratio", "<=", 1.5),),
+                note=f"p99 {etcd['get']['p99_us']} us (aetcd {raw['get']['p99_us']} us)"),
+        ]  # fmt: skip
+    return rows
+
+
 def fig_partitioned(sizes: Sizes, ctx: dict) -> list[Row]:
     """The producer of a 6-partition topic beside one of a plain topic."""
     result = run_script(
@@ -925,6 +964,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "message_id": fig_message_id,
     "partitioned": fig_partitioned,
     "kafka": fig_kafka,
+    "metadata": fig_metadata,
 }
 
 
