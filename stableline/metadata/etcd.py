@@ -19,6 +19,9 @@ of its own (aetcd's client has no TLS and one endpoint; this needs both):
   was compacted away meanwhile, the watches end with WatchOverflow.
 - Every call has a deadline (`operation_timeout_s`); an unreachable etcd is
   `MetadataStoreUnavailable` naming the URL, at once when the connection is refused.
+- With USER:PASSWORD the store authenticates (and again when etcd's token lapses);
+  the user needs read and write on the keys under `/`. Wrong or missing credentials
+  are refused at open, with a message saying so.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ _CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
+
+
+# What etcd says (some as INVALID_ARGUMENT) when credentials are wrong or missing.
+_CREDENTIAL_ERRORS = ("authentication failed", "user name is empty", "permission denied")
 
 
 class _LeaseExpired(Exception):
@@ -129,6 +136,15 @@ class EtcdMetadataStore(MetadataStore):
         )
         try:
             await store._authenticate(connect_timeout_s)
+            # A read of the key space the store uses: etcd grants leases to anyone,
+            # so this is what finds missing or short rights at open.
+            await store._call(
+                store._kv.Range,
+                rpc.RangeRequest(
+                    key=b"/", range_end=prefix_range_end(b"/"), limit=1, keys_only=True
+                ),
+                timeout_s=connect_timeout_s,
+            )
             await store._grant_lease(connect_timeout_s)
         except BaseException:
             await channel.close()
@@ -184,7 +200,10 @@ class EtcdMetadataStore(MetadataStore):
             )
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return MetadataStoreUnavailable(f"{where} did not answer in time; retry later")
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        if code in (
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED,
+        ) or any(sign in details for sign in _CREDENTIAL_ERRORS):
             return MetadataStoreUnavailable(
                 f"{where} refused the credentials ({details}); check the user and "
                 f"password in the metadata store URL and the user's etcd role"

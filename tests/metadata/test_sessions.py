@@ -132,3 +132,27 @@ async def test_session_reconnects_with_its_keys_when_etcd_returns_within_the_lea
         assert (await store.get(f"{root}/kept")).stat.ephemeral
     finally:
         await store.close()
+
+
+async def test_user_and_password_in_the_url_authenticate_and_a_wrong_one_is_refused(own_etcd, root):
+    import grpc
+    from aetcd import rpc
+
+    async with grpc.aio.insecure_channel(own_etcd.endpoint) as channel:
+        auth = rpc.AuthStub(channel)
+        await auth.RoleAdd(rpc.AuthRoleAddRequest(name="root"))
+        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password="s3cret"))
+        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
+        await auth.AuthEnable(rpc.AuthEnableRequest())
+    host_port = own_etcd.url.removeprefix("etcd://")
+    with pytest.raises(MetadataStoreUnavailable, match="refused the credentials"):
+        await open_metadata_store(f"etcd://root:wrong@{host_port}")
+    with pytest.raises(MetadataStoreUnavailable, match="refused the credentials"):
+        await open_metadata_store(own_etcd.url)  # no credentials at all
+    async with await open_metadata_store(f"etcd://root:s3cret@{host_port}") as store:
+        assert store.description == f"etcd://root:***@{host_port}"
+        watch = await store.watch(root)
+        await store.put(f"{root}/k", b"v", -1, ephemeral=True)
+        assert (await store.get(f"{root}/k")).value == b"v"
+        change = await asyncio.wait_for(anext(watch), 5)
+        assert change == Notification(NotificationType.CREATED, f"{root}/k")
