@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -55,9 +56,12 @@ def _free_port() -> int:
 class EtcdServer:
     """One etcd member on 127.0.0.1; stop() and start() again keep its data and ports."""
 
-    def __init__(self, binary: str, directory: Path):
+    def __init__(self, binary: str, directory: Path, tls: dict[str, Path] | None = None):
+        """`tls`: {"ca", "cert", "key", "client_cert", "client_key"} files; clients then
+        need TLS and a certificate the CA signed."""
         self.binary = binary
         self.directory = directory
+        self.tls = tls
         self.client_port = _free_port()
         self.peer_port = _free_port()
         self.process: subprocess.Popen | None = None
@@ -70,8 +74,12 @@ class EtcdServer:
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
+    @property
+    def _client_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
+
     def start(self) -> None:
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = self._client_url
         peer = f"http://127.0.0.1:{self.peer_port}"
         command = [
             self.binary,
@@ -85,6 +93,13 @@ class EtcdServer:
             "--logger=zap",
             "--log-level=warn",
         ]
+        if self.tls:
+            command += [
+                f"--cert-file={self.tls['cert']}",
+                f"--key-file={self.tls['key']}",
+                f"--trusted-ca-file={self.tls['ca']}",
+                "--client-cert-auth",
+            ]
         log = open(self.directory / "etcd.log", "ab")  # noqa: SIM115 - the child owns it
         self.process = subprocess.Popen(command, stdout=log, stderr=log)
         log.close()
@@ -98,9 +113,13 @@ class EtcdServer:
             time.sleep(0.05)
 
     def _healthy(self) -> bool:
+        context = None
+        if self.tls:
+            context = ssl.create_default_context(cafile=str(self.tls["ca"]))
+            context.load_cert_chain(self.tls["client_cert"], self.tls["client_key"])
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.client_port}/health", timeout=1
+                f"{self._client_url}/health", timeout=1, context=context
             ) as reply:
                 return json.loads(reply.read()).get("health") == "true"
         except (OSError, ValueError):

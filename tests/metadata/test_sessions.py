@@ -156,3 +156,29 @@ async def test_user_and_password_in_the_url_authenticate_and_a_wrong_one_is_refu
         assert (await store.get(f"{root}/k")).value == b"v"
         change = await asyncio.wait_for(anext(watch), 5)
         assert change == Notification(NotificationType.CREATED, f"{root}/k")
+
+
+async def test_tls_with_a_client_certificate_from_the_url(etcd_binary, tmp_path, root):
+    from stableline.broker.security.certificates import CertificateAuthority
+
+    from .conftest import EtcdServer
+
+    authority = CertificateAuthority("etcd test CA")
+    server, client = authority.issue_server(("localhost", "127.0.0.1")), authority.issue_client("b")
+    files = {"ca": authority.cert_pem, "cert": server.cert_pem, "key": server.key_pem,
+             "client_cert": client.cert_pem, "client_key": client.key_pem}  # fmt: skip
+    for name, data in files.items():
+        (tmp_path / f"{name}.pem").write_bytes(data)
+    tls = {name: tmp_path / f"{name}.pem" for name in files}
+    etcd = EtcdServer(etcd_binary, tmp_path, tls)
+    etcd.start()
+    try:
+        base = f"etcd://{etcd.endpoint}?tls_trust_certs_file={tls['ca']}"
+        with pytest.raises(MetadataStoreUnavailable, match="unreachable"):
+            await open_metadata_store(base, connect_timeout_s=2)  # no client certificate
+        url = f"{base}&tls_cert_file={tls['client_cert']}&tls_key_file={tls['client_key']}"
+        async with await open_metadata_store(url) as store:
+            await store.put(f"{root}/k", b"over TLS", -1, ephemeral=True)
+            assert (await store.get(f"{root}/k")).value == b"over TLS"
+    finally:
+        etcd.stop()
