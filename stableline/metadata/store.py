@@ -81,6 +81,17 @@ class Watch:
             self._on_close(self)
         self._wakeup.set()
 
+    @property
+    def pending(self) -> int:
+        """Notifications delivered and not yet read."""
+        return len(self._queue)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the watch ended (closed, overflowed or its store closed); what it
+        holds can still be read."""
+        return self._ended is not None
+
     def close(self) -> None:
         """End the watch; its iterator stops after what it already holds."""
         self._end(StopAsyncIteration())
