@@ -64,6 +64,8 @@ DEFAULT_OPERATION_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 # Retries of a broken keep-alive or watch stream back off up to this.
 _MAX_RETRY_DELAY_S = 1.0
+# How long close() waits for its keep-alive and watch tasks to end.
+_CLOSE_WAIT_S = 2.0
 _CHANNEL_OPTIONS = (
     # etcd restarted or another endpoint up: reconnect within a second, not gRPC's 2 min.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -109,6 +111,10 @@ class EtcdMetadataStore(MetadataStore):
         self._lease_deadline = 0.0
         self._keeper: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
+        # The open keep-alive and watch streams, cancelled by close() directly: a
+        # cancelled task awaiting a stream's read may not see its cancellation.
+        self._streams: set[Any] = set()
+        self._closing = False
         self._watching: asyncio.Future | None = None
 
     @classmethod
@@ -341,7 +347,7 @@ class EtcdMetadataStore(MetadataStore):
     async def _keep_session(self) -> None:
         """Keep the lease alive; move the session state as etcd answers or not."""
         delay = 0.1
-        while True:
+        while not self._closing:
             try:
                 if self._session_state is SessionState.LOST:
                     await self._reestablish()
@@ -367,14 +373,16 @@ class EtcdMetadataStore(MetadataStore):
     async def _keep_alive(self) -> None:
         """One keep-alive stream: renew every third of the TTL until it fails."""
         call = self._leases.LeaseKeepAlive(metadata=self._metadata)
+        self._streams.add(call)
         interval = self._keep_alive_interval_s
         try:
-            while True:
+            while not self._closing:
                 sent = time.monotonic()
-                await asyncio.wait_for(
-                    call.write(rpc.LeaseKeepAliveRequest(ID=self._lease_id)), interval
-                )
-                reply = await asyncio.wait_for(call.read(), interval)
+                # asyncio.timeout, not wait_for: wait_for can swallow close()'s
+                # cancellation when the read completes at the same moment.
+                async with asyncio.timeout(interval):
+                    await call.write(rpc.LeaseKeepAliveRequest(ID=self._lease_id))
+                    reply = await call.read()
                 if reply is grpc.aio.EOF:
                     raise ConnectionError("etcd ended the keep-alive stream")
                 if reply.TTL <= 0:
@@ -384,6 +392,7 @@ class EtcdMetadataStore(MetadataStore):
                     self._session_event(SessionEvent.RECONNECTED)
                 await asyncio.sleep(interval)
         finally:
+            self._streams.discard(call)
             call.cancel()
 
     async def _reestablish(self) -> None:
@@ -423,8 +432,9 @@ class EtcdMetadataStore(MetadataStore):
         next_revision = 0
         delay = 0.1
         root = b"/"
-        while True:
+        while not self._closing:
             call = self._watch_stub.Watch(metadata=self._metadata)
+            self._streams.add(call)
             try:
                 create = rpc.WatchCreateRequest(
                     key=root, range_end=prefix_range_end(root), start_revision=next_revision
@@ -460,6 +470,7 @@ class EtcdMetadataStore(MetadataStore):
             except Exception as error:
                 log.debug("etcd watch broke: %r", error)
             finally:
+                self._streams.discard(call)
                 call.cancel()
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_RETRY_DELAY_S)
@@ -469,11 +480,16 @@ class EtcdMetadataStore(MetadataStore):
     async def close(self) -> None:
         if self._session_state is SessionState.CLOSED:
             return
-        for task in (self._keeper, self._watcher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        self._closing = True
+        tasks = {task for task in (self._keeper, self._watcher) if task is not None}
+        for task in tasks:
+            task.cancel()
+        for call in list(self._streams):
+            call.cancel()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=_CLOSE_WAIT_S)
+            if stuck:
+                log.warning("etcd store %s: %d task(s) did not stop", self.description, len(stuck))
         if self._lease_id:
             # Ephemeral keys go now rather than a TTL later; if etcd is away they lapse.
             with contextlib.suppress(MetadataStoreUnavailable):
