@@ -68,30 +68,41 @@ def frames(
     batches: list[tuple[int, Batch]], producer_name: str, max_bytes: int
 ) -> list[tuple[tuple[int, ...], pb.ProduceRequest]]:
     """(sequence ids, request) for batches given with their sequence ids, ascending:
-    as few frames as hold them, each at most max_bytes of payload (a frame holds at
-    least one batch). One batch alone goes as a plain send."""
+    as few frames as hold them, each at most max_bytes as encoded (its entries'
+    keys, names and sequence ids counted with their payloads: the broker refuses a
+    frame past max_message_size + 1 MiB, and ten thousand keyed entries of a few
+    bytes carry more of those than of payload). A frame holds at least one batch;
+    one batch alone goes as a plain send."""
+    if len(batches) == 1:
+        sequence_id, batch = batches[0]
+        return [((sequence_id,), batch.to_send(sequence_id, producer_name))]
     out: list[tuple[tuple[int, ...], pb.ProduceRequest]] = []
-    group: list[tuple[int, Batch]] = []
+    group: list[tuple[int, Batch, pb.ProducerSend]] = []
     size = 0
     for sequence_id, batch in batches:
-        if group and size + batch.size_bytes > max_bytes:
+        send = batch.to_proto(sequence_id, producer_name)
+        encoded = send.ByteSize() + _REPEATED_FIELD_OVERHEAD
+        if group and size + encoded > max_bytes:
             out.append(_frame(group, producer_name))
             group, size = [], 0
-        group.append((sequence_id, batch))
-        size += batch.size_bytes
-    if group:
-        out.append(_frame(group, producer_name))
+        group.append((sequence_id, batch, send))
+        size += encoded
+    out.append(_frame(group, producer_name))
     return out
 
 
+# A repeated message field's tag (1 byte) and its length varint (at most 5 bytes).
+_REPEATED_FIELD_OVERHEAD = 6
+
+
 def _frame(
-    group: list[tuple[int, Batch]], producer_name: str
+    group: list[tuple[int, Batch, pb.ProducerSend]], producer_name: str
 ) -> tuple[tuple[int, ...], pb.ProduceRequest]:
-    sequence_ids = tuple(sequence_id for sequence_id, _ in group)
+    sequence_ids = tuple(sequence_id for sequence_id, _, _ in group)
     if len(group) == 1:
-        sequence_id, batch = group[0]
+        sequence_id, batch, _ = group[0]
         return sequence_ids, batch.to_send(sequence_id, producer_name)
-    sends = [batch.to_proto(sequence_id, producer_name) for sequence_id, batch in group]
+    sends = [send for _, _, send in group]
     return sequence_ids, pb.ProduceRequest(sends=pb.ProducerSends(sends=sends))
 
 

@@ -75,12 +75,14 @@ def test_batches_sent_together_fill_frames_up_to_a_byte_limit_in_sequence_order(
             batch.parts += [plain_prefix(40), b"x" * 40]
             batch.count, batch.size_bytes = 1, 42
             batches.append((sequence_id, batch))
-        cut = frames(batches, "p", max_bytes=100)
-        alone = frames(batches[:1], "p", max_bytes=100)
+        entry = batches[0][1].to_proto(10, "p").ByteSize() + 6  # as framed, with its tag
+        cut = frames(batches, "p", max_bytes=2 * entry + 5)
+        alone = frames(batches[:1], "p", max_bytes=entry)
     finally:
         loop.close()
-    # 42-byte batches under 100 bytes: two to a frame, in sequence order.
+    # Two entries to a frame by their encoded size, in sequence order.
     assert [ids for ids, _ in cut] == [(10, 11), (12, 13), (14,)]
+    assert all(request.ByteSize() <= 2 * entry + 5 for _, request in cut)
     first = cut[0][1].sends.sends
     assert [(s.sequence_id, s.metadata.sequence_id, s.partition_key) for s in first] == [
         (10, 10, "a"),
@@ -90,3 +92,22 @@ def test_batches_sent_together_fill_frames_up_to_a_byte_limit_in_sequence_order(
     # The last frame, and a batch on its own, go as a plain send.
     assert cut[2][1].WhichOneof("request") == "send" and cut[2][1].send.sequence_id == 14
     assert alone[0][1].WhichOneof("request") == "send"
+
+
+def test_frames_of_many_small_keyed_entries_stay_under_the_byte_limit_as_encoded():
+    """Keys, names and sequence ids outweigh 20-byte payloads: counting payload bytes
+    alone made one 10 MB frame of 100,000 keyed entries, past the broker's limit."""
+    loop = asyncio.new_event_loop()
+    try:
+        batches = []
+        for sequence_id in range(20_000):
+            batch = Batch(None, loop.create_future(), key=f"customer-{sequence_id:08d}")
+            batch.parts += [plain_prefix(20), b"x" * 20]
+            batch.count, batch.size_bytes = 1, 22
+            batches.append((sequence_id, batch))
+        limit = 256 * 1024
+        cut = frames(batches, "a-producer-name", max_bytes=limit)
+    finally:
+        loop.close()
+    assert all(request.ByteSize() <= limit for _, request in cut)
+    assert [i for ids, _ in cut for i in ids] == list(range(20_000))
