@@ -611,8 +611,11 @@ class ManagedLedger:
                     cut = entry_id  # the first entry goes out whatever its size
             damaged_before = len(segment.damaged)
             for read_id, header, payload in segment.read(entry_id, cut):
-                position = Position(ledger_id, read_id)
-                into.append(Entry(position, EntryHeader.decode(header), payload))
+                entry = Entry(Position(ledger_id, read_id), EntryHeader.decode(header), payload)
+                into.append(entry)
+                # A reader often takes only part of what one disk read brings (its
+                # consumer's permits): its next pass finds the rest here.
+                cache.put_read(entry)
             if len(segment.damaged) != damaged_before:
                 self._record_damage(ledger_id, segment)
             if bounded:

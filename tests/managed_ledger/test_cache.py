@@ -85,3 +85,56 @@ def test_clear_empties_the_cache():
     cache.put(_entry(0, 0))
     cache.clear()
     assert (len(cache), cache.size_bytes) == (0, 0)
+
+
+def test_entries_read_back_from_disk_are_served_from_the_cache():
+    cache = EntryCache(8 * _cost(100))
+    entry = _entry(0, 0)
+    cache.put_read(entry)
+    assert cache.get(0, 0) is entry
+    assert cache.read_back_bytes == cache.size_bytes == _cost(100)
+
+
+def test_read_back_entries_take_at_most_their_share_and_evict_their_oldest():
+    cache = EntryCache(8 * _cost(100))  # a quarter: two entries
+    for entry_id in range(5):
+        cache.put_read(_entry(0, entry_id))
+        assert cache.read_back_bytes <= cache.read_back_max_bytes
+    assert [cache.get(0, i) is not None for i in range(5)] == [False, False, False, True, True]
+
+
+def test_a_reader_catching_up_evicts_at_most_its_share_of_the_appended_tail():
+    cache = EntryCache(8 * _cost(100))
+    for entry_id in range(8):
+        cache.put(_entry(1, entry_id))
+    for entry_id in range(100):
+        cache.put_read(_entry(0, entry_id))
+    tail = [cache.get(1, i) is not None for i in range(8)]
+    assert tail == [False, False, True, True, True, True, True, True]
+    assert cache.size_bytes <= cache.max_bytes
+
+
+def test_appends_evict_appended_entries_before_read_back_ones():
+    cache = EntryCache(8 * _cost(100))
+    cache.put_read(_entry(0, 0))
+    for entry_id in range(20):
+        cache.put(_entry(1, entry_id))
+    assert cache.get(0, 0) is not None
+    assert cache.size_bytes <= cache.max_bytes
+
+
+def test_an_entry_appended_over_a_read_back_copy_is_charged_once():
+    cache = EntryCache(8 * _cost(100))
+    cache.put_read(_entry(0, 0))
+    cache.put(_entry(0, 0))
+    cache.put_read(_entry(0, 0))
+    assert (len(cache), cache.size_bytes, cache.read_back_bytes) == (1, _cost(100), 0)
+
+
+def test_dropping_a_ledger_drops_its_read_back_entries_too():
+    cache = EntryCache(8 * _cost(100))
+    cache.put(_entry(0, 0))
+    cache.put_read(_entry(0, 1))
+    cache.put_read(_entry(1, 0))
+    cache.drop_ledger(0)
+    assert (len(cache), cache.size_bytes, cache.read_back_bytes) == (1, _cost(100), _cost(100))

@@ -293,6 +293,19 @@ async def test_evicted_entries_are_read_from_disk_and_recent_ones_from_the_cache
     assert ledger.cache.hits == hits + 5
 
 
+async def test_entries_read_from_disk_are_served_from_the_cache_on_the_next_read(harness):
+    # A reader that takes only part of one disk read (its consumer's permits) finds
+    # the rest in the cache on its next pass, not on the disk again.
+    ledger = await harness.open(ManagedLedgerConfig(fsync=False))
+    positions = await append_many(ledger, range(20))
+    await ledger.close()
+    ledger = await harness.open(ManagedLedgerConfig(fsync=False))
+    assert sequence_ids(ledger.read(positions[0], 20)) == list(range(20))
+    misses = ledger.cache.misses
+    assert sequence_ids(ledger.read(positions[5], 10)) == list(range(5, 15))
+    assert ledger.cache.misses == misses
+
+
 async def test_read_stops_at_max_entries_and_at_the_bound(harness):
     ledger = await harness.open()
     positions = await append_many(ledger, range(10))
