@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 
@@ -65,8 +66,10 @@ from managed_ledger import Entry, ManagedCursor, Position, TxnId
 
 log = logging.getLogger(__name__)
 
-# Entries read from the ledger in one pass of the dispatch loop.
+# Entries read from the ledger in one pass of the dispatch loop, at most.
 MAX_READ_ENTRIES = 500
+# Weight of the latest entry in the running average of messages per entry.
+MESSAGES_PER_ENTRY_WEIGHT = 0.1
 # Delivery counters kept for redelivered entries; oldest forgotten beyond this.
 MAX_TRACKED_REDELIVERIES = 100_000
 
@@ -127,6 +130,11 @@ class Subscription:
         self.messages_out = 0
         self.bytes_out = 0
         self.skipped_entries = 0
+        # Messages per delivered entry, a running average: a pass reads about as many
+        # entries as the consumers' permits take, not MAX_READ_ENTRIES of 1000-message
+        # batches to deliver one of them (the rest read again next pass) [Pulsar:
+        # avgBatchSizePerMsg sizing readBatchSize].
+        self._messages_per_entry = 1.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -667,7 +675,8 @@ class Subscription:
         bound = self.view.bound()
         cursor = self.cursor
         while cursor.read_position <= bound:
-            entries = cursor.ledger.read(cursor.read_position, MAX_READ_ENTRIES, bound)
+            wanted = self._entries_to_read()
+            entries = cursor.ledger.read(cursor.read_position, wanted, bound)
             if not entries:
                 break
             stopped = False
@@ -677,9 +686,16 @@ class Subscription:
                     break
                 cursor.read_position = entry.position.next_in_ledger()
                 progressed = True
-            if stopped or len(entries) < MAX_READ_ENTRIES:
+            if stopped or len(entries) < wanted:
                 break
         return progressed
+
+    def _entries_to_read(self) -> int:
+        """Entries one read should bring: what the consumers' permits take at the
+        average batch size seen so far (one at least, MAX_READ_ENTRIES at most)."""
+        permits = sum(c.permits for c in self.consumers if c.permits > 0 and not c.blocked)
+        wanted = math.ceil(permits / self._messages_per_entry)
+        return min(max(wanted, 1), MAX_READ_ENTRIES)
 
     def _dispatch_redeliveries(self, batches: dict[Consumer, list[Delivery]]) -> bool:
         progressed = False
@@ -761,6 +777,7 @@ class Subscription:
             ):
                 self._redelivery_counts[position] = count
         num = entry.header.num_messages
+        self._messages_per_entry += MESSAGES_PER_ENTRY_WEIGHT * (num - self._messages_per_entry)
         if position in self._txn_touched:
             # Indexes held by open transactions are left out too; what an abort gave
             # back goes out with this delivery.

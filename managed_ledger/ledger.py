@@ -59,6 +59,9 @@ CURSORS_DB = b"cursors"
 # What a cached entry counts for besides its payload in a byte-bounded read (its
 # header and frame, as on disk, roughly).
 CACHED_ENTRY_OVERHEAD_BYTES = 64
+# Bytes of entries past those asked for that a read from the files brings into the
+# cache (bounded by half the cache's read-back region) [BookKeeper: readahead].
+READ_AHEAD_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -609,12 +612,21 @@ class ManagedLedger:
                     if into:
                         return False
                     cut = entry_id  # the first entry goes out whatever its size
+            # Read ahead: the entries after these, up to READ_AHEAD_BYTES, come in
+            # the same pread and wait in the cache, so a reader going through the
+            # files asks the disk once per read-ahead span, not once per pass.
+            ahead = cut
+            readable_last = self._entry_count(ledger_id) - 1
+            room = min(READ_AHEAD_BYTES, cache.read_back_max_bytes // 2)
+            if cut < readable_last and room > segment.span(entry_id, cut):
+                ahead = max(cut, segment.last_within(entry_id, readable_last, room))
             damaged_before = len(segment.damaged)
-            for read_id, header, payload in segment.read(entry_id, cut):
+            for read_id, header, payload in segment.read(entry_id, ahead):
                 entry = Entry(Position(ledger_id, read_id), EntryHeader.decode(header), payload)
-                into.append(entry)
-                # A reader often takes only part of what one disk read brings (its
-                # consumer's permits): its next pass finds the rest here.
+                if read_id <= cut:
+                    into.append(entry)
+                # What the reader takes now stays too: it often takes only part of a
+                # read (its consumer's permits), and its next pass finds the rest here.
                 cache.put_read(entry)
             if len(segment.damaged) != damaged_before:
                 self._record_damage(ledger_id, segment)
