@@ -32,6 +32,7 @@ from stableline._errors import (
     ProducerQueueIsFull,
     StableLineError,
     Timeout,
+    from_code,
 )
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._routing import MessageRoutingMode, RoutedMessage
@@ -396,6 +397,15 @@ class Consumer:
         # Plain acks are grouped: ack_grouping_time_ms > 0 and neither close() nor
         # unsubscribe() called (then acks wait for their answer, and raise).
         self._grouped = self._ack_group_s > 0
+        # Groups taken from _acks whose request is not yet made (token -> group): a
+        # reopen sends them ahead of the redelivery instead.
+        self._unsent_groups: dict[int, Messages | list] = {}
+        self._group_tokens = itertools.count()
+        # The topic of every stream reopened so far, in order (appended under
+        # _buffer_lock): a refill taken before the n-th reopen drops what it holds
+        # of the topics reopened since (see _on_reopen).
+        self._reopened: list[str] = []
+        inner.add_reopen_listener(self._on_reopen)
 
     def topic(self) -> str:
         return self._inner.topic()
@@ -420,10 +430,16 @@ class Consumer:
 
     def _receive_refilled(self, timeout_millis: int | None) -> Message:
         while True:
-            batch = self._loop.run(self._take(self._refill_size, timeout_millis))
+            batch, reopens = self._loop.run(self._take_counted(self._refill_size, timeout_millis))
             with self._buffer_lock:
+                runs = batch.runs()
+                if len(self._reopened) != reopens:
+                    # A stream was replaced since this refill was taken: what it holds
+                    # of that topic comes again from the broker.
+                    gone = set(self._reopened[reopens:])
+                    runs = [run for run in runs if run[0].topic not in gone]
                 # What another thread's refill left goes first.
-                self._set_buffered(chain(list(self._buffered), _messages_of(batch.runs())))
+                self._set_buffered(chain(list(self._buffered), _messages_of(runs)))
             try:
                 return self._take_buffered()
             except StopIteration:
@@ -433,6 +449,56 @@ class Consumer:
         """Under _buffer_lock: the buffer is now `messages`."""
         self._buffered = messages
         self._take_buffered = messages.__next__
+
+    async def _take_counted(
+        self, max_messages: int, timeout_millis: int | None
+    ) -> tuple[Messages, int]:
+        """_take, and how many reopens there had been when it took the messages."""
+        batch = await self._take(max_messages, timeout_millis)
+        return batch, len(self._reopened)
+
+    def _on_reopen(self, topic: str) -> None:
+        """On the loop, when a stream is replaced (before the broker redelivers):
+        buffered messages of its topic are dropped, as its receiver queue was, so
+        the redelivery is the only copy; grouped acks not yet sent go with the
+        reopen, ahead of the redelivery, so what was acknowledged is not given out
+        again."""
+        with self._buffer_lock:
+            self._reopened.append(topic)
+            if self._several:
+                kept = [m for m in self._buffered if m[0].topic != topic]
+                self._set_buffered(iter(kept))
+            else:
+                self._set_buffered(iter(()))
+        groups = [*self._unsent_groups.values(), self._take_group()]
+        self._unsent_groups.clear()
+        consumer = self._inner._consumers.get(topic) if self._several else self._inner
+        for group in groups:
+            if not group:
+                continue
+            if consumer is None:
+                self._start_group(group)
+                continue
+            mine: Messages | list = group
+            if self._several:
+                items = list(group)
+                mine = [i for i in items if self._inner._consumer_of(i) is consumer]
+                if len(mine) != len(items):
+                    others = [i for i in items if self._inner._consumer_of(i) is not consumer]
+                    self._start_group(others)
+            if mine:
+                task = self._loop.loop.create_task(
+                    self._answered(consumer._ack_with_reopen(mine), len(mine))
+                )
+                self._ack_requests.add(task)
+                task.add_done_callback(self._ack_requests.discard)
+
+    @staticmethod
+    async def _answered(answer: asyncio.Future, count: int) -> None:
+        done = await answer
+        if done.error_code:
+            error = from_code(done.error_code, done.error_message)
+            _log.warning("acknowledgment of %d messages failed: %s", count, error)
 
     async def _take(self, max_messages: int, timeout_millis: int | None) -> Messages:
         """At least one message, up to max_messages; Timeout after timeout_millis."""
@@ -525,6 +591,12 @@ class Consumer:
     def _send_acks(self) -> None:
         """On the loop: send every grouped ack as one request. Appends that come
         after a deque's len() was read wait for the next group."""
+        group = self._take_group()
+        if group:
+            self._start_group(group)
+
+    def _take_group(self) -> Messages | list:
+        """On the loop: every grouped ack, taken."""
         acks = self._acks
         flat = list(starmap(acks.popleft, repeat((), len(acks))))
         assert len(flat) % 2 == 0, "an ack is appended as entry and index in one extend"
@@ -532,12 +604,19 @@ class Consumer:
         others = self._acked_others
         if others:
             group = [*group, *starmap(others.popleft, repeat((), len(others)))]
-        if group:
-            task = self._loop.loop.create_task(self._send_group(group))
-            self._ack_requests.add(task)
-            task.add_done_callback(self._ack_requests.discard)
+        return group
 
-    async def _send_group(self, group: Messages | list) -> None:
+    def _start_group(self, group: Messages | list) -> None:
+        token = next(self._group_tokens)
+        self._unsent_groups[token] = group
+        task = self._loop.loop.create_task(self._send_group(token))
+        self._ack_requests.add(task)
+        task.add_done_callback(self._ack_requests.discard)
+
+    async def _send_group(self, token: int) -> None:
+        group = self._unsent_groups.pop(token, None)
+        if group is None:
+            return  # a reopen sent it first
         try:
             await self._inner.acknowledge(group)
         except InvalidMessageId:

@@ -139,6 +139,10 @@ class Consumer:
         # One write at a time on the stream: the redelivery timer, acks, flows and a
         # reopen may all want to write, and gRPC takes one write at a time.
         self._write_lock = asyncio.Lock()
+        # Called (with the topic) when a new stream replaces a broken one, before it
+        # gets permits: whoever took messages from the queue and holds them for a
+        # caller drops them, as the queue does (add_reopen_listener).
+        self._reopen_listeners: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------ open
 
@@ -193,10 +197,22 @@ class Consumer:
         self._consumed_since_flow = 0
         self._unacked.clear()
         self._nacked.clear()
+        # Before any delivery on the new stream: the broker's redelivery is then the
+        # only copy of what was held [Pulsar: clearReceiverQueue on connectionOpened].
+        for listener in list(self._reopen_listeners):
+            listener(self._topic)
         async with self._write_lock:
             for _future, request in list(self._waiting.values()):
                 await self._call.write(request)
             await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
+
+    def add_reopen_listener(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(topic)` on the loop each time a broken stream is replaced,
+        after the receiver queue is cleared and before the broker is given permits
+        (so before it redelivers what was unacknowledged). Messages taken from the
+        queue and not yet given to the application are to be dropped then: they come
+        again. Acks the listener sends from there go before the redelivery."""
+        self._reopen_listeners.append(listener)
 
     def topic(self) -> str:
         return self._topic
@@ -448,6 +464,19 @@ class Consumer:
             )
         )
         self._forget(wire)
+
+    def _ack_with_reopen(self, items: list[MessageOrId] | Messages) -> asyncio.Future:
+        """From a reopen listener only: an ack the reopen writes itself, before the
+        permits, so the broker has it before it redelivers; the answer (a RequestDone)
+        comes on the returned future."""
+        request_id = next(self._requests)
+        future = asyncio.get_running_loop().create_future()
+        wire = _ack_ids(items)
+        request = pb.SubscribeRequest(
+            ack=pb.Ack(request_id=request_id, message_ids=[i.to_proto() for i in wire])
+        )
+        self._waiting[request_id] = (future, request)
+        return future
 
     async def acknowledge_cumulative(self, message: MessageOrId) -> None:
         message_id = _id_of(message)

@@ -95,6 +95,7 @@ class MultiTopicConsumer:
         self._partitions_of = partitions_of
         self._open_new_partition = open_new_partition
         self._closed = False
+        self._reopen_listeners: list[Callable[[str], None]] = []
 
     async def _open(self, topics: list[str]) -> None:
         for topic in topics:
@@ -126,6 +127,7 @@ class MultiTopicConsumer:
             with contextlib.suppress(Exception):
                 await consumer.close()
             return
+        consumer.add_reopen_listener(self._reopened)
         self._consumers[consumer.topic()] = consumer
         if self._partitioned_topic is not None:
             self._by_partition[consumer._partition] = consumer
@@ -232,6 +234,28 @@ class MultiTopicConsumer:
         self._current = []
         while not self._pumped.empty():
             self._taken(self._pumped.get_nowait())
+
+    def add_reopen_listener(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(topic)` when one topic's stream is replaced (see
+        Consumer.add_reopen_listener), after what was pumped of it is dropped."""
+        self._reopen_listeners.append(listener)
+
+    def _reopened(self, topic: str) -> None:
+        """A topic's stream was replaced and its receiver queue cleared: what was
+        pumped of it and not given out is dropped too, as the broker delivers it
+        again (any other topic's messages stay)."""
+        self._current = [m for m in self._current if m._entry.topic != topic]
+        kept = []
+        while not self._pumped.empty():
+            batch = self._pumped.get_nowait()
+            if batch.runs()[0][0].topic == topic:
+                self._taken(batch)
+            else:
+                kept.append(batch)
+        for batch in kept:
+            self._pumped.put_nowait(batch)
+        for listener in list(self._reopen_listeners):
+            listener(topic)
 
     def _consumer_of(self, item: Message | MessageId) -> Consumer:
         if isinstance(item, Message):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from stableline import aio
 
 
@@ -86,3 +88,37 @@ async def test_nacks_and_acks_written_at_once_never_stall_a_shared_subscription(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_restart_under_a_consumer_of_several_topics_delivers_every_message_once(broker):
+    # Its pumps hold batches taken from each topic's receiver queue: dropped when
+    # that topic's stream reopens, as the queue is, so the redelivery is the only copy.
+    topics = ["pumped-a", "pumped-b"]
+    sent: dict[str, list[bytes]] = {}
+    async with aio.Client(broker.service_url) as client:
+        for topic in topics:
+            producer = await client.create_producer(topic, batching_max_messages=100)
+            payloads = [f"{topic}-{i}".encode() for i in range(3000)]
+            await asyncio.gather(*[producer.send_nowait(p) for p in payloads])
+            sent[f"persistent://public/default/{topic}"] = payloads
+        consumer = await client.subscribe(
+            topics, "sub", initial_position=aio.InitialPosition.Earliest
+        )
+        received = []
+        for _ in range(10):
+            message = await consumer.receive(5000)
+            received.append(message)
+            await consumer.acknowledge(message)
+        await asyncio.to_thread(broker.stop)
+        await asyncio.to_thread(broker.start)
+        while len(received) < 6000:
+            message = await consumer.receive(30_000)
+            received.append(message)
+            await consumer.acknowledge(message)
+        with pytest.raises(aio.Timeout):
+            await consumer.receive(500)
+        await consumer.close()
+    got: dict[str, list[bytes]] = {}
+    for message in received:
+        got.setdefault(message.topic_name(), []).append(message.data())
+    assert got == sent
