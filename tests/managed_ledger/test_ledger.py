@@ -306,6 +306,19 @@ async def test_entries_read_from_disk_are_served_from_the_cache_on_the_next_read
     assert ledger.cache.misses == misses
 
 
+async def test_a_read_from_disk_returns_what_was_asked_and_reads_the_rest_ahead(harness):
+    ledger = await harness.open(ManagedLedgerConfig(fsync=False))
+    positions = await append_many(ledger, range(20))
+    await ledger.close()
+    ledger = await harness.open(ManagedLedgerConfig(fsync=False))
+    assert sequence_ids(ledger.read(positions[0], 3)) == [0, 1, 2]
+    assert sequence_ids(ledger.read(positions[0], 10, bound=positions[4])) == [0, 1, 2, 3, 4]
+    misses = ledger.cache.misses
+    # The entries after those asked for came in the same read, into the cache.
+    assert sequence_ids(ledger.read(positions[5], 15)) == list(range(5, 20))
+    assert ledger.cache.misses == misses
+
+
 async def test_read_stops_at_max_entries_and_at_the_bound(harness):
     ledger = await harness.open()
     positions = await append_many(ledger, range(10))
