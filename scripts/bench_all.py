@@ -83,6 +83,8 @@ class Sizes:
     partitioned_messages: int = 300_000
     kafka_messages: int = 100_000
     metadata_puts: int = 1000
+    reload_messages: int = 500_000
+    reload_rounds: int = 3
 
 
 QUICK = Sizes(
@@ -109,6 +111,8 @@ QUICK = Sizes(
     partitioned_messages=5_000,
     kafka_messages=5_000,
     metadata_puts=50,
+    reload_messages=5_000,
+    reload_rounds=1,
 )
 
 
@@ -812,6 +816,33 @@ def fig_sync_client(sizes: Sizes, ctx: dict) -> list[Row]:
     ]
 
 
+def fig_reload(sizes: Sizes, ctx: dict) -> list[Row]:
+    """A topic unloaded while idle and read again from its files, beside one that
+    stayed loaded (its entries in the cache), drained in the same broker run."""
+    result = run_script(
+        "bench_reload.py",
+        ctx["out"] / "reload.json",
+        "--messages",
+        str(sizes.reload_messages),
+        "--rounds",
+        str(sizes.reload_rounds),
+    )
+    rates = result["msgs_per_s"]
+    return [
+        Row(
+            "Reloaded topic's drain (bench_reload)",
+            "drain of a topic unloaded and loaded again (reads from its files): msgs/s",
+            rates["cold"],
+            "msgs/s",
+            "drain of a topic that stayed loaded, same run",
+            rates["warm"],
+            goal=(Bound("ratio", ">=", 0.8),),
+            note=f"{result['messages']} msgs of {result['message_size']} B, batched; "
+            f"median of {result['rounds']} rounds, worst round ratio {result['worst_cold_ratio']}",
+        )
+    ]
+
+
 def fig_message_id(sizes: Sizes, ctx: dict) -> list[Row]:
     """MessageId with callable parts beside the plain-itemgetter layout it replaced."""
     result = run_script(
@@ -961,6 +992,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "scaling": fig_scaling,
     "scripts": fig_scripts,
     "sync_client": fig_sync_client,
+    "reload": fig_reload,
     "message_id": fig_message_id,
     "partitioned": fig_partitioned,
     "kafka": fig_kafka,
