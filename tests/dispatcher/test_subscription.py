@@ -243,6 +243,31 @@ async def test_permits_count_messages_not_entries(ledger, subscriptions):
     assert consumer.permits == 0
 
 
+async def test_a_pass_reads_what_the_permits_take_at_the_batch_size_seen(
+    ledger, subscriptions, monkeypatch
+):
+    # Not MAX_READ_ENTRIES of 100-message batches to deliver two of them: from the
+    # files, every pass would read again what the last one left.
+    subscription = subscriptions(EXCLUSIVE)
+    consumer = join(subscription, Consumer("c"))
+    batches = await append(ledger, 40, messages=100)
+    asked: list[int] = []
+    read = ledger.read
+
+    def counted(start, max_entries, bound=None, max_bytes=None):
+        asked.append(max_entries)
+        return read(start, max_entries, bound, max_bytes)
+
+    monkeypatch.setattr(ledger, "read", counted)
+    got = []
+    for _ in range(20):
+        subscription.flow(consumer, 200)
+        got += await receive(consumer, 2)
+    assert positions_of(got) == batches
+    assert asked[0] == 200  # nothing seen yet: a message an entry
+    assert max(asked[-5:]) <= 3  # 200 permits at about 100 messages an entry
+
+
 async def test_no_delivery_at_zero_permits_and_delivery_resumes_after_flow(ledger, subscriptions):
     subscription = subscriptions(EXCLUSIVE)
     consumer = join(subscription, Consumer("c"))
