@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from itertools import chain, groupby, islice, repeat, starmap
 from pathlib import Path
 from typing import Any, TypeVar
@@ -101,13 +101,42 @@ def _runs_of(flat: list) -> Messages:
     return Messages(runs)
 
 
-def _entry_key(item: Message | MessageId) -> tuple[int, int]:
-    message_id = item.message_id() if isinstance(item, Message) else item
-    return message_id[:2]
+def _buffer_key(item: Message | MessageId, whole_entry: bool) -> tuple:
+    """What names a buffered message (or, whole_entry, its entry) across the topics
+    and partitions one consumer reads: ledger and entry ids count per topic, so
+    partition 0's 0:7 and partition 3's 0:7 are different entries. A bare MessageId
+    names no topic (None: any), a PartitionedMessageId its partition."""
+    if isinstance(item, Message):
+        entry, index = item
+        topic, partition, ledger_id, entry_id = (
+            entry.topic,
+            entry.partition,
+            entry.ledger_id,
+            entry.entry_id,
+        )
+    else:
+        topic, partition = None, int(item.partition)
+        ledger_id, entry_id, index = item
+    return (ledger_id, entry_id), (topic, partition, None if whole_entry else index)
 
 
-def _message_id(item: Message | MessageId) -> MessageId:
-    return item.message_id() if isinstance(item, Message) else item
+def _without(messages: Iterable[Message], keys: Iterable[tuple]) -> list[Message]:
+    """The messages not named by any of keys (from _buffer_key)."""
+    named: dict[tuple[int, int], list[tuple]] = {}
+    for position, rest in keys:
+        named.setdefault(position, []).append(rest)
+    kept = []
+    for message in messages:
+        entry, index = message
+        candidates = named.get((entry.ledger_id, entry.entry_id))
+        if candidates is None or not any(
+            (topic is None or topic == entry.topic)
+            and partition == entry.partition
+            and (named_index is None or named_index == index)
+            for topic, partition, named_index in candidates
+        ):
+            kept.append(message)
+    return kept
 
 
 def _id_text(item: Message | MessageId) -> str:
@@ -647,24 +676,17 @@ class Consumer:
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """The message's entry comes again: what of it is still buffered is dropped
         (as the receiver queue drops it), so none of it is delivered twice."""
-        self._drop_buffered({_entry_key(message)})
+        self._drop_buffered([_buffer_key(message, whole_entry=True)])
         self._loop.run(self._confirmed(self._inner.negative_acknowledge, message))
 
-    def _drop_buffered(self, entries: set[tuple[int, int]]) -> None:
-        """Forget buffered messages of these entries: they are delivered again."""
+    def _drop_buffered(self, keys: Iterable[tuple]) -> None:
+        """Forget the buffered messages keys name (_buffer_key): they come again."""
         with self._buffer_lock:
-            kept = [m for m in self._buffered if (m[0].ledger_id, m[0].entry_id) not in entries]
-            self._set_buffered(iter(kept))
+            self._set_buffered(iter(_without(self._buffered, keys)))
 
     def _clear_buffer(self) -> None:
         with self._buffer_lock:
             self._set_buffered(iter(()))
-
-    def _drop_buffered_messages(self, message_ids: set[MessageId]) -> None:
-        """Forget these buffered messages: they are delivered again."""
-        with self._buffer_lock:
-            kept = [m for m in self._buffered if m.message_id() not in message_ids]
-            self._set_buffered(iter(kept))
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._clear_buffer()  # buffered messages are unacknowledged: they come again
@@ -724,11 +746,12 @@ class Transaction:
         # Messages acknowledged in this transaction, by consumer: an abort makes the
         # broker deliver exactly those again (not the rest of their batches), so any
         # of them a consumer still buffers goes.
-        self._held: dict[Consumer, set[MessageId]] = {}
+        self._held: dict[Consumer, set[tuple]] = {}
 
     def _held_by(self, consumer: Consumer, message) -> None:
         items = message if isinstance(message, list | Messages) else [message]
-        self._held.setdefault(consumer, set()).update(_message_id(item) for item in items)
+        held = self._held.setdefault(consumer, set())
+        held.update(_buffer_key(item, whole_entry=False) for item in items)
 
     @property
     def id(self) -> tuple[int, int]:
@@ -748,8 +771,8 @@ class Transaction:
             self._loop.run(self._inner.abort())
         finally:
             held, self._held = self._held, {}
-            for consumer, message_ids in held.items():
-                consumer._drop_buffered_messages(message_ids)
+            for consumer, keys in held.items():
+                consumer._drop_buffered(keys)
 
     def __repr__(self) -> str:
         return repr(self._inner)

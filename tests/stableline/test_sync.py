@@ -472,6 +472,40 @@ def test_a_nack_drops_the_rest_of_its_entry_from_the_buffer(client):
     assert all(m.redelivery_count() == 1 for m in again)
 
 
+def test_a_nack_on_one_topic_keeps_another_topic_s_entry_of_the_same_id_buffered(client):
+    """Ledger and entry ids count per topic: both topics' first entry is 0:0. A nack of
+    one must not drop the other's buffered messages, which would then never come."""
+    topics = ["nack-same-id-a", "nack-same-id-b"]
+    for topic in topics:
+        producer = client.create_producer(topic, batching_max_messages=5)
+        for i in range(5):
+            producer.send_async(f"{topic}-{i}".encode(), None)
+        producer.flush()
+    consumer = client.subscribe(
+        topics, "sub", initial_position=EARLIEST, negative_ack_redelivery_delay_ms=0
+    )
+    got = [consumer.receive(5000)]
+    while {m.topic_name() for m in got} != {f"persistent://public/default/{t}" for t in topics}:
+        got.append(consumer.receive(5000))  # both entries are in the buffer now
+    nacked = got[0]
+    consumer.negative_acknowledge(nacked)
+    nacked_topic = nacked.topic_name()
+    other = [m.value() for m in got if m.topic_name() != nacked_topic]
+    again: list[bytes] = []
+    deadline = time.monotonic() + 15
+    while (len(other) < 5 or len(again) < 5) and time.monotonic() < deadline:
+        try:
+            message = consumer.receive(500)
+        except stableline.Timeout:
+            continue
+        (again if message.topic_name() == nacked_topic else other).append(message.value())
+    other_topic = next(t for t in topics if not nacked_topic.endswith(t))
+    assert sorted(other) == [f"{other_topic}-{i}".encode() for i in range(5)]
+    assert sorted(again) == sorted(
+        f"{nacked_topic.rsplit('/', 1)[1]}-{i}".encode() for i in range(5)
+    )
+
+
 def test_threads_sharing_a_consumer_each_receive_different_messages(client, broker):
     _fill(client, "shared-by-threads", 4000)
     consumer = client.subscribe("shared-by-threads", "sub", initial_position=EARLIEST)
