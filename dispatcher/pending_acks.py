@@ -120,6 +120,11 @@ class PendingAcks:
         """The entry is acknowledged whole: nothing of it is pending any more."""
         self.entries.pop(position, None)
 
+    def forget_returned_upto(self, upto: Position) -> None:
+        """A cumulative ack passed these entries: what aborts gave back of them is acked."""
+        for position in [p for p, record in self.entries.items() if p <= upto and record.returned]:
+            self.take_returned(position)
+
     def forget_returned(self) -> None:
         """No entry is outstanding any more (a seek): nothing waits for a delivery's end."""
         for position in [p for p, record in self.entries.items() if record.returned]:

@@ -433,6 +433,7 @@ class Subscription:
             del self._redelivery_counts[held]
         for held in list(self._redeliver.irange(maximum=upto)):
             self._redeliver.discard(held)
+        self._pending_acks.forget_returned_upto(upto)
         if upto > self.cursor.mark_delete:
             self.cursor.ack_cumulative(upto)
         self._unblock_after_acks()

@@ -168,3 +168,18 @@ async def test_a_reloaded_subscription_holds_again_what_open_transactions_acknow
     finally:
         ledger.remove_listener(reloaded.wake)
         await reloaded.close()
+
+
+async def test_a_cumulative_ack_past_an_entry_forgets_what_an_abort_gave_back_of_it(
+    ledger, subscriptions
+):
+    subscription = subscriptions(EXCLUSIVE)
+    _consumer, position = await one_batch_received(ledger, subscription)
+    subscription.hold_for_transaction(A, ids(position, HALF))
+    subscription.end_transaction_acks(A, ids(position, HALF), commit=False)
+    assert subscription._pending_acks.returned(position) == set(HALF)
+
+    subscription.ack_cumulative(position, -1)
+    assert subscription.cursor.is_acked(position)
+    # Nothing of the entry is pending any more: no record is left behind for it.
+    assert position not in subscription._pending_acks.entries
