@@ -388,7 +388,6 @@ class ManagedLedger:
             room = self.config.max_entries_per_ledger - self._current.entry_count
             # Offsets are numbered here, in log order, so a failed write leaves no gap.
             offsets = self.offsets
-            first_base = offsets.next_offset
             while (
                 self._pending
                 and len(batch) < room
@@ -409,7 +408,7 @@ class ManagedLedger:
                 # No descriptor, so nothing was written: the batch fails, the ledger
                 # is as it was.
                 log.error("%s: append failed: %s", self.name, error)
-                offsets.unstamp(first_base)
+                offsets.unstamp()
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(error)
@@ -427,7 +426,7 @@ class ManagedLedger:
                 self._writer_reached(
                     LedgerState.FENCED if segment.fenced else LedgerState.WRITE_FAILED
                 )
-                offsets.unstamp(first_base)
+                offsets.unstamp()
                 failure = storage_error(f"append to {self.name} failed", error)
                 for pending in batch:
                     if not pending.future.done():
@@ -450,6 +449,8 @@ class ManagedLedger:
             # LAC, so state derived from the log never lags what readers can see.
             for listener in self._entry_listeners:
                 listener(entries)
+            # The offsets become visible with the entries that hold them, not before.
+            offsets.confirm(offsets.base_of(entries[-1]) + entries[-1].header.offset_count)
             self.last_confirmed = new_lac
             for entry, pending in zip(entries, batch, strict=True):
                 if not pending.future.done():

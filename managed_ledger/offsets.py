@@ -16,6 +16,11 @@ retention deletes), from 0 at the first retained entry otherwise (the first
 stamped entry then continues that count). That derivation reads every unstamped
 entry once; it costs nothing for logs written by this version.
 
+The writer stamps offsets before its write reaches the disk; readers see only
+the end offset, which moves when the ledger's last confirmed position does
+(after the fsync). A write that fails, or a kill before its fsync, gives its
+offsets to the next entries: no reader ever saw them.
+
 A damaged entry (managed_ledger/ledger.py) is skipped by reads, so its offsets
 are a gap: a fetch at an offset in it continues at the next readable entry.
 """
@@ -44,7 +49,10 @@ class LogOffsets:
 
     def __init__(self, ledger: ManagedLedger) -> None:
         self._ledger = ledger
-        # The offset the next appended entry takes; None until first needed.
+        # The offset after the last durable entry (the log end readers see), and
+        # the offset the writer stamps next: ahead of it while a write is in flight,
+        # equal to it otherwise. Both None until first needed.
+        self._end: int | None = None
         self._next: int | None = None
         # ledger id -> base offset of its first readable entry (read once).
         self._first_bases: dict[int, int] = {}
@@ -55,22 +63,43 @@ class LogOffsets:
     # ------------------------------------------------------------ numbering
 
     @property
-    def next_offset(self) -> int:
-        """The log end offset (Kafka's high watermark): what the next entry takes."""
-        if self._next is None:
-            self._next = self._load_next()
-        return self._next
+    def end_offset(self) -> int:
+        """The log end offset (Kafka's high watermark): the offset after the last
+        durable entry. Never counts an entry whose write is still in flight, so an
+        offset once told is never given to another message, kill -9 included."""
+        if self._end is None:
+            self._load()
+        assert self._end is not None
+        return self._end
 
     def stamp(self, offset_count: int) -> int:
-        """Reserve the offsets of one entry being written: its base offset."""
-        base = self.next_offset
+        """The writer reserves the offsets of one entry it is about to write: its
+        base offset. Readers see them only once confirmed."""
+        if self._next is None:
+            self._load()
+        assert self._next is not None
+        base = self._next
         self._next = base + offset_count
         return base
 
-    def unstamp(self, base: int) -> None:
-        """The entries stamped from `base` on were not written (a failed write)."""
-        assert self._next is not None and base <= self._next, (base, self._next)
-        self._next = base
+    def unstamp(self) -> None:
+        """What was stamped since the last confirm was not written (a failed write):
+        the next entry takes the durable end offset again."""
+        assert self._next is not None and self._end is not None
+        self._next = self._end
+
+    def confirm(self, end: int) -> None:
+        """The entries stamped up to `end` are durable: the log end moves there.
+        Called as the ledger's last confirmed position moves past them."""
+        assert self._end is not None and self._next is not None
+        assert self._end <= end <= self._next, (self._end, end, self._next)
+        self._end = end
+
+    def _load(self) -> None:
+        # Only the last confirmed entry bounds reads, so this is the durable end;
+        # nothing is stamped yet, so the writer starts from the same offset.
+        assert self._end is None and self._next is None, (self._end, self._next)
+        self._end = self._next = self._load_next()
 
     def _load_next(self) -> int:
         last = self._last_readable()
@@ -106,20 +135,20 @@ class LogOffsets:
             base = self._first_base(ledger_id)
             if base is not None:
                 return base
-        return self.next_offset
+        return self.end_offset
 
     def offset_after(self, position: Position) -> int:
         """The offset of the first entry after `position` (the end offset when none)."""
         following = self._ledger.first_position_after(position)
         if following is None or following > self._ledger.last_confirmed:
-            return self.next_offset
+            return self.end_offset
         found = self._ledger.read(following, 1)
-        return self.base_of(found[0]) if found else self.next_offset
+        return self.base_of(found[0]) if found else self.end_offset
 
     def position_of(self, offset: int) -> Position | None:
         """The entry holding `offset`, or the first entry after it (the offset was
         trimmed or lies in a damaged entry); None when no entry is at or after it."""
-        if offset >= self.next_offset:
+        if offset >= self.end_offset:
             return None
         hinted = self._hints.get(offset)
         if hinted is not None:

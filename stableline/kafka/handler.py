@@ -39,6 +39,7 @@ from stableline.kafka.convert import InvalidRecord, batch_to_entries, entry_to_b
 from stableline.kafka.producer_ids import ProducerIdAllocator, producer_name, sdk_txn_producer_id
 from stableline.kafka.records import CorruptBatch, UnsupportedCompression, decode_batches
 from stableline.topic_name import TopicName
+from txnbuffer import TransactionBufferNotReadyError
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +110,27 @@ class KafkaRequestHandler:
             return None
         return TopicName.parse(f"persistent://{self._settings.namespace}/{kafka_name}")
 
-    async def _topic(self, kafka_name: str, partition: int) -> Topic | m.ErrorCode:
+    async def _topic(
+        self, kafka_name: str, partition: int, stable: bool = False
+    ) -> Topic | m.ErrorCode:
+        """The partition's topic, or the error code to answer. With `stable` (a
+        READ_COMMITTED read), once the topic has replayed its log after a restart
+        (TopicRegistry.get_stable): its stable position, and so the last stable
+        offset, is then never earlier than one told before the restart."""
         name = self._topic_name(kafka_name)
         if name is None or partition != 0:
             return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         try:
+            if stable:
+                return await self._registry.get_stable(name)
             return await self._registry.get(name, create=False)
         except TopicNotFoundError:
             return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        except TransactionBufferNotReadyError as error:
+            # What Kafka answers for a partition this broker cannot serve yet (its log
+            # still loading): clients refresh metadata, back off and retry.
+            log.info("kafka: %s", error)
+            return m.ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     # ------------------------------------------------------------ ApiVersions
 
@@ -320,12 +334,13 @@ class KafkaRequestHandler:
         budget: int,
     ) -> m.FetchPartitionResult:
         index = partition.partition
-        topic = await self._topic(kafka_name, index)
+        committed = level is m.IsolationLevel.READ_COMMITTED
+        topic = await self._topic(kafka_name, index, stable=committed)
         if isinstance(topic, m.ErrorCode):
             return m.FetchPartitionResult(index, topic)
         ledger = topic.ledger
         offsets = ledger.offsets
-        high_watermark = offsets.next_offset
+        high_watermark = offsets.end_offset
         log_start = offsets.start_offset()
         stable = topic.buffer.stable_position
         last_stable = offsets.offset_after(stable)
@@ -334,7 +349,6 @@ class KafkaRequestHandler:
             return m.FetchPartitionResult(
                 index, m.ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark, last_stable, log_start
             )
-        committed = level is m.IsolationLevel.READ_COMMITTED
         limit = last_stable if committed else high_watermark
         records: list[bytes] = []
         aborted: list[m.AbortedTransaction] | None = [] if committed else None
@@ -388,11 +402,12 @@ class KafkaRequestHandler:
 
     async def _list_offsets(self, reader: Reader, header: m.RequestHeader) -> bytes:
         request = m.read_list_offsets(reader, header.api_version)
+        committed = request.isolation_level is m.IsolationLevel.READ_COMMITTED
         results = []
         for name, partitions in request.topics:
             out = []
             for index, timestamp in partitions:
-                topic = await self._topic(name, index)
+                topic = await self._topic(name, index, stable=committed)
                 if isinstance(topic, m.ErrorCode):
                     out.append(m.ListOffsetsResult(index, topic))
                     continue
@@ -400,10 +415,10 @@ class KafkaRequestHandler:
                 if timestamp == m.EARLIEST_TIMESTAMP:
                     offset = offsets.start_offset()
                 elif timestamp == m.LATEST_TIMESTAMP:
-                    if request.isolation_level is m.IsolationLevel.READ_COMMITTED:
+                    if committed:
                         offset = offsets.offset_after(topic.buffer.stable_position)
                     else:
-                        offset = offsets.next_offset
+                        offset = offsets.end_offset
                 else:
                     before = topic.ledger.find_position_by_time(timestamp)
                     offset = offsets.offset_after(before)

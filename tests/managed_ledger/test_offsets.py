@@ -3,12 +3,14 @@ restarts and crashes, derived by counting for entries written without them."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 
 import pytest
 
 import managed_ledger.ledger as ledger_module
-from managed_ledger import EntryHeader, EntryType, ManagedLedgerConfig, Position, TxnId
+from managed_ledger import EntryHeader, EntryType, ManagedLedgerConfig, Position, TxnId, disk
 from managed_ledger.errors import StorageError
 
 # Small ledgers, so lookups cross ledger boundaries.
@@ -46,7 +48,7 @@ async def test_every_message_and_marker_takes_the_next_offset(harness):
     await append_sizes(ledger, SIZES)
     entries = ledger.read(ledger.first_position(), 100)
     assert [entry.header.base_offset for entry in entries] == expected_bases(SIZES)
-    assert ledger.offsets.next_offset == sum(max(size, 1) for size in SIZES)
+    assert ledger.offsets.end_offset == sum(max(size, 1) for size in SIZES)
     assert ledger.offsets.start_offset() == 0
 
 
@@ -58,7 +60,7 @@ async def test_each_offset_finds_the_entry_holding_it_across_ledgers(harness):
     for index, (position, base) in enumerate(zip(positions, bases, strict=True)):
         for offset in range(base, base + max(SIZES[index], 1)):
             assert ledger.offsets.position_of(offset) == position, offset
-    assert ledger.offsets.position_of(ledger.offsets.next_offset) is None
+    assert ledger.offsets.position_of(ledger.offsets.end_offset) is None
 
 
 async def test_offset_after_a_position_is_the_next_entrys_base(harness):
@@ -67,16 +69,16 @@ async def test_offset_after_a_position_is_the_next_entrys_base(harness):
     bases = expected_bases(SIZES)
     for position, following_base in zip(positions, bases[1:], strict=False):
         assert ledger.offsets.offset_after(position) == following_base
-    assert ledger.offsets.offset_after(positions[-1]) == ledger.offsets.next_offset
+    assert ledger.offsets.offset_after(positions[-1]) == ledger.offsets.end_offset
     assert ledger.offsets.offset_after(ledger.first_position()) == 0
 
 
 async def test_offsets_continue_after_a_clean_restart(harness):
     ledger = await harness.open(SMALL_LEDGERS)
     await append_sizes(ledger, SIZES)
-    end = ledger.offsets.next_offset
+    end = ledger.offsets.end_offset
     ledger = await harness.reopen(ledger, SMALL_LEDGERS)
-    assert ledger.offsets.next_offset == end
+    assert ledger.offsets.end_offset == end
     [position] = await append_sizes(ledger, [2])
     assert ledger.read(position, 1)[0].header.base_offset == end
     assert ledger.offsets.position_of(end + 1) == position
@@ -85,9 +87,9 @@ async def test_offsets_continue_after_a_clean_restart(harness):
 async def test_offsets_continue_after_a_crash(harness):
     ledger = await harness.open(SMALL_LEDGERS)
     await append_sizes(ledger, SIZES)
-    end = ledger.offsets.next_offset
+    end = ledger.offsets.end_offset
     ledger = await harness.crash_and_reopen(ledger, SMALL_LEDGERS)
-    assert ledger.offsets.next_offset == end
+    assert ledger.offsets.end_offset == end
     [position] = await append_sizes(ledger, [3])
     assert ledger.offsets.position_of(end + 2) == position
 
@@ -100,6 +102,64 @@ async def test_a_failed_write_leaves_no_gap_in_the_offsets(harness, faulty_disk)
         await append_sizes(ledger, [5])
     [position] = await append_sizes(ledger, [1])
     assert ledger.read(position, 1)[0].header.base_offset == 2
+
+
+class HeldDisk(disk.FaultyDisk):
+    """A disk whose next write waits until released: a write in flight, for as long
+    as the test needs; it may then fail (fail_writes) as a FaultyDisk's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = threading.Event()
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if self.holding.is_set():
+            self.holding.clear()
+            self.entered.set()
+            assert self.released.wait(10.0), "the test never released the write"
+        return super().pwrite(fd, data, offset)
+
+
+@pytest.fixture
+def held_disk():
+    held = HeldDisk()
+    previous = disk.install(held)
+    yield held
+    held.released.set()
+    disk.install(previous)
+
+
+@pytest.mark.parametrize("outcome", ["written", "failed"])
+async def test_the_end_offset_counts_no_entry_still_being_written(
+    harness, held_disk, wait_for, outcome
+):
+    ledger = await harness.open(SMALL_LEDGERS)
+    [first] = await append_sizes(ledger, [2])
+    offsets = ledger.offsets
+    assert offsets.end_offset == 2
+    held_disk.holding.set()
+    in_flight = asyncio.ensure_future(append_sizes(ledger, [5]))
+    await wait_for(held_disk.entered.is_set, 5.0, "the write to reach the disk")
+    # Stamped 2..6 but not durable: no reader may be told of those offsets.
+    assert offsets.end_offset == 2
+    assert offsets.offset_after(first) == 2
+    assert offsets.position_of(2) is None
+    if outcome == "failed":
+        held_disk.fail_writes(count=1)
+    held_disk.released.set()
+    if outcome == "failed":
+        with pytest.raises(StorageError):
+            await in_flight
+        assert offsets.end_offset == 2
+        [following] = await append_sizes(ledger, [1])
+        assert ledger.read(following, 1)[0].header.base_offset == 2  # consecutive
+        assert offsets.end_offset == 3
+    else:
+        [written] = await in_flight
+        assert offsets.end_offset == 7
+        assert offsets.position_of(6) == written
 
 
 def _without_base_offset(encoded: bytes, _base: int) -> bytes:
@@ -115,7 +175,7 @@ async def test_entries_written_before_offsets_are_numbered_by_count(harness, mon
     ledger = await harness.reopen(ledger, SMALL_LEDGERS)
     assert all(entry.header.base_offset is None for entry in ledger.read(old[0], 100))
     bases = expected_bases(SIZES)
-    assert ledger.offsets.next_offset == bases[-1] + max(SIZES[-1], 1)
+    assert ledger.offsets.end_offset == bases[-1] + max(SIZES[-1], 1)
     assert [ledger.offsets.position_of(base) for base in bases] == old
     [new] = await append_sizes(ledger, [2])
     assert ledger.read(new, 1)[0].header.base_offset == bases[-1] + max(SIZES[-1], 1)
@@ -139,4 +199,4 @@ async def test_retention_moves_the_start_offset_and_keeps_the_others(harness):
     assert [ledger.offsets.position_of(b) for b in bases[4:]] == positions[4:]
     ledger = await harness.reopen(ledger, SMALL_LEDGERS)
     assert ledger.offsets.start_offset() == bases[4]
-    assert ledger.offsets.next_offset == bases[-1] + max(SIZES[-1], 1)
+    assert ledger.offsets.end_offset == bases[-1] + max(SIZES[-1], 1)
