@@ -12,7 +12,13 @@ its first copy's offset. Fetch reads entries from the offset's position and
 serves each as one batch: READ_UNCOMMITTED up to the log end (high watermark),
 READ_COMMITTED up to the stable position (the last stable offset), with the
 aborted transactions that overlap what was read, from the abort index, so the
-client drops aborted records itself.
+client drops aborted records itself. The high watermark is the log's durable end
+(LogOffsets.end_offset), never an offset of a write still in flight. A
+READ_COMMITTED read waits for the topic's log replay after a restart
+(TopicRegistry.get_stable), and past topic_recovery_wait_s answers
+NOT_LEADER_OR_FOLLOWER: what Kafka answers for a partition it cannot serve yet,
+and what librdkafka and kafka-python retry in both Fetch and ListOffsets
+(LEADER_NOT_AVAILABLE is not retried by kafka-python's Fetch).
 
 Transactional producers (transactional.id) are refused for now: InitProducerId
 with a transactional id answers UNSUPPORTED_VERSION, and a transactional batch
