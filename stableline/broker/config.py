@@ -82,8 +82,9 @@ class BrokerConfig:
     inactive_topic_unload_s: float = 60.0
     # A READ_COMMITTED read (Fetch, GetLastMessageId, stable position) of a topic
     # still replaying its log after a restart waits this long for the replay, then
-    # fails with NotReady (UNAVAILABLE, retryable): before the replay ends, the
-    # stable position could be earlier than the one readers saw before a crash.
+    # fails with NotReady (UNAVAILABLE, retryable; a Kafka read_committed Fetch or
+    # ListOffsets gets NOT_LEADER_OR_FOLLOWER): before the replay ends, the stable
+    # position could be earlier than the one readers saw before a crash.
     topic_recovery_wait_s: float = 30.0
     # A namespace holds at most this many topics; one more (created by an admin or
     # on first use) is refused with TooManyTopics. 0: unlimited [Pulsar's
