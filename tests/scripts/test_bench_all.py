@@ -26,11 +26,16 @@ GROUPS = (
     "Publish latency histogram",
     "MessageId parts",
     "Partitioned topic producer",
+    "Reloaded topic's drain",
+    "Kafka port",
+    "Metadata store",
 )
 
 
 @pytest.mark.slow
-def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path, run_script):
+def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
+    tmp_path, run_script, bench_all
+):
     run = run_script("bench_all.py", "--quick", "--out", tmp_path, timeout=600)
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
@@ -43,10 +48,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
         if row["goal"]:
             assert row["met"] in (True, False), row
     assert results["quick"] is True
-    assert set(results["seconds_per_figure"]) == {
-        "e2e", "latency", "txn", "rc_ru", "subscriptions", "scaling", "sync_client", "scripts",
-        "message_id", "partitioned",
-    }  # fmt: skip
+    assert set(results["seconds_per_figure"]) == set(bench_all.FIGURES)
     table = (tmp_path / "RESULTS.md").read_text()
     assert table.count("\n| ") == len(rows) + 1  # the header and a line per row
     assert "| figure | metric | value | baseline (same run) | ratio | goal | met |" in table
@@ -59,6 +61,9 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(tmp_path,
         "ledger-100b-entries.json",
         "message-id.json",
         "partitioned.json",
+        "reload.json",
+        "kafka.json",
+        "metadata.json",
     ):
         assert (tmp_path / produced).exists(), produced
 
