@@ -16,12 +16,18 @@ hard, so raising the soft limit cannot help), `inactive_topic_unload_s` at
 4. the first Fetch (READ_COMMITTED, from the first entry) of `--reads` topics
    chosen at random, one at a time: latency of each, each must return the message;
    then the same reads again (the topics loaded): the baseline.
+The client's own CPU per topic is given beside the broker's: when the two
+together near a core per topic rate, the machine (not the broker) is the limit.
+`--first-message-only` stops after step 1 (a quick A/B of creation);
+`--profile PATH` writes a cProfile of the broker over the first-message phase only
+(pstats format: `python -m pstats PATH`).
 Goals (100,000 topics at 1,024 files): >= 1,000 topics/s (CreateTopic and first
 message), <= 5 KB per idle topic, healthy < 2 s after a restart, first read < 50 ms.
 The restart is also given as a ratio to the empty broker's, measured in the same
 run: what start-up costs per topic, apart from the machine's speed and load.
 
     python scripts/bench_topics.py [--topics N] [--nofile N] [--json PATH]
+        [--first-message-only] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -53,6 +60,25 @@ _STARTED = time.perf_counter()
 
 def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+# The broker's profiler starts on the first signal and is written out on the second
+# (SIGUSR1 is the broker's own: it releases failpoints).
+PROFILE_START = signal.SIGRTMIN + 1
+PROFILE_STOP = signal.SIGRTMIN + 2
+
+
+def profiled(interpreter_args: list[str], path: Path) -> list[str]:
+    """`interpreter_args` (a `-c` start-up, as open_files_limited gives) with a cProfile
+    of the broker's main thread from PROFILE_START to PROFILE_STOP, written to `path`."""
+    assert interpreter_args[0] == "-c"
+    hook = (
+        "import cProfile, signal; _profile = cProfile.Profile(); "
+        f"signal.signal({int(PROFILE_START)}, lambda *_: _profile.enable()); "
+        f"signal.signal({int(PROFILE_STOP)}, "
+        f"lambda *_: (_profile.disable(), _profile.dump_stats({str(path)!r}))); "
+    )
+    return ["-c", hook + interpreter_args[1], *interpreter_args[2:]]
 
 
 def rss_bytes(pid: int) -> int:
@@ -172,12 +198,17 @@ def main() -> int:
     parser.add_argument("--unload-s", type=float, default=5.0)
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--first-message-only", action="store_true")
+    parser.add_argument("--profile", type=Path)
     args = parser.parse_args()
 
+    interpreter_args = open_files_limited(args.nofile)
+    if args.profile:
+        interpreter_args = profiled(interpreter_args, args.profile.resolve())
     with tempfile.TemporaryDirectory(prefix="bench-topics-") as tmp:
         broker = BrokerProcess(
             Path(tmp) / "data",
-            interpreter_args=open_files_limited(args.nofile),
+            interpreter_args=interpreter_args,
             env={"STABLELINE_INACTIVE_TOPIC_UNLOAD_S": str(args.unload_s)},
         )
         broker.start()
@@ -191,13 +222,31 @@ def main() -> int:
 
             rate = asyncio.run(create_topics(broker, args.topics, args.concurrency))
             progress(f"created {args.topics} topics at {rate:.0f} topics/s (CreateTopic)")
-            cpu_before = broker.cpu_seconds()
+            if args.profile:
+                os.kill(pid, PROFILE_START)
+            cpu_before, client_cpu_before = broker.cpu_seconds(), time.process_time()
             send_rate = asyncio.run(send_to_topics(broker, args.topics, args.concurrency))
             send_cpu_ms = (broker.cpu_seconds() - cpu_before) / args.topics * 1000
+            client_cpu_ms = (time.process_time() - client_cpu_before) / args.topics * 1000
+            if args.profile:
+                os.kill(pid, PROFILE_STOP)
             progress(
                 f"first message to each topic at {send_rate:.0f} topics/s, "
-                f"broker CPU {send_cpu_ms:.2f} ms a topic"
+                f"broker CPU {send_cpu_ms:.2f} ms a topic, client CPU {client_cpu_ms:.2f} ms"
             )
+            if args.first_message_only:
+                print(
+                    json.dumps(
+                        {
+                            "topics": args.topics,
+                            "concurrency": args.concurrency,
+                            "first_message_topics_per_s": round(send_rate, 1),
+                            "first_message_broker_cpu_ms_per_topic": round(send_cpu_ms, 3),
+                            "first_message_client_cpu_ms_per_topic": round(client_cpu_ms, 3),
+                        }
+                    )
+                )
+                return 0
             created_rss, created_files = rss_bytes(pid), open_files(pid)
 
             deadline = time.monotonic() + max(600.0, args.topics / 100)
@@ -243,6 +292,7 @@ def main() -> int:
         "create_topics_per_s": round(rate, 1),
         "first_message_topics_per_s": round(send_rate, 1),
         "first_message_broker_cpu_ms_per_topic": round(send_cpu_ms, 3),
+        "first_message_client_cpu_ms_per_topic": round(client_cpu_ms, 3),
         "rss_empty_mb": round(empty_rss / 2**20, 1),
         "rss_after_create_mb": round(created_rss / 2**20, 1),
         "rss_idle_mb": round(idle_rss / 2**20, 1),
