@@ -111,6 +111,16 @@ class OperationNotSupported(StableLineError):
     """The call cannot be made on this kind of topic (a reader on a partitioned topic)."""
 
 
+class TopicUnavailable(StableLineError):
+    """The broker that owns the topic is down (the message names it and since when);
+    its data comes back with it, so the call can be retried later."""
+
+
+class NotOwner(StableLineError):
+    """The broker asked does not own the topic; the client looks the topic up again
+    and follows the answer (raised only once those retries are spent)."""
+
+
 class InvalidArgument(StableLineError):
     """The broker refused a request as malformed; the message says why."""
 
@@ -119,6 +129,8 @@ CODES: dict[str, type[StableLineError]] = {
     "TopicNotFound": TopicNotFound,
     "TopicConflict": TopicConflict,
     "TopicBusy": TopicBusy,
+    "TopicUnavailable": TopicUnavailable,
+    "NotOwner": NotOwner,
     "InvalidTopicName": InvalidTopicName,
     "IsolationLevelMismatch": IsolationLevelMismatch,
     "SubscriptionBusy": SubscriptionBusy,

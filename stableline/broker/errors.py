@@ -30,6 +30,7 @@ from managed_ledger import (
     StorageFullError,
     TooManyOpenFilesError,
 )
+from stableline.broker.ownership import NotOwnerError, TopicUnavailableError
 from stableline.broker.partitioned import TopicBusyError, TopicConflictError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
@@ -60,6 +61,8 @@ class BrokerError(Exception):
 _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (InvalidTopicNameError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidTopicName"),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
+    (NotOwnerError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
+    (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

@@ -113,4 +113,18 @@ class TopicLookup:
             raise TopicNotFoundError(not_created_on_first_use(caller, topic, policy))
         await self._ready.wait()
         assert self._advertised is not None
+        ownership = self._registry.ownership
+        if ownership is not None:
+            # In a cluster: the record's owner, placing the topic if it has none yet
+            # (the client's first use would create it on the owner).
+            record = await ownership.place(topic)
+            if record.leader != ownership.broker_id:
+                owner = ownership.owner_of(topic, record)
+                host, _, port = owner.http_url.partition("://")[2].rpartition(":")
+                return TopicOwner(
+                    topic,
+                    BrokerAddresses(
+                        owner.grpc_address, f"{host}:{port}", owner.http_url.startswith("https")
+                    ),
+                )
         return TopicOwner(topic, self._advertised)

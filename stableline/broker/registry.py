@@ -53,6 +53,7 @@ from managed_ledger import LedgerFiles, ManagedLedger, MetadataStore
 from managed_ledger.ledger_files import max_open_files
 from stableline.broker.config import BrokerConfig
 from stableline.broker.namespace_policies import NamespacePolicies
+from stableline.broker.ownership import TopicOwnership
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
@@ -126,6 +127,9 @@ class TopicRegistry:
         # Called before a topic is created; one raises to refuse the name (a
         # partitioned topic's base name, stableline.broker.partitioned).
         self.creation_checks: list[Callable[[TopicName], None]] = []
+        # In a cluster (a shared metadata store): which broker serves each topic.
+        # None standalone, where this broker serves every topic.
+        self.ownership: TopicOwnership | None = None
         self.dispatch_limits = DispatchLimits(
             max_unacked_per_consumer=config.max_unacked_messages_per_consumer,
             max_unacked_per_subscription=config.max_unacked_messages_per_subscription,
@@ -208,6 +212,11 @@ class TopicRegistry:
         key = str(name)
         if key in self._known:
             return False
+        if self.ownership is not None:
+            # Placed by compare-and-set; the owner creates its files on first use.
+            record, placed = await self.ownership.place_new(name)
+            if record.leader != self.ownership.broker_id:
+                return placed
         if key in self._creating:
             await self.store.sync_async()  # durable with the creation under way
             return False
@@ -232,6 +241,10 @@ class TopicRegistry:
 
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
+        if self.ownership is not None and await self.ownership.check(
+            name, create or key in self._known
+        ):
+            create = True  # its record says this broker serves it: its files are here
         while True:
             topic = self._topics.get(key)
             if topic is not None:

@@ -51,6 +51,7 @@ from stableline.broker.http_connection_limit import add_routes as add_http_route
 from stableline.broker.lookup import BrokerAddresses, TopicLookup
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.membership import Membership, with_advertised_address
+from stableline.broker.ownership import TopicOwnership
 from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
 from stableline.broker.registry import TopicRegistry
@@ -356,7 +357,14 @@ class Broker:
         )
         self.lookup.advertise(addresses)
         try:
-            await self.membership.register(addresses, version(), self._load)
+            info = await self.membership.register(addresses, version(), self._load)
+            if config.metadata_store_url:
+                # A shared store: topics are placed over the cluster's brokers.
+                ownership = TopicOwnership(
+                    self.membership.store, config.cluster_name, info.broker_id
+                )
+                await ownership.start()
+                self.registry.ownership = ownership
         except MetadataStoreError as error:
             raise StartupError(str(error)) from None
 
@@ -393,6 +401,8 @@ class Broker:
         """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
         started = time.monotonic()
         await self._health.enter_graceful_shutdown()
+        if self.registry is not None and self.registry.ownership is not None:
+            await self.registry.ownership.close()
         if self.membership is not None:
             # Out of the cluster's live list before anything else stops.
             await self.membership.close()

@@ -1,0 +1,224 @@
+"""Topic ownership in a cluster: which broker serves each topic, placed once, checked on use.
+
+Active only with a shared metadata store (`--metadata-store etcd://...`); with the
+embedded store the registry has no `TopicOwnership` and nothing here runs.
+
+A topic's record (`/stableline/ownership/{cluster}/topics/{tenant}/{ns}/{topic}`, see
+stableline.metadata) names its leader, an epoch and an ensemble (the leader only,
+today). It is persistent: a dead leader's ledgers stay on its disk, so the record
+outlives its session, and liveness is read from the brokers' registrations.
+
+Promises:
+- A record is created once, by compare-and-set (`expected_version=-1`): of brokers
+  placing one topic at once exactly one record wins and every broker then obeys it.
+  Placement picks the least-loaded live broker (its registered `topics` figure, then
+  its id). A record never changes here (no move, no failover yet).
+- `check(name)` answers from a cache kept current by watches on the ownership and
+  broker prefixes, so a call for a topic this broker owns costs one dict look-up
+  after its first use; it raises NotOwnerError when another live broker owns the
+  topic and TopicUnavailableError when its owner is not live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+
+from stableline.metadata import (
+    AlreadyExists,
+    BrokerInfo,
+    MetadataStore,
+    Notification,
+    NotificationType,
+    list_brokers,
+)
+from stableline.metadata.layout import ROOT, brokers_dir, check_cluster_name
+from stableline.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+
+def ownership_dir(cluster: str) -> str:
+    return f"{ROOT}/ownership/{check_cluster_name(cluster)}/topics"
+
+
+def ownership_path(cluster: str, name: TopicName) -> str:
+    return f"{ownership_dir(cluster)}/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipRecord:
+    """Who serves one topic: its leader, the epoch of that leadership, the ensemble."""
+
+    leader: str  # broker id (its advertised gRPC address)
+    epoch: int
+    ensemble: tuple[str, ...]
+    since_ms: int
+
+    def __post_init__(self) -> None:
+        assert self.leader in self.ensemble, self
+        assert self.epoch >= 0, self
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "leader": self.leader,
+                "epoch": self.epoch,
+                "ensemble": list(self.ensemble),
+                "since_ms": self.since_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> OwnershipRecord:
+        value = json.loads(raw)
+        return cls(value["leader"], value["epoch"], tuple(value["ensemble"]), value["since_ms"])
+
+
+class NotOwnerError(Exception):
+    """Another live broker owns the topic; the client asks it instead."""
+
+    def __init__(self, topic: TopicName, owner: BrokerInfo):
+        self.owner = owner
+        super().__init__(
+            f"topic {topic} is owned by broker {owner.grpc_address}, not this one: "
+            f"look the topic up and connect to {owner.grpc_address}"
+        )
+
+
+class TopicUnavailableError(Exception):
+    """The topic's owner is not live; retry once it is back."""
+
+    def __init__(self, topic: TopicName, owner: str, gone_since_ms: int | None):
+        self.owner = owner
+        since = (
+            "its registration was never seen by this broker"
+            if gone_since_ms is None
+            else "not live since "
+            + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(gone_since_ms / 1000))
+        )
+        super().__init__(
+            f"topic {topic} is unavailable: its owner, broker {owner}, is down ({since}); "
+            f"its data is on that broker's disk and comes back with it"
+        )
+
+
+class TopicOwnership:
+    """This broker's view of the cluster's topic ownership (see the module docstring)."""
+
+    def __init__(self, store: MetadataStore, cluster: str, broker_id: str):
+        self.store = store
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self._records: dict[str, OwnershipRecord] = {}
+        self._live: dict[str, BrokerInfo] = {}
+        # Broker id -> when this broker saw it leave (ms); for TopicUnavailable.
+        self._gone_since: dict[str, int] = {}
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        """Watch the ownership and broker prefixes, then read the live brokers."""
+        records = await self.store.watch(ownership_dir(self.cluster))
+        brokers = await self.store.watch(brokers_dir(self.cluster))
+        self._tasks = [
+            asyncio.create_task(self._follow_records(records), name="ownership-records"),
+            asyncio.create_task(self._follow_brokers(brokers), name="ownership-brokers"),
+        ]
+        await self._read_brokers()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _read_brokers(self) -> None:
+        live = {info.broker_id: info for info in await list_brokers(self.store, self.cluster)}
+        now_ms = int(time.time() * 1000)
+        for broker_id in self._live.keys() - live.keys():
+            self._gone_since.setdefault(broker_id, now_ms)
+        for broker_id in live:
+            self._gone_since.pop(broker_id, None)
+        self._live = live
+
+    async def _follow_records(self, watch) -> None:
+        prefix = ownership_dir(self.cluster) + "/"
+        async for notification in watch:
+            self._records.pop(notification.path[len(prefix) :], None)
+
+    async def _follow_brokers(self, watch) -> None:
+        async for notification in watch:
+            assert isinstance(notification, Notification)
+            if notification.type is NotificationType.DELETED:
+                broker_id = notification.path.rpartition("/")[2]
+                self._gone_since.setdefault(broker_id, int(time.time() * 1000))
+            await self._read_brokers()
+
+    def live_broker(self, broker_id: str) -> BrokerInfo | None:
+        return self._live.get(broker_id)
+
+    async def record(self, name: TopicName) -> OwnershipRecord | None:
+        """The topic's record (cached), None if it has none."""
+        key = str(name)
+        record = self._records.get(key)
+        if record is None:
+            result = await self.store.get(ownership_path(self.cluster, name))
+            if result is None:
+                return None
+            record = OwnershipRecord.from_json(result.value)
+            self._records[key] = record
+        return record
+
+    async def place(self, name: TopicName) -> OwnershipRecord:
+        """The topic's record, creating it on the least-loaded live broker if it has none."""
+        return (await self.place_new(name))[0]
+
+    async def place_new(self, name: TopicName) -> tuple[OwnershipRecord, bool]:
+        """(the topic's record, whether this call created it)."""
+        record = await self.record(name)
+        if record is not None:
+            return record, False
+        await self._read_brokers()
+        candidates = sorted(
+            self._live.values(), key=lambda b: (b.load.get("topics", 0.0), b.broker_id)
+        )
+        leader = candidates[0].broker_id if candidates else self.broker_id
+        record = OwnershipRecord(leader, 0, (leader,), int(time.time() * 1000))
+        try:
+            await self.store.put(ownership_path(self.cluster, name), record.to_json(), -1)
+        except AlreadyExists:
+            self._records.pop(str(name), None)
+            record = await self.record(name)
+            assert record is not None
+            return record, False
+        # Counted at once, so placements made before the next load report spread.
+        placed = self._live.get(leader)
+        if placed is not None:
+            load = {**placed.load, "topics": placed.load.get("topics", 0.0) + 1}
+            self._live[leader] = replace(placed, load=load)
+        log.info("placed topic %s on broker %s", name, leader)
+        self._records[str(name)] = record
+        return record, True
+
+    def owner_of(self, name: TopicName, record: OwnershipRecord) -> BrokerInfo:
+        """The live owner's registration; TopicUnavailableError if it is not live."""
+        owner = self._live.get(record.leader)
+        if owner is None:
+            raise TopicUnavailableError(name, record.leader, self._gone_since.get(record.leader))
+        return owner
+
+    async def check(self, name: TopicName, create: bool) -> bool:
+        """Whether this broker owns `name` (True), or it has no record and `create`
+        is False (False: the caller's own not-found handling applies). Raises
+        NotOwnerError or TopicUnavailableError when another broker owns it."""
+        record = await (self.place(name) if create else self.record(name))
+        if record is None:
+            return False
+        if record.leader == self.broker_id:
+            return True
+        raise NotOwnerError(name, self.owner_of(name, record))
