@@ -11,11 +11,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from stableline._auth import AuthenticationToken
-from stableline._errors import AuthorizationError, OperationNotSupported, StableLineError
+from stableline._errors import (
+    AuthorizationError,
+    BrokerUnavailable,
+    NotOwner,
+    OperationNotSupported,
+    StableLineError,
+)
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._proto import admin_pb2 as admin_pb
 from stableline._proto import broker_pb2 as pb
@@ -27,7 +34,7 @@ from stableline._types import (
     LookupResult,
     MessageId,
 )
-from stableline.aio._connection import ConnectionPool
+from stableline.aio._connection import Connection, ConnectionPool
 from stableline.aio._consumer import Consumer
 from stableline.aio._multi_consumer import (
     MultiTopicConsumer,
@@ -53,6 +60,12 @@ from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
 from stableline.partitions import partition_topic, partition_topics, split_partition
 from stableline.topic_name import TopicName
+
+T = TypeVar("T")
+
+# Lookups a topic's open follows before it gives up with NotOwner: an owner changes
+# rarely, so more than a couple of NotOwner answers in a row means the brokers disagree.
+MAX_REDIRECTS = 3
 
 
 class Client:
@@ -95,6 +108,10 @@ class Client:
     def _start(self, service_url: str, options: ClientOptions) -> None:
         self.options = options
         self._connections = ConnectionPool(service_url, options)
+        # Topic -> the connection of the broker a lookup named as its owner. A topic
+        # not here is opened on the service connection: standalone, that is the
+        # owner of every topic and no lookup is ever made.
+        self._owners: dict[str, Connection] = {}
         self._closeables: list[
             Producer | PartitionedProducer | Consumer | MultiTopicConsumer | Reader
         ] = []
@@ -146,15 +163,12 @@ class Client:
         self, topic: str, options: ProducerOptions
     ) -> Producer | PartitionedProducer:
         """create_producer with its options as one value."""
-        connection = self._connections.service
         partitions = await self.partitions_of(topic)
         if partitions:
             opened: list[Producer] = []
             try:
                 for name in partitions:
-                    producer = Producer(connection, name, options)
-                    await producer._open()
-                    opened.append(producer)
+                    opened.append(await self._open_producer_on_owner(name, options))
             except BaseException:
                 for producer in opened:
                     await producer.close()
@@ -162,9 +176,9 @@ class Client:
             base = TopicName.parse(topic)
 
             async def open_partition(index: int) -> Producer:
-                producer = Producer(connection, str(partition_topic(base, index)), options)
-                await producer._open()
-                return producer
+                return await self._open_producer_on_owner(
+                    str(partition_topic(base, index)), options
+                )
 
             partitioned = PartitionedProducer(
                 str(base),
@@ -175,10 +189,17 @@ class Client:
             )
             self._closeables.append(partitioned)
             return partitioned
-        producer = Producer(connection, topic, options)
-        await producer._open()
+        producer = await self._open_producer_on_owner(topic, options)
         self._closeables.append(producer)
         return producer
+
+    async def _open_producer_on_owner(self, topic: str, options: ProducerOptions) -> Producer:
+        async def open_on(connection: Connection) -> Producer:
+            producer = Producer(connection, topic, options)
+            await producer._open()
+            return producer
+
+        return await self._on_owner(topic, open_on)
 
     async def get_partitioned_topic_metadata(self, topic: str) -> int:
         """How many partitions `topic` has; 0 when it is not partitioned."""
@@ -258,9 +279,13 @@ class Client:
             split = split_partition(TopicName.parse(name))
             # A partition's messages carry its index, wherever it was named.
             partition = -1 if split is None else split[1]
-            consumer = Consumer(connection, name, subscription_name, options, partition)
-            await consumer._open()
-            return consumer
+
+            async def open_on(on: Connection) -> Consumer:
+                consumer = Consumer(on, name, subscription_name, options, partition)
+                await consumer._open()
+                return consumer
+
+            return await self._on_owner(name, open_on)
 
         async def open_new_partition(name: str) -> Consumer:
             # A partition the topic gained after subscribing: from its first message,
@@ -332,8 +357,13 @@ class Client:
                 f"topic; create a reader on each partition ({topic}-partition-0 .. "
                 f"{topic}-partition-{count - 1}) or subscribe to {topic}"
             )
-        reader = Reader(self._connections.service, topic, options)
-        await reader._open()
+
+        async def open_on(connection: Connection) -> Reader:
+            reader = Reader(connection, topic, options)
+            await reader._open()
+            return reader
+
+        reader = await self._on_owner(topic, open_on)
         self._closeables.append(reader)
         return reader
 
@@ -353,7 +383,7 @@ class Client:
         )
 
     async def get_last_message_id(self, topic: str) -> MessageId:
-        last = await self._connections.service.last_confirmed(topic)
+        last = await self._on_owner(topic, lambda connection: connection.last_confirmed(topic))
         return MessageId(last.ledger_id, last.entry_id, -1)
 
     async def lookup_topic(self, topic: str) -> LookupResult:
@@ -370,6 +400,39 @@ class Client:
             return LookupResult.from_proto(response)
         except ValueError as error:
             raise StableLineError(str(error)) from None
+
+    async def _on_owner(self, topic: str, open_on: Callable[[Connection], Awaitable[T]]) -> T:
+        """`open_on(connection)` on the broker owning `topic`: the one a lookup named
+        before, else the service connection; answered NotOwner, looks the topic up
+        and tries the owner named (at most MAX_REDIRECTS times)."""
+        key = str(TopicName.parse(topic))
+        connection = self._owners.get(key, self._connections.service)
+        for _ in range(MAX_REDIRECTS):
+            try:
+                return await open_on(connection)
+            except NotOwner:
+                self._owners.pop(key, None)
+                connection = await self._owner_connection(key)
+        return await open_on(connection)  # a last NotOwner is the caller's
+
+    async def _owner_connection(self, topic: str) -> Connection:
+        """The connection to `topic`'s owner, by a lookup on the first seed broker
+        that answers; cached for the topic."""
+        failure: StableLineError | None = None
+        for seed in self._connections.seeds:
+            connection = self._connections.get(seed)
+            try:
+                response = await connection.unary(
+                    connection.broker.Lookup, pb.LookupRequest(topic=topic)
+                )
+            except BrokerUnavailable as error:
+                failure = error
+                continue
+            owner = self._connections.get(LookupResult.from_proto(response).grpc_address)
+            self._owners[topic] = owner
+            return owner
+        assert failure is not None
+        raise failure
 
     async def shutdown(self) -> None:
         """Close at once, waiting for nothing: the connections go first, so sends

@@ -8,10 +8,12 @@ StableLineError; a broker never reached fails the first call at once, while one 
 answered once is waited out for operation_timeout_seconds; a connection is its own
 HTTP/2 connection, never shared with another client's.
 
-Today a client talks to one broker, the service URL's, so its pool holds one
-connection. A cluster would look each topic's owner up, take that broker's connection
-from the pool (made on first use, kept for the next topic it owns) and, answered
-NotOwner, reopen on the connection of the address named.
+The service URL names one broker or several of one cluster ("host1:6650,host2:6650");
+the first is the service connection, the others are tried in turn when a lookup
+cannot reach it. A topic is opened on the service connection, or on the connection
+of the owner a lookup named; a broker that answers NotOwner sends the client to look
+the topic up (Client._on_owner): the owner's connection is made on first use and
+kept for the next topic it owns.
 """
 
 from __future__ import annotations
@@ -227,11 +229,14 @@ class ConnectionPool:
     """
 
     def __init__(self, service_url: str, options: ClientOptions):
-        address, tls = parse_service_url(service_url)
+        target, tls = parse_service_url(service_url)
+        self.seeds = [address.strip() for address in target.split(",") if address.strip()]
+        for address in self.seeds:
+            parse_service_url(address)  # each needs a port
         self._tls = tls or options.wants_tls
         self._options = options
         self._connections: dict[str, Connection] = {}
-        self.service = self.get(address)
+        self.service = self.get(self.seeds[0])
 
     def get(self, address: str) -> Connection:
         """The connection to the broker at `address`, made on first use."""

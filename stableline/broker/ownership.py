@@ -11,8 +11,10 @@ outlives its session, and liveness is read from the brokers' registrations.
 Promises:
 - A record is created once, by compare-and-set (`expected_version=-1`): of brokers
   placing one topic at once exactly one record wins and every broker then obeys it.
-  Placement picks the least-loaded live broker (its registered `topics` figure, then
-  its id). A record never changes here (no move, no failover yet).
+  Placement picks the least-loaded live broker: the one leading the fewest topics
+  (counted from the records, which every broker reads at start and follows by the
+  watch), then the lowest id. Brokers' reported load counts only the topics they
+  have opened, so it would miss topics placed and not used yet. A record never changes here (no move, no failover yet).
 - `check(name)` answers from a cache kept current by watches on the ownership and
   broker prefixes, so a call for a topic this broker owns costs one dict look-up
   after its first use; it raises NotOwnerError when another live broker owns the
@@ -26,7 +28,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from stableline.metadata import (
     AlreadyExists,
@@ -120,6 +122,9 @@ class TopicOwnership:
         # Broker id -> when this broker saw it leave (ms); for TopicUnavailable.
         self._gone_since: dict[str, int] = {}
         self._tasks: list[asyncio.Task] = []
+        # Topic -> its leader, for every record seen; and topics led per broker.
+        self._leader_of: dict[str, str] = {}
+        self._led: dict[str, int] = {}
 
     async def start(self) -> None:
         """Watch the ownership and broker prefixes, then read the live brokers."""
@@ -130,6 +135,25 @@ class TopicOwnership:
             asyncio.create_task(self._follow_brokers(brokers), name="ownership-brokers"),
         ]
         await self._read_brokers()
+        await self._count_records()
+
+    async def _count_records(self) -> None:
+        root = ownership_dir(self.cluster)
+        for tenant in await self.store.children(root):
+            for namespace in await self.store.children(f"{root}/{tenant}"):
+                for topic in await self.store.children(f"{root}/{tenant}/{namespace}"):
+                    await self._count(f"{tenant}/{namespace}/{topic}")
+
+    async def _count(self, key: str) -> None:
+        if key in self._leader_of:
+            return
+        result = await self.store.get(f"{ownership_dir(self.cluster)}/{key}")
+        if result is not None and key not in self._leader_of:
+            self._counted(key, OwnershipRecord.from_json(result.value).leader)
+
+    def _counted(self, key: str, leader: str) -> None:
+        self._leader_of[key] = leader
+        self._led[leader] = self._led.get(leader, 0) + 1
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -149,7 +173,10 @@ class TopicOwnership:
     async def _follow_records(self, watch) -> None:
         prefix = ownership_dir(self.cluster) + "/"
         async for notification in watch:
-            self._records.pop(notification.path[len(prefix) :], None)
+            key = notification.path[len(prefix) :]
+            self._records.pop(key, None)
+            if notification.type is NotificationType.CREATED:
+                await self._count(key)
 
     async def _follow_brokers(self, watch) -> None:
         async for notification in watch:
@@ -183,11 +210,7 @@ class TopicOwnership:
         record = await self.record(name)
         if record is not None:
             return record, False
-        await self._read_brokers()
-        candidates = sorted(
-            self._live.values(), key=lambda b: (b.load.get("topics", 0.0), b.broker_id)
-        )
-        leader = candidates[0].broker_id if candidates else self.broker_id
+        leader = min(self._live, key=lambda b: (self._led.get(b, 0), b), default=self.broker_id)
         record = OwnershipRecord(leader, 0, (leader,), int(time.time() * 1000))
         try:
             await self.store.put(ownership_path(self.cluster, name), record.to_json(), -1)
@@ -196,11 +219,8 @@ class TopicOwnership:
             record = await self.record(name)
             assert record is not None
             return record, False
-        # Counted at once, so placements made before the next load report spread.
-        placed = self._live.get(leader)
-        if placed is not None:
-            load = {**placed.load, "topics": placed.load.get("topics", 0.0) + 1}
-            self._live[leader] = replace(placed, load=load)
+        if str(name) not in self._leader_of:
+            self._counted(str(name), leader)
         log.info("placed topic %s on broker %s", name, leader)
         self._records[str(name)] = record
         return record, True
