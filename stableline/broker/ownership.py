@@ -113,10 +113,13 @@ class TopicUnavailableError(Exception):
 class TopicOwnership:
     """This broker's view of the cluster's topic ownership (see the module docstring)."""
 
-    def __init__(self, store: MetadataStore, cluster: str, broker_id: str):
+    def __init__(self, store: MetadataStore, cluster: str):
         self.store = store
         self.cluster = cluster
-        self.broker_id = broker_id
+        # This broker's id, known once its gRPC port is bound (start()); until then
+        # calls for topics not on this broker's disk wait.
+        self.broker_id = ""
+        self._started = asyncio.Event()
         self._records: dict[str, OwnershipRecord] = {}
         self._live: dict[str, BrokerInfo] = {}
         # Broker id -> when this broker saw it leave (ms); for TopicUnavailable.
@@ -126,8 +129,11 @@ class TopicOwnership:
         self._leader_of: dict[str, str] = {}
         self._led: dict[str, int] = {}
 
-    async def start(self) -> None:
-        """Watch the ownership and broker prefixes, then read the live brokers."""
+    async def start(self, broker_id: str) -> None:
+        """As broker `broker_id`: watch the ownership and broker prefixes, read the
+        live brokers and count the records; calls waiting for it go on."""
+        assert broker_id and not self._started.is_set()
+        self.broker_id = broker_id
         records = await self.store.watch(ownership_dir(self.cluster))
         brokers = await self.store.watch(brokers_dir(self.cluster))
         self._tasks = [
@@ -136,6 +142,7 @@ class TopicOwnership:
         ]
         await self._read_brokers()
         await self._count_records()
+        self._started.set()
 
     async def _count_records(self) -> None:
         root = ownership_dir(self.cluster)
@@ -207,6 +214,7 @@ class TopicOwnership:
 
     async def place_new(self, name: TopicName) -> tuple[OwnershipRecord, bool]:
         """(the topic's record, whether this call created it)."""
+        await self._started.wait()
         record = await self.record(name)
         if record is not None:
             return record, False
@@ -232,10 +240,18 @@ class TopicOwnership:
             raise TopicUnavailableError(name, record.leader, self._gone_since.get(record.leader))
         return owner
 
-    async def check(self, name: TopicName, create: bool) -> bool:
+    async def check(self, name: TopicName, create: bool, on_disk: bool) -> bool:
         """Whether this broker owns `name` (True), or it has no record and `create`
         is False (False: the caller's own not-found handling applies). Raises
-        NotOwnerError or TopicUnavailableError when another broker owns it."""
+        NotOwnerError or TopicUnavailableError when another broker owns it.
+
+        `on_disk`: the topic's files are on this broker. In a cluster a broker makes
+        files only for topics it leads, so before start() (the broker's recovery
+        loads such topics) those are served, and calls for any other wait."""
+        if not self._started.is_set():
+            if on_disk:
+                return True
+            await self._started.wait()
         record = await (self.place(name) if create else self.record(name))
         if record is None:
             return False

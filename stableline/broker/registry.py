@@ -242,7 +242,7 @@ class TopicRegistry:
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
         if self.ownership is not None and await self.ownership.check(
-            name, create or key in self._known
+            name, create or key in self._known, key in self._known
         ):
             create = True  # its record says this broker serves it: its files are here
         while True:

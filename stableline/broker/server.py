@@ -221,6 +221,9 @@ class Broker:
         self.security = BrokerSecurity.open(security_settings, self.store)
         self.registry = TopicRegistry(config, self.store)
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        if config.metadata_store_url:
+            # A shared store: topics are placed over the cluster's brokers.
+            self.registry.ownership = TopicOwnership(self.membership.store, config.cluster_name)
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.partitioned = PartitionedTopics(
             config, self.registry, EmbeddedPartitionedMetadata(self.store)
@@ -358,13 +361,8 @@ class Broker:
         self.lookup.advertise(addresses)
         try:
             info = await self.membership.register(addresses, version(), self._load)
-            if config.metadata_store_url:
-                # A shared store: topics are placed over the cluster's brokers.
-                ownership = TopicOwnership(
-                    self.membership.store, config.cluster_name, info.broker_id
-                )
-                await ownership.start()
-                self.registry.ownership = ownership
+            if self.registry.ownership is not None:
+                await self.registry.ownership.start(info.broker_id)
         except MetadataStoreError as error:
             raise StartupError(str(error)) from None
 
