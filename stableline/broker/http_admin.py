@@ -22,6 +22,7 @@ from stableline.broker import (
 from stableline.broker.errors import internal_error_message
 from stableline.broker.http_paths import namespace_path, topic_name
 from stableline.broker.metrics import make_registry, render
+from stableline.broker.ownership import NotOwnerError, TopicUnavailableError
 from stableline.broker.partitioned import (
     InvalidPartitionCountError,
     PartitionedTopics,
@@ -56,6 +57,10 @@ async def _errors(request: web.Request, handler):
     except TooManyTopicsError as error:  # Pulsar answers 412 to a full namespace too
         return _error(412, str(error))
     except TransactionBufferNotReadyError as error:  # still recovering: retry
+        return _error(503, str(error))
+    except NotOwnerError as error:  # Pulsar's answer too: the same request, at the owner
+        raise web.HTTPTemporaryRedirect(error.owner.http_url + request.path_qs) from None
+    except TopicUnavailableError as error:  # its owner is down: retry later
         return _error(503, str(error))
     except web.HTTPException:
         raise

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -144,3 +146,25 @@ def test_a_killed_owner_makes_only_its_topics_unavailable_and_loses_nothing(clus
             assert values == [f"{topic}/{i}".encode() for i in range(3)]
     finally:
         client.close()
+
+
+def test_the_http_admin_redirects_a_topic_call_to_its_owner(cluster):
+    (topic,) = _new_topics(1)
+    _create_through(cluster.brokers[0], topic)
+    owner_id = _leaders(cluster, [topic])[topic]
+    owner = cluster.by_id(owner_id)
+    other = next(b for b in cluster.brokers if b is not owner)
+    path = "/admin/v2/" + topic.replace("://", "/") + "/stats"
+    request = urllib.request.Request(other.http_url + path)
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as redirected:
+        opener.open(request)
+    assert redirected.value.code == 307
+    assert redirected.value.headers["Location"] == owner.http_url + path
+    with urllib.request.urlopen(other.http_url + path) as followed:  # follows the 307
+        assert "publishers" in json.loads(followed.read())
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
