@@ -205,22 +205,24 @@ class TopicRegistry:
                 f"delete a topic or raise max_topics_per_namespace in the broker config"
             )
 
-    async def create(self, name: TopicName) -> bool:
+    async def create(self, name: TopicName, placed: bool = False) -> bool:
         """Create the topic without loading it (the first use loads it); durable when
         this returns. False when it existed already. Raises TooManyTopicsError when
-        its namespace is full."""
+        its namespace is full. `placed`: its ownership record names this broker, and
+        the checks were made where it was placed."""
         key = str(name)
         if key in self._known:
             return False
         if self.ownership is not None:
             # Placed by compare-and-set; the owner creates its files on first use.
-            record, placed = await self.ownership.place_new(name)
+            record, new_record = await self.ownership.place_new(name)
             if record.leader != self.ownership.broker_id:
-                return placed
+                return new_record
         if key in self._creating:
             await self.store.sync_async()  # durable with the creation under way
             return False
-        self._check_room(name)
+        if not placed:
+            self._check_room(name)
         # Counted before the fsync: concurrent creations cannot overrun the limit.
         self._creating.add(key)
         self._topics_in[name.namespace_path] = self.topics_in(name.namespace_path) + 1
@@ -241,10 +243,15 @@ class TopicRegistry:
 
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
-        if self.ownership is not None and await self.ownership.check(
-            name, create or key in self._known, key in self._known
+        if (
+            self.ownership is not None
+            and await self.ownership.check(name, create or key in self._known, key in self._known)
+            and key not in self._known
         ):
-            create = True  # its record says this broker serves it: its files are here
+            # Its record says this broker serves it: the broker that placed it checked
+            # the name (a partition's base, the namespace's room), which this broker's
+            # own view of partitioned topics may not know.
+            await self.create(name, placed=True)
         while True:
             topic = self._topics.get(key)
             if topic is not None:

@@ -168,3 +168,28 @@ def test_the_http_admin_redirects_a_topic_call_to_its_owner(cluster):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
+
+
+def test_a_partitioned_topic_places_each_partition_and_serves_them_through_one_address(cluster):
+    (topic,) = _new_topics(1)
+    with grpc.insecure_channel(f"127.0.0.1:{cluster.brokers[0].grpc_port}") as channel:
+        admin_pb2_grpc.AdminStub(channel).CreatePartitionedTopic(
+            admin_pb2.PartitionedTopicRequest(topic=topic, partitions=3)
+        )
+    partitions = [f"{topic}-partition-{i}" for i in range(3)]
+    # Each partition has its record (the spread is the placement's, tested above).
+    assert set(_leaders(cluster, partitions).values()) <= {
+        f"127.0.0.1:{b.grpc_port}" for b in cluster.brokers
+    }
+    client = stableline.Client(cluster.brokers[0].service_url)
+    try:
+        consumer = client.subscribe(
+            topic, "s", initial_position=stableline.InitialPosition.Earliest
+        )
+        producer = client.create_producer(topic)
+        for key in "abcdef":
+            producer.send(key.encode(), partition_key=key)
+        received = sorted(consumer.receive(timeout_millis=5000).data() for _ in range(6))
+        assert received == [key.encode() for key in "abcdef"]
+    finally:
+        client.close()
