@@ -36,6 +36,8 @@ from stableline.metadata import (
     MetadataStore,
     Notification,
     NotificationType,
+    Watch,
+    WatchOverflow,
     list_brokers,
 )
 from stableline.metadata.layout import ROOT, brokers_dir, check_cluster_name
@@ -177,21 +179,36 @@ class TopicOwnership:
             self._gone_since.pop(broker_id, None)
         self._live = live
 
-    async def _follow_records(self, watch) -> None:
+    async def _follow_records(self, watch: Watch) -> None:
         prefix = ownership_dir(self.cluster) + "/"
-        async for notification in watch:
-            key = notification.path[len(prefix) :]
-            self._records.pop(key, None)
-            if notification.type is NotificationType.CREATED:
-                await self._count(key)
+        while True:
+            try:
+                async for notification in watch:
+                    key = notification.path[len(prefix) :]
+                    self._records.pop(key, None)
+                    if notification.type is NotificationType.CREATED:
+                        await self._count(key)
+                return  # the store closed
+            except WatchOverflow:
+                # Changes were missed: watch again, then forget every cached record
+                # (each is read again on its next use).
+                log.warning("ownership watch fell behind; re-reading records on use")
+                watch = await self.store.watch(ownership_dir(self.cluster))
+                self._records.clear()
 
-    async def _follow_brokers(self, watch) -> None:
-        async for notification in watch:
-            assert isinstance(notification, Notification)
-            if notification.type is NotificationType.DELETED:
-                broker_id = notification.path.rpartition("/")[2]
-                self._gone_since.setdefault(broker_id, int(time.time() * 1000))
-            await self._read_brokers()
+    async def _follow_brokers(self, watch: Watch) -> None:
+        while True:
+            try:
+                async for notification in watch:
+                    assert isinstance(notification, Notification)
+                    if notification.type is NotificationType.DELETED:
+                        broker_id = notification.path.rpartition("/")[2]
+                        self._gone_since.setdefault(broker_id, int(time.time() * 1000))
+                    await self._read_brokers()
+                return  # the store closed
+            except WatchOverflow:
+                watch = await self.store.watch(brokers_dir(self.cluster))
+                await self._read_brokers()
 
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
         return self._live.get(broker_id)

@@ -1,0 +1,88 @@
+"""TopicOwnership over one store (the embedded one, in process): placement by
+compare-and-set, least-loaded first, and the answers of check()."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+
+import pytest
+
+from stableline.broker.ownership import NotOwnerError, TopicOwnership, TopicUnavailableError
+from stableline.metadata import BrokerInfo, BrokerRegistration, open_metadata_store
+from stableline.topic_name import TopicName
+
+CLUSTER = "placement"
+
+
+def _info(broker_id: str) -> BrokerInfo:
+    return BrokerInfo(
+        broker_id=broker_id,
+        grpc_address=broker_id,
+        http_url=f"http://{broker_id}",
+        version="test",
+        started_ms=int(time.time() * 1000),
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        instance=broker_id,
+    )
+
+
+@pytest.fixture
+async def store(tmp_path):
+    store = await open_metadata_store("", embedded_dir=tmp_path / "metadata")
+    yield store
+    await store.close()
+
+
+REGISTRATIONS: dict[str, BrokerRegistration] = {}
+
+
+async def _brokers(store, ids: list[str]) -> list[TopicOwnership]:
+    views = []
+    for broker_id in ids:
+        REGISTRATIONS[broker_id] = BrokerRegistration(store, CLUSTER, _info(broker_id))
+        await REGISTRATIONS[broker_id].register()
+    for broker_id in ids:
+        view = TopicOwnership(store, CLUSTER)
+        await view.start(broker_id)
+        views.append(view)
+    return views
+
+
+async def test_brokers_placing_one_topic_at_once_agree_on_one_record(store):
+    views = await _brokers(store, ["h:1", "h:2", "h:3"])
+    name = TopicName.parse("race")
+    records = await asyncio.gather(*(view.place(name) for view in views))
+    assert len(set(records)) == 1
+    for view in views:
+        await view.close()
+
+
+async def test_placement_spreads_topics_over_the_least_loaded_brokers(store):
+    views = await _brokers(store, ["h:1", "h:2", "h:3"])
+    leaders = [(await views[0].place(TopicName.parse(f"t{i}"))).leader for i in range(6)]
+    assert sorted(leaders) == ["h:1", "h:1", "h:2", "h:2", "h:3", "h:3"]
+    for view in views:
+        await view.close()
+
+
+async def test_check_refuses_a_topic_another_broker_owns_or_whose_owner_is_gone(store):
+    views = await _brokers(store, ["h:1", "h:2"])
+    name = TopicName.parse("owned")
+    leader = (await views[0].place(name)).leader
+    owner, other = (views[0], views[1]) if leader == "h:1" else (views[1], views[0])
+    assert await owner.check(name, create=False, on_disk=False)
+    with pytest.raises(NotOwnerError, match=leader):
+        await other.check(name, create=False, on_disk=False)
+    await REGISTRATIONS[leader].unregister()  # as when its session lapses
+    async with asyncio.timeout(5):
+        while other.live_broker(leader) is not None:
+            await asyncio.sleep(0.01)  # the broker watch's delivery, polled with a deadline
+    with pytest.raises(TopicUnavailableError, match=leader):
+        await other.check(name, create=False, on_disk=False)
+    assert not await other.check(TopicName.parse("unknown"), create=False, on_disk=False)
+    for view in views:
+        await view.close()
