@@ -16,8 +16,8 @@ _plain_prefixes: dict[int, bytes] = {}
 known_plain_prefix = _plain_prefixes.get
 
 
-def _varint(value: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative int."""
+def uvarint(value: int) -> bytes:
+    """The base-128 varint of a non-negative int: protobuf's, and Kafka's unsigned one."""
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
@@ -28,7 +28,7 @@ def _varint(value: int) -> bytes:
 
 def _field(body_length: int) -> bytes:
     """Tag and length of field 1 (length-delimited) holding body_length bytes."""
-    return b"\x0a" + _varint(body_length)
+    return b"\x0a" + uvarint(body_length)
 
 
 def plain_prefix(length: int) -> bytes:
@@ -54,7 +54,7 @@ def key_fields(key: str) -> bytes:
     """A SingleMessage's partition_key and has_partition_key fields (2 and 5), as
     protobuf writes them: what follows the payload of a message with only a key."""
     encoded = key.encode()
-    return (b"\x12" + _varint(len(encoded)) + encoded if encoded else b"") + b"\x28\x01"
+    return (b"\x12" + uvarint(len(encoded)) + encoded if encoded else b"") + b"\x28\x01"
 
 
 def keyed_prefix(length: int, fields_length: int) -> bytes:

@@ -14,6 +14,8 @@ import struct
 from collections.abc import Callable
 from typing import TypeVar
 
+from stableline._wire import uvarint
+
 T = TypeVar("T")
 
 _I8 = struct.Struct(">b")
@@ -215,14 +217,7 @@ class Writer:
         return self.uvarint(0)
 
 
-def encode_uvarint(value: int) -> bytes:
-    assert value >= 0, value
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+encode_uvarint = uvarint  # Kafka's unsigned varint is protobuf's
 
 
 def encode_varint(value: int) -> bytes:
