@@ -113,7 +113,8 @@ class OperationNotSupported(StableLineError):
 
 class TopicUnavailable(StableLineError):
     """The broker that owns the topic is down (the message names it and since when);
-    its data comes back with it, so the call can be retried later."""
+    its data comes back with it, so the call can be retried later. Also raised for a
+    transaction whose coordinator shard's broker is down."""
 
 
 class NotOwner(StableLineError):
@@ -130,6 +131,7 @@ CODES: dict[str, type[StableLineError]] = {
     "TopicConflict": TopicConflict,
     "TopicBusy": TopicBusy,
     "TopicUnavailable": TopicUnavailable,
+    "CoordinatorUnavailable": TopicUnavailable,
     "NotOwner": NotOwner,
     "InvalidTopicName": InvalidTopicName,
     "IsolationLevelMismatch": IsolationLevelMismatch,

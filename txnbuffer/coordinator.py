@@ -210,17 +210,18 @@ TXN_PREFIX = "txn:"
 ACK_PREFIX = "ack:"
 
 
-def txn_key(sequence: int) -> str:
-    return f"{TXN_PREFIX}{sequence:020d}"
+def txn_key(sequence: int, prefix: str = "") -> str:
+    return f"{prefix}{TXN_PREFIX}{sequence:020d}"
 
 
-def ack_key(sequence: int, index: int) -> str:
+def ack_key(sequence: int, index: int, prefix: str = "") -> str:
     """The record of a transaction's index-th ack; a transaction's acks sort together."""
-    return f"{ACK_PREFIX}{sequence:020d}:{index:08d}"
+    return f"{prefix}{ACK_PREFIX}{sequence:020d}:{index:08d}"
 
 
-def _ack_sequence(key: str) -> int:
-    return int(key[len(ACK_PREFIX) : len(ACK_PREFIX) + 20])
+def _ack_sequence(key: str, prefix: str = "") -> int:
+    start = len(prefix) + len(ACK_PREFIX)
+    return int(key[start : start + 20])
 
 
 class TransactionCoordinator:
@@ -231,8 +232,13 @@ class TransactionCoordinator:
         participant: TransactionParticipant,
         limits: TransactionLimits | None = None,
         clock: Callable[[], float] = time.time,
+        key_prefix: str = "",
     ):
+        """`key_prefix`: what this coordinator's records' keys start with, so several
+        coordinators (a cluster's shards) share one store; "" for the first."""
+        assert ":" not in key_prefix, key_prefix
         self.coordinator_id = coordinator_id
+        self._prefix = key_prefix
         self.limits = limits or TransactionLimits()
         self.store = store
         self.participant = participant
@@ -272,18 +278,18 @@ class TransactionCoordinator:
         self._reserved_until = int(reserved) if reserved else 0
         self._next_sequence = self._reserved_until + 1
         inline_acks: list[int] = []  # records of the older layout, acks inside
-        for key, raw in self.store.scan_prefix(COORDINATOR_DB, TXN_PREFIX):
-            sequence = int(key[len(TXN_PREFIX) :])
+        for key, raw in self.store.scan_prefix(COORDINATOR_DB, self._prefix + TXN_PREFIX):
+            sequence = int(key[len(self._prefix) + len(TXN_PREFIX) :])
             meta = TxnMetadata.from_json(TxnId(self.coordinator_id, sequence), raw)
             self._txns[sequence] = meta
             if meta.acks:
                 inline_acks.append(sequence)
-        for key, raw in self.store.scan_prefix(COORDINATOR_DB, ACK_PREFIX):
-            meta = self._txns.get(_ack_sequence(key))
+        for key, raw in self.store.scan_prefix(COORDINATOR_DB, self._prefix + ACK_PREFIX):
+            meta = self._txns.get(_ack_sequence(key, self._prefix))
             if meta is None:
                 self._doomed_keys.append(key)  # its transaction's record is gone
                 continue
-            assert key == ack_key(meta.txn_id.least_bits, len(meta.acks)), key
+            assert key == ack_key(meta.txn_id.least_bits, len(meta.acks), self._prefix), key
             ack = TxnAck.from_json(raw)
             meta.acks.append(ack)
             meta.acked_ids += len(ack.message_ids)
@@ -308,9 +314,10 @@ class TransactionCoordinator:
         for sequence in inline_acks:
             meta = self._txns.get(sequence)
             if meta is not None:
-                migrated[txn_key(sequence)] = meta.to_json()
+                migrated[txn_key(sequence, self._prefix)] = meta.to_json()
                 migrated.update(
-                    (ack_key(sequence, index), ack.to_json()) for index, ack in enumerate(meta.acks)
+                    (ack_key(sequence, index, self._prefix), ack.to_json())
+                    for index, ack in enumerate(meta.acks)
                 )
         self._write(migrated)
         redriven = 0
@@ -351,7 +358,7 @@ class TransactionCoordinator:
         self._doomed_keys = []
 
     def _persist(self, meta: TxnMetadata) -> None:
-        self._write({txn_key(meta.txn_id.least_bits): meta.to_json()})
+        self._write({txn_key(meta.txn_id.least_bits, self._prefix): meta.to_json()})
 
     def _forget_expired(self) -> None:
         """Forget the ended transactions past the retention or the count (O(1) each)."""
@@ -361,8 +368,10 @@ class TransactionCoordinator:
             key = (meta.owner, meta.name)
             if meta.name and self._by_name.get(key) == sequence:
                 del self._by_name[key]
-            self._doomed_keys.append(txn_key(sequence))
-            self._doomed_keys.extend(ack_key(sequence, i) for i in range(len(meta.acks)))
+            self._doomed_keys.append(txn_key(sequence, self._prefix))
+            self._doomed_keys.extend(
+                ack_key(sequence, i, self._prefix) for i in range(len(meta.acks))
+            )
         if len(self._doomed_keys) >= DELETE_BATCH:
             self._write({})
 
@@ -522,7 +531,7 @@ class TransactionCoordinator:
         meta = self.check_ack(txn_id, caller, len(message_ids))
         ack = TxnAck(sys.intern(topic), sys.intern(subscription), list(message_ids))
         # A record of its own: O(1) per ack, however many the transaction has.
-        self._write({ack_key(txn_id.least_bits, len(meta.acks)): ack.to_json()})
+        self._write({ack_key(txn_id.least_bits, len(meta.acks), self._prefix): ack.to_json()})
         meta.acks.append(ack)
         meta.acked_ids += len(ack.message_ids)
 

@@ -495,12 +495,14 @@ class NewTransactionRequest(_message.Message):
     def __init__(self, timeout_ms: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
 
 class NewTransactionResponse(_message.Message):
-    __slots__ = ("txn_id", "state")
+    __slots__ = ("txn_id", "state", "coordinator_address")
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     txn_id: TxnId
     state: str
-    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...
+    coordinator_address: str
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[str] = ..., coordinator_address: _Optional[str] = ...) -> None: ...
 
 class EndTransactionRequest(_message.Message):
     __slots__ = ("txn_id", "action")
@@ -525,17 +527,19 @@ class GetTransactionRequest(_message.Message):
     def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
 
 class GetTransactionResponse(_message.Message):
-    __slots__ = ("txn_id", "state", "open_timestamp_ms", "timeout_at_ms", "ended_timestamp_ms", "name")
+    __slots__ = ("txn_id", "state", "open_timestamp_ms", "timeout_at_ms", "ended_timestamp_ms", "name", "coordinator_low_watermark")
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     OPEN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ENDED_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     txn_id: TxnId
     state: TxnState
     open_timestamp_ms: int
     timeout_at_ms: int
     ended_timestamp_ms: int
     name: str
-    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[_Union[TxnState, str]] = ..., open_timestamp_ms: _Optional[int] = ..., timeout_at_ms: _Optional[int] = ..., ended_timestamp_ms: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+    coordinator_low_watermark: int
+    def __init__(self, txn_id: _Optional[_Union[TxnId, _Mapping]] = ..., state: _Optional[_Union[TxnState, str]] = ..., open_timestamp_ms: _Optional[int] = ..., timeout_at_ms: _Optional[int] = ..., ended_timestamp_ms: _Optional[int] = ..., name: _Optional[str] = ..., coordinator_low_watermark: _Optional[int] = ...) -> None: ...

@@ -378,6 +378,9 @@ class Client:
 
         # A retry after a lost answer leaves the first transaction open; it times out.
         response = await connection.with_retries(attempt, "new transaction")
+        if response.coordinator_address:
+            # In a cluster: the broker leading the transaction's shard ends it.
+            connection = self._connections.get(response.coordinator_address)
         return Transaction(
             connection, response.txn_id.most_bits, response.txn_id.least_bits, timeout_ms
         )

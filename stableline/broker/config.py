@@ -132,6 +132,17 @@ class BrokerConfig:
     # "" is the --grpc host and bound port (this machine's name for a wildcard host)
     # [advertisedAddress].
     advertised_address: str = ""
+    # Transaction coordinator shards (a TxnId's high half names its shard; Pulsar's
+    # coordinator partitions). 0: 1 with the embedded store, and in a cluster
+    # whatever the cluster's first broker chose (4 unless its config said otherwise);
+    # a cluster's count is fixed once chosen [transactionCoordinatorCount].
+    transaction_coordinator_shards: int = 0
+    # How this broker reaches the others of its cluster when security is on: a token
+    # of a superuser role (default: one made with token_secret_key), and the CA of
+    # their certificates (default: tls_trust_certs_file, or --secure's ca.pem)
+    # [brokerClientAuthenticationParameters, brokerClientTrustCertsFilePath].
+    broker_client_token_file: str = ""
+    broker_client_trust_certs_file: str = ""
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property
@@ -223,6 +234,11 @@ def _check_cluster_settings(config: BrokerConfig) -> None:
                 f"etcd://HOST:PORT[,HOST:PORT...], or leave it empty for the data dir"
             )
         parse_etcd_url(config.metadata_store_url)  # ValueError saying what is wrong
+    if not 0 <= config.transaction_coordinator_shards <= 1024:
+        raise ValueError(
+            "config transaction_coordinator_shards must be 0 (automatic) to 1024, got "
+            f"{config.transaction_coordinator_shards}"
+        )
     try:
         layout.check_cluster_name(config.cluster_name)
     except InvalidPath as error:

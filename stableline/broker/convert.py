@@ -44,6 +44,7 @@ TXN_STATES_TO_PROTO = {
     TxnState.ABORTED: pb.TXN_STATE_ABORTED,
 }
 assert set(TXN_STATES_TO_PROTO) == set(TxnState), "every coordinator state has a wire value"
+TXN_STATES_FROM_PROTO = {value: state for state, value in TXN_STATES_TO_PROTO.items()}
 KEY_SHARED_MODES = {
     pb.KEY_SHARED_MODE_AUTO_SPLIT: KeySharedMode.AUTO_SPLIT,
     pb.KEY_SHARED_MODE_STICKY: KeySharedMode.STICKY,

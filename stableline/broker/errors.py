@@ -30,6 +30,10 @@ from managed_ledger import (
     StorageFullError,
     TooManyOpenFilesError,
 )
+from stableline.broker.coordinator_errors import (
+    CoordinatorNotLeaderError,
+    CoordinatorUnavailableError,
+)
 from stableline.broker.ownership import NotOwnerError, TopicUnavailableError
 from stableline.broker.partitioned import TopicBusyError, TopicConflictError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
@@ -63,6 +67,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
     (NotOwnerError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
     (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
+    (CoordinatorNotLeaderError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
+    (CoordinatorUnavailableError, grpc.StatusCode.UNAVAILABLE, "CoordinatorUnavailable"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

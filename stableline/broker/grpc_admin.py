@@ -7,22 +7,22 @@ import json
 from stableline._proto import admin_pb2 as pb
 from stableline._proto import admin_pb2_grpc
 from stableline.broker import convert, stats
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.errors import abort
 from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.registry import TopicRegistry
 from stableline.topic_name import TopicName
-from txnbuffer import TransactionCoordinator
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(
         self,
         registry: TopicRegistry,
-        coordinator: TransactionCoordinator,
+        coordinators: Coordinators,
         partitioned: PartitionedTopics,
     ):
         self.registry = registry
-        self.coordinator = coordinator
+        self.coordinators = coordinators
         self.partitioned = partitioned
 
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
@@ -67,7 +67,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     async def GetTransactionMetadata(self, request, context) -> pb.StatsResponse:
         try:
-            meta = self.coordinator.get(convert.txn_id(request))
+            meta = self.coordinators.get(convert.txn_id(request))
         except Exception as error:
             await abort(context, error)
         return pb.StatsResponse(json=json.dumps(meta.describe()))

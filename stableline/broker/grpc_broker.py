@@ -43,6 +43,7 @@ from stableline._proto import broker_pb2_grpc
 from stableline._wire import count_messages, count_plain
 from stableline.broker import convert
 from stableline.broker.config import BrokerConfig
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.errors import abort, classify, invalid
 from stableline.broker.failpoints import PUBLISH
 from stableline.broker.lookup import TopicLookup
@@ -53,10 +54,10 @@ from stableline.broker.security.caller import (
     not_created_on_first_use,
 )
 from stableline.broker.topic import ProducerBusyError, Publisher, Topic
-from stableline.broker.transactional_acks import ack_in_transaction
+from stableline.broker.transactional_acks import ack_in_any_transaction
 from stableline.names import InvalidNameError, check_name
 from stableline.topic_name import TopicName
-from txnbuffer import TransactionCoordinator, TransactionError
+from txnbuffer import TransactionError
 from txnbuffer.producer_state import ANONYMOUS_PREFIX
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self,
         registry: TopicRegistry,
         config: BrokerConfig,
-        coordinator: TransactionCoordinator,
+        coordinators: Coordinators,
         lookup: TopicLookup,
     ):
         self.registry = registry
         self.config = config
-        self.coordinator = coordinator
+        self.coordinators = coordinators
         self.lookup = lookup
         self._run_tag = secrets.token_hex(4)
         self._generated_names = itertools.count(1)
@@ -194,7 +195,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         )
                     if header.txn_id is not None:
                         # Recorded before the write, so an abort (or timeout) reaches this topic.
-                        self.coordinator.add_topic(header.txn_id, str(topic.name), txn_caller)
+                        await self.coordinators.add_topic(
+                            header.txn_id, str(topic.name), txn_caller
+                        )
                     position, duplicate = await topic.publish(header, send.payload, new_producer)
                     # A duplicate carries its first copy's position (-1:-1 when no longer held).
                     receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
@@ -376,8 +379,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     subscription.flow(consumer, request.flow.permits)
                 elif kind == "ack":
                     ack = request.ack
+                    if ack.HasField("txn_id"):
+                        # Awaited in turn: the transaction's coordinator may be a peer.
+                        outbox.put_nowait(await self._txn_ack(subscription, ack))
+                        continue
                     done = self._done(ack.request_id, self._ack, subscription, ack)
-                    if done.done.error_code or ack.HasField("txn_id"):
+                    if done.done.error_code:
                         outbox.put_nowait(done)
                     else:
                         confirming = asyncio.create_task(
@@ -443,14 +450,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         return pb.SubscribeResponse(done=pb.RequestDone(request_id=request_id))
 
+    async def _txn_ack(self, subscription: Subscription, ack: pb.Ack) -> pb.SubscribeResponse:
+        try:
+            await ack_in_any_transaction(
+                self.coordinators,
+                subscription,
+                convert.txn_id(ack.txn_id),
+                convert.message_positions(ack.message_ids),
+                ack.cumulative,
+                self._checked_as(),
+            )
+        except Exception as error:
+            failure = classify(error)
+            return pb.SubscribeResponse(
+                done=pb.RequestDone(
+                    request_id=ack.request_id, error_code=failure.code, error_message=str(failure)
+                )
+            )
+        return pb.SubscribeResponse(done=pb.RequestDone(request_id=ack.request_id))
+
     def _ack(self, subscription: Subscription, ack: pb.Ack) -> None:
         ids = convert.message_positions(ack.message_ids)
-        txn_id = convert.optional_txn_id(ack)
-        if txn_id is not None:
-            # Before anything is held: another role's transaction is refused untouched.
-            self.coordinator.check_ack(txn_id, self._checked_as(), len(ids))
-            ack_in_transaction(self.coordinator, subscription, txn_id, ids, ack.cumulative)
-            return
         if not ids:
             raise ValueError("an ack must name at least one message id")
         if ack.cumulative:
@@ -600,26 +620,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def NewTransaction(self, request, context) -> pb.NewTransactionResponse:
         owner, client = self._txn_owner(context)
         try:
-            if request.name:
-                meta = self.coordinator.named_transaction(
-                    request.name, request.timeout_ms, owner, client
-                )
-                txn_id, state = meta.txn_id, meta.state.value
-            else:
-                txn_id = self.coordinator.new_transaction(request.timeout_ms, owner, client)
-                state = "OPEN"
+            opened = await self.coordinators.open(request.timeout_ms, request.name, owner, client)
         except Exception as error:
             await abort(context, error)
-        return pb.NewTransactionResponse(txn_id=convert.txn_id_to_proto(txn_id), state=state)
+        return pb.NewTransactionResponse(
+            txn_id=convert.txn_id_to_proto(opened.txn_id),
+            state=opened.state.value,
+            coordinator_address=opened.coordinator_address,
+        )
 
     async def EndTransaction(self, request, context) -> pb.EndTransactionResponse:
         try:
             if request.action not in (pb.TXN_ACTION_COMMIT, pb.TXN_ACTION_ABORT):
                 raise invalid(f"unknown transaction action {request.action}: use COMMIT or ABORT")
-            state = await self.coordinator.end(
-                convert.txn_id(request.txn_id),
-                commit=request.action == pb.TXN_ACTION_COMMIT,
-                caller=self._checked_as(),
+            txn_id = convert.txn_id(request.txn_id)
+            coordinator = await self.coordinators.leading(txn_id)
+            state = await coordinator.end(
+                txn_id, commit=request.action == pb.TXN_ACTION_COMMIT, caller=self._checked_as()
             )
         except Exception as error:
             await abort(context, error)
@@ -629,7 +646,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """The coordinator's record of a transaction: how a client whose end was lost
         with a connection learns how it ended, without admin rights."""
         try:
-            meta = self.coordinator.owned(convert.txn_id(request.txn_id), self._checked_as())
+            txn_id = convert.txn_id(request.txn_id)
+            coordinator = await self.coordinators.leading(txn_id)
+            meta = coordinator.owned(txn_id, self._checked_as())
         except Exception as error:
             await abort(context, error)
         return convert.transaction_to_proto(meta)

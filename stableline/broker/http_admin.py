@@ -19,6 +19,7 @@ from stableline.broker import (
     http_transactions,
     stats,
 )
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.errors import internal_error_message
 from stableline.broker.http_paths import namespace_path, topic_name
 from stableline.broker.metrics import make_registry, render
@@ -33,7 +34,6 @@ from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, T
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TransactionBufferNotReadyError,
-    TransactionCoordinator,
     TransactionNotFoundError,
 )
 
@@ -71,12 +71,12 @@ async def _errors(request: web.Request, handler):
 
 def make_app(
     registry: TopicRegistry,
-    coordinator: TransactionCoordinator,
+    coordinators: Coordinators,
     recovery: stats.RecoveryWindow | None = None,
     partitioned: PartitionedTopics | None = None,
 ) -> web.Application:
     recovery = recovery or stats.RecoveryWindow()
-    metrics_registry = make_registry(registry, coordinator)
+    metrics_registry = make_registry(registry, coordinators)
     app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
 
     started_at_ms = int(time.time() * 1000)
@@ -138,9 +138,21 @@ def make_app(
             txn_id = TxnId.parse(request.query.get("txnId", ""))
         except ValueError as error:
             return _error(400, f"txnId: {error}")
-        return web.json_response(coordinator.get(txn_id).describe())
+        return web.json_response(coordinators.get(txn_id).describe())
 
-    async def coordinator_stats(_request: web.Request) -> web.Response:
+    async def coordinator_stats(request: web.Request) -> web.Response:
+        text = request.query.get("coordinatorId")
+        if text is None:
+            return web.json_response(stats.coordinators_stats(coordinators, recovery))
+        if not text.isascii() or not text.isdigit():
+            return _error(400, f"coordinatorId must be a whole number >= 0, got {text!r}")
+        coordinator = coordinators.local.get(int(text))
+        if coordinator is None:
+            return _error(
+                404,
+                f"transaction coordinator {text} is not led by this broker (it leads "
+                f"{sorted(coordinators.local)} of {coordinators.shard_count} shards)",
+            )
         return web.json_response(stats.coordinator_stats(coordinator, recovery))
 
     async def metrics(_request: web.Request) -> web.Response:
@@ -164,9 +176,9 @@ def make_app(
     app.router.add_get(transactions + "/transactionMetadata", transaction_metadata)
     app.router.add_get(transactions + "/coordinatorStats", coordinator_stats)
     app.router.add_get("/metrics", metrics)
-    http_diagnostics.add_routes(app, registry, coordinator)
+    http_diagnostics.add_routes(app, registry, coordinators)
     http_subscriptions.add_routes(app, registry)
-    http_transactions.add_routes(app, registry, coordinator, recovery)
+    http_transactions.add_routes(app, registry, coordinators, recovery)
     http_messages.add_routes(app, registry)
     http_namespaces.add_routes(app, registry)
     if partitioned is not None:

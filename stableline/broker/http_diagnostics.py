@@ -17,11 +17,11 @@ from typing import Any
 from aiohttp import web
 
 from stableline.broker import stats
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.http_paths import topic_name
 from stableline.broker.peek import parse_count, parse_isolation_level, peek
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.stable_positions import stable_position, stable_positions
-from txnbuffer import TransactionCoordinator
 
 # One broker serves every namespace whole: Pulsar's full-range bundle.
 FULL_BUNDLE = "0x00000000_0xffffffff"
@@ -31,9 +31,7 @@ def _bad_request(reason: str) -> web.Response:
     return web.json_response({"reason": reason}, status=400)
 
 
-def add_routes(
-    app: web.Application, registry: TopicRegistry, coordinator: TransactionCoordinator
-) -> None:
+def add_routes(app: web.Application, registry: TopicRegistry, coordinators: Coordinators) -> None:
     async def all_topic_stats(_request: web.Request) -> web.Response:
         nested: dict[str, Any] = {}
         for topic in sorted(registry.loaded(), key=lambda t: str(t.name)):
@@ -43,11 +41,11 @@ def add_routes(
         return web.json_response(nested)
 
     async def all_stable_positions(_request: web.Request) -> web.Response:
-        return web.json_response(stable_positions(registry.loaded(), coordinator))
+        return web.json_response(stable_positions(registry.loaded(), coordinators))
 
     async def one_stable_position(request: web.Request) -> web.Response:
         topic = await registry.get_stable(topic_name(request))
-        return web.json_response(stable_position(topic, coordinator))
+        return web.json_response(stable_position(topic, coordinators))
 
     async def peek_subscription(request: web.Request) -> web.Response:
         topic = await registry.get(topic_name(request), create=False)

@@ -24,10 +24,11 @@ from typing import Any
 from aiohttp import web
 
 from managed_ledger import TxnId
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.http_paths import topic_name
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.stats import COORDINATOR_READY, RecoveryWindow
-from txnbuffer import TransactionCoordinator, TxnMetadata
+from txnbuffer import TxnMetadata
 
 TRANSACTIONS = "/admin/v3/transactions"
 
@@ -47,12 +48,14 @@ def _whole_number(text: str | None, what: str) -> int:
 
 
 def slow_transactions(
-    coordinator: TransactionCoordinator, timeout_ms: int, now_ms: int
+    coordinators: Coordinators, timeout_ms: int, now_ms: int, shard: int | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Transactions not yet ended that opened more than timeout_ms before now_ms."""
+    """Transactions not yet ended that opened more than timeout_ms before now_ms (of
+    every shard led here, or of `shard`)."""
     return {
         str(meta.txn_id): meta.describe()
-        for meta in coordinator.list_open()
+        for meta in coordinators.list_open()
+        if shard is None or meta.txn_id.most_bits == shard
         if now_ms - meta.opened_ms > timeout_ms
     }
 
@@ -67,7 +70,7 @@ def _held_message_ids(meta: TxnMetadata, topic: str, subscription: str) -> list[
 
 
 def pending_ack_stats(
-    coordinator: TransactionCoordinator,
+    coordinators: Coordinators,
     topic: str,
     subscription: str,
     recovery: RecoveryWindow,
@@ -77,7 +80,7 @@ def pending_ack_stats(
     The holds are rebuilt from the coordinator's records at a restart, so the
     recovery times are the coordinator's."""
     pending = []
-    for meta in coordinator.list_open():
+    for meta in coordinators.list_open():
         held = _held_message_ids(meta, topic, subscription)
         if held:
             pending.append(
@@ -85,7 +88,7 @@ def pending_ack_stats(
             )
     return {
         "state": COORDINATOR_READY,
-        "lowWaterMarks": {str(coordinator.coordinator_id): coordinator.low_watermark},
+        "lowWaterMarks": {str(k): v for k, v in coordinators.low_watermarks().items()},
         "ongoingTxnSize": len(pending),
         "recoverStartTime": recovery.started_ms,
         "recoverEndTime": recovery.ended_ms,
@@ -97,20 +100,22 @@ def pending_ack_stats(
 def add_routes(
     app: web.Application,
     registry: TopicRegistry,
-    coordinator: TransactionCoordinator,
+    coordinators: Coordinators,
     recovery: RecoveryWindow,
 ) -> None:
-    def check_coordinator(request: web.Request) -> web.Response | None:
+    def check_coordinator(request: web.Request) -> web.Response | int | None:
+        """The shard asked for (None: all), or the 404 when it is not led here."""
         text = request.query.get("coordinatorId")
         if text is None:
             return None
-        if _whole_number(text, "coordinatorId") != coordinator.coordinator_id:
+        shard = _whole_number(text, "coordinatorId")
+        if shard not in coordinators.local:
             return _reason(
                 404,
-                f"transaction coordinator {text} does not exist: this broker runs "
-                f"coordinator {coordinator.coordinator_id}",
+                f"transaction coordinator {text} is not led by this broker: it leads "
+                f"coordinators {sorted(coordinators.local)} of {coordinators.shard_count}",
             )
-        return None
+        return shard
 
     async def transaction_metadata(request: web.Request) -> web.Response:
         info = request.match_info
@@ -118,16 +123,16 @@ def add_routes(
         least = _whole_number(info["least"], "leastSigBits")
         if most >= 2**64 or least >= 2**64:
             return _reason(400, "mostSigBits and leastSigBits must be below 2**64")
-        return web.json_response(coordinator.get(TxnId(most, least)).describe())
+        return web.json_response(coordinators.get(TxnId(most, least)).describe())
 
     async def slow(request: web.Request) -> web.Response:
         text = request.match_info.get("timeout", request.query.get("timeout"))
         timeout_ms = _whole_number(text, "the timeout (milliseconds)")
-        refused = check_coordinator(request)
-        if refused is not None:
-            return refused
+        shard = check_coordinator(request)
+        if isinstance(shard, web.Response):
+            return shard
         now_ms = int(time.time() * 1000)
-        return web.json_response(slow_transactions(coordinator, timeout_ms, now_ms))
+        return web.json_response(slow_transactions(coordinators, timeout_ms, now_ms, shard))
 
     async def pending_acks(request: web.Request) -> web.Response:
         topic = await registry.get(topic_name(request), create=False)
@@ -135,7 +140,7 @@ def add_routes(
         if subscription not in topic.subscriptions:
             return _reason(404, f"subscription {subscription!r} does not exist on {topic.name}")
         return web.json_response(
-            pending_ack_stats(coordinator, str(topic.name), subscription, recovery)
+            pending_ack_stats(coordinators, str(topic.name), subscription, recovery)
         )
 
     app.router.add_get(TRANSACTIONS + "/transactionMetadata/{most}/{least}", transaction_metadata)

@@ -10,24 +10,38 @@ stableline_txn_timed_out_total counts the timeouts alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from stableline.broker.latency import COMMIT_LATENCY, PUBLISH_LATENCY
 from stableline.broker.registry import TopicRegistry
-from txnbuffer import TransactionCoordinator
+
+if TYPE_CHECKING:
+    from stableline.broker.coordinators import Coordinators
 
 
 class _CoordinatorCollector:
-    def __init__(self, coordinator: TransactionCoordinator):
-        self._coordinator = coordinator
+    """The figures of every coordinator shard this broker leads, summed."""
+
+    def __init__(self, coordinators: Coordinators):
+        self._coordinators = coordinators
 
     def collect(self):
-        coordinator = self._coordinator
+        local = list(self._coordinators.local.values())
         figures = (
-            ("committed", "Transactions committed", coordinator.committed_count),
-            ("aborted", "Transactions aborted (timeouts included)", coordinator.aborted_count),
-            ("timed_out", "Transactions aborted by their timeout", coordinator.timed_out_count),
+            ("committed", "Transactions committed", sum(c.committed_count for c in local)),
+            (
+                "aborted",
+                "Transactions aborted (timeouts included)",
+                sum(c.aborted_count for c in local),
+            ),
+            (
+                "timed_out",
+                "Transactions aborted by their timeout",
+                sum(c.timed_out_count for c in local),
+            ),
         )
         for name, documentation, value in figures:
             counter = CounterMetricFamily(f"stableline_txn_{name}", documentation)
@@ -36,7 +50,7 @@ class _CoordinatorCollector:
         open_txns = GaugeMetricFamily(
             "stableline_txn_open", "Transactions not yet ended (open, or committing/aborting)"
         )
-        open_txns.add_metric([], len(coordinator.list_open()))
+        open_txns.add_metric([], len(self._coordinators.list_open()))
         yield open_txns
 
 
@@ -124,10 +138,10 @@ class _TopicCollector:
         )
 
 
-def make_registry(topics: TopicRegistry, coordinator: TransactionCoordinator) -> CollectorRegistry:
+def make_registry(topics: TopicRegistry, coordinators: Coordinators) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_TopicCollector(topics))
-    registry.register(_CoordinatorCollector(coordinator))
+    registry.register(_CoordinatorCollector(coordinators))
     registry.register(PUBLISH_LATENCY)
     registry.register(COMMIT_LATENCY)
     ProcessCollector(registry=registry)

@@ -32,7 +32,14 @@ from grpc_reflection.v1alpha import reflection
 
 from managed_ledger import MetadataStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
-from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from stableline._proto import (
+    admin_pb2,
+    admin_pb2_grpc,
+    broker_pb2,
+    broker_pb2_grpc,
+    cluster_pb2,
+    cluster_pb2_grpc,
+)
 from stableline.broker import http_lookup
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
@@ -41,9 +48,16 @@ from stableline.broker.connection_limit import (
     OpeningDeadlineInterceptor,
     add_routes,
 )
+from stableline.broker.coordinator_shards import (
+    DEFAULT_CLUSTER_SHARDS,
+    ShardRecords,
+    cluster_shard_count,
+)
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
+from stableline.broker.grpc_peer import PeerService
 from stableline.broker.http_admin import make_app
 from stableline.broker.http_brokers import add_routes as add_brokers_routes
 from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
@@ -54,6 +68,7 @@ from stableline.broker.membership import Membership, with_advertised_address
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
+from stableline.broker.peers import Peers
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.file_modes import (
@@ -171,7 +186,7 @@ class Broker:
         self.partitioned: PartitionedTopics | None = None
         self.kafka: KafkaListener | None = None
         self.kafka_port = 0
-        self.coordinator: TransactionCoordinator | None = None
+        self.coordinators: Coordinators | None = None
         self.membership: Membership | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
@@ -191,9 +206,22 @@ class Broker:
         self.open_files_limit = 0
 
     def _restore_pending_acks(self, topic: Topic) -> None:
-        restored = restore_pending_acks(self.coordinator, str(topic.name), topic.subscriptions)
+        restored = sum(
+            restore_pending_acks(coordinator, str(topic.name), topic.subscriptions)
+            for coordinator in self.coordinators.local.values()
+        )
         if restored:
             log.info("%s: holding again %d acks of transactions not ended", topic.name, restored)
+
+    def _coordinator_started(self, coordinator: TransactionCoordinator) -> None:
+        """Topics loaded before a coordinator recovered hold again what its open
+        transactions acknowledged on them."""
+        for topic in self.registry.loaded():
+            restored = restore_pending_acks(coordinator, str(topic.name), topic.subscriptions)
+            if restored:
+                log.info(
+                    "%s: holding again %d acks of transactions not ended", topic.name, restored
+                )
 
     async def start(self) -> None:
         config = self.config
@@ -228,10 +256,10 @@ class Broker:
         self.partitioned = PartitionedTopics(
             config, self.registry, EmbeddedPartitionedMetadata(self.store)
         )
-        self.coordinator = TransactionCoordinator(
-            0,
+        participant = BrokerParticipant(self.registry)
+        self.coordinators = Coordinators(
             self.store,
-            BrokerParticipant(self.registry),
+            participant,
             TransactionLimits(
                 config.max_open_transactions,
                 config.max_open_transactions_per_client,
@@ -239,29 +267,46 @@ class Broker:
                 config.max_ended_transactions,
                 config.max_acks_per_transaction,
             ),
+            config.transaction_coordinator_shards or 1,
         )
         if config.failpoints:
             self.failpoints = Failpoints(config.failpoints)
-            self.registry.failpoint = self.coordinator.failpoint = self.failpoints
+            self.registry.failpoint = self.coordinators.failpoint = self.failpoints
         # Topics recover in the background (serving meanwhile); each settles what
-        # the last run left ongoing once both it and the coordinator are ready.
-        coordinator_ready = asyncio.Event()
+        # the last run left ongoing once it and the coordinators are ready.
         self.registry.on_recovered = functools.partial(
-            settle_leftovers, coordinator=self.coordinator, coordinator_ready=coordinator_ready
+            settle_leftovers, coordinators=self.coordinators
         )
         # A loaded topic's subscriptions hold again what transactions not ended
-        # acknowledged on them: topics loaded from here once the coordinator has
-        # recovered (before, it knows none), those loaded before right after that.
+        # acknowledged on them: topics loaded from here with the coordinators that
+        # have recovered, those loaded before as each coordinator recovers.
         self.registry.on_loaded = self._restore_pending_acks
+        self.coordinators.on_started = self._coordinator_started
         # Topics load on first use; those the last run may have left transactions
         # in load in the background from here (TopicRegistry.start).
         self.registry.start()
         recover_started_ms = int(time.time() * 1000)
-        await self.coordinator.recover()
-        for topic in self.registry.loaded():
-            self._restore_pending_acks(topic)
+        if self.registry.ownership is None:
+            await self.coordinators.start()
+        else:
+            # In a cluster the shards led here are known once this broker has its id
+            # (registered, below); transaction calls wait for them until then.
+            shard_count = await cluster_shard_count(
+                self.membership.store,
+                config.cluster_name,
+                config.transaction_coordinator_shards or DEFAULT_CLUSTER_SHARDS,
+            )
+            try:
+                peers = Peers(self.security.peer_credentials(config))
+            except (ValueError, OSError) as error:
+                raise StartupError(f"cannot call the cluster's other brokers: {error}") from None
+            participant.peers = peers
+            self.coordinators.attach_cluster(
+                ShardRecords(self.membership.store, config.cluster_name, shard_count),
+                self.registry.ownership,
+                peers,
+            )
         recovery = RecoveryWindow(recover_started_ms, int(time.time() * 1000))
-        coordinator_ready.set()
 
         message_limit = config.max_message_size + 1024 * 1024
         self._grpc = grpc.aio.server(
@@ -285,16 +330,20 @@ class Broker:
             ],
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(self.registry, config, self.coordinator, self.lookup), self._grpc
+            BrokerService(self.registry, config, self.coordinators, self.lookup), self._grpc
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.registry, self.coordinator, self.partitioned), self._grpc
+            AdminService(self.registry, self.coordinators, self.partitioned), self._grpc
+        )
+        cluster_pb2_grpc.add_PeerServicer_to_server(
+            PeerService(self.coordinators, participant), self._grpc
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
             (
                 broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
                 admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+                cluster_pb2.DESCRIPTOR.services_by_name["Peer"].full_name,
                 health.SERVICE_NAME,
                 reflection.SERVICE_NAME,
             ),
@@ -310,7 +359,7 @@ class Broker:
             )
         await self._grpc.start()
 
-        http_app = make_app(self.registry, self.coordinator, recovery, self.partitioned)
+        http_app = make_app(self.registry, self.coordinators, recovery, self.partitioned)
         add_routes(http_app, self.connections)
         http_lookup.add_routes(http_app, self.lookup)
         add_brokers_routes(http_app, self.membership.store)
@@ -363,6 +412,7 @@ class Broker:
             info = await self.membership.register(addresses, version(), self._load)
             if self.registry.ownership is not None:
                 await self.registry.ownership.start(info.broker_id)
+                await self.coordinators.start(info.broker_id)
         except MetadataStoreError as error:
             raise StartupError(str(error)) from None
 
@@ -438,8 +488,8 @@ class Broker:
         if self._tighten_task is not None:
             self._tighten_stop.set()
             await self._tighten_task
-        if self.coordinator is not None:
-            await self.coordinator.close()
+        if self.coordinators is not None:
+            await self.coordinators.close()
         if self.registry is not None:
             await self.registry.close()
         if self.store is not None:

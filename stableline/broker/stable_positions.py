@@ -8,22 +8,25 @@ transaction is, when it times out and what else it touches. This joins the two.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher import IsolationLevel
 from stableline.broker.topic import Topic
-from txnbuffer import BufferState, TransactionCoordinator, TransactionNotFoundError
+from txnbuffer import BufferState, TransactionNotFoundError
+
+if TYPE_CHECKING:
+    from stableline.broker.coordinators import Coordinators
 
 
-def _pinning_transaction(topic: Topic, coordinator: TransactionCoordinator) -> dict | None:
+def _pinning_transaction(topic: Topic, coordinators: Coordinators) -> dict | None:
     buffer = topic.buffer
     for txn_id, first_position in buffer.ongoing.items():
         pinning: dict[str, Any] = {"firstPosition": str(first_position)}
         try:
-            pinning.update(coordinator.get(txn_id).describe())
+            pinning.update(coordinators.get(txn_id).describe())
         except TransactionNotFoundError:
-            # Left ongoing by an earlier run and not settled yet (or another
-            # coordinator's): the topic will abort it once it settles leftovers.
+            # Left ongoing by an earlier run and not settled yet, or of a shard
+            # another broker leads (its leader describes it).
             pinning.update({"txnId": str(txn_id), "status": "UNKNOWN"})
         return pinning
     return None
@@ -42,11 +45,11 @@ def _stall_reason(topic: Topic, pinning: dict | None, lag_entries: int) -> str |
     return None
 
 
-def stable_position(topic: Topic, coordinator: TransactionCoordinator) -> dict[str, Any]:
+def stable_position(topic: Topic, coordinators: Coordinators) -> dict[str, Any]:
     """One topic's stable position document."""
     buffer = topic.buffer
     lag_entries, lag_ms = buffer.stable_lag()
-    pinning = _pinning_transaction(topic, coordinator)
+    pinning = _pinning_transaction(topic, coordinators)
     return {
         "topic": str(topic.name),
         "state": buffer.state.value,
@@ -65,7 +68,7 @@ def stable_position(topic: Topic, coordinator: TransactionCoordinator) -> dict[s
     }
 
 
-def stable_positions(topics: list[Topic], coordinator: TransactionCoordinator) -> list[dict]:
+def stable_positions(topics: list[Topic], coordinators: Coordinators) -> list[dict]:
     """Every topic's document, the ones READ_COMMITTED waits on longest first."""
-    documents = [stable_position(topic, coordinator) for topic in topics]
+    documents = [stable_position(topic, coordinators) for topic in topics]
     return sorted(documents, key=lambda d: (-d["stableLagMs"], -d["stableLagEntries"], d["topic"]))

@@ -4,11 +4,14 @@ field names (HTTP and gRPC admin)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher import Subscription, SubscriptionType
 from stableline.broker.topic import Topic
 from txnbuffer import TransactionCoordinator
+
+if TYPE_CHECKING:
+    from stableline.broker.coordinators import Coordinators
 
 # Pulsar's coordinator state once its log is replayed; the HTTP admin listens only
 # after the coordinator recovered, so it never answers before.
@@ -25,6 +28,33 @@ class RecoveryWindow:
 
     def __post_init__(self) -> None:
         assert 0 <= self.started_ms <= self.ended_ms or self.ended_ms == 0, self
+
+
+def coordinators_stats(coordinators: Coordinators, recovery: RecoveryWindow) -> dict[str, Any]:
+    """The coordinators this broker leads: counts summed over them, the first one's
+    own fields (with one shard, that shard's document), and each one's document under
+    `coordinators` by shard id."""
+    shards = {
+        str(shard): coordinator_stats(coordinators.local[shard], recovery)
+        for shard in sorted(coordinators.local)
+    }
+    summed = (
+        "openTxns",
+        "ongoingTxnSize",
+        "clientsWithOpenTxns",
+        "endedTxns",
+        "committedCount",
+        "abortedCount",
+        "timedOutCount",
+    )
+    first = next(iter(shards.values()), {"state": COORDINATOR_READY, "openTransactions": []})
+    return {
+        **first,
+        **{key: sum(doc[key] for doc in shards.values()) for key in summed},
+        "openTransactions": [t for doc in shards.values() for t in doc["openTransactions"]],
+        "shardCount": coordinators.shard_count,
+        "coordinators": shards,
+    }
 
 
 def coordinator_stats(

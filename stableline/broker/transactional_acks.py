@@ -23,6 +23,12 @@ Promises of `ack_in_transaction`:
   disjoint messages of one batched entry both succeed, and each end applies to its
   own messages only.
 
+`ack_in_any_transaction` keeps the same promises for a transaction whose coordinator
+shard another broker leads, asking that broker (coordinators.py) whether the ack
+may be taken before anything is held and recording it after; should the
+transaction end between the two, the refused record releases what the ack held,
+and those messages are redelivered.
+
 Promise of `restore_pending_acks`: a subscription loaded again (a restart, or its
 topic loaded after an unload) holds again, before any consumer can join it, what
 each transaction not yet ended acknowledged on it, read from the coordinator's ack
@@ -32,10 +38,14 @@ records (their layout is unchanged: each already names batch indexes).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from dispatcher import Subscription
 from managed_ledger import Position, TxnId
 from txnbuffer import TransactionCoordinator, TransactionEndedError, TxnState
+
+if TYPE_CHECKING:
+    from stableline.broker.coordinators import Coordinators
 
 
 def ack_in_transaction(
@@ -66,6 +76,41 @@ def ack_in_transaction(
         )
     except BaseException:
         # Unrecorded, the ack would never be ended: exactly what it took goes back.
+        subscription.unhold_for_transaction(txn_id, taken)
+        raise
+
+
+async def ack_in_any_transaction(
+    coordinators: Coordinators,
+    subscription: Subscription,
+    txn_id: TxnId,
+    message_ids: list[tuple[Position, int]],
+    cumulative: bool,
+    caller: str | None,
+) -> None:
+    """ack_in_transaction, for `caller`, wherever the transaction's shard is led."""
+    await coordinators.ready.wait()
+    local = coordinators.coordinator_of(txn_id)
+    if local is not None:
+        # Before anything is held: another role's transaction is refused untouched.
+        local.check_ack(txn_id, caller, len(message_ids))
+        ack_in_transaction(local, subscription, txn_id, message_ids, cumulative)
+        return
+    if not message_ids:
+        raise ValueError("an ack must name at least one message id")
+    if cumulative:
+        raise ValueError("a transactional ack must be individual, not cumulative")
+    await coordinators.check_ack(txn_id, caller, len(message_ids))
+    taken = subscription.hold_for_transaction(txn_id, message_ids)
+    try:
+        await coordinators.add_ack(
+            txn_id,
+            subscription.topic,
+            subscription.name,
+            [(position.ledger_id, position.entry_id, batch) for position, batch in message_ids],
+            caller,
+        )
+    except BaseException:
         subscription.unhold_for_transaction(txn_id, taken)
         raise
 

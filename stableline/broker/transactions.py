@@ -6,24 +6,52 @@ import asyncio
 import logging
 
 from managed_ledger import Position, TxnId
+from stableline._proto import cluster_pb2 as cpb
+from stableline.broker import convert
+from stableline.broker.coordinator_errors import CoordinatorUnavailableError
+from stableline.broker.coordinators import Coordinators
+from stableline.broker.errors import BrokerError
 from stableline.broker.latency import commit_timer
+from stableline.broker.ownership import NotOwnerError
+from stableline.broker.peers import Peers
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
-from txnbuffer import TransactionCoordinator, TransactionNotFoundError, TxnAck, TxnState
+from txnbuffer import TransactionNotFoundError, TxnAck, TxnState
 
 log = logging.getLogger(__name__)
 
 
 class BrokerParticipant:
-    """Implements txnbuffer.TransactionParticipant on the topic registry."""
+    """Implements txnbuffer.TransactionParticipant on the topic registry: a topic owned
+    here is ended here; in a cluster, one owned by another broker is ended there
+    (its NotOwner answer names the owner; TopicUnavailable when it is down, and the
+    coordinator's driver retries until it is back)."""
 
-    def __init__(self, registry: TopicRegistry):
+    def __init__(self, registry: TopicRegistry, peers: Peers | None = None):
         self.registry = registry
+        self.peers = peers
 
     async def end_on_topic(
         self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
     ) -> None:
+        try:
+            await self.end_here(topic, txn_id, commit, low_watermark)
+        except NotOwnerError as error:
+            if self.peers is None:
+                raise
+            request = cpb.EndTransactionOnTopicRequest(
+                topic=topic,
+                txn_id=convert.txn_id_to_proto(txn_id),
+                commit=commit,
+                low_watermark=low_watermark,
+            )
+            await self.peers.call(
+                error.owner.grpc_address, lambda s: s.EndTransactionOnTopic, request
+            )
+
+    async def end_here(self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int) -> None:
+        """Write the marker into `topic`, which must be owned here (else NotOwnerError)."""
         try:
             loaded = await self.registry.get(TopicName.parse(topic), create=False)
         except TopicNotFoundError:
@@ -34,42 +62,94 @@ class BrokerParticipant:
 
     async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
         try:
-            loaded = await self.registry.get(TopicName.parse(ack.topic), create=False)
+            await self.end_acks_here(ack.topic, ack.subscription, txn_id, ack.message_ids, commit)
+        except NotOwnerError as error:
+            if self.peers is None:
+                raise
+            request = cpb.EndTransactionAcksRequest(
+                topic=ack.topic,
+                subscription=ack.subscription,
+                txn_id=convert.txn_id_to_proto(txn_id),
+                commit=commit,
+                messages=[
+                    cpb.AckedMessage(ledger_id=ledger, entry_id=entry, batch_index=batch)
+                    for ledger, entry, batch in ack.message_ids
+                ],
+            )
+            await self.peers.call(error.owner.grpc_address, lambda s: s.EndTransactionAcks, request)
+
+    async def end_acks_here(
+        self,
+        topic: str,
+        subscription_name: str,
+        txn_id: TxnId,
+        message_ids: list[tuple[int, int, int]],
+        commit: bool,
+    ) -> None:
+        """Apply the acks on a subscription of `topic`, which must be owned here."""
+        try:
+            loaded = await self.registry.get(TopicName.parse(topic), create=False)
         except TopicNotFoundError:
             return
-        subscription = loaded.subscriptions.get(ack.subscription)
+        subscription = loaded.subscriptions.get(subscription_name)
         if subscription is None:
             return  # unsubscribed meanwhile: nothing left to acknowledge
         ids = [
             (Position(ledger_id, entry_id), batch_index)
-            for ledger_id, entry_id, batch_index in ack.message_ids
+            for ledger_id, entry_id, batch_index in message_ids
         ]
         subscription.end_transaction_acks(txn_id, ids, commit)
 
 
-async def settle_leftovers(
-    topic: Topic, coordinator: TransactionCoordinator, coordinator_ready: asyncio.Event
-) -> None:
-    """After a topic's buffer recovered: settle the transactions it sees as ongoing
-    with what the coordinator knows.
+# Waits between asks of a coordinator shard's leader that did not answer.
+_SETTLE_BACKOFF_S = (0.1, 5.0)
 
-    A transaction the coordinator has decided is ended here as decided; one it has
+
+async def settle_leftovers(topic: Topic, coordinators: Coordinators) -> None:
+    """After a topic's buffer recovered: settle the transactions it sees as ongoing
+    with what their coordinators know, wherever their shards are led.
+
+    A transaction its coordinator has decided is ended here as decided; one it has
     never heard of (its record was lost with the crash) is aborted; an open one
-    is recorded as touching the topic, so its end or timeout reaches it.
+    is recorded as touching the topic, so its end or timeout reaches it. A leader
+    that does not answer is asked again, with a growing wait, until it does.
     """
-    await coordinator_ready.wait()
+    await coordinators.ready.wait()
     settled = 0
     for txn_id in list(topic.buffer.ongoing):
-        try:
-            meta = coordinator.get(txn_id)
-        except TransactionNotFoundError:
-            await topic.buffer.end(txn_id, False, coordinator.low_watermark)
-            settled += 1
-            continue
-        if meta.state is TxnState.OPEN:
-            coordinator.add_topic(txn_id, str(topic.name))
-        elif meta.state.terminal:
-            await topic.buffer.end(txn_id, meta.state.commits, coordinator.low_watermark)
-            settled += 1
+        delay = _SETTLE_BACKOFF_S[0]
+        while True:
+            try:
+                settled += await _settle_one(topic, coordinators, txn_id)
+                break
+            except (BrokerError, CoordinatorUnavailableError) as error:
+                log.warning(
+                    "%s: cannot settle transaction %s yet (%s); asking again in %.1f s",
+                    topic.name,
+                    txn_id,
+                    error,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
     if settled:
         log.info("%s: settled %d transactions left ongoing by the last run", topic.name, settled)
+
+
+async def _settle_one(topic: Topic, coordinators: Coordinators, txn_id: TxnId) -> int:
+    """Settle one leftover; 1 if it was ended here, 0 if it stays open."""
+    local = coordinators.coordinator_of(txn_id)
+    try:
+        state, low_watermark = await coordinators.state_of(txn_id)
+    except TransactionNotFoundError:
+        # Unknown to its coordinator: aborted, with the watermark known (a lower one
+        # than the coordinator's is safe: the buffer keeps the highest it saw).
+        await topic.buffer.end(txn_id, False, local.low_watermark if local is not None else 0)
+        return 1
+    if state is TxnState.OPEN:
+        await coordinators.add_topic(txn_id, str(topic.name), None)
+        return 0
+    if state.terminal:
+        await topic.buffer.end(txn_id, state.commits, low_watermark)
+        return 1
+    return 0  # decided and still ending: its driver reaches this topic

@@ -17,6 +17,7 @@ and sequence id keeps every row once.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import time
 import uuid
@@ -101,6 +102,9 @@ class Transaction:
         with connection.channel() as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
             response = connection.call(stub.NewTransaction, request)
+        if response.coordinator_address:
+            # In a cluster: ended on the broker leading the transaction's shard.
+            connection = dataclasses.replace(connection, target=response.coordinator_address)
         return cls(
             connection, (response.txn_id.most_bits, response.txn_id.least_bits), response.state
         )

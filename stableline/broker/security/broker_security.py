@@ -10,12 +10,15 @@ import grpc
 from aiohttp import web
 
 from managed_ledger import MetadataStore
+from stableline.broker.config import BrokerConfig
+from stableline.broker.peers import PeerCredentials
 from stableline.broker.security import tls
 from stableline.broker.security.grpc_guard import AuthInterceptor
 from stableline.broker.security.guard import Guard
 from stableline.broker.security.http_guard import auth_middleware
 from stableline.broker.security.http_permissions import add_permission_routes
 from stableline.broker.security.open_streams import OpenStreams
+from stableline.broker.security.peer_credentials import peer_credentials
 from stableline.broker.security.permissions import Authorizer, PermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.security.tokens import TokenVerifier, read_secret_key
@@ -64,6 +67,10 @@ class BrokerSecurity:
             app.middlewares.append(
                 auth_middleware(self.guard, self.settings.authenticate_metrics_endpoint)
             )
+
+    def peer_credentials(self, config: BrokerConfig) -> PeerCredentials:
+        """How this broker calls its cluster's other brokers (peer_credentials.py)."""
+        return peer_credentials(config, self.settings)
 
     def http_ssl_context(self) -> ssl.SSLContext | None:
         return None if self.settings.tls is None else tls.http_ssl_context(self.settings.tls)

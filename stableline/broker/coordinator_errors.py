@@ -1,0 +1,24 @@
+"""Why a broker refuses a transaction call for a coordinator shard it does not lead."""
+
+from __future__ import annotations
+
+
+class CoordinatorNotLeaderError(Exception):
+    """Another broker leads the transaction's shard: the client asks it instead."""
+
+    def __init__(self, shard: int, leader_address: str):
+        self.leader_address = leader_address
+        super().__init__(
+            f"transaction coordinator shard {shard} is led by broker {leader_address}, "
+            f"not this one: end or read the transaction there"
+        )
+
+
+class CoordinatorUnavailableError(Exception):
+    """The shard's leader is down; its transactions wait on its disk. Retry later."""
+
+    def __init__(self, shard: int, leader: str):
+        super().__init__(
+            f"transaction coordinator shard {shard} is unavailable: its leader, broker "
+            f"{leader}, is down; its transactions come back with it"
+        )
