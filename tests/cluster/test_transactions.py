@@ -1,0 +1,249 @@
+"""Transactions whose topics and coordinator shard live on different brokers, over three
+real brokers on one real etcd: all-or-nothing on every topic at commit, nothing at
+abort, acknowledgements on a fourth topic applied or given back with it, named
+transactions found through any broker, and a decision that survives kill -9 of the
+shard's leader."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import threading
+
+import grpc
+import pytest
+
+import stableline
+from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from stableline.metadata import open_metadata_store
+from tests.conftest import wait_until
+
+from .conftest import Cluster
+
+EARLIEST = stableline.InitialPosition.Earliest
+READ_UNCOMMITTED = stableline.IsolationLevel.READ_UNCOMMITTED
+WAIT_S = 30.0
+
+_names = itertools.count()
+
+
+def _read_record(cluster: Cluster, path: str) -> dict | None:
+    async def read() -> dict | None:
+        store = await open_metadata_store(cluster.etcd.url)
+        try:
+            result = await store.get(path)
+            return None if result is None else json.loads(result.value)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def _leader_of_topic(cluster: Cluster, topic: str) -> str:
+    local = topic.removeprefix("persistent://")
+    record = _read_record(cluster, f"/stableline/ownership/{cluster.name}/topics/{local}")
+    assert record is not None, f"no ownership record for {topic}"
+    return record["leader"]
+
+
+def _leader_of_shard(cluster: Cluster, shard: int) -> str:
+    record = _read_record(cluster, f"/stableline/ownership/{cluster.name}/coordinators/{shard}")
+    assert record is not None, f"no record for coordinator shard {shard}"
+    return record["leader"]
+
+
+def _broker_id(broker) -> str:
+    return f"127.0.0.1:{broker.grpc_port}"
+
+
+def _topics_led_by_each(cluster: Cluster, per_broker: int) -> dict[str, list[str]]:
+    """Fresh topics created through broker 0 until each broker leads `per_broker`."""
+    base = next(_names)
+    led: dict[str, list[str]] = {_broker_id(b): [] for b in cluster.brokers}
+    with grpc.insecure_channel(_broker_id(cluster.brokers[0])) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)
+        for index in range(12 * per_broker):
+            topic = f"persistent://public/default/txn-{base}-{index}"
+            admin.CreateTopic(admin_pb2.TopicRequest(topic=topic))
+            owned = led[_leader_of_topic(cluster, topic)]
+            if len(owned) < per_broker:
+                owned.append(topic)
+            if all(len(topics) == per_broker for topics in led.values()):
+                return led
+    raise AssertionError(f"placement did not reach every broker: {led}")
+
+
+def _receive_all(consumer, count: int) -> list[bytes]:
+    values = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=int(WAIT_S * 1000))
+        values.append(message.data())
+        consumer.acknowledge(message)
+    return values
+
+
+def _nothing_more(consumer) -> None:
+    with pytest.raises(stableline.Timeout):
+        consumer.receive(timeout_millis=300)
+
+
+def _transaction_over_every_broker(cluster: Cluster, commit: bool) -> None:
+    led = _topics_led_by_each(cluster, 2)
+    client = stableline.Client(_broker_id(cluster.brokers[0]))
+    try:
+        txn = client.new_transaction(timeout_ms=60_000)
+        shard_leader = _leader_of_shard(cluster, txn.id[0])
+        writes = [topics[0] for topics in led.values()]
+        # The acknowledged topic is owned by a broker that does not lead the shard.
+        acked_topic = next(t[1] for owner, t in led.items() if owner != shard_leader)
+        ack_producer = client.create_producer(acked_topic)
+        for index in range(3):
+            ack_producer.send(f"input-{index}".encode())
+        inputs = client.subscribe(
+            acked_topic,
+            "work",
+            consumer_type=stableline.ConsumerType.Shared,
+            initial_position=EARLIEST,
+        )
+        committed = {t: client.subscribe(t, "rc", initial_position=EARLIEST) for t in writes}
+        uncommitted = {
+            t: client.subscribe(
+                t, "ru", initial_position=EARLIEST, isolation_level=READ_UNCOMMITTED
+            )
+            for t in writes
+        }
+        for topic in writes:
+            producer = client.create_producer(topic)
+            for index in range(2):
+                producer.send(f"{topic}/{index}".encode(), txn=txn)
+        for _ in range(3):
+            inputs.acknowledge(inputs.receive(timeout_millis=int(WAIT_S * 1000)), txn=txn)
+
+        # Undecided: every write is durable (READ_UNCOMMITTED sees it) and none visible.
+        for topic in writes:
+            assert _receive_all(uncommitted[topic], 2) == [
+                f"{topic}/{i}".encode() for i in range(2)
+            ]
+            _nothing_more(committed[topic])
+
+        (txn.commit if commit else txn.abort)()
+        for topic in writes:
+            client.create_producer(topic).send(b"after")
+            expected = [f"{topic}/{i}".encode() for i in range(2)] if commit else []
+            assert _receive_all(committed[topic], len(expected) + 1) == [*expected, b"after"]
+        if commit:
+            inputs.close()
+            again = client.subscribe(
+                acked_topic, "work", consumer_type=stableline.ConsumerType.Shared
+            )
+            _nothing_more(again)
+        else:
+            # Given back by the abort: the broker redelivers them by itself.
+            redelivered = sorted(_receive_all(inputs, 3))
+            assert redelivered == [f"input-{i}".encode() for i in range(3)]
+        assert txn.state == ("COMMITTED" if commit else "ABORTED")
+    finally:
+        client.close()
+
+
+def test_a_transaction_over_topics_on_every_broker_commits_all_of_it(cluster):
+    _transaction_over_every_broker(cluster, commit=True)
+
+
+def test_a_transaction_over_topics_on_every_broker_aborts_all_of_it(cluster):
+    _transaction_over_every_broker(cluster, commit=False)
+
+
+def test_a_named_transaction_is_the_same_through_every_broker(cluster):
+    name = f"named-{next(_names)}"
+    opened = []
+    for broker in cluster.brokers:
+        with grpc.insecure_channel(_broker_id(broker)) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            response = stub.NewTransaction(
+                broker_pb2.NewTransactionRequest(timeout_ms=60_000, name=name)
+            )
+            opened.append((response.txn_id.most_bits, response.txn_id.least_bits))
+            leader = _leader_of_shard(cluster, response.txn_id.most_bits)
+            assert response.coordinator_address == ("" if leader == _broker_id(broker) else leader)
+    assert len(set(opened)) == 1
+
+
+def test_ending_a_transaction_on_a_broker_that_does_not_lead_its_shard_names_the_leader(cluster):
+    client = stableline.Client(_broker_id(cluster.brokers[0]))
+    try:
+        txn = client.new_transaction(timeout_ms=60_000)
+        leader = _leader_of_shard(cluster, txn.id[0])
+        other = next(b for b in cluster.brokers if _broker_id(b) != leader)
+        with grpc.insecure_channel(_broker_id(other)) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.EndTransaction(
+                    broker_pb2.EndTransactionRequest(
+                        txn_id=broker_pb2.TxnId(most_bits=txn.id[0], least_bits=txn.id[1]),
+                        action=broker_pb2.TXN_ACTION_COMMIT,
+                    )
+                )
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert leader in refused.value.details()
+        assert txn.state == "OPEN"
+        txn.abort()
+    finally:
+        client.close()
+
+
+def test_a_decided_commit_completes_on_every_broker_after_kill_9_of_the_shard_leader(cluster):
+    led = _topics_led_by_each(cluster, 1)
+    leader = cluster.brokers[0]
+    leader_id = _broker_id(leader)
+    remote = next(t[0] for owner, t in led.items() if owner != leader_id)
+    writes = [topics[0] for topics in led.values()]
+    # The leader decides, writes what markers it can, and stops before `remote`'s.
+    environment = dict(leader.env)
+    leader.env = {**environment, "STABLELINE_FAILPOINTS": f"txn-end-topic:{remote}"}
+    leader.restart()
+    leader.env = environment
+    client = stableline.Client(leader_id, operation_timeout_seconds=5.0)
+    try:
+        txn = client.new_transaction(timeout_ms=60_000)
+        assert _leader_of_shard(cluster, txn.id[0]) == leader_id
+        for topic in writes:
+            client.create_producer(topic).send(topic.encode(), txn=txn)
+        committing = threading.Thread(target=_commit_quietly, args=(txn,), daemon=True)
+        committing.start()
+        assert leader.wait_for_event("failpoint", WAIT_S)["detail"] == remote
+        leader.kill()
+        committing.join(WAIT_S)
+    finally:
+        client.close()
+    # The topic held at the failpoint stays undecided while the leader is down.
+    owner = cluster.by_id(_leader_of_topic(cluster, remote))
+    with stableline.Client(_broker_id(owner)) as reader_client:
+        reader = reader_client.subscribe(remote, "after-kill", initial_position=EARLIEST)
+        _nothing_more(reader)
+        leader.start()
+        assert _receive_all(reader, 1) == [remote.encode()]
+    with stableline.Client(leader_id) as client:
+        for topic in writes:
+            consumer = client.subscribe(topic, "after-restart", initial_position=EARLIEST)
+            assert _receive_all(consumer, 1) == [topic.encode()]
+    wait_until(
+        lambda: _transaction_status(leader, txn.id) == "COMMITTED",
+        WAIT_S,
+        "the re-driven commit to complete",
+    )
+
+
+def _commit_quietly(txn) -> None:
+    """Commit from a thread: it hangs at the failpoint and fails once the leader is
+    killed; the leader's restart decides what happened."""
+    with contextlib.suppress(stableline.StableLineError):
+        txn.commit()
+
+
+def _transaction_status(broker, txn_id: tuple[int, int]) -> str:
+    return broker.admin(f"/admin/v3/transactions/transactionMetadata/{txn_id[0]}/{txn_id[1]}")[
+        "status"
+    ]
