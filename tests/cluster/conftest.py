@@ -6,12 +6,15 @@ name, data dirs and ports), restarting what a test killed.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import os
 from collections.abc import Iterator
 
 import pytest
 
+from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer, _find_etcd, _install_etcd
 
@@ -41,6 +44,32 @@ class Cluster:
     def by_id(self, broker_id: str) -> BrokerProcess:
         (broker,) = [b for b in self.brokers if f"127.0.0.1:{b.grpc_port}" == broker_id]
         return broker
+
+    def read_record(self, path: str) -> dict | None:
+        """The JSON value at `path` in the cluster's etcd, None if there is none."""
+
+        async def read() -> dict | None:
+            store = await open_metadata_store(self.etcd.url)
+            try:
+                result = await store.get(path)
+                return None if result is None else json.loads(result.value)
+            finally:
+                await store.close()
+
+        return asyncio.run(read())
+
+    def topic_leader(self, topic: str) -> str:
+        """The broker id that leads `topic` (a full name), from its ownership record."""
+        local = topic.removeprefix("persistent://")
+        record = self.read_record(f"/stableline/ownership/{self.name}/topics/{local}")
+        assert record is not None, f"no ownership record for {topic}"
+        return record["leader"]
+
+    def shard_leader(self, shard: int) -> str:
+        """The broker id that leads transaction coordinator shard `shard`."""
+        record = self.read_record(f"/stableline/ownership/{self.name}/coordinators/{shard}")
+        assert record is not None, f"no record for coordinator shard {shard}"
+        return record["leader"]
 
 
 @pytest.fixture(scope="module")

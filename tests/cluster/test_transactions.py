@@ -6,10 +6,8 @@ shard's leader."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
-import json
 import threading
 
 import grpc
@@ -17,7 +15,6 @@ import pytest
 
 import stableline
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
-from stableline.metadata import open_metadata_store
 from tests.conftest import wait_until
 
 from .conftest import Cluster
@@ -27,31 +24,6 @@ READ_UNCOMMITTED = stableline.IsolationLevel.READ_UNCOMMITTED
 WAIT_S = 30.0
 
 _names = itertools.count()
-
-
-def _read_record(cluster: Cluster, path: str) -> dict | None:
-    async def read() -> dict | None:
-        store = await open_metadata_store(cluster.etcd.url)
-        try:
-            result = await store.get(path)
-            return None if result is None else json.loads(result.value)
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
-def _leader_of_topic(cluster: Cluster, topic: str) -> str:
-    local = topic.removeprefix("persistent://")
-    record = _read_record(cluster, f"/stableline/ownership/{cluster.name}/topics/{local}")
-    assert record is not None, f"no ownership record for {topic}"
-    return record["leader"]
-
-
-def _leader_of_shard(cluster: Cluster, shard: int) -> str:
-    record = _read_record(cluster, f"/stableline/ownership/{cluster.name}/coordinators/{shard}")
-    assert record is not None, f"no record for coordinator shard {shard}"
-    return record["leader"]
 
 
 def _broker_id(broker) -> str:
@@ -67,7 +39,7 @@ def _topics_led_by_each(cluster: Cluster, per_broker: int) -> dict[str, list[str
         for index in range(12 * per_broker):
             topic = f"persistent://public/default/txn-{base}-{index}"
             admin.CreateTopic(admin_pb2.TopicRequest(topic=topic))
-            owned = led[_leader_of_topic(cluster, topic)]
+            owned = led[cluster.topic_leader(topic)]
             if len(owned) < per_broker:
                 owned.append(topic)
             if all(len(topics) == per_broker for topics in led.values()):
@@ -94,7 +66,7 @@ def _transaction_over_every_broker(cluster: Cluster, commit: bool) -> None:
     client = stableline.Client(_broker_id(cluster.brokers[0]))
     try:
         txn = client.new_transaction(timeout_ms=60_000)
-        shard_leader = _leader_of_shard(cluster, txn.id[0])
+        shard_leader = cluster.shard_leader(txn.id[0])
         writes = [topics[0] for topics in led.values()]
         # The acknowledged topic is owned by a broker that does not lead the shard.
         acked_topic = next(t[1] for owner, t in led.items() if owner != shard_leader)
@@ -166,7 +138,7 @@ def test_a_named_transaction_is_the_same_through_every_broker(cluster):
                 broker_pb2.NewTransactionRequest(timeout_ms=60_000, name=name)
             )
             opened.append((response.txn_id.most_bits, response.txn_id.least_bits))
-            leader = _leader_of_shard(cluster, response.txn_id.most_bits)
+            leader = cluster.shard_leader(response.txn_id.most_bits)
             assert response.coordinator_address == ("" if leader == _broker_id(broker) else leader)
     assert len(set(opened)) == 1
 
@@ -175,7 +147,7 @@ def test_ending_a_transaction_on_a_broker_that_does_not_lead_its_shard_names_the
     client = stableline.Client(_broker_id(cluster.brokers[0]))
     try:
         txn = client.new_transaction(timeout_ms=60_000)
-        leader = _leader_of_shard(cluster, txn.id[0])
+        leader = cluster.shard_leader(txn.id[0])
         other = next(b for b in cluster.brokers if _broker_id(b) != leader)
         with grpc.insecure_channel(_broker_id(other)) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
@@ -208,7 +180,7 @@ def test_a_decided_commit_completes_on_every_broker_after_kill_9_of_the_shard_le
     client = stableline.Client(leader_id, operation_timeout_seconds=5.0)
     try:
         txn = client.new_transaction(timeout_ms=60_000)
-        assert _leader_of_shard(cluster, txn.id[0]) == leader_id
+        assert cluster.shard_leader(txn.id[0]) == leader_id
         for topic in writes:
             client.create_producer(topic).send(topic.encode(), txn=txn)
         committing = threading.Thread(target=_commit_quietly, args=(txn,), daemon=True)
@@ -219,7 +191,7 @@ def test_a_decided_commit_completes_on_every_broker_after_kill_9_of_the_shard_le
     finally:
         client.close()
     # The topic held at the failpoint stays undecided while the leader is down.
-    owner = cluster.by_id(_leader_of_topic(cluster, remote))
+    owner = cluster.by_id(cluster.topic_leader(remote))
     with stableline.Client(_broker_id(owner)) as reader_client:
         reader = reader_client.subscribe(remote, "after-kill", initial_position=EARLIEST)
         _nothing_more(reader)
