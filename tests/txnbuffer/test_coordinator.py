@@ -850,3 +850,38 @@ async def test_acks_per_transaction_are_bounded_and_a_refused_ack_records_nothin
     recovered = await restarted(store, participant)
     assert recovered.get(txn_id).acked_ids == 3
     await recovered.close()
+
+
+async def test_coordinators_with_their_own_key_prefixes_share_a_store_and_recover_apart(
+    store: MetadataStore, participant: FakeParticipant
+):
+    first = TransactionCoordinator(0, store, participant)
+    second = TransactionCoordinator(1, store, participant, key_prefix="shard-1/")
+    await first.recover()
+    await second.recover()
+    open_first = first.new_transaction(60_000)
+    committed_second = second.new_transaction(60_000)
+    second.add_topic(committed_second, "t")
+    open_second = second.new_transaction(60_000)
+    await second.end(committed_second, commit=True)
+    await first.close()
+    await second.close()
+
+    first, second = (
+        TransactionCoordinator(0, store, participant),
+        TransactionCoordinator(1, store, participant, key_prefix="shard-1/"),
+    )
+    await first.recover()
+    await second.recover()
+    try:
+        assert [meta.txn_id for meta in first.list_open()] == [open_first]
+        assert [meta.txn_id for meta in second.list_open()] == [open_second]
+        assert second.get(committed_second).state is TxnState.COMMITTED
+        with pytest.raises(TransactionNotFoundError):
+            first.get(committed_second)
+        # Sequences are each coordinator's own, both starting past their reserved block.
+        assert first.new_transaction(60_000).most_bits == 0
+        assert second.new_transaction(60_000).most_bits == 1
+    finally:
+        await first.close()
+        await second.close()
