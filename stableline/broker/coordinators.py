@@ -46,6 +46,7 @@ from stableline.broker.coordinator_shards import ShardRecords
 from stableline.broker.errors import BrokerError
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.peers import Peers
+from stableline.broker.remote_acks import RemoteAcks
 from txnbuffer import (
     TooManyTransactionsError,
     TransactionCoordinator,
@@ -126,6 +127,8 @@ class Coordinators:
         self.records: ShardRecords | None = None
         self.ownership: TopicOwnership | None = None
         self.peers: Peers | None = None
+        # What subscriptions here hold for transactions of shards led elsewhere.
+        self.remote_acks: RemoteAcks | None = None
         self.broker_id = ""
         # Run for each coordinator once it has recovered (the broker restores held acks).
         self.on_started: Callable[[TransactionCoordinator], None] | None = None
@@ -142,6 +145,7 @@ class Coordinators:
         self.records = records
         self.ownership = ownership
         self.peers = peers
+        self.remote_acks = RemoteAcks(self.store)
         self.shard_count = records.count
 
     async def start(self, broker_id: str = "") -> None:

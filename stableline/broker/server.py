@@ -80,7 +80,11 @@ from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
 from stableline.broker.topic import Topic
 from stableline.broker.transactional_acks import restore_pending_acks
-from stableline.broker.transactions import BrokerParticipant, settle_leftovers
+from stableline.broker.transactions import (
+    BrokerParticipant,
+    settle_leftovers,
+    settle_remote_acks,
+)
 from stableline.kafka import KafkaStartupError, start_kafka
 from stableline.kafka.listener import KafkaListener
 from stableline.metadata import MetadataStoreError
@@ -191,6 +195,7 @@ class Broker:
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
+        self._background: set[asyncio.Task] = set()
         self._sync_task: asyncio.Task | None = None
         # The walk that tightens the data dir's modes, after start (file_modes.py).
         self._tighten_task: asyncio.Task | None = None
@@ -210,6 +215,16 @@ class Broker:
             restore_pending_acks(coordinator, str(topic.name), topic.subscriptions)
             for coordinator in self.coordinators.local.values()
         )
+        remote_acks = self.coordinators.remote_acks
+        if remote_acks is not None:
+            remote = remote_acks.restore(str(topic.name), topic.subscriptions)
+            if remote:
+                restored += len(remote)
+                task = asyncio.create_task(
+                    settle_remote_acks(topic, remote, self.coordinators, remote_acks)
+                )
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
         if restored:
             log.info("%s: holding again %d acks of transactions not ended", topic.name, restored)
 
@@ -282,13 +297,7 @@ class Broker:
         # have recovered, those loaded before as each coordinator recovers.
         self.registry.on_loaded = self._restore_pending_acks
         self.coordinators.on_started = self._coordinator_started
-        # Topics load on first use; those the last run may have left transactions
-        # in load in the background from here (TopicRegistry.start).
-        self.registry.start()
-        recover_started_ms = int(time.time() * 1000)
-        if self.registry.ownership is None:
-            await self.coordinators.start()
-        else:
+        if self.registry.ownership is not None:
             # In a cluster the shards led here are known once this broker has its id
             # (registered, below); transaction calls wait for them until then.
             shard_count = await cluster_shard_count(
@@ -306,6 +315,13 @@ class Broker:
                 self.registry.ownership,
                 peers,
             )
+            participant.remote_acks = self.coordinators.remote_acks
+        # Topics load on first use; those the last run may have left transactions
+        # in load in the background from here (TopicRegistry.start).
+        self.registry.start()
+        recover_started_ms = int(time.time() * 1000)
+        if self.registry.ownership is None:
+            await self.coordinators.start()
         recovery = RecoveryWindow(recover_started_ms, int(time.time() * 1000))
 
         message_limit = config.max_message_size + 1024 * 1024
@@ -488,6 +504,9 @@ class Broker:
         if self._tighten_task is not None:
             self._tighten_stop.set()
             await self._tighten_task
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self.coordinators is not None:
             await self.coordinators.close()
         if self.registry is not None:

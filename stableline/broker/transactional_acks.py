@@ -102,17 +102,15 @@ async def ack_in_any_transaction(
         raise ValueError("a transactional ack must be individual, not cumulative")
     await coordinators.check_ack(txn_id, caller, len(message_ids))
     taken = subscription.hold_for_transaction(txn_id, message_ids)
+    ids = [(position.ledger_id, position.entry_id, batch) for position, batch in message_ids]
     try:
-        await coordinators.add_ack(
-            txn_id,
-            subscription.topic,
-            subscription.name,
-            [(position.ledger_id, position.entry_id, batch) for position, batch in message_ids],
-            caller,
-        )
+        await coordinators.add_ack(txn_id, subscription.topic, subscription.name, ids, caller)
     except BaseException:
         subscription.unhold_for_transaction(txn_id, taken)
         raise
+    # Held again after a restart of this broker (remote_acks.py); the leader has it.
+    assert coordinators.remote_acks is not None
+    coordinators.remote_acks.record(subscription.topic, subscription.name, txn_id, ids)
 
 
 def restore_pending_acks(

@@ -15,6 +15,7 @@ from stableline.broker.latency import commit_timer
 from stableline.broker.ownership import NotOwnerError
 from stableline.broker.peers import Peers
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
+from stableline.broker.remote_acks import RemoteAcks
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionNotFoundError, TxnAck, TxnState
@@ -31,6 +32,7 @@ class BrokerParticipant:
     def __init__(self, registry: TopicRegistry, peers: Peers | None = None):
         self.registry = registry
         self.peers = peers
+        self.remote_acks: RemoteAcks | None = None
 
     async def end_on_topic(
         self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
@@ -99,6 +101,8 @@ class BrokerParticipant:
             for ledger_id, entry_id, batch_index in message_ids
         ]
         subscription.end_transaction_acks(txn_id, ids, commit)
+        if self.remote_acks is not None:
+            self.remote_acks.forget(topic, subscription_name, txn_id)
 
 
 # Waits between asks of a coordinator shard's leader that did not answer.
@@ -134,6 +138,45 @@ async def settle_leftovers(topic: Topic, coordinators: Coordinators) -> None:
                 delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
     if settled:
         log.info("%s: settled %d transactions left ongoing by the last run", topic.name, settled)
+
+
+async def settle_remote_acks(
+    topic: Topic,
+    restored: list[tuple[str, TxnId, list[tuple[int, int, int]]]],
+    coordinators: Coordinators,
+    remote_acks: RemoteAcks,
+) -> None:
+    """Acks held again at a restart for transactions of shards led elsewhere: apply
+    the end of those their leader has ended (or forgotten: released), leave the
+    others to the end their leader will send."""
+    for subscription_name, txn_id, ids in restored:
+        delay = _SETTLE_BACKOFF_S[0]
+        while True:
+            try:
+                try:
+                    state, _ = await coordinators.state_of(txn_id)
+                except TransactionNotFoundError:
+                    state = TxnState.ABORTED
+                break
+            except (BrokerError, CoordinatorUnavailableError) as error:
+                log.warning(
+                    "%s: cannot settle acks of transaction %s yet (%s); asking again in %.1f s",
+                    topic.name,
+                    txn_id,
+                    error,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
+        subscription = topic.subscriptions.get(subscription_name)
+        if not state.terminal or subscription is None:
+            continue
+        subscription.end_transaction_acks(
+            txn_id,
+            [(Position(ledger, entry), batch) for ledger, entry, batch in ids],
+            state.commits,
+        )
+        remote_acks.forget(str(topic.name), subscription_name, txn_id)
 
 
 async def _settle_one(topic: Topic, coordinators: Coordinators, txn_id: TxnId) -> int:

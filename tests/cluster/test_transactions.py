@@ -219,3 +219,41 @@ def _transaction_status(broker, txn_id: tuple[int, int]) -> str:
     return broker.admin(f"/admin/v3/transactions/transactionMetadata/{txn_id[0]}/{txn_id[1]}")[
         "status"
     ]
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_acks_held_for_another_brokers_transaction_survive_kill_9_of_the_subscriptions_broker(
+    cluster, commit
+):
+    led = _topics_led_by_each(cluster, 1)
+    client = stableline.Client(_broker_id(cluster.brokers[0]))
+    try:
+        txn = client.new_transaction(timeout_ms=60_000)
+        shard_leader = cluster.shard_leader(txn.id[0])
+        topic = next(t[0] for owner, t in led.items() if owner != shard_leader)
+        owner = cluster.by_id(cluster.topic_leader(topic))
+        producer = client.create_producer(topic)
+        for index in range(3):
+            producer.send(f"input-{index}".encode())
+        producer.close()
+        consumer = client.subscribe(
+            topic,
+            "work",
+            consumer_type=stableline.ConsumerType.Shared,
+            initial_position=EARLIEST,
+        )
+        for _ in range(3):
+            consumer.acknowledge(consumer.receive(timeout_millis=int(WAIT_S * 1000)), txn=txn)
+        consumer.close()
+        owner.kill()
+        owner.start()
+        # Held again after the restart: no consumer gets them while the transaction is open.
+        again = client.subscribe(topic, "work", consumer_type=stableline.ConsumerType.Shared)
+        _nothing_more(again)
+        (txn.commit if commit else txn.abort)()
+        if commit:
+            _nothing_more(again)
+        else:
+            assert sorted(_receive_all(again, 3)) == [f"input-{i}".encode() for i in range(3)]
+    finally:
+        client.close()
