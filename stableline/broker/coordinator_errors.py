@@ -6,8 +6,9 @@ from __future__ import annotations
 class CoordinatorNotLeaderError(Exception):
     """Another broker leads the transaction's shard: the client asks it instead."""
 
-    def __init__(self, shard: int, leader_address: str):
+    def __init__(self, shard: int, leader_address: str, leader_http_url: str = ""):
         self.leader_address = leader_address
+        self.leader_http_url = leader_http_url
         super().__init__(
             f"transaction coordinator shard {shard} is led by broker {leader_address}, "
             f"not this one: end or read the transaction there"

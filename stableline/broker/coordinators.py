@@ -47,6 +47,7 @@ from stableline.broker.errors import BrokerError
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.peers import Peers
 from stableline.broker.remote_acks import RemoteAcks
+from stableline.metadata import BrokerInfo
 from txnbuffer import (
     TooManyTransactionsError,
     TransactionCoordinator,
@@ -195,9 +196,14 @@ class Coordinators:
         return self.local.get(txn_id.most_bits)
 
     async def leader_address(self, shard: int) -> str:
-        """The gRPC address of the live leader of a shard led elsewhere; raises
-        TransactionNotFoundError for a shard that does not exist or nobody leads,
-        CoordinatorUnavailableError when its leader is down."""
+        """The gRPC address of the live leader of a shard led elsewhere ("" when it is
+        led here); raises TransactionNotFoundError for a shard that does not exist or
+        nobody leads, CoordinatorUnavailableError when its leader is down."""
+        leader = await self._live_leader(shard)
+        return "" if leader is None else leader.grpc_address
+
+    async def _live_leader(self, shard: int) -> BrokerInfo | None:
+        """leader_address's broker (None: this one)."""
         records, ownership = self.records, self.ownership
         if records is None or ownership is None or not 0 <= shard < records.count:
             raise TransactionNotFoundError(
@@ -210,11 +216,11 @@ class Coordinators:
         if record.leader == self.broker_id:
             # Led here but not started yet: only a broker that placed it starts it.
             await self._start_local(shard)
-            return ""
+            return None
         owner = ownership.live_broker(record.leader)
         if owner is None:
             raise CoordinatorUnavailableError(shard, record.leader)
-        return owner.grpc_address
+        return owner
 
     async def leading(self, txn_id: TxnId) -> TransactionCoordinator:
         """The coordinator of the transaction, which must be led here; otherwise
@@ -228,10 +234,10 @@ class Coordinators:
                 f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
                 f"does not exist on this broker"
             )
-        address = await self.leader_address(txn_id.most_bits)
-        if not address:
+        leader = await self._live_leader(txn_id.most_bits)
+        if leader is None:
             return self.local[txn_id.most_bits]
-        raise CoordinatorNotLeaderError(txn_id.most_bits, address)
+        raise CoordinatorNotLeaderError(txn_id.most_bits, leader.grpc_address, leader.http_url)
 
     async def _call(self, shard: int, method: Callable, request) -> object:
         address = await self.leader_address(shard)

@@ -67,7 +67,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     async def GetTransactionMetadata(self, request, context) -> pb.StatsResponse:
         try:
-            meta = self.coordinators.get(convert.txn_id(request))
+            txn_id = convert.txn_id(request)
+            meta = (await self.coordinators.leading(txn_id)).get(txn_id)
         except Exception as error:
             await abort(context, error)
         return pb.StatsResponse(json=json.dumps(meta.describe()))

@@ -19,6 +19,10 @@ from stableline.broker import (
     http_transactions,
     stats,
 )
+from stableline.broker.coordinator_errors import (
+    CoordinatorNotLeaderError,
+    CoordinatorUnavailableError,
+)
 from stableline.broker.coordinators import Coordinators
 from stableline.broker.errors import internal_error_message
 from stableline.broker.http_paths import namespace_path, topic_name
@@ -61,6 +65,10 @@ async def _errors(request: web.Request, handler):
     except NotOwnerError as error:  # Pulsar's answer too: the same request, at the owner
         raise web.HTTPTemporaryRedirect(error.owner.http_url + request.path_qs) from None
     except TopicUnavailableError as error:  # its owner is down: retry later
+        return _error(503, str(error))
+    except CoordinatorNotLeaderError as error:  # a transaction of a shard led elsewhere
+        raise web.HTTPTemporaryRedirect(error.leader_http_url + request.path_qs) from None
+    except CoordinatorUnavailableError as error:
         return _error(503, str(error))
     except web.HTTPException:
         raise
@@ -138,7 +146,7 @@ def make_app(
             txn_id = TxnId.parse(request.query.get("txnId", ""))
         except ValueError as error:
             return _error(400, f"txnId: {error}")
-        return web.json_response(coordinators.get(txn_id).describe())
+        return web.json_response((await coordinators.leading(txn_id)).get(txn_id).describe())
 
     async def coordinator_stats(request: web.Request) -> web.Response:
         text = request.query.get("coordinatorId")

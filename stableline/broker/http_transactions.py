@@ -123,7 +123,8 @@ def add_routes(
         least = _whole_number(info["least"], "leastSigBits")
         if most >= 2**64 or least >= 2**64:
             return _reason(400, "mostSigBits and leastSigBits must be below 2**64")
-        return web.json_response(coordinators.get(TxnId(most, least)).describe())
+        txn_id = TxnId(most, least)
+        return web.json_response((await coordinators.leading(txn_id)).get(txn_id).describe())
 
     async def slow(request: web.Request) -> web.Response:
         text = request.match_info.get("timeout", request.query.get("timeout"))

@@ -161,6 +161,8 @@ def test_ending_a_transaction_on_a_broker_that_does_not_lead_its_shard_names_the
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert leader in refused.value.details()
         assert txn.state == "OPEN"
+        # The HTTP admin sends a question about it to the leader (307), as for topics.
+        assert _transaction_status(other, txn.id) == "OPEN"
         txn.abort()
     finally:
         client.close()
