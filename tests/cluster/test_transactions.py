@@ -259,3 +259,40 @@ def test_acks_held_for_another_brokers_transaction_survive_kill_9_of_the_subscri
             assert sorted(_receive_all(again, 3)) == [f"input-{i}".encode() for i in range(3)]
     finally:
         client.close()
+
+
+def test_a_commit_waits_out_a_killed_topic_owner_and_completes_there_after_its_restart(cluster):
+    led = _topics_led_by_each(cluster, 1)
+    client = stableline.Client(_broker_id(cluster.brokers[0]), operation_timeout_seconds=5.0)
+    try:
+        txn = client.new_transaction(timeout_ms=60_000)
+        shard_leader = cluster.shard_leader(txn.id[0])
+        victim_topic = next(t[0] for owner, t in led.items() if owner != shard_leader)
+        victim = cluster.by_id(cluster.topic_leader(victim_topic))
+        writes = [topics[0] for topics in led.values()]
+        for topic in writes:
+            producer = client.create_producer(topic)
+            for index in range(3):
+                producer.send(f"{topic}/{index}".encode(), txn=txn)
+        victim.kill()
+        committing = threading.Thread(target=_commit_quietly, args=(txn,), daemon=True)
+        committing.start()
+        # The decision is logged at once; the killed owner's marker waits for it.
+        wait_until(
+            lambda: _transaction_status(cluster.by_id(shard_leader), txn.id) == "COMMITTING",
+            WAIT_S,
+            "the commit to be decided",
+        )
+        victim.start()
+        committing.join(WAIT_S)
+    finally:
+        client.close()
+    with stableline.Client(_broker_id(cluster.brokers[0])) as client:
+        for topic in writes:
+            consumer = client.subscribe(topic, "after", initial_position=EARLIEST)
+            assert _receive_all(consumer, 3) == [f"{topic}/{i}".encode() for i in range(3)]
+    wait_until(
+        lambda: _transaction_status(cluster.by_id(shard_leader), txn.id) == "COMMITTED",
+        WAIT_S,
+        "the commit to complete",
+    )
