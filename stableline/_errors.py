@@ -130,6 +130,7 @@ CODES: dict[str, type[StableLineError]] = {
     "TopicConflict": TopicConflict,
     "TopicBusy": TopicBusy,
     "TopicUnavailable": TopicUnavailable,
+    "OperationNotSupported": OperationNotSupported,
     "NotOwner": NotOwner,
     "InvalidTopicName": InvalidTopicName,
     "IsolationLevelMismatch": IsolationLevelMismatch,

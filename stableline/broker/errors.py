@@ -32,6 +32,7 @@ from managed_ledger import (
 )
 from stableline.broker.ownership import NotOwnerError, TopicUnavailableError
 from stableline.broker.partitioned import TopicBusyError, TopicConflictError
+from stableline.broker.peer_admin import PeerCallError, PeerCallsNotSupported
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
 from stableline.topic_name import InvalidTopicNameError
@@ -63,6 +64,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
     (NotOwnerError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
     (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
+    (PeerCallError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
+    (PeerCallsNotSupported, grpc.StatusCode.UNIMPLEMENTED, "OperationNotSupported"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

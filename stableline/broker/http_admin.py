@@ -29,6 +29,7 @@ from stableline.broker.partitioned import (
     TopicBusyError,
     TopicConflictError,
 )
+from stableline.broker.peer_admin import PeerCallError, PeerCallsNotSupported
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
@@ -60,8 +61,10 @@ async def _errors(request: web.Request, handler):
         return _error(503, str(error))
     except NotOwnerError as error:  # Pulsar's answer too: the same request, at the owner
         raise web.HTTPTemporaryRedirect(error.owner.http_url + request.path_qs) from None
-    except TopicUnavailableError as error:  # its owner is down: retry later
+    except (TopicUnavailableError, PeerCallError) as error:  # its owner is down: retry later
         return _error(503, str(error))
+    except PeerCallsNotSupported as error:
+        return _error(501, str(error))
     except web.HTTPException:
         raise
     except Exception as error:  # the broker stays up; the caller gets an id to look for

@@ -34,6 +34,9 @@ from managed_ledger import MetadataStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from stableline.broker import http_lookup
+from stableline.broker.cluster_metadata import SharedMetadata
+from stableline.broker.cluster_metadata.joining import join_cluster
+from stableline.broker.cluster_partitions import ClusterPartitions
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
     ConnectionLimitInterceptor,
@@ -54,6 +57,7 @@ from stableline.broker.membership import Membership, with_advertised_address
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
+from stableline.broker.peer_admin import PeerAdmin
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
 from stableline.broker.security.file_modes import (
@@ -61,6 +65,7 @@ from stableline.broker.security.file_modes import (
     restrict_top_of_data_dir,
     use_owner_only_umask,
 )
+from stableline.broker.security.permissions import EmbeddedPermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
 from stableline.broker.topic import Topic
@@ -173,6 +178,10 @@ class Broker:
         self.kafka_port = 0
         self.coordinator: TransactionCoordinator | None = None
         self.membership: Membership | None = None
+        # In a cluster: namespaces, grants and partition counts shared by the brokers,
+        # and the calls to the brokers owning partitions.
+        self.shared: SharedMetadata | None = None
+        self.peers: PeerAdmin | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
@@ -218,15 +227,35 @@ class Broker:
             self.membership = await Membership.open(config)
         except MetadataStoreError as error:
             raise StartupError(f"cannot open the cluster metadata store: {error}") from None
-        self.security = BrokerSecurity.open(security_settings, self.store)
-        self.registry = TopicRegistry(config, self.store)
-        self.registry.on_deleted.append(self.security.permissions.forget_topic)
         if config.metadata_store_url:
-            # A shared store: topics are placed over the cluster's brokers.
+            # A shared store: namespaces, grants and partition counts are the
+            # cluster's, read before anything is served.
+            try:
+                self.shared = await SharedMetadata.open(self.membership.store)
+            except MetadataStoreError as error:
+                raise StartupError(f"cannot read the cluster's metadata: {error}") from None
+        shared = self.shared
+        self.security = BrokerSecurity.open(
+            security_settings,
+            shared.permissions if shared else EmbeddedPermissionStore(self.store),
+        )
+        self.registry = TopicRegistry(config, self.store, shared.namespaces if shared else None)
+        self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        partition_access = None
+        if shared is not None:
+            # Topics are placed over the cluster's brokers; a partitioned topic's
+            # partitions are asked of their owners.
             self.registry.ownership = TopicOwnership(self.membership.store, config.cluster_name)
+            self.peers = PeerAdmin(
+                security_settings.tls is not None or security_settings.authentication_enabled
+            )
+            partition_access = ClusterPartitions(self.registry, self.registry.ownership, self.peers)
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.partitioned = PartitionedTopics(
-            config, self.registry, EmbeddedPartitionedMetadata(self.store)
+            config,
+            self.registry,
+            shared.partitioned if shared else EmbeddedPartitionedMetadata(self.store),
+            partition_access,
         )
         self.coordinator = TransactionCoordinator(
             0,
@@ -363,6 +392,13 @@ class Broker:
             info = await self.membership.register(addresses, version(), self._load)
             if self.registry.ownership is not None:
                 await self.registry.ownership.start(info.broker_id)
+                await join_cluster(
+                    self.store,
+                    self.shared,
+                    self.registry,
+                    self.registry.ownership,
+                    config.cluster_name,
+                )
         except MetadataStoreError as error:
             raise StartupError(str(error)) from None
 
@@ -401,6 +437,10 @@ class Broker:
         await self._health.enter_graceful_shutdown()
         if self.registry is not None and self.registry.ownership is not None:
             await self.registry.ownership.close()
+        if self.peers is not None:
+            await self.peers.close()
+        if self.shared is not None:
+            await self.shared.close()
         if self.membership is not None:
             # Out of the cluster's live list before anything else stops.
             await self.membership.close()
