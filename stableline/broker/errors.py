@@ -35,6 +35,7 @@ from stableline.broker.partitioned import TopicBusyError, TopicConflictError
 from stableline.broker.peer_admin import PeerCallError, PeerCallsNotSupported
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
+from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TooManyTransactionsError,
@@ -66,6 +67,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
     (PeerCallError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
     (PeerCallsNotSupported, grpc.StatusCode.UNIMPLEMENTED, "OperationNotSupported"),
+    # The cluster's etcd cannot answer: a change of shared metadata waits for it.
+    (MetadataStoreUnavailable, grpc.StatusCode.UNAVAILABLE, "MetadataStoreUnavailable"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

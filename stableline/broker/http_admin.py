@@ -31,6 +31,7 @@ from stableline.broker.partitioned import (
 )
 from stableline.broker.peer_admin import PeerCallError, PeerCallsNotSupported
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
+from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TransactionBufferNotReadyError,
@@ -65,6 +66,8 @@ async def _errors(request: web.Request, handler):
         return _error(503, str(error))
     except PeerCallsNotSupported as error:
         return _error(501, str(error))
+    except MetadataStoreUnavailable as error:  # the cluster's etcd is away: retry later
+        return _error(503, str(error))
     except web.HTTPException:
         raise
     except Exception as error:  # the broker stays up; the caller gets an id to look for
