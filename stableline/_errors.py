@@ -132,6 +132,7 @@ CODES: dict[str, type[StableLineError]] = {
     "TopicBusy": TopicBusy,
     "TopicUnavailable": TopicUnavailable,
     "CoordinatorUnavailable": TopicUnavailable,
+    "OperationNotSupported": OperationNotSupported,
     "NotOwner": NotOwner,
     "InvalidTopicName": InvalidTopicName,
     "IsolationLevelMismatch": IsolationLevelMismatch,

@@ -186,8 +186,6 @@ class Coordinators:
     async def close(self) -> None:
         for coordinator in self.local.values():
             await coordinator.close()
-        if self.peers is not None:
-            await self.peers.close()
 
     # ------------------------------------------------------------ where
 

@@ -36,8 +36,10 @@ from stableline.broker.coordinator_errors import (
 )
 from stableline.broker.ownership import NotOwnerError, TopicUnavailableError
 from stableline.broker.partitioned import TopicBusyError, TopicConflictError
+from stableline.broker.peer_admin import PeerCallError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
+from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TooManyTransactionsError,
@@ -69,6 +71,9 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
     (CoordinatorNotLeaderError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
     (CoordinatorUnavailableError, grpc.StatusCode.UNAVAILABLE, "CoordinatorUnavailable"),
+    (PeerCallError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
+    # The cluster's etcd cannot answer: a change of shared metadata waits for it.
+    (MetadataStoreUnavailable, grpc.StatusCode.UNAVAILABLE, "MetadataStoreUnavailable"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

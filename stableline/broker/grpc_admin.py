@@ -95,7 +95,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         except Exception as error:
             await abort(context, error)
         return pb.PartitionedTopicMetadata(
-            topic=str(name), partitions=self.partitioned.partitions(name)
+            topic=str(name), partitions=await self.partitioned.read_partitions(name)
         )
 
     async def DeletePartitionedTopic(self, request, context) -> pb.DeleteTopicResponse:

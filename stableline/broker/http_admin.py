@@ -34,7 +34,9 @@ from stableline.broker.partitioned import (
     TopicBusyError,
     TopicConflictError,
 )
+from stableline.broker.peer_admin import PeerCallError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
+from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TransactionBufferNotReadyError,
@@ -64,7 +66,9 @@ async def _errors(request: web.Request, handler):
         return _error(503, str(error))
     except NotOwnerError as error:  # Pulsar's answer too: the same request, at the owner
         raise web.HTTPTemporaryRedirect(error.owner.http_url + request.path_qs) from None
-    except TopicUnavailableError as error:  # its owner is down: retry later
+    except (TopicUnavailableError, PeerCallError) as error:  # its owner is down: retry later
+        return _error(503, str(error))
+    except MetadataStoreUnavailable as error:  # the cluster's etcd is away: retry later
         return _error(503, str(error))
     except CoordinatorNotLeaderError as error:  # a transaction of a shard led elsewhere
         raise web.HTTPTemporaryRedirect(error.leader_http_url + request.path_qs) from None

@@ -44,7 +44,7 @@ def add_routes(app: web.Application, partitioned: PartitionedTopics) -> None:
         return web.Response(status=204)
 
     async def metadata(request: web.Request) -> web.Response:
-        return web.json_response(partitioned.metadata_document(topic_name(request)))
+        return web.json_response(await partitioned.metadata_document(topic_name(request)))
 
     async def delete(request: web.Request) -> web.Response:
         force = request.query.get("force", "false").lower() == "true"

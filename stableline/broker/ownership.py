@@ -14,7 +14,10 @@ Promises:
   Placement picks the least-loaded live broker: the one leading the fewest topics
   (counted from the records, which every broker reads at start and follows by the
   watch), then the lowest id. Brokers' reported load counts only the topics they
-  have opened, so it would miss topics placed and not used yet. A record never changes here (no move, no failover yet).
+  have opened, so it would miss topics placed and not used yet. A topic whose
+  files are on this broker and that has no record (made before the broker joined
+  the cluster) is placed here, with its data. A record never changes here (no
+  move, no failover yet); it is deleted with its topic (`forget`).
 - `check(name)` answers from a cache kept current by watches on the ownership and
   broker prefixes, so a call for a topic this broker owns costs one dict look-up
   after its first use; it raises NotOwnerError when another live broker owns the
@@ -34,6 +37,7 @@ from stableline.metadata import (
     AlreadyExists,
     BrokerInfo,
     MetadataStore,
+    NotFound,
     Notification,
     NotificationType,
     Watch,
@@ -164,6 +168,11 @@ class TopicOwnership:
         self._leader_of[key] = leader
         self._led[leader] = self._led.get(leader, 0) + 1
 
+    def _uncounted(self, key: str) -> None:
+        leader = self._leader_of.pop(key, None)
+        if leader is not None:
+            self._led[leader] -= 1
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -188,6 +197,8 @@ class TopicOwnership:
                     self._records.pop(key, None)
                     if notification.type is NotificationType.CREATED:
                         await self._count(key)
+                    elif notification.type is NotificationType.DELETED:
+                        self._uncounted(key)
                 return  # the store closed
             except WatchOverflow:
                 # Changes were missed: watch again, then forget every cached record
@@ -210,6 +221,10 @@ class TopicOwnership:
                 watch = await self.store.watch(brokers_dir(self.cluster))
                 await self._read_brokers()
 
+    async def wait_started(self) -> None:
+        """Return once start() has run (this broker's id and the live brokers are known)."""
+        await self._started.wait()
+
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
         return self._live.get(broker_id)
 
@@ -225,17 +240,20 @@ class TopicOwnership:
             self._records[key] = record
         return record
 
-    async def place(self, name: TopicName) -> OwnershipRecord:
-        """The topic's record, creating it on the least-loaded live broker if it has none."""
-        return (await self.place_new(name))[0]
+    async def place(self, name: TopicName, here: bool = False) -> OwnershipRecord:
+        """The topic's record, creating it on the least-loaded live broker (on this
+        one when `here`) if it has none."""
+        return (await self.place_new(name, here))[0]
 
-    async def place_new(self, name: TopicName) -> tuple[OwnershipRecord, bool]:
+    async def place_new(self, name: TopicName, here: bool = False) -> tuple[OwnershipRecord, bool]:
         """(the topic's record, whether this call created it)."""
         await self._started.wait()
         record = await self.record(name)
         if record is not None:
             return record, False
         leader = min(self._live, key=lambda b: (self._led.get(b, 0), b), default=self.broker_id)
+        if here:
+            leader = self.broker_id
         record = OwnershipRecord(leader, 0, (leader,), int(time.time() * 1000))
         try:
             await self.store.put(ownership_path(self.cluster, name), record.to_json(), -1)
@@ -249,6 +267,12 @@ class TopicOwnership:
         log.info("placed topic %s on broker %s", name, leader)
         self._records[str(name)] = record
         return record, True
+
+    async def forget(self, name: TopicName) -> None:
+        """Delete the topic's record (its topic was deleted on this broker, its leader)."""
+        self._records.pop(str(name), None)
+        with contextlib.suppress(NotFound):
+            await self.store.delete(ownership_path(self.cluster, name))
 
     def owner_of(self, name: TopicName, record: OwnershipRecord) -> BrokerInfo:
         """The live owner's registration; TopicUnavailableError if it is not live."""
@@ -269,7 +293,7 @@ class TopicOwnership:
             if on_disk:
                 return True
             await self._started.wait()
-        record = await (self.place(name) if create else self.record(name))
+        record = await (self.place(name, here=on_disk) if create else self.record(name))
         if record is None:
             return False
         if record.leader == self.broker_id:

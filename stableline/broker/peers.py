@@ -50,12 +50,14 @@ class Peers:
 
     def __init__(self, credentials: PeerCredentials | None = None):
         self._credentials = credentials or PeerCredentials()
+        self.timeout_s = PEER_CALL_TIMEOUT_S
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, cluster_pb2_grpc.PeerStub] = {}
 
-    def _stub(self, address: str) -> cluster_pb2_grpc.PeerStub:
-        stub = self._stubs.get(address)
-        if stub is None:
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The channel to the broker at `address` (made on first use, then kept)."""
+        channel = self._channels.get(address)
+        if channel is None:
             credentials = self._credentials
             if credentials.trust_certs is not None:
                 channel = grpc.aio.secure_channel(
@@ -70,7 +72,18 @@ class Peers:
             else:
                 channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
             self._channels[address] = channel
-            stub = self._stubs[address] = cluster_pb2_grpc.PeerStub(channel)
+        return channel
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every call to a peer sends: this broker's bearer token, if any."""
+        token = self._credentials.token
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
+    def _stub(self, address: str) -> cluster_pb2_grpc.PeerStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            stub = self._stubs[address] = cluster_pb2_grpc.PeerStub(self.channel(address))
         return stub
 
     async def call(
@@ -81,10 +94,10 @@ class Peers:
         timeout_s: float = PEER_CALL_TIMEOUT_S,
     ) -> Any:
         """`method(stub)(request)` on the peer at `address`; BrokerError on failure."""
-        token = self._credentials.token
-        metadata = (("authorization", f"Bearer {token}"),) if token else ()
         try:
-            return await method(self._stub(address))(request, timeout=timeout_s, metadata=metadata)
+            return await method(self._stub(address))(
+                request, timeout=timeout_s, metadata=self.metadata
+            )
         except grpc.aio.AioRpcError as error:
             raise peer_error(address, error) from None
 

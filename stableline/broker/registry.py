@@ -23,11 +23,16 @@ Promises:
 - Ledger files of every topic share one LedgerFiles cache of
   `max_open_ledger_files` descriptors.
 
-A namespace exists once a topic was created in it (it stays when its topics are
-deleted, as a Pulsar namespace does) or when it is `public/default`, which every
-broker has from the start, as Pulsar's standalone does.
+Namespaces and their policies are the registry's `namespace_policies`
+(namespace_policies.py): a topic's creation makes its namespace exist there. In a
+cluster they are the cluster's, shared by its brokers.
 
-A namespace's policies (namespace_policies.py) are kept here with its topics.
+In a cluster (`ownership` set) the broker that places a topic on first use or by
+an admin's create checks its name (creation checks, the namespace's room) before
+its ownership record is written; the owner named by the record then makes it
+without checking again. A topic whose files are on this broker and that has no
+record (made before the broker joined the cluster) is placed on this broker. A
+deleted topic's record is deleted with it, so the name can be placed afresh.
 
 A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as
 Pulsar's default): one more, created by an admin or on first use, is refused with
@@ -52,7 +57,7 @@ from dispatcher import DispatchLimits
 from managed_ledger import LedgerFiles, ManagedLedger, MetadataStore
 from managed_ledger.ledger_files import max_open_files
 from stableline.broker.config import BrokerConfig
-from stableline.broker.namespace_policies import NamespacePolicies
+from stableline.broker.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.topic import Topic
 from stableline.topic_name import TopicName
@@ -63,8 +68,6 @@ log = logging.getLogger(__name__)
 
 TOPICS_DB = b"broker"
 _TOPIC_PREFIX = "topic:"
-_NAMESPACE_PREFIX = "namespace:"
-DEFAULT_NAMESPACE = "public/default"
 # Loaded by a run and not (yet) closed idle: load at the next start (see above).
 _RECOVER_PREFIX = "recover:"
 # Topics loaded at once by the start's background recovery.
@@ -107,10 +110,15 @@ class TooManyTopicsError(Exception):
 
 
 class TopicRegistry:
-    def __init__(self, config: BrokerConfig, store: MetadataStore):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore,
+        namespace_policies: NamespacePolicies | None = None,
+    ):
+        """`namespace_policies`: the cluster's; by default this broker's own, in `store`."""
         self.config = config
         self.store = store
-        self.namespace_policies = NamespacePolicies(store)
         self.files = LedgerFiles(max_open_files(config.ledger))
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Task] = {}
@@ -144,13 +152,10 @@ class TopicRegistry:
             namespace = _namespace_of(key)
             self._topics_in[namespace] = self._topics_in.get(namespace, 0) + 1
         self._creating: set[str] = set()
-        self._namespaces: set[str] = {DEFAULT_NAMESPACE}
-        self._namespaces.update(
-            key[len(_NAMESPACE_PREFIX) :]
-            for key, _ in store.scan_prefix(TOPICS_DB, _NAMESPACE_PREFIX)
-        )
         # Topics written before namespaces were recorded still make theirs exist.
-        self._namespaces.update(self._topics_in)
+        if namespace_policies is None:
+            namespace_policies = EmbeddedNamespacePolicies(store, self._topics_in)
+        self.namespace_policies = namespace_policies
         self._marked: set[str] = {
             key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _RECOVER_PREFIX)
         }
@@ -172,7 +177,7 @@ class TopicRegistry:
 
     def namespace_exists(self, namespace: str) -> bool:
         """True for public/default and for every namespace a topic was ever created in."""
-        return namespace in self._namespaces
+        return self.namespace_policies.exists(namespace)
 
     def count(self) -> int:
         return len(self._known)
@@ -187,6 +192,12 @@ class TopicRegistry:
         """True when the topic exists or its creation (or first load) is under way."""
         key = str(name)
         return key in self._known or key in self._creating or key in self._loading
+
+    async def taken_in_cluster(self, name: TopicName) -> bool:
+        """taken(), or in a cluster placed on any broker (it has an ownership record)."""
+        if self.taken(name):
+            return True
+        return self.ownership is not None and await self.ownership.record(name) is not None
 
     def topics_in(self, namespace: str) -> int:
         """How many topics `namespace` holds (creations under way included)."""
@@ -214,6 +225,9 @@ class TopicRegistry:
         if key in self._known:
             return False
         if self.ownership is not None:
+            if not placed and await self.ownership.record(name) is None:
+                self._check_room(name)  # this broker places it: it checks the name
+                placed = True
             # Placed by compare-and-set; the owner creates its files on first use.
             record, new_record = await self.ownership.place_new(name)
             if record.leader != self.ownership.broker_id:
@@ -227,10 +241,10 @@ class TopicRegistry:
         self._creating.add(key)
         self._topics_in[name.namespace_path] = self.topics_in(name.namespace_path) + 1
         try:
+            # The namespace first: a crash before the topic's key leaves it existing
+            # and empty, never a topic in a namespace that does not exist.
+            await self.namespace_policies.add(name.namespace_path)
             self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
-            if name.namespace_path not in self._namespaces:
-                self.store.put(TOPICS_DB, _NAMESPACE_PREFIX + name.namespace_path, b"")
-                self._namespaces.add(name.namespace_path)
             await self.store.sync_async()  # concurrent creations share one fsync
         except BaseException:
             self._topics_in[name.namespace_path] -= 1
@@ -243,15 +257,15 @@ class TopicRegistry:
 
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
-        if (
-            self.ownership is not None
-            and await self.ownership.check(name, create or key in self._known, key in self._known)
-            and key not in self._known
-        ):
-            # Its record says this broker serves it: the broker that placed it checked
-            # the name (a partition's base, the namespace's room), which this broker's
-            # own view of partitioned topics may not know.
-            await self.create(name, placed=True)
+        if self.ownership is not None:
+            known = key in self._known
+            if create and not known and await self.ownership.record(name) is None:
+                # A first use places it: this broker checks the name before the record.
+                self._check_room(name)
+            if await self.ownership.check(name, create or known, known) and not known:
+                # Its record says this broker serves it: the broker that placed it
+                # checked the name (a partition's base, the namespace's room).
+                await self.create(name, placed=True)
         while True:
             topic = self._topics.get(key)
             if topic is not None:
@@ -421,6 +435,8 @@ class TopicRegistry:
             self._topics_in[name.namespace_path] -= 1
         self._marked.discard(key)
         self.store.write_many(TOPICS_DB, {}, [_TOPIC_PREFIX + key, _RECOVER_PREFIX + key])
+        if self.ownership is not None:
+            await self.ownership.forget(name)
         for forget in self.on_deleted:
             await forget(name)
 

@@ -41,6 +41,9 @@ from stableline._proto import (
     cluster_pb2_grpc,
 )
 from stableline.broker import http_lookup
+from stableline.broker.cluster_metadata import SharedMetadata
+from stableline.broker.cluster_metadata.joining import join_cluster
+from stableline.broker.cluster_partitions import ClusterPartitions
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
     ConnectionLimitInterceptor,
@@ -68,6 +71,7 @@ from stableline.broker.membership import Membership, with_advertised_address
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.partitioned_metadata import EmbeddedPartitionedMetadata
+from stableline.broker.peer_admin import PeerAdmin
 from stableline.broker.peers import Peers
 from stableline.broker.registry import TopicRegistry
 from stableline.broker.security.broker_security import BrokerSecurity
@@ -76,6 +80,7 @@ from stableline.broker.security.file_modes import (
     restrict_top_of_data_dir,
     use_owner_only_umask,
 )
+from stableline.broker.security.permissions import EmbeddedPermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
 from stableline.broker.topic import Topic
@@ -192,6 +197,10 @@ class Broker:
         self.kafka_port = 0
         self.coordinators: Coordinators | None = None
         self.membership: Membership | None = None
+        # In a cluster: namespaces, grants and partition counts shared by the brokers,
+        # and the calls to the brokers owning partitions.
+        self.shared: SharedMetadata | None = None
+        self.peers: Peers | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
@@ -261,15 +270,38 @@ class Broker:
             self.membership = await Membership.open(config)
         except MetadataStoreError as error:
             raise StartupError(f"cannot open the cluster metadata store: {error}") from None
-        self.security = BrokerSecurity.open(security_settings, self.store)
-        self.registry = TopicRegistry(config, self.store)
-        self.registry.on_deleted.append(self.security.permissions.forget_topic)
         if config.metadata_store_url:
-            # A shared store: topics are placed over the cluster's brokers.
+            # A shared store: namespaces, grants and partition counts are the
+            # cluster's, read before anything is served.
+            try:
+                self.shared = await SharedMetadata.open(self.membership.store)
+            except MetadataStoreError as error:
+                raise StartupError(f"cannot read the cluster's metadata: {error}") from None
+        shared = self.shared
+        self.security = BrokerSecurity.open(
+            security_settings,
+            shared.permissions if shared else EmbeddedPermissionStore(self.store),
+        )
+        self.registry = TopicRegistry(config, self.store, shared.namespaces if shared else None)
+        self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        partition_access = None
+        if shared is not None:
+            # Topics are placed over the cluster's brokers; a partitioned topic's
+            # partitions are asked of their owners.
             self.registry.ownership = TopicOwnership(self.membership.store, config.cluster_name)
+            try:
+                self.peers = Peers(self.security.peer_credentials(config))
+            except (ValueError, OSError) as error:
+                raise StartupError(f"cannot call the cluster's other brokers: {error}") from None
+            partition_access = ClusterPartitions(
+                self.registry, self.registry.ownership, PeerAdmin(self.peers)
+            )
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.partitioned = PartitionedTopics(
-            config, self.registry, EmbeddedPartitionedMetadata(self.store)
+            config,
+            self.registry,
+            shared.partitioned if shared else EmbeddedPartitionedMetadata(self.store),
+            partition_access,
         )
         participant = BrokerParticipant(self.registry)
         self.coordinators = Coordinators(
@@ -305,15 +337,11 @@ class Broker:
                 config.cluster_name,
                 config.transaction_coordinator_shards or DEFAULT_CLUSTER_SHARDS,
             )
-            try:
-                peers = Peers(self.security.peer_credentials(config))
-            except (ValueError, OSError) as error:
-                raise StartupError(f"cannot call the cluster's other brokers: {error}") from None
-            participant.peers = peers
+            participant.peers = self.peers
             self.coordinators.attach_cluster(
                 ShardRecords(self.membership.store, config.cluster_name, shard_count),
                 self.registry.ownership,
-                peers,
+                self.peers,
             )
             participant.remote_acks = self.coordinators.remote_acks
         # Topics load on first use; those the last run may have left transactions
@@ -428,6 +456,13 @@ class Broker:
             info = await self.membership.register(addresses, version(), self._load)
             if self.registry.ownership is not None:
                 await self.registry.ownership.start(info.broker_id)
+                await join_cluster(
+                    self.store,
+                    self.shared,
+                    self.registry,
+                    self.registry.ownership,
+                    config.cluster_name,
+                )
                 await self.coordinators.start(info.broker_id)
         except MetadataStoreError as error:
             raise StartupError(str(error)) from None
@@ -467,6 +502,8 @@ class Broker:
         await self._health.enter_graceful_shutdown()
         if self.registry is not None and self.registry.ownership is not None:
             await self.registry.ownership.close()
+        if self.shared is not None:
+            await self.shared.close()
         if self.membership is not None:
             # Out of the cluster's live list before anything else stops.
             await self.membership.close()
@@ -509,6 +546,8 @@ class Broker:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.coordinators is not None:
             await self.coordinators.close()
+        if self.peers is not None:  # after every coordinator: their ends use it
+            await self.peers.close()
         if self.registry is not None:
             await self.registry.close()
         if self.store is not None:

@@ -15,12 +15,19 @@ Key layout. Everything lives under `/stableline`; names are those of topics
         A live broker (brokers.py): advertised gRPC and HTTP addresses, version,
         start time, host, pid, load. Gone when its session lapses.
     /stableline/namespaces/{tenant}/{namespace}
-        The namespace's policies (auto topic creation, topic limits, retention).
+        The namespace: {"created": true once a topic was made in it (it exists from
+        then on), "autoTopicCreationOverride": {...} when set}; later other policies.
     /stableline/permissions/{tenant}/{namespace}
     /stableline/permissions/{tenant}/{namespace}/{topic}
         Grants: {role: ["produce", "consume"]} for the namespace, for one topic.
     /stableline/partitioned-topics/{tenant}/{namespace}/{topic}
-        {"partitions": N}; partition i is the topic `{topic}-partition-{i}`.
+        {"partitions": N}; partition i is the topic `{topic}-partition-{i}`. While
+        the topic is being deleted also "deleted": true (its partitions are not
+        made again on first use).
+
+Namespaces, permissions and partitioned topics are shared by every cluster on the
+store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
+(mirror.py), kept current by watches. Ownership and brokers are per cluster.
     /stableline/ownership/{cluster}/topics/{tenant}/{namespace}/{topic}
         Placement of one topic (or partition): {"leader": broker id, "epoch": E,
         "ensemble": [broker ids], "since_ms": T}. Persistent, not ephemeral: the
@@ -53,6 +60,7 @@ from stableline.metadata.errors import (
 )
 from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
 from stableline.metadata.factory import DEFAULT_SESSION_TIMEOUT_S, open_metadata_store
+from stableline.metadata.mirror import PrefixMirror
 from stableline.metadata.store import MetadataStore, Watch
 from stableline.metadata.values import (
     GetResult,
@@ -79,6 +87,7 @@ __all__ = [
     "NotFound",
     "Notification",
     "NotificationType",
+    "PrefixMirror",
     "SessionEvent",
     "SessionState",
     "Stat",

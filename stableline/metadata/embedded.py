@@ -30,7 +30,7 @@ from stableline.metadata.errors import (
     MetadataStoreUnavailable,
     NotFound,
 )
-from stableline.metadata.paths import check_path, child_names, children_prefix
+from stableline.metadata.paths import check_path, check_prefix, child_names, children_prefix, under
 from stableline.metadata.store import MetadataStore
 from stableline.metadata.values import GetResult, Notification, NotificationType, Stat
 
@@ -107,6 +107,23 @@ class EmbeddedMetadataStore(MetadataStore):
                     keys.append(key.decode())
         return child_names(prefix, keys)
 
+    async def scan(self, prefix: str) -> list[tuple[str, GetResult]]:
+        self._check_open()
+        check_prefix(prefix)
+        found = []
+        with self._env.begin(db=self._kv) as txn:
+            cursor = txn.cursor()
+            start = b"/" if prefix == "/" else prefix.encode()
+            if cursor.set_range(start):
+                for key, raw in cursor.iternext():
+                    path = bytes(key).decode()
+                    if not under(prefix, path):
+                        if path.startswith(prefix):
+                            continue  # a sibling such as /a/bc after /a/b's keys
+                        break
+                    found.append((path, _decode(raw)))
+        return found
+
     # --- writes ---------------------------------------------------------------------
 
     async def put(
@@ -142,11 +159,11 @@ class EmbeddedMetadataStore(MetadataStore):
             elif current is not None and current.ephemeral:
                 txn.delete(key, db=self._ephemeral)
         kind = NotificationType.CREATED if current is None else NotificationType.MODIFIED
-        self._pending.append(Notification(kind, path))
+        self._pending.append(Notification(kind, path, revision, GetResult(value, stat)))
         await self._durable()
         return stat
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
+    async def delete(self, path: str, expected_version: int | None = None) -> int:
         self._check_open()
         key = check_path(path).encode()
         with self._env.begin(write=True) as txn:
@@ -158,9 +175,10 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise BadVersion(path, expected_version, current.version)
             txn.delete(key, db=self._kv)
             txn.delete(key, db=self._ephemeral)
-            self._next_revision(txn)
-        self._pending.append(Notification(NotificationType.DELETED, path))
+            revision = self._next_revision(txn)
+        self._pending.append(Notification(NotificationType.DELETED, path, revision))
         await self._durable()
+        return revision
 
     def _next_revision(self, txn: lmdb.Transaction) -> int:
         raw = txn.get(_REVISION, db=self._meta)
@@ -168,15 +186,17 @@ class EmbeddedMetadataStore(MetadataStore):
         txn.put(_REVISION, str(revision).encode(), db=self._meta)
         return revision
 
-    def _delete_ephemeral_keys(self) -> list[str]:
+    def _delete_ephemeral_keys(self) -> tuple[list[str], int]:
+        """The ephemeral keys deleted, and the revision of their deletion."""
+        revision = 0
         with self._env.begin(write=True) as txn:
             keys = list(txn.cursor(db=self._ephemeral).iternext(keys=True, values=False))
             for key in keys:
                 txn.delete(key, db=self._kv)
                 txn.delete(key, db=self._ephemeral)
             if keys:
-                self._next_revision(txn)
-        return [bytes(key).decode() for key in keys]
+                revision = self._next_revision(txn)
+        return [bytes(key).decode() for key in keys], revision
 
     # --- durability -----------------------------------------------------------------
 
@@ -232,11 +252,11 @@ class EmbeddedMetadataStore(MetadataStore):
         if self._sync_task is not None and not self._sync_task.done():
             with contextlib.suppress(Exception):
                 await self._sync_task
-        deleted = self._delete_ephemeral_keys()
+        deleted, revision = self._delete_ephemeral_keys()
         self._env.sync(True)
         self._flush_notifications(self._take_pending())
         for path in deleted:
-            self._notify(Notification(NotificationType.DELETED, path))
+            self._notify(Notification(NotificationType.DELETED, path, revision))
         self._mark_closed()
         self._env.close()
         os.close(self._lock_file)

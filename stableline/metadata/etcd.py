@@ -47,7 +47,13 @@ from stableline.metadata.errors import (
     WatchOverflow,
 )
 from stableline.metadata.etcd_url import EtcdSettings
-from stableline.metadata.paths import check_path, child_names, children_prefix
+from stableline.metadata.paths import (
+    check_path,
+    check_prefix,
+    child_names,
+    children_prefix,
+    under,
+)
 from stableline.metadata.store import MetadataStore
 from stableline.metadata.values import (
     GetResult,
@@ -239,6 +245,26 @@ class EtcdMetadataStore(MetadataStore):
         reply = await self._call(self._kv.Range, request)
         return child_names(prefix, [kv.key.decode() for kv in reply.kvs])
 
+    async def scan(self, prefix: str) -> list[tuple[str, GetResult]]:
+        self._check_open()
+        check_prefix(prefix)
+        # One range over every key starting with the prefix's text (one revision),
+        # siblings such as /a/bc for /a/b left out after.
+        raw = prefix.encode()
+        request = rpc.RangeRequest(
+            key=raw,
+            range_end=prefix_range_end(raw),
+            sort_order=rpc.RangeRequest.ASCEND,
+            sort_target=rpc.RangeRequest.KEY,
+        )
+        reply = await self._call(self._kv.Range, request)
+        found = []
+        for kv in reply.kvs:
+            path = kv.key.decode()
+            if under(prefix, path):
+                found.append((path, GetResult(bytes(kv.value), _stat(kv))))
+        return found
+
     # --- writes ---------------------------------------------------------------------
 
     async def put(
@@ -297,14 +323,14 @@ class EtcdMetadataStore(MetadataStore):
             return Stat(previous.version, previous.create_revision, revision, ephemeral)
         return Stat(0, revision, revision, ephemeral)
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
+    async def delete(self, path: str, expected_version: int | None = None) -> int:
         self._check_open()
         key = check_path(path).encode()
         if expected_version is None:
             reply = await self._call(self._kv.DeleteRange, rpc.DeleteRangeRequest(key=key))
             if reply.deleted == 0:
                 raise NotFound(path)
-            return
+            return reply.header.revision
         compare = rpc.Compare(
             key=key,
             target=rpc.Compare.VERSION,
@@ -324,6 +350,7 @@ class EtcdMetadataStore(MetadataStore):
             if not kvs:
                 raise NotFound(path)
             raise BadVersion(path, expected_version, kvs[0].version - 1)
+        return reply.header.revision
 
     # --- session ------------------------------------------------------------------------
 
@@ -499,11 +526,12 @@ class EtcdMetadataStore(MetadataStore):
 
 
 def _notification(event: Any) -> Notification:
-    path = event.kv.key.decode()
+    kv = event.kv
+    path = kv.key.decode()
     if event.type == rpc.Event.DELETE:
-        return Notification(NotificationType.DELETED, path)
-    kind = NotificationType.CREATED if event.kv.version == 1 else NotificationType.MODIFIED
-    return Notification(kind, path)
+        return Notification(NotificationType.DELETED, path, kv.mod_revision)
+    kind = NotificationType.CREATED if kv.version == 1 else NotificationType.MODIFIED
+    return Notification(kind, path, kv.mod_revision, GetResult(bytes(kv.value), _stat(kv)))
 
 
 async def _target(settings: EtcdSettings) -> tuple[str, list[tuple[str, Any]]]:

@@ -35,3 +35,53 @@ def broker_path(cluster: str, broker_id: str) -> str:
     if not broker_id or "/" in broker_id:
         raise InvalidPath(f"broker id {broker_id!r} must be a non-empty HOST:PORT")
     return f"{brokers_dir(cluster)}/{broker_id}"
+
+
+# Shared by every cluster on the store, as Pulsar's configuration store is: a
+# namespace's policies, its grants and a partitioned topic's count are the same for
+# all of them (each cluster places its own partitions; ownership is per cluster).
+
+
+def namespaces_dir() -> str:
+    return f"{ROOT}/namespaces"
+
+
+def namespace_path(namespace: str) -> str:
+    """`namespace` is "tenant/namespace", checked by the caller (TopicName's rules)."""
+    return f"{namespaces_dir()}/{_checked(namespace, 2)}"
+
+
+def permissions_dir() -> str:
+    return f"{ROOT}/permissions"
+
+
+def namespace_permissions_path(namespace: str) -> str:
+    """Grants on every topic of "tenant/namespace"."""
+    return f"{permissions_dir()}/{_checked(namespace, 2)}"
+
+
+def topic_permissions_path(topic: str) -> str:
+    """Grants on one topic, "tenant/namespace/topic"."""
+    return f"{permissions_dir()}/{_checked(topic, 3)}"
+
+
+def partitioned_topics_dir() -> str:
+    return f"{ROOT}/partitioned-topics"
+
+
+def partitioned_topic_path(topic: str) -> str:
+    """A partitioned topic's count, "tenant/namespace/topic"."""
+    return f"{partitioned_topics_dir()}/{_checked(topic, 3)}"
+
+
+def relative_segments(directory: str, path: str) -> list[str]:
+    """The segments of `path` below `directory` (which it must be under)."""
+    assert path.startswith(directory + "/"), (directory, path)
+    return path[len(directory) + 1 :].split("/")
+
+
+def _checked(name: str, segments: int) -> str:
+    parts = name.split("/")
+    if len(parts) != segments or not all(parts):
+        raise InvalidPath(f"{name!r} is not {segments} non-empty names joined by '/'")
+    return name

@@ -12,8 +12,11 @@ whatever the backend:
   deleted when that store closes or its session lapses (etcd lease), never while the
   session is CONNECTED or SUSPENDED.
 - `watch(prefix)` delivers a `Notification` for every change under the prefix made
-  after `watch` returned, in the order of the changes, until the watch is closed; a
-  reader that falls `MAX_PENDING_NOTIFICATIONS` behind gets `WatchOverflow` instead.
+  after `watch` returned, in the order of the changes, with the change's revision
+  and the value written, until the watch is closed; a reader that falls
+  `MAX_PENDING_NOTIFICATIONS` behind gets `WatchOverflow` instead.
+- `scan(prefix)` reads every key under a prefix at one moment; a watch opened
+  before it, then the scan, then the watch's changes, misses nothing.
 - The session state (`session_state`, `add_session_listener`) says whether the
   store's ephemeral keys can be relied on; LOST is declared before the backend
   expires the session, so a holder of ephemeral ownership can stop in time.
@@ -148,12 +151,18 @@ class MetadataStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
-        """Delete the key (`NotFound` if absent; `BadVersion` if not at the version)."""
+    async def delete(self, path: str, expected_version: int | None = None) -> int:
+        """Delete the key (`NotFound` if absent; `BadVersion` if not at the version);
+        the store's revision of the deletion (what its DELETED notification carries)."""
 
     @abc.abstractmethod
     async def children(self, path: str) -> list[str]:
         """Names one level below `path` (sorted; empty when nothing is below it)."""
+
+    @abc.abstractmethod
+    async def scan(self, prefix: str) -> list[tuple[str, GetResult]]:
+        """Every key at or below `prefix` ("/" for all) with its value and stat, sorted
+        by path; one read, so it shows the store at one moment."""
 
     async def exists(self, path: str) -> bool:
         return await self.get(path) is not None

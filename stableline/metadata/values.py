@@ -6,7 +6,7 @@ All frozen: a `Stat` read is a snapshot of one key at one revision, never update
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +47,19 @@ class NotificationType(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Notification:
+    """One change under a watched prefix.
+
+    `revision` is the store-wide revision of the change (the deletion's own for
+    DELETED), so a reader can order it against what it read; `result` is the key's
+    value and stat after a CREATED or MODIFIED change (None for DELETED). Two
+    notifications are equal when their type and path are: the rest is what the
+    change carried.
+    """
+
     type: NotificationType
     path: str
+    revision: int = field(default=0, compare=False)
+    result: GetResult | None = field(default=None, compare=False)
 
 
 class SessionState(enum.Enum):

@@ -116,6 +116,43 @@ async def test_children_are_the_next_segments_below_a_path_sorted(open_store, ro
     assert await store.children(f"{root}/nothing") == []
 
 
+async def test_scan_reads_every_key_at_and_below_a_prefix_with_its_stat(open_store, root):
+    store = await open_store()
+    stats = {}
+    for path in ("", "/b", "/a", "/a/deep/er"):
+        stats[f"{root}/s{path}"] = await store.put(f"{root}/s{path}", path.encode())
+    await store.put(f"{root}/s-sibling", b"")  # shares the text prefix, not the directory
+    await store.put(f"{root}/sx", b"")
+    found = await store.scan(f"{root}/s")
+    assert [path for path, _ in found] == sorted(stats)
+    for path, result in found:
+        assert result.stat == stats[path]
+        assert result.value == path.removeprefix(f"{root}/s").encode()
+    assert await store.scan(f"{root}/nothing") == []
+    assert [path for path, _ in await store.scan(f"{root}/s/a/deep/er")] == [f"{root}/s/a/deep/er"]
+
+
+async def test_notifications_carry_the_revision_and_the_value_of_each_change(open_store, root):
+    writer = await open_store()
+    watcher = await open_store() if open_store.kind == "etcd" else writer
+    watch = await watcher.watch(f"{root}/n")
+    created = await writer.put(f"{root}/n", b"one")
+    modified = await writer.put(f"{root}/n", b"two")
+    deleted_at = await writer.delete(f"{root}/n")
+    first, second, third = [await _next(watch) for _ in range(3)]
+    assert (first.revision, first.result.value, first.result.stat) == (
+        created.modified_revision,
+        b"one",
+        created,
+    )
+    assert (second.revision, second.result.value, second.result.stat) == (
+        modified.modified_revision,
+        b"two",
+        modified,
+    )
+    assert third.revision == deleted_at > modified.modified_revision and third.result is None
+
+
 async def test_watch_sees_creation_change_and_deletion_under_its_prefix_only(open_store, root):
     writer = await open_store()
     watcher = await open_store() if open_store.kind == "etcd" else writer

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import grpc
 from aiohttp import web
 
-from managed_ledger import MetadataStore
 from stableline.broker.config import BrokerConfig
 from stableline.broker.peers import PeerCredentials
 from stableline.broker.security import tls
@@ -35,8 +34,9 @@ class BrokerSecurity:
     streams: OpenStreams
 
     @classmethod
-    def open(cls, settings: SecuritySettings, store: MetadataStore) -> BrokerSecurity:
-        permissions = PermissionStore(store)
+    def open(cls, settings: SecuritySettings, permissions: PermissionStore) -> BrokerSecurity:
+        """Security as `settings` say, checking grants kept by `permissions` (this
+        broker's own, or the cluster's)."""
         verifier = None
         if settings.authentication_enabled:
             if settings.token_secret_key is not None:

@@ -3,13 +3,18 @@
 Grants are `role -> {produce, consume}` on a namespace (every topic in it) or on
 one topic; a role may act on a topic when either level grants the action.
 `admin` (topics, stats, permissions themselves) is never granted: it belongs to
-the superuser roles of the config. Grants live in the broker's metadata store,
-written through and fsynced before a grant is acknowledged, so they survive a
-restart or a crash; an in-memory copy answers the checks.
+the superuser roles of the config. `PermissionStore` is the one interface: checks
+answer from an in-memory copy, and a grant or revocation is durable (written
+through and fsynced) before it is acknowledged, so it survives a restart or a
+crash. Two implementations: `EmbeddedPermissionStore` here (one broker: its data
+dir) and the cluster's (stableline.broker.cluster_metadata.permissions: the
+metadata store shared by the brokers, so a grant made through one is enforced by
+all).
 """
 
 from __future__ import annotations
 
+import abc
 import enum
 import json
 from collections.abc import Callable, Iterable
@@ -83,31 +88,53 @@ def namespace_path(tenant: str, namespace: str) -> str:
         ) from None
 
 
-def _encode(grants: dict[str, frozenset[Action]]) -> bytes:
+class Scope(enum.Enum):
+    NAMESPACE = "namespace"
+    """Every topic of one namespace ("tenant/namespace")."""
+    TOPIC = "topic"
+    """One topic ("persistent://tenant/namespace/topic")."""
+
+
+def encode_grants(grants: dict[str, frozenset[Action]]) -> bytes:
     document = {role: sorted(a.value for a in actions) for role, actions in grants.items()}
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
-def _decode(raw: bytes) -> dict[str, frozenset[Action]]:
+def decode_grants(raw: bytes) -> dict[str, frozenset[Action]]:
     return {
         role: frozenset(Action(a) for a in actions) for role, actions in json.loads(raw).items()
     }
 
 
-class PermissionStore:
-    """Namespace and topic grants, durable in the metadata store."""
+def with_role(
+    grants: dict[str, frozenset[Action]],
+    resource: str,
+    role: str,
+    actions: frozenset[Action] | None,
+) -> dict[str, frozenset[Action]] | None:
+    """`grants` with `role` given `actions` (None: removed); None when nothing changes.
+    InvalidPermissionError when the resource has MAX_ROLES_PER_RESOURCE roles already."""
+    if actions is None:
+        if role not in grants:
+            return None
+        return {r: a for r, a in grants.items() if r != role}
+    assert Action.ADMIN not in actions, "admin is never granted"
+    if role not in grants and len(grants) >= MAX_ROLES_PER_RESOURCE:
+        raise InvalidPermissionError(
+            f"{resource} already has {MAX_ROLES_PER_RESOURCE} roles granted"
+        )
+    return {**grants, role: actions}
 
-    def __init__(self, store: MetadataStore):
-        self._store = store
+
+class PermissionStore(abc.ABC):
+    """Namespace and topic grants: checks answer from memory; a change is durable
+    before its call returns, and then `change_listeners` are called."""
+
+    def __init__(self) -> None:
         # Called after every durable change of grants (open streams are re-checked).
         self.change_listeners: list[Callable[[], None]] = []
         self._namespaces: dict[str, dict[str, frozenset[Action]]] = {}
         self._topics: dict[str, dict[str, frozenset[Action]]] = {}
-        for key, raw in store.scan_prefix(PERMISSIONS_DB, _PREFIX):
-            if key.startswith(_NAMESPACE_PREFIX):
-                self._namespaces[key[len(_NAMESPACE_PREFIX) :]] = _decode(raw)
-            elif key.startswith(_TOPIC_PREFIX):
-                self._topics[key[len(_TOPIC_PREFIX) :]] = _decode(raw)
 
     # -------------------------------------------------------------- reading
 
@@ -128,23 +155,56 @@ class PermissionStore:
             return True
         return action in self._topics.get(str(topic), {}).get(role, ())
 
+    def granted_resources(self) -> int:
+        """How many namespaces and topics have grants."""
+        return len(self._namespaces) + len(self._topics)
+
     # -------------------------------------------------------------- changing
 
     async def grant_namespace(self, namespace: str, role: str, actions: Iterable[Action]) -> None:
-        await self._set(self._namespaces, _NAMESPACE_PREFIX, namespace, role, actions)
+        await self._set(Scope.NAMESPACE, namespace, check_role(role), frozenset(actions))
 
     async def revoke_namespace(self, namespace: str, role: str) -> bool:
-        return await self._set(self._namespaces, _NAMESPACE_PREFIX, namespace, role, None)
+        return await self._set(Scope.NAMESPACE, namespace, check_role(role), None)
 
     async def grant_topic(self, topic: TopicName, role: str, actions: Iterable[Action]) -> None:
-        await self._set(self._topics, _TOPIC_PREFIX, str(topic), role, actions)
+        await self._set(Scope.TOPIC, str(topic), check_role(role), frozenset(actions))
 
     async def revoke_topic(self, topic: TopicName, role: str) -> bool:
-        return await self._set(self._topics, _TOPIC_PREFIX, str(topic), role, None)
+        return await self._set(Scope.TOPIC, str(topic), check_role(role), None)
 
+    @abc.abstractmethod
     async def forget_topic(self, topic: TopicName) -> None:
         """Drop every grant on a deleted topic (its namespace's grants stay), so a
         topic created later under the same name starts with none."""
+
+    @abc.abstractmethod
+    async def _set(
+        self, scope: Scope, resource: str, role: str, actions: frozenset[Action] | None
+    ) -> bool:
+        """Replace (or with None remove) one role's grant; True if something changed."""
+
+    def _table(self, scope: Scope) -> dict[str, dict[str, frozenset[Action]]]:
+        return self._namespaces if scope is Scope.NAMESPACE else self._topics
+
+    def _changed(self) -> None:
+        for listener in self.change_listeners:
+            listener()
+
+
+class EmbeddedPermissionStore(PermissionStore):
+    """Grants in the broker's own metadata store (LMDB in its data dir)."""
+
+    def __init__(self, store: MetadataStore):
+        super().__init__()
+        self._store = store
+        for key, raw in store.scan_prefix(PERMISSIONS_DB, _PREFIX):
+            if key.startswith(_NAMESPACE_PREFIX):
+                self._namespaces[key[len(_NAMESPACE_PREFIX) :]] = decode_grants(raw)
+            elif key.startswith(_TOPIC_PREFIX):
+                self._topics[key[len(_TOPIC_PREFIX) :]] = decode_grants(raw)
+
+    async def forget_topic(self, topic: TopicName) -> None:
         if self._topics.pop(str(topic), None) is None:
             return
         self._store.delete(PERMISSIONS_DB, _TOPIC_PREFIX + str(topic))
@@ -152,43 +212,23 @@ class PermissionStore:
         self._changed()
 
     async def _set(
-        self,
-        table: dict[str, dict[str, frozenset[Action]]],
-        prefix: str,
-        resource: str,
-        role: str,
-        actions: Iterable[Action] | None,
+        self, scope: Scope, resource: str, role: str, actions: frozenset[Action] | None
     ) -> bool:
-        """Replace (or with None remove) one role's grant; True if something changed."""
-        check_role(role)
-        grants = dict(table.get(resource, {}))
-        if actions is None:
-            if role not in grants:
-                return False
-            del grants[role]
-        else:
-            actions = frozenset(actions)
-            assert Action.ADMIN not in actions, "admin is never granted"
-            if role not in grants and len(grants) >= MAX_ROLES_PER_RESOURCE:
-                raise InvalidPermissionError(
-                    f"{resource} already has {MAX_ROLES_PER_RESOURCE} roles granted"
-                )
-            grants[role] = actions
-        key = prefix + resource
+        table = self._table(scope)
+        grants = with_role(table.get(resource, {}), resource, role, actions)
+        if grants is None:
+            return False
+        prefix = _NAMESPACE_PREFIX if scope is Scope.NAMESPACE else _TOPIC_PREFIX
         if grants:
-            self._store.put(PERMISSIONS_DB, key, _encode(grants))
+            self._store.put(PERMISSIONS_DB, prefix + resource, encode_grants(grants))
             table[resource] = grants
         else:
-            self._store.delete(PERMISSIONS_DB, key)
+            self._store.delete(PERMISSIONS_DB, prefix + resource)
             table.pop(resource, None)
         # A grant or revocation is acknowledged only once it would survive a crash.
         await self._store.sync_async()
         self._changed()
         return True
-
-    def _changed(self) -> None:
-        for listener in self.change_listeners:
-            listener()
 
 
 class Authorizer:

@@ -9,8 +9,8 @@ from stableline.broker.security.guard import Guard, NotPermitted
 from stableline.broker.security.permissions import (
     Action,
     Authorizer,
+    EmbeddedPermissionStore,
     InvalidPermissionError,
-    PermissionStore,
     namespace_path,
     parse_actions,
 )
@@ -22,7 +22,7 @@ OTHER_NS = TopicName.parse("persistent://acme/billing/orders")
 
 
 async def test_namespace_grant_covers_every_topic_of_that_namespace_only(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     await permissions.grant_namespace("acme/shop", "alice", [Action.PRODUCE])
     assert permissions.allows("alice", Action.PRODUCE, ORDERS)
     assert permissions.allows("alice", Action.PRODUCE, TopicName.parse("acme/shop/returns"))
@@ -32,7 +32,7 @@ async def test_namespace_grant_covers_every_topic_of_that_namespace_only(store):
 
 
 async def test_topic_grant_covers_that_topic_only(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     await permissions.grant_topic(ORDERS, "bob", [Action.CONSUME])
     assert permissions.allows("bob", Action.CONSUME, ORDERS)
     assert not permissions.allows("bob", Action.CONSUME, TopicName.parse("acme/shop/returns"))
@@ -40,7 +40,7 @@ async def test_topic_grant_covers_that_topic_only(store):
 
 
 async def test_effective_grants_join_namespace_and_topic_levels(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     await permissions.grant_namespace("acme/shop", "alice", [Action.PRODUCE])
     await permissions.grant_topic(ORDERS, "alice", [Action.CONSUME])
     await permissions.grant_topic(ORDERS, "bob", [Action.CONSUME])
@@ -51,7 +51,7 @@ async def test_effective_grants_join_namespace_and_topic_levels(store):
 
 
 async def test_a_grant_replaces_the_roles_actions_and_revoke_removes_them(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     await permissions.grant_namespace("acme/shop", "alice", [Action.PRODUCE, Action.CONSUME])
     await permissions.grant_namespace("acme/shop", "alice", [Action.CONSUME])
     assert not permissions.allows("alice", Action.PRODUCE, ORDERS)
@@ -63,20 +63,20 @@ async def test_a_grant_replaces_the_roles_actions_and_revoke_removes_them(store)
 
 async def test_grants_survive_reopening_the_store(tmp_path):
     store = MetadataStore(tmp_path / "metadata")
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     await permissions.grant_namespace("acme/shop", "alice", [Action.PRODUCE])
     await permissions.grant_topic(ORDERS, "bob", [Action.CONSUME])
     await permissions.grant_topic(OTHER_NS, "carol", [Action.CONSUME])
     await permissions.revoke_topic(OTHER_NS, "carol")
     store.close()
-    reopened = PermissionStore(MetadataStore(tmp_path / "metadata"))
+    reopened = EmbeddedPermissionStore(MetadataStore(tmp_path / "metadata"))
     assert reopened.allows("alice", Action.PRODUCE, ORDERS)
     assert reopened.allows("bob", Action.CONSUME, ORDERS)
     assert not reopened.allows("carol", Action.CONSUME, OTHER_NS)
 
 
 async def test_admin_is_never_granted_and_belongs_to_superusers(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     await permissions.grant_namespace("acme/shop", "alice", [Action.PRODUCE, Action.CONSUME])
     authorizer = Authorizer(permissions, ["root"])
     assert not authorizer.allows("alice", Action.ADMIN)
@@ -97,7 +97,7 @@ def test_actions_must_be_a_json_list_of_known_names():
 
 
 async def test_bad_roles_and_namespaces_are_refused(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     for role in ("", "a b", "x" * 300):
         with pytest.raises(InvalidPermissionError):
             await permissions.grant_namespace("acme/shop", role, [Action.PRODUCE])
@@ -106,7 +106,7 @@ async def test_bad_roles_and_namespaces_are_refused(store):
 
 
 async def test_guard_names_the_grant_that_would_allow_a_refused_action(store):
-    permissions = PermissionStore(store)
+    permissions = EmbeddedPermissionStore(store)
     guard = Guard(TokenVerifier(secret_key=create_secret_key()), Authorizer(permissions, ["root"]))
     with pytest.raises(NotPermitted, match=r"POST /admin/v2/namespaces/acme/shop/permissions/eve"):
         guard.authorize("eve", Action.CONSUME, ORDERS)
