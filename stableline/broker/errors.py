@@ -34,6 +34,7 @@ from stableline.broker.ownership import NotOwnerError, TopicUnavailableError
 from stableline.broker.partitioned import TopicBusyError, TopicConflictError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
+from stableline.broker.write_gate import BrokerFencedError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TooManyTransactionsError,
@@ -63,6 +64,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
     (NotOwnerError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
     (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
+    # Retryable: the client's NotReady, which reconnecting producers and consumers wait out.
+    (BrokerFencedError, grpc.StatusCode.UNAVAILABLE, "BrokerFenced"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

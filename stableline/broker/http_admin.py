@@ -30,6 +30,7 @@ from stableline.broker.partitioned import (
     TopicConflictError,
 )
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
+from stableline.broker.write_gate import BrokerFencedError
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
     TransactionBufferNotReadyError,
@@ -61,6 +62,8 @@ async def _errors(request: web.Request, handler):
     except NotOwnerError as error:  # Pulsar's answer too: the same request, at the owner
         raise web.HTTPTemporaryRedirect(error.owner.http_url + request.path_qs) from None
     except TopicUnavailableError as error:  # its owner is down: retry later
+        return _error(503, str(error))
+    except BrokerFencedError as error:  # out of its cluster for now: retry later
         return _error(503, str(error))
     except web.HTTPException:
         raise

@@ -29,6 +29,9 @@ broker has from the start, as Pulsar's standalone does.
 
 A namespace's policies (namespace_policies.py) are kept here with its topics.
 
+Every topic loaded shares the broker's write gate (write_gate.py); when it closes,
+the producer and consumer streams of every loaded topic are ended.
+
 A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as
 Pulsar's default): one more, created by an admin or on first use, is refused with
 TooManyTopicsError and nothing is written. The count per namespace is kept in
@@ -55,6 +58,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.namespace_policies import NamespacePolicies
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.topic import Topic
+from stableline.broker.write_gate import BrokerFencedError, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
 from txnbuffer.failpoint import Failpoint
@@ -107,9 +111,14 @@ class TooManyTopicsError(Exception):
 
 
 class TopicRegistry:
-    def __init__(self, config: BrokerConfig, store: MetadataStore):
+    def __init__(
+        self, config: BrokerConfig, store: MetadataStore, write_gate: WriteGate | None = None
+    ):
         self.config = config
         self.store = store
+        # Whether this broker may write to its topics (in a cluster: Membership's).
+        self.write_gate = write_gate or WriteGate()
+        self.write_gate.on_close(self._end_streams)
         self.namespace_policies = NamespacePolicies(store)
         self.files = LedgerFiles(max_open_files(config.ledger))
         self._topics: dict[str, Topic] = {}
@@ -300,6 +309,7 @@ class TopicRegistry:
                 self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
             ),
             self.dispatch_limits,
+            self.write_gate,
         )
         topic.on_recovered = self.on_recovered
         topic.buffer.failpoint = self.failpoint
@@ -308,6 +318,10 @@ class TopicRegistry:
         self._topics[key] = topic
         topic.start_recovery()
         return topic
+
+    def _end_streams(self, error: BrokerFencedError) -> None:
+        for topic in self._topics.values():
+            topic.end_streams(error)
 
     # ------------------------------------------------------------ start and unload
 

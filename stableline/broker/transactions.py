@@ -30,13 +30,17 @@ class BrokerParticipant:
             log.info("transaction %s: topic %s was deleted; nothing to end there", txn_id, topic)
             return
         with commit_timer(commit):
-            await loaded.buffer.end(txn_id, commit, low_watermark)
+            # While this broker's writes are fenced the end waits (a decided
+            # transaction ends whatever happens; its client's call has its deadline).
+            await loaded.end_transaction_when_writable(txn_id, commit, low_watermark)
 
     async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
         try:
             loaded = await self.registry.get(TopicName.parse(ack.topic), create=False)
         except TopicNotFoundError:
             return
+        await loaded.write_gate.wait_open()
+        loaded.write_gate.admit(loaded.name)  # fenced again meanwhile: the coordinator retries
         subscription = loaded.subscriptions.get(ack.subscription)
         if subscription is None:
             return  # unsubscribed meanwhile: nothing left to acknowledge
@@ -63,13 +67,15 @@ async def settle_leftovers(
         try:
             meta = coordinator.get(txn_id)
         except TransactionNotFoundError:
-            await topic.buffer.end(txn_id, False, coordinator.low_watermark)
+            await topic.end_transaction_when_writable(txn_id, False, coordinator.low_watermark)
             settled += 1
             continue
         if meta.state is TxnState.OPEN:
             coordinator.add_topic(txn_id, str(topic.name))
         elif meta.state.terminal:
-            await topic.buffer.end(txn_id, meta.state.commits, coordinator.low_watermark)
+            await topic.end_transaction_when_writable(
+                txn_id, meta.state.commits, coordinator.low_watermark
+            )
             settled += 1
     if settled:
         log.info("%s: settled %d transactions left ongoing by the last run", topic.name, settled)
