@@ -219,7 +219,7 @@ class Broker:
         except MetadataStoreError as error:
             raise StartupError(f"cannot open the cluster metadata store: {error}") from None
         self.security = BrokerSecurity.open(security_settings, self.store)
-        self.registry = TopicRegistry(config, self.store)
+        self.registry = TopicRegistry(config, self.store, self.membership.write_gate)
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
         if config.metadata_store_url:
             # A shared store: topics are placed over the cluster's brokers.
