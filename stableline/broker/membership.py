@@ -11,8 +11,8 @@ The write gate (write_gate.py) is this module's alone to close and open. In a
 cluster it is closed until the broker is registered, closed when the metadata
 session is LOST (on the event, before anything else runs; the store declares LOST a
 sixth of the lease before etcd could expire it) and when the broker stops, and
-opened once the broker is registered, again after a new session. Invariant: open
-implies the session holds (asserted by WriteGate.open). Standalone it never closes.
+opened once the broker is registered, again after a new session, if the session
+still holds then (WriteGate.open checks). Standalone it never closes.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class Membership:
     def _open_writes(self) -> None:
         """Registered (again): writes resume, unless the session was lost meanwhile
         (the next registration opens the gate then)."""
-        if self.store.session_state is SessionState.CONNECTED and self.store.session_holds():
+        if self.store.session_state is SessionState.CONNECTED:
             self.write_gate.open()
 
     def _on_session_event(self, event: SessionEvent) -> None:

@@ -23,10 +23,11 @@ by then. The gate is that rule, in one place:
   once it is registered (again, after a new session). Closing ends every producer
   and consumer stream of the loaded topics (`on_close` listeners), so their clients
   reconnect and retry until writes resume.
+- The broker's own writes (wait_open) wait for the gate rather than fail.
 - Standalone (the embedded store) the gate is open for ever.
 
-Topics never move in this step, so reopening needs no check of their records; once
-they can move, reopening must first confirm that each still names this broker.
+Topics never move today, so reopening needs no check of their records; once they
+can, reopening must first confirm that each still names this broker (its epoch).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class WriteGate:
     def confirm(self, ticket: int, target: object) -> None:
         """Before a write admitted with `ticket` is acknowledged: BrokerFencedError
         unless the gate stayed open since (the write is durable all the same)."""
+        assert 0 <= ticket <= self._period, (ticket, self._period)
         if ticket == self._period and self._closed_because is None and self._session_holds():
             return
         raise self.refusal(target)
@@ -113,6 +115,7 @@ class WriteGate:
     def close(self, because: str) -> None:
         """Stop admitting writes; end the streams of the loaded topics. `because` says
         who and why ("broker H:P is fenced: ..."). A second close keeps the first."""
+        assert because
         if self._closed_because is not None:
             return
         self._closed_because = because
@@ -125,12 +128,15 @@ class WriteGate:
             except Exception:
                 log.exception("write gate close listener %r failed", listener)
 
-    def open(self) -> None:
-        """Admit writes again (a new open period); only while the session holds."""
-        assert self._session_holds(), "the write gate opens only while the session holds"
-        if self._closed_because is None:
-            return
-        log.info("writes resume (were fenced: %s)", self._closed_because)
-        self._closed_because = None
-        self._period += 1
-        self._opened.set()
+    def open(self) -> bool:
+        """Admit writes again (a new open period), if the session holds (else it
+        stays closed: False). Whether the gate is open."""
+        if not self._session_holds():
+            return False
+        if self._closed_because is not None:
+            log.info("writes resume (were fenced: %s)", self._closed_because)
+            self._closed_because = None
+            self._period += 1
+            self._opened.set()
+        assert self._opened.is_set()
+        return True
