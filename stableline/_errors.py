@@ -60,7 +60,9 @@ class TransactionConflict(InvalidMessageId):
 
 
 class NotReady(StableLineError):
-    """The topic or broker is not ready (starting, recovering or shutting down)."""
+    """The topic or broker is not ready (starting, recovering or shutting down), or the
+    broker is fenced: in a cluster, it takes no writes while it is out of its cluster
+    (its metadata session lost). Producers and consumers wait it out by themselves."""
 
 
 class StorageError(StableLineError):
@@ -144,6 +146,7 @@ CODES: dict[str, type[StableLineError]] = {
     "InvalidAck": InvalidMessageId,
     "TransactionConflict": TransactionConflict,
     "NotReady": NotReady,
+    "BrokerFenced": NotReady,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,
     "TooManyConsumers": LimitExceeded,

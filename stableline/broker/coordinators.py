@@ -47,6 +47,7 @@ from stableline.broker.errors import BrokerError
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.peers import Peers
 from stableline.broker.remote_acks import RemoteAcks
+from stableline.broker.write_gate import WriteGate
 from stableline.metadata import BrokerInfo
 from txnbuffer import (
     TooManyTransactionsError,
@@ -131,6 +132,9 @@ class Coordinators:
         # What subscriptions here hold for transactions of shards led elsewhere.
         self.remote_acks: RemoteAcks | None = None
         self.broker_id = ""
+        # Whether this broker may write (the registry's gate: write_gate.py); new
+        # transactions, joins and ends are refused while it is fenced.
+        self.write_gate = WriteGate()
         # Run for each coordinator once it has recovered (the broker restores held acks).
         self.on_started: Callable[[TransactionCoordinator], None] | None = None
         self._round_robin = itertools.count()
@@ -220,6 +224,13 @@ class Coordinators:
             raise CoordinatorUnavailableError(shard, record.leader)
         return owner
 
+    async def deciding(self, txn_id: TxnId) -> TransactionCoordinator:
+        """leading(), for a call that changes the transaction (an end, a join): refused
+        while this broker is fenced."""
+        coordinator = await self.leading(txn_id)
+        self.write_gate.admit(f"coordinator shard {txn_id.most_bits}")
+        return coordinator
+
     async def leading(self, txn_id: TxnId) -> TransactionCoordinator:
         """The coordinator of the transaction, which must be led here; otherwise
         CoordinatorNotLeaderError naming its leader (or why there is none)."""
@@ -251,6 +262,7 @@ class Coordinators:
     async def open(self, timeout_ms: int, name: str, owner: str, client: str) -> OpenedTransaction:
         """A new transaction (or the named one; see the module docstring)."""
         await self.ready.wait()
+        self.write_gate.admit("the transaction coordinator")
         if name:
             shard = named_shard(owner, name, self.shard_count)
         else:
@@ -278,6 +290,7 @@ class Coordinators:
         self, shard: int, timeout_ms: int, name: str, owner: str, client: str
     ) -> OpenedTransaction:
         """Open on a shard led here (a peer's OpenTransaction)."""
+        self.write_gate.admit(f"coordinator shard {shard}")
         coordinator = self.local.get(shard)
         if coordinator is None:
             raise TransactionNotFoundError(f"coordinator shard {shard} is not led here")

@@ -39,6 +39,7 @@ from stableline.broker.partitioned import TopicBusyError, TopicConflictError
 from stableline.broker.peer_admin import PeerCallError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topic import ProducerBusyError
+from stableline.broker.write_gate import BrokerFencedError
 from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
@@ -74,6 +75,8 @@ _MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
     (PeerCallError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
     # The cluster's etcd cannot answer: a change of shared metadata waits for it.
     (MetadataStoreUnavailable, grpc.StatusCode.UNAVAILABLE, "MetadataStoreUnavailable"),
+    # Retryable: the client's NotReady, which reconnecting producers and consumers wait out.
+    (BrokerFencedError, grpc.StatusCode.UNAVAILABLE, "BrokerFenced"),
     (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
     (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),

@@ -18,7 +18,12 @@ its namespace's auto topic creation policy (namespace_policies.py) allows it and
 caller may create it (Guard.may_create_topic: produce on it, with authorization on);
 a namespace without the policy creates it for such a caller, or for any caller
 allowed the call when `allow_auto_topic_creation` is set. Otherwise the call fails
-TopicNotFound."""
+TopicNotFound.
+
+Fenced writes (write_gate.py): a send, an ack or a seek the write gate refuses is
+not answered on its own; its stream ends with BrokerFenced (UNAVAILABLE), so the
+client reconnects and sends it again, as after a broken connection, and the
+application sees nothing unless the broker stays fenced past its operation timeout."""
 
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ from stableline.broker.security.caller import (
 )
 from stableline.broker.topic import ProducerBusyError, Publisher, Topic
 from stableline.broker.transactional_acks import ack_in_any_transaction
+from stableline.broker.write_gate import BrokerFencedError
 from stableline.names import InvalidNameError, check_name
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionError
@@ -145,11 +151,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             producer_name,
             self.config.max_pending_publishes_per_producer,
             role="" if caller is None else caller.role,
-            on_replaced=out.put_nowait,  # the error ends this stream
+            end_stream=out.put_nowait,  # the error ends this stream
         )
         try:
             topic.add_publisher(publisher)
-        except ProducerBusyError as error:
+        except (ProducerBusyError, BrokerFencedError) as error:
             await abort(context, error)
         reader: asyncio.Task | None = None
         try:
@@ -168,8 +174,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
             async def append(
                 send: pb.ProducerSend, counted: int | None
-            ) -> pb.SendReceipt | pb.SendError:
-                """Write one entry; its receipt, or the error that answers it."""
+            ) -> pb.SendReceipt | pb.SendError | None:
+                """Write one entry; its receipt, or the error that answers it (None:
+                fenced, the stream ends unanswered and the client sends it again)."""
                 try:
                     if self.registry.failpoint is not None:  # tests hold appends here
                         await self.registry.failpoint(PUBLISH, str(topic.name))
@@ -206,6 +213,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     else:
                         receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
                     return receipt
+                except BrokerFencedError as error:
+                    out.put_nowait(error)
+                    return None
                 except Exception as error:
                     # Whatever it is, this send is answered: an unexpected error as an
                     # internal error id (its traceback logged under that id).
@@ -221,7 +231,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 answer = await append(send, counted)
                 if isinstance(answer, pb.SendReceipt):
                     out.put_nowait(pb.ProduceResponse(receipt=answer))
-                else:
+                elif answer is not None:
                     out.put_nowait(pb.ProduceResponse(error=answer))
 
             async def answer_frame(appends: list[asyncio.Task]) -> None:
@@ -232,7 +242,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 for answer in answers:
                     if isinstance(answer, pb.SendReceipt):
                         receipts.append(answer)
-                    else:
+                    elif answer is not None:
                         out.put_nowait(pb.ProduceResponse(error=answer))
                 if receipts:
                     out.put_nowait(pb.ProduceResponse(receipts=pb.SendReceipts(receipts=receipts)))
@@ -379,6 +389,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     subscription.flow(consumer, request.flow.permits)
                 elif kind == "ack":
                     ack = request.ack
+                    ticket = topic.write_gate.admit(topic.name)
                     if ack.HasField("txn_id"):
                         # Awaited in turn: the transaction's coordinator may be a peer.
                         outbox.put_nowait(await self._txn_ack(subscription, ack))
@@ -388,7 +399,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         outbox.put_nowait(done)
                     else:
                         confirming = asyncio.create_task(
-                            self._confirm_durable(subscription, outbox, done)
+                            self._confirm_durable(topic, ticket, subscription, outbox, done)
                         )
                         confirmations.add(confirming)
                         confirming.add_done_callback(confirmations.discard)
@@ -403,6 +414,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         return
                 elif kind == "seek":
                     seek = request.seek
+                    topic.write_gate.admit(topic.name)
                     outbox.put_nowait(self._done(seek.request_id, self._seek, subscription, seek))
                 elif kind == "unsubscribe":
                     done = await self._unsubscribe(
@@ -419,19 +431,30 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     return
         except asyncio.CancelledError:
             raise
+        except BrokerFencedError as error:
+            outbox.put_nowait(error)  # unanswered: the client sends it again
+            return
         except Exception as error:
             log.debug("subscribe stream of %s ended: %s", consumer.name, error)
         outbox.put_nowait(ControlEvent("end"))
 
     @staticmethod
     async def _confirm_durable(
-        subscription: Subscription, outbox: asyncio.Queue, done: pb.SubscribeResponse
+        topic: Topic,
+        ticket: int,
+        subscription: Subscription,
+        outbox: asyncio.Queue,
+        done: pb.SubscribeResponse,
     ) -> None:
         """Answer an ack once the cursor holding it is durable: a message whose ack was
         confirmed never comes back after a crash (a transactional ack is confirmed by
-        its commit instead)."""
+        its commit instead). Fenced meanwhile: the stream ends unanswered."""
         try:
             await subscription.cursor.persist()
+            topic.write_gate.confirm(ticket, topic.name)
+        except BrokerFencedError as error:
+            outbox.put_nowait(error)
+            return
         except Exception as error:
             failure = classify(error)
             done.done.error_code, done.done.error_message = failure.code, str(failure)
@@ -500,6 +523,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def _unsubscribe(
         self, topic, subscription: Subscription, consumer: Consumer, request_id: int
     ) -> pb.SubscribeResponse:
+        topic.write_gate.admit(topic.name)  # before the consumer is detached
         others = [c for c in subscription.consumers if c is not consumer]
         if others:
             return pb.SubscribeResponse(
@@ -634,7 +658,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if request.action not in (pb.TXN_ACTION_COMMIT, pb.TXN_ACTION_ABORT):
                 raise invalid(f"unknown transaction action {request.action}: use COMMIT or ABORT")
             txn_id = convert.txn_id(request.txn_id)
-            coordinator = await self.coordinators.leading(txn_id)
+            coordinator = await self.coordinators.deciding(txn_id)
             state = await coordinator.end(
                 txn_id, commit=request.action == pb.TXN_ACTION_COMMIT, caller=self._checked_as()
             )

@@ -52,7 +52,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
     async def AddTopicToTransaction(self, request, context):
         try:
             txn_id = _txn_id(request.txn_id)
-            coordinator = await self.coordinators.leading(txn_id)
+            coordinator = await self.coordinators.deciding(txn_id)
             coordinator.add_topic(txn_id, request.topic, _checked_as(request.caller))
         except Exception as error:
             await abort(context, error)
@@ -61,7 +61,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
     async def AddAckToTransaction(self, request, context):
         try:
             txn_id = _txn_id(request.txn_id)
-            coordinator = await self.coordinators.leading(txn_id)
+            coordinator = await self.coordinators.deciding(txn_id)
             caller = _checked_as(request.caller)
             if request.check_only:
                 coordinator.check_ack(txn_id, caller, request.check_count)

@@ -36,6 +36,7 @@ from stableline.broker.partitioned import (
 )
 from stableline.broker.peer_admin import PeerCallError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
+from stableline.broker.write_gate import BrokerFencedError
 from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
@@ -73,6 +74,8 @@ async def _errors(request: web.Request, handler):
     except CoordinatorNotLeaderError as error:  # a transaction of a shard led elsewhere
         raise web.HTTPTemporaryRedirect(error.leader_http_url + request.path_qs) from None
     except CoordinatorUnavailableError as error:
+        return _error(503, str(error))
+    except BrokerFencedError as error:  # out of its cluster for now: retry later
         return _error(503, str(error))
     except web.HTTPException:
         raise

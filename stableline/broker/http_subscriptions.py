@@ -82,8 +82,10 @@ def _unacked_entries(subscription: Subscription, upto: Position, limit: int | No
             yield position
 
 
-async def _skip(subscription: Subscription, count: int | None) -> int:
-    """Acknowledge the next `count` unacknowledged entries (all when None)."""
+async def _skip(topic: Topic, subscription: Subscription, count: int | None) -> int:
+    """Acknowledge the next `count` unacknowledged entries (all when None); each step
+    admitted by the write gate (BrokerFencedError)."""
+    topic.write_gate.admit(topic.name)
     bound = subscription.view.bound()
     if count is None and not subscription.cursor.individually_acked:
         skipped = subscription.cursor.ledger.count_entries(subscription.cursor.mark_delete, bound)
@@ -99,6 +101,7 @@ async def _skip(subscription: Subscription, count: int | None) -> int:
             skipped += len(step)
             step = []
             await asyncio.sleep(0)
+            topic.write_gate.admit(topic.name)
     subscription.ack(step)
     return skipped + len(step)
 
@@ -132,6 +135,13 @@ def _message_id_target(topic: Topic, body: object) -> Position:
 def add_routes(app: web.Application, registry: TopicRegistry) -> None:
     async def topic_of(request: web.Request) -> Topic:
         return await registry.get(topic_name(request), create=False)
+
+    async def writable_topic_of(request: web.Request) -> Topic:
+        """topic_of, for a call that moves a cursor: BrokerFencedError (503) while
+        the broker's write gate is closed."""
+        topic = await topic_of(request)
+        topic.write_gate.admit(topic.name)
+        return topic
 
     async def list_subscriptions(request: web.Request) -> web.Response:
         topic = await topic_of(request)
@@ -181,7 +191,7 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
         return web.Response(status=204)
 
     async def reset_cursor_to_time(request: web.Request) -> web.Response:
-        topic = await topic_of(request)
+        topic = await writable_topic_of(request)
         subscription = _subscription(topic, request.match_info["subscription"])
         text = request.match_info["timestamp"]
         if not text.isdigit():
@@ -190,7 +200,7 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
         return web.Response(status=204)
 
     async def reset_cursor_to_message(request: web.Request) -> web.Response:
-        topic = await topic_of(request)
+        topic = await writable_topic_of(request)
         subscription = _subscription(topic, request.match_info["subscription"])
         try:
             body = json.loads(await request.read() or b"null")
@@ -205,12 +215,12 @@ def add_routes(app: web.Application, registry: TopicRegistry) -> None:
         text = request.match_info["count"]
         if not text.isdigit() or int(text) < 1:
             raise _bad_request(f"the number of entries to skip must be 1 or more, got {text!r}")
-        return web.json_response({"skippedEntries": await _skip(subscription, int(text))})
+        return web.json_response({"skippedEntries": await _skip(topic, subscription, int(text))})
 
     async def skip_all(request: web.Request) -> web.Response:
         topic = await topic_of(request)
         subscription = _subscription(topic, request.match_info["subscription"])
-        return web.json_response({"skippedEntries": await _skip(subscription, None)})
+        return web.json_response({"skippedEntries": await _skip(topic, subscription, None)})
 
     topic_path = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
     one = topic_path + "/subscription/{subscription}"

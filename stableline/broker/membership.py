@@ -1,10 +1,18 @@
-"""This broker in its cluster: the metadata store, its registration, its load reports.
+"""This broker in its cluster: the metadata store, its registration, its load reports,
+and the write gate that follows them.
 
 Opened before the broker recovers anything (an unreachable etcd stops the start at
 once, naming the URL); the broker registers once its ports are bound, reports its
 load every LOAD_REPORT_INTERVAL_S, and unregisters first thing when it stops. With
 no `metadata_store_url` the store is the embedded one in the data dir and the
 cluster is this one broker.
+
+The write gate (write_gate.py) is this module's alone to close and open. In a
+cluster it is closed until the broker is registered, closed when the metadata
+session is LOST (on the event, before anything else runs; the store declares LOST a
+sixth of the lease before etcd could expire it) and when the broker stops, and
+opened once the broker is registered, again after a new session, if the session
+still holds then (WriteGate.open checks). Standalone it never closes.
 """
 
 from __future__ import annotations
@@ -21,11 +29,13 @@ from dataclasses import replace
 
 from stableline.broker.config import BrokerConfig
 from stableline.broker.lookup import BrokerAddresses
+from stableline.broker.write_gate import WriteGate
 from stableline.metadata import (
     BrokerInfo,
     BrokerRegistration,
     MetadataStore,
     SessionEvent,
+    SessionState,
     open_metadata_store,
 )
 
@@ -52,6 +62,19 @@ class Membership:
         self.store = store
         self.registration: BrokerRegistration | None = None
         self._reporter: asyncio.Task | None = None
+        self.clustered = bool(config.metadata_store_url)
+        if self.clustered:
+            self.write_gate = WriteGate(
+                store.session_holds,
+                closed_because=(
+                    f"broker fenced: not registered in cluster {config.cluster_name} yet"
+                ),
+            )
+            store.add_session_listener(self._on_session_event)
+        else:
+            # The embedded store: this broker is the whole cluster and its session
+            # never lapses.
+            self.write_gate = WriteGate()
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Membership:
@@ -81,9 +104,30 @@ class Membership:
             load=load(),
         )
         self.registration = BrokerRegistration(self.store, self.config.cluster_name, info)
+        self.registration.on_registered.append(self._open_writes)
         await self.registration.register()
+        self._open_writes()
         self._reporter = asyncio.create_task(self._report_load(load))
         return info
+
+    @property
+    def _broker_id(self) -> str:
+        return "" if self.registration is None else self.registration.info.broker_id
+
+    def _open_writes(self) -> None:
+        """Registered (again): writes resume, unless the session was lost meanwhile
+        (the next registration opens the gate then)."""
+        if self.store.session_state is SessionState.CONNECTED:
+            self.write_gate.open()
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.SESSION_LOST:
+            lost_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            self.write_gate.close(
+                f"broker {self._broker_id} is fenced: its cluster metadata session with "
+                f"{self.store.description} was lost at {lost_at} (the store stopped "
+                f"answering, so its lease may lapse and another broker act on its topics)"
+            )
 
     async def _report_load(self, load: Callable[[], dict[str, float]]) -> None:
         while True:
@@ -91,7 +135,10 @@ class Membership:
             await self.registration.update_load(load())
 
     async def close(self) -> None:
-        """Unregister, then close the store (its session's keys go with it)."""
+        """Stop writes (in a cluster), unregister, then close the store (its
+        session's keys go with it, and others may act on that at once)."""
+        if self.clustered:
+            self.write_gate.close(f"broker {self._broker_id} is stopping")
         if self._reporter is not None:
             self._reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,9 @@ the standard process_* metrics (CPU, memory, open files, start time).
 Transaction counters are the coordinator's since the broker started:
 stableline_txn_aborted_total counts every abort, those by timeout included;
 stableline_txn_timed_out_total counts the timeouts alone.
+
+stableline_writes_fenced is 1 while the broker's write gate is closed (in a cluster:
+not registered yet, its metadata session lost, or stopping; write_gate.py), 0 else.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from stableline.broker.latency import COMMIT_LATENCY, PUBLISH_LATENCY
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.write_gate import WriteGate
 
 if TYPE_CHECKING:
     from stableline.broker.coordinators import Coordinators
@@ -52,6 +56,20 @@ class _CoordinatorCollector:
         )
         open_txns.add_metric([], len(self._coordinators.list_open()))
         yield open_txns
+
+
+class _WriteGateCollector:
+    def __init__(self, gate: WriteGate):
+        self._gate = gate
+
+    def collect(self):
+        fenced = GaugeMetricFamily(
+            "stableline_writes_fenced",
+            "1 while this broker takes no writes for its topics (out of its cluster: "
+            "its metadata session lost, not registered yet, or stopping)",
+        )
+        fenced.add_metric([], 0 if self._gate.is_open else 1)
+        yield fenced
 
 
 class _TopicCollector:
@@ -142,6 +160,7 @@ def make_registry(topics: TopicRegistry, coordinators: Coordinators) -> Collecto
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_TopicCollector(topics))
     registry.register(_CoordinatorCollector(coordinators))
+    registry.register(_WriteGateCollector(topics.write_gate))
     registry.register(PUBLISH_LATENCY)
     registry.register(COMMIT_LATENCY)
     ProcessCollector(registry=registry)

@@ -22,6 +22,14 @@ Promises:
   broker prefixes, so a call for a topic this broker owns costs one dict look-up
   after its first use; it raises NotOwnerError when another live broker owns the
   topic and TopicUnavailableError when its owner is not live.
+- With the metadata store unreachable, topics already placed keep being served: the
+  cached records answer, and a topic whose files are on this broker is its own
+  (only a leader makes a topic's files). What needs the store fails at once (or
+  within the store's operation timeout, for an etcd that does not answer) with
+  OwnershipUnavailableError, a TopicUnavailableError: a placement is refused without
+  asking the store unless the session is CONNECTED (a SUSPENDED or LOST broker takes
+  no new ownership), a record it cannot read is refused as the store failed.
+  Whether this broker may write to what it owns is the write gate's (write_gate.py).
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ from stableline.metadata import (
     AlreadyExists,
     BrokerInfo,
     MetadataStore,
+    MetadataStoreUnavailable,
     NotFound,
     Notification,
     NotificationType,
+    SessionState,
     Watch,
     WatchOverflow,
     list_brokers,
@@ -113,6 +123,19 @@ class TopicUnavailableError(Exception):
         super().__init__(
             f"topic {topic} is unavailable: its owner, broker {owner}, is down ({since}); "
             f"its data is on that broker's disk and comes back with it"
+        )
+
+
+class OwnershipUnavailableError(TopicUnavailableError):
+    """The topic's record cannot be read or written now (the metadata store is
+    unreachable or this broker's session is not CONNECTED); retry once it is back."""
+
+    def __init__(self, topic: TopicName, why: str):
+        self.owner = ""
+        Exception.__init__(
+            self,
+            f"topic {topic} is unavailable: {why}; topics already placed are served as "
+            f"before, and this one can be served once the metadata store is back: retry",
         )
 
 
@@ -229,11 +252,17 @@ class TopicOwnership:
         return self._live.get(broker_id)
 
     async def record(self, name: TopicName) -> OwnershipRecord | None:
-        """The topic's record (cached), None if it has none."""
+        """The topic's record (cached), None if it has none; OwnershipUnavailableError
+        when it is not cached and the store cannot be read."""
         key = str(name)
         record = self._records.get(key)
         if record is None:
-            result = await self.store.get(ownership_path(self.cluster, name))
+            try:
+                result = await self.store.get(ownership_path(self.cluster, name))
+            except MetadataStoreUnavailable as error:
+                raise OwnershipUnavailableError(
+                    name, f"its ownership record cannot be read: {error}"
+                ) from None
             if result is None:
                 return None
             record = OwnershipRecord.from_json(result.value)
@@ -251,12 +280,23 @@ class TopicOwnership:
         record = await self.record(name)
         if record is not None:
             return record, False
+        state = self.store.session_state
+        if state is not SessionState.CONNECTED or not self.store.session_holds():
+            raise OwnershipUnavailableError(
+                name,
+                f"it has no owner yet, and this broker places none while its session with "
+                f"the metadata store {self.store.description} is {state.value}",
+            )
         leader = min(self._live, key=lambda b: (self._led.get(b, 0), b), default=self.broker_id)
         if here:
             leader = self.broker_id
         record = OwnershipRecord(leader, 0, (leader,), int(time.time() * 1000))
         try:
             await self.store.put(ownership_path(self.cluster, name), record.to_json(), -1)
+        except MetadataStoreUnavailable as error:
+            raise OwnershipUnavailableError(
+                name, f"it has no owner yet and cannot be placed: {error}"
+            ) from None
         except AlreadyExists:
             self._records.pop(str(name), None)
             record = await self.record(name)
@@ -293,7 +333,12 @@ class TopicOwnership:
             if on_disk:
                 return True
             await self._started.wait()
-        record = await (self.place(name, here=on_disk) if create else self.record(name))
+        try:
+            record = await (self.place(name, here=on_disk) if create else self.record(name))
+        except OwnershipUnavailableError:
+            if on_disk:
+                return True  # its files are here: this broker leads it
+            raise
         if record is None:
             return False
         if record.leader == self.broker_id:

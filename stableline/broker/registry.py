@@ -34,6 +34,9 @@ without checking again. A topic whose files are on this broker and that has no
 record (made before the broker joined the cluster) is placed on this broker. A
 deleted topic's record is deleted with it, so the name can be placed afresh.
 
+Every topic loaded shares the broker's write gate (write_gate.py); when it closes,
+the producer and consumer streams of every loaded topic are ended.
+
 A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as
 Pulsar's default): one more, created by an admin or on first use, is refused with
 TooManyTopicsError and nothing is written. The count per namespace is kept in
@@ -60,6 +63,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.ownership import TopicOwnership
 from stableline.broker.topic import Topic
+from stableline.broker.write_gate import BrokerFencedError, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
 from txnbuffer.failpoint import Failpoint
@@ -115,10 +119,15 @@ class TopicRegistry:
         config: BrokerConfig,
         store: MetadataStore,
         namespace_policies: NamespacePolicies | None = None,
+        write_gate: WriteGate | None = None,
     ):
-        """`namespace_policies`: the cluster's; by default this broker's own, in `store`."""
+        """`namespace_policies`: the cluster's; by default this broker's own, in `store`.
+        `write_gate`: whether this broker may write to its topics (in a cluster,
+        Membership's)."""
         self.config = config
         self.store = store
+        self.write_gate = write_gate or WriteGate()
+        self.write_gate.on_close(self._end_streams)
         self.files = LedgerFiles(max_open_files(config.ledger))
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Task] = {}
@@ -314,6 +323,7 @@ class TopicRegistry:
                 self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
             ),
             self.dispatch_limits,
+            self.write_gate,
         )
         topic.on_recovered = self.on_recovered
         topic.buffer.failpoint = self.failpoint
@@ -322,6 +332,10 @@ class TopicRegistry:
         self._topics[key] = topic
         topic.start_recovery()
         return topic
+
+    def _end_streams(self, error: BrokerFencedError) -> None:
+        for topic in self._topics.values():
+            topic.end_streams(error)
 
     # ------------------------------------------------------------ start and unload
 

@@ -282,7 +282,12 @@ class Broker:
             security_settings,
             shared.permissions if shared else EmbeddedPermissionStore(self.store),
         )
-        self.registry = TopicRegistry(config, self.store, shared.namespaces if shared else None)
+        self.registry = TopicRegistry(
+            config,
+            self.store,
+            shared.namespaces if shared else None,
+            self.membership.write_gate,
+        )
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
         partition_access = None
         if shared is not None:
@@ -316,6 +321,7 @@ class Broker:
             ),
             config.transaction_coordinator_shards or 1,
         )
+        self.coordinators.write_gate = self.registry.write_gate
         if config.failpoints:
             self.failpoints = Failpoints(config.failpoints)
             self.registry.failpoint = self.coordinators.failpoint = self.failpoints

@@ -4,6 +4,11 @@ READ_COMMITTED sees a topic only once its recovery has replayed the log after it
 transaction buffer's snapshot (the buffer is READY): the snapshot's stable position
 can be earlier than what readers saw before a crash, so until then subscriptions
 deliver nothing at that level and request/response reads wait (wait_stable).
+
+Every write goes through the broker's write gate (write_gate.py): publish, markers
+(end_transaction), producers and consumers attaching, subscriptions created and
+deleted, the topic deleted; the broker's faces admit acks and seeks through it too.
+Closing the gate ends every producer and consumer stream (end_streams).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
 from managed_ledger.position import EARLIEST
 from stableline.broker.latency import PUBLISH_LATENCY
 from stableline.broker.sent_positions import find_sent_positions
+from stableline.broker.write_gate import BrokerFencedError, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import (
     BufferState,
@@ -118,8 +124,9 @@ class Publisher:
     max_pending_publishes: int
     # The role that opened it ("" anonymous): only that role may replace it.
     role: str = ""
-    # Ends the stream when a newer producer of the same name replaces it.
-    on_replaced: Callable[[ProducerBusyError], None] | None = None
+    # Ends the stream with an error: a newer producer of the same name replaced it,
+    # or the broker's write gate closed.
+    end_stream: Callable[[Exception], None] | None = None
     # Sends read from the stream and not yet appended; at the max the broker stops
     # reading the stream (max_pending_publishes_per_producer).
     pending_publishes: int = 0
@@ -132,8 +139,11 @@ class Topic:
         ledger: ManagedLedger,
         snapshot_policy: SnapshotPolicy | None = None,
         dispatch_limits: DispatchLimits | None = None,
+        write_gate: WriteGate | None = None,
     ):
         self.name = name
+        # The broker's (shared by its topics); a topic of its own is never closed.
+        self.write_gate = write_gate or WriteGate()
         self.dispatch_limits = dispatch_limits or DispatchLimits()
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
@@ -235,7 +245,7 @@ class Topic:
         return self._views[level]
 
     def _abort_zombie(self, txn_id: TxnId, low_watermark: int) -> None:
-        task = asyncio.create_task(self.buffer.end(txn_id, False, low_watermark))
+        task = asyncio.create_task(self.end_transaction_when_writable(txn_id, False, low_watermark))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -252,7 +262,18 @@ class Topic:
 
         A new producer (its name made by this broker run) has nothing in the log, so
         its sends need not wait for recovery: plain sends go on while a topic recovers.
+
+        BrokerFencedError while the write gate is closed (nothing written), or when it
+        closed before the batch was durable (written: a resend is a duplicate).
         """
+        ticket = self.write_gate.admit(self.name)
+        answer = await self._publish(header, payload, new_producer)
+        self.write_gate.confirm(ticket, self.name)
+        return answer
+
+    async def _publish(
+        self, header: EntryHeader, payload: bytes, new_producer: bool
+    ) -> tuple[Position | None, bool]:
         started = time.perf_counter()  # observed per batch: see stableline.broker.latency
         name = header.producer_name
         deduplicated = tracked(name)
@@ -269,7 +290,7 @@ class Topic:
                 if position is not None:
                     return position, True
                 # The first copy failed, so this one is not a duplicate any more.
-                return await self.publish(header, payload, new_producer)
+                return await self._publish(header, payload, new_producer)
             producers.push(*key)
             appending = self._appending[key] = asyncio.get_running_loop().create_future()
         position = None
@@ -294,6 +315,35 @@ class Topic:
         self.rate_in.add(header.num_messages, len(payload))
         PUBLISH_LATENCY.observe(time.perf_counter() - started)
         return position, False
+
+    async def end_transaction(self, txn_id: TxnId, commit: bool, low_watermark: int) -> None:
+        """Write the transaction's marker here (TransactionBuffer.end); ending an
+        ended transaction again is a no-op. BrokerFencedError as publish()."""
+        ticket = self.write_gate.admit(self.name)
+        await self.buffer.end(txn_id, commit, low_watermark)
+        self.write_gate.confirm(ticket, self.name)
+
+    async def end_transaction_when_writable(
+        self, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None:
+        """end_transaction for the broker's own ends (zombies, what a restart left):
+        while the write gate is closed it waits, where a client's call would fail."""
+        while True:
+            await self.write_gate.wait_open()
+            try:
+                return await self.end_transaction(txn_id, commit, low_watermark)
+            except BrokerFencedError:
+                continue  # closed again meanwhile; an end is idempotent
+
+    def end_streams(self, error: Exception) -> None:
+        """End every producer and consumer stream of the topic with `error` (the
+        write gate closed); their clients reconnect."""
+        for publisher in list(self.producers.values()):
+            if publisher.end_stream is not None:
+                publisher.end_stream(error)
+        for subscription in self.subscriptions.values():
+            for consumer in subscription.consumers:
+                consumer.outbox.put_nowait(error)
 
     async def _sent_position(self, name: str, sequence_id: int) -> Position | None:
         """Where the durable first copy of a duplicate lies. One log scan covers every
@@ -325,7 +375,9 @@ class Topic:
         reopening after a broken connection whose old stream the broker has not yet
         seen end (a half-open TCP connection can take minutes to notice), and refusing
         it would fail the reconnect. The replaced stream is ended with ProducerBusy.
+        BrokerFencedError while the write gate is closed.
         """
+        self.write_gate.admit(self.name)
         current = self.producers.get(publisher.name)
         if current is not None:
             if current.role != publisher.role:
@@ -333,8 +385,8 @@ class Topic:
                     f"producer {publisher.name!r} is already connected to {self.name} under "
                     "another role; use another producer name, or wait until it closes"
                 )
-            if current.on_replaced is not None:
-                current.on_replaced(
+            if current.end_stream is not None:
+                current.end_stream(
                     ProducerBusyError(
                         f"producer {publisher.name!r} on {self.name} was replaced by a newer "
                         "producer of the same name (the same client reconnecting, or "
@@ -356,6 +408,9 @@ class Topic:
         level: IsolationLevel,
         start_at_earliest: bool,
     ) -> Subscription:
+        """Attach a consumer (the subscription made if new); BrokerFencedError while
+        the write gate is closed: a consumer acknowledges, which writes."""
+        self.write_gate.admit(self.name)
         subscription = self.subscriptions.get(subscription_name)
         if subscription is None:
             subscription = self.create_subscription(
@@ -372,6 +427,7 @@ class Topic:
         start_at_earliest: bool,
     ) -> Subscription:
         """A durable subscription without consumers (yet); its isolation level is fixed."""
+        self.write_gate.admit(self.name)
         assert subscription_name not in self.subscriptions
         cursor, _created = self.ledger.open_cursor(
             subscription_name, start_at_earliest, Subscription.properties_for(type_, level)
@@ -381,6 +437,7 @@ class Topic:
         return subscription
 
     async def unsubscribe(self, subscription: Subscription) -> None:
+        self.write_gate.admit(self.name)
         await subscription.close()
         self.subscriptions.pop(subscription.name, None)
         self.ledger.delete_cursor(subscription.name)
@@ -395,6 +452,7 @@ class Topic:
         await self.ledger.close()
 
     async def delete(self) -> None:
+        self.write_gate.admit(self.name)
         await self._stop_recovery()
         for subscription in list(self.subscriptions.values()):
             await subscription.close()

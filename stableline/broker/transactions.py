@@ -60,7 +60,9 @@ class BrokerParticipant:
             log.info("transaction %s: topic %s was deleted; nothing to end there", txn_id, topic)
             return
         with commit_timer(commit):
-            await loaded.buffer.end(txn_id, commit, low_watermark)
+            # While this broker's writes are fenced the end waits (a decided
+            # transaction ends whatever happens; its client's call has its deadline).
+            await loaded.end_transaction_when_writable(txn_id, commit, low_watermark)
 
     async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
         try:
@@ -93,6 +95,8 @@ class BrokerParticipant:
             loaded = await self.registry.get(TopicName.parse(topic), create=False)
         except TopicNotFoundError:
             return
+        await loaded.write_gate.wait_open()
+        loaded.write_gate.admit(loaded.name)  # fenced again meanwhile: the coordinator retries
         subscription = loaded.subscriptions.get(subscription_name)
         if subscription is None:
             return  # unsubscribed meanwhile: nothing left to acknowledge
@@ -168,8 +172,12 @@ async def settle_remote_acks(
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
+        if not state.terminal:
+            continue
+        await topic.write_gate.wait_open()
+        topic.write_gate.admit(topic.name)
         subscription = topic.subscriptions.get(subscription_name)
-        if not state.terminal or subscription is None:
+        if subscription is None:
             continue
         subscription.end_transaction_acks(
             txn_id,
@@ -187,12 +195,14 @@ async def _settle_one(topic: Topic, coordinators: Coordinators, txn_id: TxnId) -
     except TransactionNotFoundError:
         # Unknown to its coordinator: aborted, with the watermark known (a lower one
         # than the coordinator's is safe: the buffer keeps the highest it saw).
-        await topic.buffer.end(txn_id, False, local.low_watermark if local is not None else 0)
+        await topic.end_transaction_when_writable(
+            txn_id, False, local.low_watermark if local is not None else 0
+        )
         return 1
     if state is TxnState.OPEN:
         await coordinators.add_topic(txn_id, str(topic.name), None)
         return 0
     if state.terminal:
-        await topic.buffer.end(txn_id, state.commits, low_watermark)
+        await topic.end_transaction_when_writable(txn_id, state.commits, low_watermark)
         return 1
     return 0  # decided and still ending: its driver reaches this topic

@@ -18,7 +18,9 @@ READ_COMMITTED read waits for the topic's log replay after a restart
 (TopicRegistry.get_stable), and past topic_recovery_wait_s answers
 NOT_LEADER_OR_FOLLOWER: what Kafka answers for a partition it cannot serve yet,
 and what librdkafka and kafka-python retry in both Fetch and ListOffsets
-(LEADER_NOT_AVAILABLE is not retried by kafka-python's Fetch).
+(LEADER_NOT_AVAILABLE is not retried by kafka-python's Fetch). A Produce the
+broker's write gate refuses (a cluster broker fenced: write_gate.py) answers
+NOT_LEADER_OR_FOLLOWER too, which Kafka producers retry.
 
 Transactional producers (transactional.id) are refused for now: InitProducerId
 with a transactional id answers UNSUPPORTED_VERSION, and a transactional batch
@@ -39,6 +41,7 @@ from managed_ledger import Position
 from managed_ledger.errors import EntryTooLargeError, ManagedLedgerError
 from stableline.broker.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.broker.topic import Topic
+from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
 from stableline.kafka.codec import MalformedRequest, Reader, Writer
 from stableline.kafka.convert import InvalidRecord, batch_to_entries, entry_to_batch
@@ -254,6 +257,10 @@ class KafkaRequestHandler:
             except EntryTooLargeError as error:
                 return m.ProducePartitionResult(
                     index, m.ErrorCode.MESSAGE_TOO_LARGE, error_message=str(error)
+                )
+            except BrokerFencedError as error:
+                return m.ProducePartitionResult(
+                    index, m.ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=str(error)
                 )
             except ManagedLedgerError as error:
                 log.warning("kafka: produce to %s failed: %s", topic.name, error)

@@ -7,7 +7,10 @@ directory are its live brokers. The broker id is the advertised gRPC address
 both register: the second is refused (`BrokerAlreadyRegistered`), unless the key is
 a leftover of a dead run on this host (same host name, its pid gone; this process
 could bind the port, so nothing else on this host serves it), which is replaced.
-After a lost session is re-established, the registration writes its key again.
+After a lost session is re-established, the registration writes its key again,
+retrying while etcd refuses, until it is written (`on_registered` listeners run
+then), the session is lost again, or another live broker holds the id (an error is
+logged and the broker stays out of the cluster).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from stableline.metadata.errors import (
@@ -29,9 +33,12 @@ from stableline.metadata.errors import (
 )
 from stableline.metadata.layout import broker_path, brokers_dir, cluster_path, clusters_dir
 from stableline.metadata.store import MetadataStore
-from stableline.metadata.values import SessionEvent
+from stableline.metadata.values import SessionEvent, SessionState
 
 log = logging.getLogger(__name__)
+
+# Retries of a registration etcd refused (after a new session) back off up to this.
+_MAX_REGISTER_RETRY_DELAY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,8 @@ class BrokerRegistration:
         self.path = broker_path(cluster, info.broker_id)
         self._version: int | None = None
         self._tasks: set[asyncio.Task] = set()
+        # Called after the key is written again under a new session.
+        self.on_registered: list[Callable[[], None]] = []
         store.add_session_listener(self._on_session_event)
 
     async def register(self) -> None:
@@ -134,17 +143,37 @@ class BrokerRegistration:
     def _on_session_event(self, event: SessionEvent) -> None:
         if event is SessionEvent.SESSION_LOST:
             self._version = None
+            # A registration under way belongs to the session just lost: the next
+            # SESSION_REESTABLISHED starts another, so on_registered never runs late.
+            for task in list(self._tasks):
+                task.cancel()
         elif event is SessionEvent.SESSION_REESTABLISHED:
             task = asyncio.get_running_loop().create_task(self._register_again())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _register_again(self) -> None:
-        try:
-            await self.register()
-            log.info("broker %s registered again in cluster %s", self.info.broker_id, self.cluster)
-        except MetadataStoreError as error:
-            log.error("broker %s could not register again: %s", self.info.broker_id, error)
+        delay = 0.1
+        while True:
+            try:
+                await self.register()
+                break
+            except MetadataStoreUnavailable as error:
+                if self.store.session_state in (SessionState.LOST, SessionState.CLOSED):
+                    return  # lost again (or closed): a new session starts another try
+                log.warning(
+                    "broker %s could not register again yet (%s); retrying",
+                    self.info.broker_id,
+                    error,
+                )
+            except MetadataStoreError as error:  # BrokerAlreadyRegistered among them
+                log.error("broker %s could not register again: %s", self.info.broker_id, error)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_REGISTER_RETRY_DELAY_S)
+        log.info("broker %s registered again in cluster %s", self.info.broker_id, self.cluster)
+        for listener in list(self.on_registered):
+            listener()
 
     async def unregister(self) -> None:
         """Delete the key (best effort: closing the session deletes it anyway)."""

@@ -11,7 +11,10 @@ of its own (aetcd's client has no TLS and one endpoint; this needs both):
   possible expiry (send time of the last answered keep-alive + granted TTL): on a
   failed keep-alive the session is SUSPENDED, and it is declared LOST a sixth of
   the TTL before that expiry, so a broker stops acting on its ephemeral keys before
-  etcd deletes them and anyone else can act. Once etcd answers again a LOST
+  etcd deletes them and anyone else can act. LOST is declared by a timer armed at
+  each renewal, not by the keep-alive loop (whose attempt may hang on an etcd that
+  does not answer), or sooner by `session_holds()` when asked past that time; a
+  renewal answered after it does not undo it. Once etcd answers again a LOST
   session's lease is revoked and a new one granted (SESSION_REESTABLISHED); whoever
   owned ephemeral keys writes them again.
 - Watches share one etcd watch on every key (`/`), resumed after a broken stream
@@ -115,6 +118,8 @@ class EtcdMetadataStore(MetadataStore):
         self._lease_id = 0
         # The earliest moment (monotonic) etcd may expire the lease.
         self._lease_deadline = 0.0
+        # Fires at _lost_at, when the lease was not renewed meanwhile.
+        self._lost_timer: asyncio.TimerHandle | None = None
         self._keeper: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
         # The open keep-alive and watch streams, cancelled by close() directly: a
@@ -355,6 +360,12 @@ class EtcdMetadataStore(MetadataStore):
     # --- session ------------------------------------------------------------------------
 
     @property
+    def lease_deadline(self) -> float:
+        """The earliest moment (time.monotonic()) etcd may expire the session's lease:
+        the send time of the last answered keep-alive (or grant) plus the TTL given."""
+        return self._lease_deadline
+
+    @property
     def _keep_alive_interval_s(self) -> float:
         return self._ttl_s / 3
 
@@ -363,13 +374,40 @@ class EtcdMetadataStore(MetadataStore):
         """When a session that cannot renew its lease is declared LOST (monotonic)."""
         return self._lease_deadline - self._ttl_s / 6
 
+    def session_holds(self) -> bool:
+        if self._session_state not in (SessionState.CONNECTED, SessionState.SUSPENDED):
+            return False
+        if time.monotonic() < self._lost_at:
+            return True
+        self._session_event(SessionEvent.SESSION_LOST)
+        return False
+
+    def _renewed(self, sent: float, ttl: int) -> None:
+        """The lease, renewed (or granted) as asked at `sent`, lives `ttl` s from then."""
+        assert ttl > 0, ttl
+        self._lease_deadline = sent + ttl
+        self._arm_lost_timer()
+
+    def _arm_lost_timer(self) -> None:
+        if self._lost_timer is not None:
+            self._lost_timer.cancel()
+        self._lost_timer = asyncio.get_running_loop().call_later(
+            max(0.0, self._lost_at - time.monotonic()), self._lost_time_reached
+        )
+
+    def _lost_time_reached(self) -> None:
+        self._lost_timer = None
+        if self.session_holds():  # woken a little early: wait for the rest
+            self._arm_lost_timer()
+
     async def _grant_lease(self, timeout_s: float = 0.0) -> None:
         sent = time.monotonic()
         reply = await self._call(
             self._leases.LeaseGrant, rpc.LeaseGrantRequest(TTL=self._ttl_s), timeout_s=timeout_s
         )
         assert reply.TTL > 0, reply
-        self._lease_id, self._lease_deadline = reply.ID, sent + reply.TTL
+        self._lease_id = reply.ID
+        self._renewed(sent, reply.TTL)
 
     async def _keep_session(self) -> None:
         """Keep the lease alive; move the session state as etcd answers or not."""
@@ -389,21 +427,20 @@ class EtcdMetadataStore(MetadataStore):
                 if self._session_state is SessionState.CONNECTED:
                     self._session_event(SessionEvent.CONNECTION_LOST)
             else:
-                continue
-            if self._session_state is SessionState.SUSPENDED:
-                delay = min(delay, max(0.0, self._lost_at - time.monotonic()))
+                continue  # closing, or LOST: re-established at the top
+            # A SUSPENDED session is declared LOST by its timer (_lost_time_reached).
             await asyncio.sleep(delay)
-            if self._session_state is SessionState.SUSPENDED and time.monotonic() >= self._lost_at:
-                self._session_event(SessionEvent.SESSION_LOST)
             delay = min(max(delay, 0.1) * 2, _MAX_RETRY_DELAY_S)
 
     async def _keep_alive(self) -> None:
-        """One keep-alive stream: renew every third of the TTL until it fails."""
+        """One keep-alive stream: renew every third of the TTL until it fails, or
+        return once the session is LOST (a renewal answered too late does not undo
+        that: the lease is revoked and a new one granted)."""
         call = self._leases.LeaseKeepAlive(metadata=self._metadata)
         self._streams.add(call)
         interval = self._keep_alive_interval_s
         try:
-            while not self._closing:
+            while not self._closing and self._session_state is not SessionState.LOST:
                 sent = time.monotonic()
                 # asyncio.timeout, not wait_for: wait_for can swallow close()'s
                 # cancellation when the read completes at the same moment.
@@ -414,7 +451,9 @@ class EtcdMetadataStore(MetadataStore):
                     raise ConnectionError("etcd ended the keep-alive stream")
                 if reply.TTL <= 0:
                     raise _LeaseExpired()
-                self._lease_deadline = sent + reply.TTL
+                if not self.session_holds():
+                    return
+                self._renewed(sent, reply.TTL)
                 if self._session_state is SessionState.SUSPENDED:
                     self._session_event(SessionEvent.RECONNECTED)
                 await asyncio.sleep(interval)
@@ -429,6 +468,7 @@ class EtcdMetadataStore(MetadataStore):
             await self._revoke(self._lease_id, self._keep_alive_interval_s)
             self._lease_id = 0
         await self._grant_lease(self._keep_alive_interval_s)
+        assert self._session_state is SessionState.LOST, self._session_state
         self._session_event(SessionEvent.SESSION_REESTABLISHED)
 
     async def _revoke(self, lease_id: int, timeout_s: float) -> None:
@@ -508,6 +548,8 @@ class EtcdMetadataStore(MetadataStore):
         if self._session_state is SessionState.CLOSED:
             return
         self._closing = True
+        if self._lost_timer is not None:
+            self._lost_timer.cancel()
         tasks = {task for task in (self._keeper, self._watcher) if task is not None}
         for task in tasks:
             task.cancel()

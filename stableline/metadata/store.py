@@ -20,6 +20,9 @@ whatever the backend:
 - The session state (`session_state`, `add_session_listener`) says whether the
   store's ephemeral keys can be relied on; LOST is declared before the backend
   expires the session, so a holder of ephemeral ownership can stop in time.
+  `session_holds()` answers the same question at the instant it is asked: a holder
+  checks it before each act, and when the time to declare LOST has passed it
+  declares LOST on the spot (its listeners run) rather than waiting for a timer.
 """
 
 from __future__ import annotations
@@ -198,6 +201,11 @@ class MetadataStore(abc.ABC):
     @property
     def session_state(self) -> SessionState:
         return self._session_state
+
+    def session_holds(self) -> bool:
+        """Whether this session's ephemeral keys can be relied on now (CONNECTED or
+        SUSPENDED, and not past the time LOST is due; see the module docstring)."""
+        return self._session_state in (SessionState.CONNECTED, SessionState.SUSPENDED)
 
     def add_session_listener(self, listener: Callable[[SessionEvent], None]) -> None:
         """`listener(event)` on every session change, on the event loop; it must not block."""

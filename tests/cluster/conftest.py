@@ -1,7 +1,8 @@
 """A real cluster for the tests of this directory: one etcd and three broker processes.
 
 The etcd is tests/metadata's; each test module shares one cluster (its own cluster
-name, data dirs and ports), restarting what a test killed.
+name, data dirs and ports), restarting what a test killed. A module that stops etcd
+starts its own (etcd_binary_or_skip, cluster_brokers), so no other module sees it go.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import itertools
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,18 +23,41 @@ from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer, _find_e
 _clusters = itertools.count()
 
 
-@pytest.fixture(scope="session")
-def cluster_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+def new_cluster_name() -> str:
+    return f"c{os.getpid()}-{next(_clusters)}"
+
+
+def etcd_binary_or_skip() -> str:
     binary = _find_etcd()
     if binary is None:
         _install_etcd()
         binary = _find_etcd()
     if binary is None:
         pytest.skip("no etcd on PATH and cannot apt-get install etcd-server (not root?)")
-    server = EtcdServer(binary, tmp_path_factory.mktemp("etcd"))
+    return binary
+
+
+@pytest.fixture(scope="session")
+def cluster_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    server = EtcdServer(etcd_binary_or_skip(), tmp_path_factory.mktemp("etcd"))
     server.start()
     yield server
     server.stop()
+
+
+def cluster_brokers(
+    etcd: EtcdServer, name: str, root: Path, count: int, session_timeout_s: float
+) -> list[BrokerProcess]:
+    """`count` brokers of cluster `name` on `etcd`, not started, each in a directory of
+    its own under `root` (its data dir, and beside it its logs)."""
+    return [
+        BrokerProcess(
+            root / f"broker-{i}" / "data",
+            extra_args=["--metadata-store", etcd.url, "--cluster", name],
+            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(session_timeout_s)},
+        )
+        for i in range(count)
+    ]
 
 
 class Cluster:
@@ -76,16 +101,9 @@ class Cluster:
 def cluster(
     cluster_etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    name = f"c{os.getpid()}-{next(_clusters)}"
+    name = new_cluster_name()
     root = tmp_path_factory.mktemp("cluster")
-    brokers = [
-        BrokerProcess(
-            root / f"broker-{i}",
-            extra_args=["--metadata-store", cluster_etcd.url, "--cluster", name],
-            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S)},
-        )
-        for i in range(3)
-    ]
+    brokers = cluster_brokers(cluster_etcd, name, root, 3, SHORT_SESSION_TIMEOUT_S)
     try:
         for broker in brokers:
             broker.start()

@@ -1,5 +1,6 @@
 """TopicOwnership over one store (the embedded one, in process): placement by
-compare-and-set, least-loaded first, and the answers of check()."""
+compare-and-set, least-loaded first, the answers of check(), and what is served and
+refused while the store's session is suspended or the store unreachable."""
 
 from __future__ import annotations
 
@@ -10,8 +11,20 @@ import time
 
 import pytest
 
-from stableline.broker.ownership import NotOwnerError, TopicOwnership, TopicUnavailableError
-from stableline.metadata import BrokerInfo, BrokerRegistration, open_metadata_store
+from stableline.broker.ownership import (
+    NotOwnerError,
+    OwnershipUnavailableError,
+    TopicOwnership,
+    TopicUnavailableError,
+    ownership_path,
+)
+from stableline.metadata import (
+    BrokerInfo,
+    BrokerRegistration,
+    MetadataStoreUnavailable,
+    SessionEvent,
+    open_metadata_store,
+)
 from stableline.topic_name import TopicName
 
 CLUSTER = "placement"
@@ -86,3 +99,37 @@ async def test_check_refuses_a_topic_another_broker_owns_or_whose_owner_is_gone(
     assert not await other.check(TopicName.parse("unknown"), create=False, on_disk=False)
     for view in views:
         await view.close()
+
+
+async def test_a_suspended_session_places_nothing_and_serves_what_is_placed(store):
+    (view,) = await _brokers(store, ["h:1"])
+    placed = TopicName.parse("placed")
+    await view.place(placed)
+    store._session_event(SessionEvent.CONNECTION_LOST)  # as the etcd store's keeper does
+    with pytest.raises(OwnershipUnavailableError, match="places none while its session"):
+        await view.place(TopicName.parse("new"))
+    assert await store.get(ownership_path(CLUSTER, TopicName.parse("new"))) is None
+    assert await view.check(placed, create=True, on_disk=True)
+    await view.close()
+
+
+async def test_an_unreachable_store_refuses_at_once_what_needs_it_and_serves_what_is_here(
+    store, monkeypatch
+):
+    (view,) = await _brokers(store, ["h:1"])
+    cached, on_disk = TopicName.parse("cached"), TopicName.parse("on-disk")
+    await view.place(cached)
+    await view.place(on_disk)
+
+    async def unreachable(*args, **kwargs):
+        raise MetadataStoreUnavailable("etcd at etcd://e:2379 is unreachable")
+
+    monkeypatch.setattr(store, "get", unreachable)
+    monkeypatch.setattr(store, "put", unreachable)
+    view._records.pop(str(on_disk))  # as after a watch that fell behind
+    assert await view.check(cached, create=True, on_disk=True)
+    assert await view.check(on_disk, create=False, on_disk=True)
+    for create in (True, False):
+        with pytest.raises(TopicUnavailableError, match="etcd at etcd://e:2379 is unreachable"):
+            await view.check(TopicName.parse("elsewhere"), create=create, on_disk=False)
+    await view.close()

@@ -1,6 +1,7 @@
 """Brokers register in their cluster (stableline/metadata/brokers.py), through real
 broker processes: on one real etcd they list each other, a killed one leaves the list
-when its lease lapses, a taken address is refused, an unreachable etcd stops the start."""
+when its lease lapses, a taken address or data dir is refused, an unreachable etcd
+stops the start with one line."""
 
 from __future__ import annotations
 
@@ -119,9 +120,31 @@ def test_an_unreachable_metadata_store_stops_the_start_in_one_line(tmp_path):
     with pytest.raises(BrokerExited) as refused:
         broker.start()
     assert refused.value.returncode != 0
-    lines = broker.log().strip().splitlines()
-    assert f"etcd at {url} is unreachable" in lines[-1]
+    (line,) = broker.log().strip().splitlines()  # one line, no traceback
+    assert line.startswith("Error: cannot open the cluster metadata store: ")
+    assert f"etcd at {url} is unreachable" in line
     assert time.monotonic() - started < 10
+
+
+def test_a_second_broker_on_a_data_dir_in_use_is_refused_before_it_touches_the_cluster(
+    etcd, cluster, tmp_path, brokers
+):
+    first = _cluster_broker(tmp_path, "a", etcd.url, cluster)
+    first.start()
+    brokers.append(first)
+    # The same data dir under another name (a symlink), its logs beside the link.
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "data").symlink_to(first.data_dir)
+    second = _cluster_broker(tmp_path, "b", etcd.url, cluster)
+    with pytest.raises(BrokerExited) as refused:
+        second.start()
+    assert refused.value.returncode != 0
+    (line,) = second.log().strip().splitlines()
+    assert line == (
+        f"Error: data dir {first.data_dir.resolve()} is in use by pid {first.process.pid}; "
+        f"stop that broker or pass another --data-dir"
+    )
+    assert _listed(first, cluster) == [f"127.0.0.1:{first.grpc_port}"]
 
 
 def test_a_standalone_broker_lists_itself_from_its_embedded_store(broker):

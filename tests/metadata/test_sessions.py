@@ -118,6 +118,36 @@ async def test_session_is_lost_when_etcd_stops_and_reestablished_when_it_returns
         await store.close()
 
 
+async def test_a_session_whose_etcd_stops_answering_is_lost_before_its_lease_can_expire(
+    own_etcd, root
+):
+    # A frozen etcd (SIGSTOP) accepts connections and answers nothing: keep-alives
+    # hang instead of failing. LOST must still come before the lease could expire.
+    ttl_s = 3.0
+    store = await open_metadata_store(own_etcd.url, session_timeout_s=ttl_s)
+    lost: list[tuple[float, float, bool]] = []
+
+    def on_event(event: SessionEvent) -> None:
+        if event is SessionEvent.SESSION_LOST:
+            lost.append((time.monotonic(), store.lease_deadline, store.session_holds()))
+
+    store.add_session_listener(on_event)
+    try:
+        await store.put(f"{root}/held", b"", ephemeral=True)
+        own_etcd.process.send_signal(signal.SIGSTOP)
+        try:
+            await store.wait_for_session(SessionState.LOST, timeout_s=ttl_s * 2)
+        finally:
+            own_etcd.process.send_signal(signal.SIGCONT)
+        ((lost_at, lease_deadline, holds),) = lost
+        assert lost_at < lease_deadline, f"LOST {lost_at - lease_deadline:.3f} s after expiry"
+        assert not holds and not store.session_holds()
+        await store.wait_for_session(SessionState.CONNECTED, timeout_s=10)
+        assert store.session_holds()
+    finally:
+        await store.close()
+
+
 async def test_session_reconnects_with_its_keys_when_etcd_returns_within_the_lease(own_etcd, root):
     events: list[SessionEvent] = []
     store = await open_metadata_store(own_etcd.url, session_timeout_s=6)

@@ -17,11 +17,18 @@ its call returns.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 
 from stableline.broker.partitioned_metadata import CountChanged
-from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, NotFound
+from stableline.metadata import (
+    AlreadyExists,
+    BadVersion,
+    MetadataStore,
+    MetadataStoreUnavailable,
+    NotFound,
+)
 from stableline.metadata.layout import (
     partitioned_topic_path,
     partitioned_topics_dir,
@@ -90,7 +97,10 @@ class ClusterPartitionedMetadata:
 
     async def read_partitions(self, name: TopicName) -> int:
         if str(name) not in self._records:
-            await self._mirror.refresh(_path(name))
+            # etcd away: the watched copy answers (a topic made partitioned elsewhere
+            # in the last moments may read as plain until it is back).
+            with contextlib.suppress(MetadataStoreUnavailable):
+                await self._mirror.refresh(_path(name))
         return self.partitions(name)
 
     def deleting(self, name: TopicName) -> bool:
