@@ -33,7 +33,7 @@ from grpc_reflection.v1alpha import reflection
 from managed_ledger import MetadataStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
-from stableline.broker import http_lookup
+from stableline.broker import http_cluster, http_lookup
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_limit import (
     ConnectionLimitInterceptor,
@@ -310,10 +310,15 @@ class Broker:
             )
         await self._grpc.start()
 
-        http_app = make_app(self.registry, self.coordinator, recovery, self.partitioned)
+        http_app = make_app(
+            self.registry, self.coordinator, recovery, self.partitioned, config.cluster_name
+        )
         add_routes(http_app, self.connections)
         http_lookup.add_routes(http_app, self.lookup)
         add_brokers_routes(http_app, self.membership.store)
+        http_cluster.add_routes(
+            http_app, self.membership.store, config.cluster_name, self.registry, self.lookup
+        )
         # First: a request refused by the token check has still sent its headers.
         http_app.middlewares.append(self.http_connections.middleware())
         add_http_routes(http_app, self.http_connections)
