@@ -80,8 +80,7 @@ def up(
         Interrupted,
         LocalCluster,
         StartFailed,
-        ignore_stop_signals,
-        raise_on_stop_signals,
+        StopSignals,
     )
     from stableline.metadata import InvalidMetadataStoreUrl, InvalidPath, parse_etcd_url
     from stableline.metadata.layout import check_cluster_name
@@ -120,20 +119,21 @@ def up(
 
     local = LocalCluster(data_dir, layout, etcd_binary, list(broker_args), click.echo)
     failure: str | None = None
-    raise_on_stop_signals()
+    signals = StopSignals()
     try:
-        local.start()
+        local.start(signals)
         click.echo("")
         for line in local.describe():
             click.echo(line)
-        local.watch()
+        local.watch(signals)
     except Interrupted:
         click.echo("")
     except StartFailed as error:
         failure = str(error)
     finally:
-        ignore_stop_signals()
+        signals.ignore()
         clean = local.stop()
+        signals.close()
     if failure is not None:
         click.echo(f"Error: {failure}", err=True)
         sys.exit(1)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,10 +132,13 @@ class BrokerProcess:
             )
         self._launched_at = time.monotonic()
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
+    def wait_ready(
+        self, timeout_s: float = READY_TIMEOUT_S, sleep: Callable[[float], None] = time.sleep
+    ) -> float:
         """Wait for the `ready` event of the process launch() started; the seconds it
-        took from the launch. Raises BrokerExited if the broker exits first."""
-        ready = self.wait_for_event("ready", timeout_s)
+        took from the launch. Raises BrokerExited if the broker exits first. `sleep`
+        paces the polling (a supervisor's may raise to stop waiting)."""
+        ready = self.wait_for_event("ready", timeout_s, sleep)
         self.grpc_port, self.http_port = ready["grpc_port"], ready["http_port"]
         self.tls = ready.get("tls", False)
         return time.monotonic() - self._launched_at
@@ -148,7 +151,12 @@ class BrokerProcess:
                 events.append(json.loads(line))
         return events
 
-    def wait_for_event(self, name: str, timeout_s: float = READY_TIMEOUT_S) -> dict:
+    def wait_for_event(
+        self,
+        name: str,
+        timeout_s: float = READY_TIMEOUT_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict:
         """The first event called `name` of this run; raises if the broker exits first."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -160,7 +168,7 @@ class BrokerProcess:
             if time.monotonic() > deadline:
                 self.process.kill()
                 raise RuntimeError(f"no {name!r} event within {timeout_s} s\n{self.log()}")
-            time.sleep(_POLL_S)
+            sleep(_POLL_S)
 
     def admin(self, path: str):
         """GET an HTTP admin path (e.g. "/admin/v2/brokers/health"), parsed as JSON."""

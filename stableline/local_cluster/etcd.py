@@ -19,6 +19,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from stableline.local_cluster.children import supervised_popen_options
@@ -91,8 +92,12 @@ class EtcdProcess:
     def _client_url(self) -> str:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
 
-    def start(self, timeout_s: float = READY_TIMEOUT_S) -> float:
-        """Start and wait until healthy: the seconds it took. Raises EtcdNotReady."""
+    def start(
+        self, timeout_s: float = READY_TIMEOUT_S, sleep: Callable[[float], None] = time.sleep
+    ) -> float:
+        """Start and wait until healthy: the seconds it took. Raises EtcdNotReady.
+        `sleep` paces the health checks (a supervisor's may raise to stop waiting;
+        the process is then left to stop())."""
         self.directory.mkdir(parents=True, exist_ok=True)
         client = self._client_url
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -130,7 +135,7 @@ class EtcdProcess:
                 self.stop()
                 what = "exited" if exited else f"was not healthy within {timeout_s:.0f} s"
                 raise EtcdNotReady(f"etcd {what}; its log ({self.log_path}):\n{self._log_tail()}")
-            time.sleep(_POLL_S)
+            sleep(_POLL_S)
         return time.monotonic() - started
 
     def _log_tail(self, lines: int = 20) -> str:

@@ -11,16 +11,18 @@ Promises:
   reported as each comes up. The layout is saved, with the ports bound, only once
   all are ready. If anything fails to come up, StartFailed says what, with the end
   of its log; the caller then stops what started.
-- The caller installs raise_on_stop_signals() before start() (SIGINT, SIGTERM and
-  SIGHUP then raise Interrupted wherever the supervisor is) and
-  ignore_stop_signals() before stop(), so a stop is never cut short.
-- watch(): returns when a stop signal arrives (the caller's handler raises
-  Interrupted) or every child has exited; it is woken by the signal or by a
-  child's exit (pidfds), never by a timer. A child that exits is reported at
-  once, with where its log is and the log's last lines; the others keep running.
+- watch(): returns when a stop signal arrives or every child has exited; it is
+  woken by the signal or by a child's exit (pidfds), never by a timer. A child that
+  exits is reported at once, with where its log is and the log's last lines; the
+  others keep running.
 - stop(): SIGTERM to every broker at once, a wait for each (SIGKILL after
   STOP_TIMEOUT_S), then etcd. True when every child stopped cleanly and none had
   died before.
+- Stop signals (SIGINT, SIGTERM, SIGHUP; StopSignals) are noted where they land and
+  acted on only where the supervisor waits (its sleeps while children start, its
+  watch), by raising Interrupted there. Why: an exception raised by a signal
+  handler at an arbitrary point can leave a lock taken (subprocess's waitpid lock,
+  between its acquire and its try), and the stop would then wait on it forever.
 """
 
 from __future__ import annotations
@@ -58,19 +60,48 @@ class Interrupted(BaseException):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def raise_on_stop_signals() -> None:
-    """From now on a stop signal raises Interrupted (main thread only)."""
+class StopSignals:
+    """The stop signals, noted through a wakeup pipe and raised as Interrupted only by
+    sleep(), check() and watch's wait (main thread only; see the module docstring)."""
 
-    def handler(signum: int, _frame) -> None:
-        raise Interrupted(signum)
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.fd, self._write = os.pipe()
+        for descriptor in (self.fd, self._write):
+            os.set_blocking(descriptor, False)
+        # The C handler writes each signal's number to the pipe; the Python one has
+        # nothing to do.
+        signal.set_wakeup_fd(self._write)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, lambda *_: None)
 
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, handler)
+    def check(self) -> None:
+        """Raise Interrupted if a stop signal arrived."""
+        try:
+            numbers = os.read(self.fd, 512)
+        except BlockingIOError:
+            numbers = b""
+        for signum in numbers:
+            if signum in STOP_SIGNALS and self.received is None:
+                self.received = signum
+        if self.received is not None:
+            raise Interrupted(self.received)
 
+    def sleep(self, seconds: float) -> None:
+        """time.sleep, cut short by a stop signal (Interrupted)."""
+        select.select([self.fd], [], [], seconds)
+        self.check()
 
-def ignore_stop_signals() -> None:
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    def ignore(self) -> None:
+        """From now on stop signals do nothing (the stop under way is not cut short)."""
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+    def close(self) -> None:
+        self.ignore()
+        signal.set_wakeup_fd(-1)
+        os.close(self.fd)
+        os.close(self._write)
 
 
 def _tail(text: str, lines: int = LOG_LINES_SHOWN) -> str:
@@ -121,6 +152,7 @@ class LocalCluster:
         ]
         self._lock: int | None = None
         self.died: list[str] = []  # children that exited while watched
+        self._ready: set[str] = set()  # brokers that printed their ready line
 
     def name(self, broker: BrokerProcess) -> str:
         return self.layout.brokers[self.brokers.index(broker)].name
@@ -132,10 +164,10 @@ class LocalCluster:
 
     # ------------------------------------------------------------ start
 
-    def start(self) -> None:
+    def start(self, signals: StopSignals) -> None:
         self._take_lock()
-        self._start_etcd()
-        self._start_brokers()
+        self._start_etcd(signals)
+        self._start_brokers(signals)
         self.layout = self.layout.with_bound_ports(
             {i: (b.grpc_port, b.http_port) for i, b in enumerate(self.brokers)}
         )
@@ -157,18 +189,18 @@ class LocalCluster:
         os.write(descriptor, f"{os.getpid()}\n".encode())
         self._lock = descriptor
 
-    def _start_etcd(self) -> None:
+    def _start_etcd(self, signals: StopSignals) -> None:
         if self.etcd is None:
             self.out(f"etcd: using {self.layout.etcd_url}")
             return
         self.out(f"etcd: starting on {self.etcd.endpoint} (data in {self.etcd.directory}) ...")
         try:
-            took = self.etcd.start()
+            took = self.etcd.start(sleep=signals.sleep)
         except EtcdNotReady as error:
             raise StartFailed(str(error)) from None
         self.out(f"etcd: ready in {took:.1f} s")
 
-    def _start_brokers(self) -> None:
+    def _start_brokers(self, signals: StopSignals) -> None:
         for broker in self.brokers:
             where = (
                 f"127.0.0.1:{broker.grpc_port}, HTTP 127.0.0.1:{broker.http_port}"
@@ -179,7 +211,7 @@ class LocalCluster:
             broker.launch()
         for broker in self.brokers:
             try:
-                took = broker.wait_ready(READY_TIMEOUT_S)
+                took = broker.wait_ready(READY_TIMEOUT_S, signals.sleep)
             except BrokerExited as error:
                 raise StartFailed(
                     f"{self.name(broker)} exited with {error.returncode} before it was ready; "
@@ -190,6 +222,7 @@ class LocalCluster:
                     f"{self.name(broker)} was not ready within {READY_TIMEOUT_S:.0f} s; "
                     f"its log ({broker.log_path}) ends:\n{_tail(broker.log())}"
                 ) from None
+            self._ready.add(self.name(broker))
             self.out(f"{self.name(broker)}: ready in {took:.1f} s")
 
     def describe(self) -> list[str]:
@@ -244,14 +277,19 @@ class LocalCluster:
             )
         return children
 
-    def watch(self) -> None:
+    def watch(self, signals: StopSignals) -> None:
+        """Until a stop signal (Interrupted) or until every child has exited."""
+        signals.check()
         watched = {}
-        for child in self._children():
-            watched[os.pidfd_open(child[1])] = child
         try:
+            for child in self._children():
+                watched[os.pidfd_open(child[1])] = child
             while watched:
-                readable, _, _ = select.select(list(watched), [], [])
+                readable, _, _ = select.select([signals.fd, *watched], [], [])
                 for descriptor in readable:
+                    if descriptor == signals.fd:
+                        signals.check()
+                        continue
                     name, pid, log, log_path = watched.pop(descriptor)
                     os.close(descriptor)
                     self._report_exit(name, pid, log, log_path)
@@ -292,7 +330,10 @@ class LocalCluster:
                     code = broker.stop(STOP_TIMEOUT_S)
                 except Exception:  # killed after the timeout
                     code = None
-                if code != 0:
+                # One still starting may not handle SIGTERM yet: it ends by it, and
+                # nothing was open to lose.
+                starting = self.name(broker) not in self._ready
+                if code != 0 and not (starting and code == -signal.SIGTERM):
                     clean = False
                     self.out(
                         f"{self.name(broker)} did not stop cleanly (exit {code}); its log: "
