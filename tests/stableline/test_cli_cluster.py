@@ -176,6 +176,19 @@ def test_cluster_up_again_on_its_data_dir_brings_back_its_brokers_with_their_top
     assert code == 1, "a process died while it ran"
 
 
+def test_ctrl_c_while_the_brokers_start_stops_everything_started(tmp_path: Path):
+    up = ClusterUp(tmp_path / "cluster", *FREE_PORTS)
+    try:
+        up.wait_for(r"^broker-2: starting")  # every child launched, none ready yet
+        children = up.children()
+    finally:
+        code = up.interrupt()
+    assert code == 0, "\n".join(up.output)
+    assert len(children) == 4
+    assert all(_gone(pid) for pid in children)
+    assert not (tmp_path / "cluster" / "cluster.json").exists(), "recorded once all are ready"
+
+
 def test_without_etcd_it_says_how_to_install_it_and_exits_non_zero(tmp_path: Path, monkeypatch):
     import stableline.local_cluster.etcd as etcd
 
