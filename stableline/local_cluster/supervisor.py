@@ -46,7 +46,7 @@ LOCK_FILE = "cluster.lock"
 
 
 class StartFailed(RuntimeError):
-    """The cluster did not come up; everything started was stopped."""
+    """The cluster did not come up; the caller stops what started."""
 
 
 class Interrupted(BaseException):
