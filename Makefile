@@ -6,7 +6,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= ./stableline-data
 
-.PHONY: run test bench bench-topics demo lint format proto clean
+CLUSTER_DIR ?= ./stableline-cluster
+BROKERS ?= 3
+
+.PHONY: run cluster test bench bench-topics demo lint format proto clean
 
 $(VENV)/.base-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +25,10 @@ $(VENV)/.all-installed: pyproject.toml
 
 run: $(VENV)/.base-installed
 	$(PY) -m stableline serve --data-dir $(DATA_DIR)
+
+# An etcd and $(BROKERS) brokers on 127.0.0.1 (etcd-server from Debian); Ctrl-C stops them.
+cluster: $(VENV)/.base-installed
+	$(PY) -m stableline cluster up --brokers $(BROKERS) --data-dir $(CLUSTER_DIR)
 
 test: $(VENV)/.all-installed
 	bash scripts/install_test_servers.sh

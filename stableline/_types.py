@@ -491,6 +491,18 @@ class Messages(Sequence[Message]):
         return f"Messages({self._length} messages in {len(self._runs)} entries)"
 
 
+def service_addresses(url: str) -> tuple[tuple[str, ...], bool]:
+    """A service URL naming one broker or several of a cluster ("h1:6650,h2:6650",
+    one scheme for all) -> (each broker's host:port, tls)."""
+    target, tls = parse_service_url(url)
+    addresses = tuple(address.strip() for address in target.split(",") if address.strip())
+    if not addresses:
+        raise ValueError(f"service URL {url!r} names no broker, e.g. 127.0.0.1:6650")
+    for address in addresses:
+        parse_service_url(address)  # each needs a port
+    return addresses, tls
+
+
 def parse_service_url(url: str) -> tuple[str, bool]:
     """'host:port', 'stableline://host:port' or 'stableline+ssl://host:port' -> (target, tls)."""
     tls = False

@@ -17,6 +17,7 @@ from stableline.cli_admin import (
     topic_path,
     topics,
 )
+from stableline.cli_cluster import cluster
 from stableline.cli_security import (
     admin_request,
     broker_error,
@@ -309,6 +310,7 @@ def admin() -> None:
 
 
 main.add_command(tokens)
+main.add_command(cluster)
 admin.add_command(brokers)
 admin.add_command(permissions)
 admin.add_command(topics)

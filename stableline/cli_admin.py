@@ -117,10 +117,12 @@ def topics_internal_stats(topic: str, admin_url: str) -> None:
 @click.argument("topic")
 @admin_url_option
 def topics_lookup(topic: str, admin_url: str) -> None:
-    """Print the service URL of the broker serving TOPIC, as pulsar-admin does."""
+    """Print the broker that owns TOPIC: its service URL, then its HTTP admin URL (as
+    pulsar-admin prints the first). Any broker of a cluster answers."""
     answer = admin_request(admin_url, f"/lookup/v2/topic/persistent/{_topic_parts(topic)}")
     # One port serves plaintext or TLS: the other URL is null.
     click.echo(answer.get("brokerUrl") or answer.get("brokerUrlTls"))
+    click.echo(answer.get("httpUrl") or answer.get("httpUrlTls"))
 
 
 # ---------------------------------------------------------------- partitioned topics

@@ -14,6 +14,8 @@ import os
 import re
 import ssl
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +68,9 @@ def client_credentials() -> dict[str, Any]:
 
 
 def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = None) -> Any:
-    """One HTTP admin call with this command's token and CA; the JSON answer (None if empty)."""
-    import urllib.error
-    import urllib.request
-
+    """One HTTP admin call with this command's token and CA; the JSON answer (None if empty).
+    A redirect to the topic's owner (a cluster's brokers answer 307 for the topics
+    others own) is followed with the same method, body and token."""
     meta = click.get_current_context().meta
     headers = {"Content-Type": "application/json"} if body is not None else {}
     if meta.get(_TOKEN):
@@ -83,8 +84,11 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
         headers=headers,
         method=method,
     )
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), _SameRequestRedirects()
+    )
     try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+        with opener.open(request, timeout=30) as response:
             raw = response.read()
             return json.loads(raw) if raw else None
     except urllib.error.HTTPError as error:
@@ -98,6 +102,23 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
     except (ConnectionError, http.client.HTTPException) as error:
         # A plaintext request to a TLS port: the server hangs up without an answer.
         raise click.ClickException(_unreachable(admin_url, error)) from None
+
+
+class _SameRequestRedirects(urllib.request.HTTPRedirectHandler):
+    """307 and 308 repeat the request as it was, whatever its method (urllib follows
+    them for GET and HEAD only)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if code not in (307, 308):
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+        return urllib.request.Request(
+            newurl,
+            data=req.data,
+            headers=dict(req.headers),
+            method=req.get_method(),
+            origin_req_host=req.origin_req_host,
+            unverifiable=True,
+        )
 
 
 _HTTP_TLS_HINT = (

@@ -8,6 +8,11 @@ log of a killed run stays readable. The broker's stdout carries only those event
 (its log goes to stderr), which is why the `ready` line is read from there. A
 broker that exits before it is ready (its data dir held by another, a port taken)
 raises `BrokerExited` whose first line is the broker's own one-line reason.
+
+`stableline cluster up` runs its brokers with it too: `output_stem` keeps one log
+per broker (appended to across runs), `launch()` and `wait_ready()` start several at
+once, and `supervised` keeps a broker out of the terminal's Ctrl-C (its supervisor
+stops it) and ends it should the supervisor die.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stableline.local_cluster.children import supervised_popen_options
 from stableline.perf.coordination import process_cpu_seconds
 
 READY_TIMEOUT_S = 30.0
@@ -57,6 +63,13 @@ class BrokerProcess:
     runs: int = 0
     # Whether the broker serves TLS on both ports (from its `ready` event).
     tls: bool = False
+    # Its events go to OUTPUT_STEM.out (new each run) and its log is appended to
+    # OUTPUT_STEM.log; by default a pair of files per run beside the data dir.
+    output_stem: Path | None = None
+    # Started by a supervisor (stableline.local_cluster.children).
+    supervised: bool = False
+    _launched_at: float = 0.0
+    _log_start: int = 0  # where this run's part of an appended log begins
 
     @property
     def service_url(self) -> str:
@@ -72,17 +85,27 @@ class BrokerProcess:
 
     @property
     def stdout_path(self) -> Path:
+        if self.output_stem is not None:
+            return self.output_stem.with_name(self.output_stem.name + ".out")
         return self.data_dir.parent / f"broker-{self.runs}.out"
 
     @property
     def log_path(self) -> Path:
+        if self.output_stem is not None:
+            return self.output_stem.with_name(self.output_stem.name + ".log")
         return self.data_dir.parent / f"broker-{self.runs}.log"
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Start and wait until ready; the ports of the first run are kept on restarts."""
+        self.launch()
+        self.wait_ready(timeout_s)
+
+    def launch(self) -> None:
+        """Start the process and return at once; wait_ready() waits for its `ready`."""
         assert self.process is None or self.process.poll() is not None, "broker already running"
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.runs += 1
+        self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable,
             *self.interpreter_args,
@@ -97,16 +120,28 @@ class BrokerProcess:
             f"127.0.0.1:{self.http_port}",
             *self.extra_args,
         ]
-        with open(self.stdout_path, "wb") as stdout, open(self.log_path, "wb") as stderr:
+        log_mode = "ab" if self.output_stem is not None else "wb"
+        with open(self.stdout_path, "wb") as stdout, open(self.log_path, log_mode) as stderr:
+            self._log_start = stderr.tell()
             self.process = subprocess.Popen(
                 command,
                 stdout=stdout,
                 stderr=stderr,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                **(supervised_popen_options() if self.supervised else {}),
             )
-        ready = self.wait_for_event("ready", timeout_s)
+        self._launched_at = time.monotonic()
+
+    def wait_ready(
+        self, timeout_s: float = READY_TIMEOUT_S, sleep: Callable[[float], None] = time.sleep
+    ) -> float:
+        """Wait for the `ready` event of the process launch() started; the seconds it
+        took from the launch. Raises BrokerExited if the broker exits first. `sleep`
+        paces the polling (a supervisor's may raise to stop waiting)."""
+        ready = self.wait_for_event("ready", timeout_s, sleep)
         self.grpc_port, self.http_port = ready["grpc_port"], ready["http_port"]
         self.tls = ready.get("tls", False)
+        return time.monotonic() - self._launched_at
 
     def events(self) -> list[dict]:
         """The JSON events this run printed so far."""
@@ -116,7 +151,12 @@ class BrokerProcess:
                 events.append(json.loads(line))
         return events
 
-    def wait_for_event(self, name: str, timeout_s: float = READY_TIMEOUT_S) -> dict:
+    def wait_for_event(
+        self,
+        name: str,
+        timeout_s: float = READY_TIMEOUT_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict:
         """The first event called `name` of this run; raises if the broker exits first."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -128,7 +168,7 @@ class BrokerProcess:
             if time.monotonic() > deadline:
                 self.process.kill()
                 raise RuntimeError(f"no {name!r} event within {timeout_s} s\n{self.log()}")
-            time.sleep(_POLL_S)
+            sleep(_POLL_S)
 
     def admin(self, path: str):
         """GET an HTTP admin path (e.g. "/admin/v2/brokers/health"), parsed as JSON."""
@@ -136,7 +176,12 @@ class BrokerProcess:
             return json.loads(response.read())
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        """This run's log (with an appended log, only what this run wrote)."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as log:
+            log.seek(self._log_start)
+            return log.read().decode(errors="replace")
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM and wait: the exit code (0 on a clean shutdown)."""

@@ -358,8 +358,10 @@ class Client:
                 f"{topic}-partition-{count - 1}) or subscribe to {topic}"
             )
 
+        key = str(TopicName.parse(topic))
+
         async def open_on(connection: Connection) -> Reader:
-            reader = Reader(connection, topic, options)
+            reader = Reader(connection, topic, options, lambda: self._owner_connection(key))
             await reader._open()
             return reader
 

@@ -35,7 +35,7 @@ from stableline._errors import (
 )
 from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
-from stableline._types import parse_service_url
+from stableline._types import service_addresses
 from stableline.aio._options import ClientOptions
 from stableline.aio._reconnect import with_retries
 
@@ -229,10 +229,8 @@ class ConnectionPool:
     """
 
     def __init__(self, service_url: str, options: ClientOptions):
-        target, tls = parse_service_url(service_url)
-        self.seeds = [address.strip() for address in target.split(",") if address.strip()]
-        for address in self.seeds:
-            parse_service_url(address)  # each needs a port
+        seeds, tls = service_addresses(service_url)
+        self.seeds = list(seeds)
         self._tls = tls or options.wants_tls
         self._options = options
         self._connections: dict[str, Connection] = {}

@@ -1,12 +1,18 @@
-"""The async reader: no subscription, long-polling Fetch from a start position."""
+"""The async reader: no subscription, long-polling Fetch from a start position.
+
+Opening a reader from `earliest` or a message id asks the broker nothing, so in a
+cluster the first Fetch may be the call a non-owner refuses: the reader then asks
+its client for the owner's connection (`find_owner`) and fetches there.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from stableline._aborted_filter import AbortedFilter
-from stableline._errors import Timeout, TopicNotFound
+from stableline._errors import NotOwner, Timeout, TopicNotFound
 from stableline._proto import broker_pb2 as pb
 from stableline._types import Message, MessageId, messages_of
 from stableline.aio._connection import Connection
@@ -21,9 +27,16 @@ class Reader:
     """Reads one topic from a start position with Fetch calls on its connection; made
     by Client.create_reader."""
 
-    def __init__(self, connection: Connection, topic: str, options: ReaderOptions):
+    def __init__(
+        self,
+        connection: Connection,
+        topic: str,
+        options: ReaderOptions,
+        find_owner: Callable[[], Awaitable[Connection]] | None = None,
+    ):
         self.options = options
         self._connection = connection
+        self._find_owner = find_owner
         self._topic = topic
         self._isolation = options.isolation_level
         self._start = options.start_message_id
@@ -61,12 +74,8 @@ class Reader:
             isolation_level=self._isolation.value,
             max_wait_ms=wait_ms,
         )
-        connection = self._connection
         try:
-            # The broker holds the call up to wait_ms: the deadline allows for that.
-            response = await connection.unary(
-                connection.broker.Fetch, request, connection.timeout_s + wait_ms / 1000
-            )
+            response = await self._fetch_on_owner(request, wait_ms)
         except TopicNotFound:
             return False  # nothing published yet: the topic appears on first produce
         self._aborted.add(response.aborted)
@@ -83,6 +92,22 @@ class Reader:
         moved = response.next_position != self._next
         self._next = response.next_position
         return moved
+
+    async def _fetch_on_owner(self, request: pb.FetchRequest, wait_ms: int) -> pb.FetchResponse:
+        try:
+            return await self._fetch_once(request, wait_ms)
+        except NotOwner:
+            if self._find_owner is None:
+                raise
+            self._connection = await self._find_owner()
+        return await self._fetch_once(request, wait_ms)  # a second NotOwner is the caller's
+
+    async def _fetch_once(self, request: pb.FetchRequest, wait_ms: int) -> pb.FetchResponse:
+        connection = self._connection
+        # The broker holds the call up to wait_ms: the deadline allows for that.
+        return await connection.unary(
+            connection.broker.Fetch, request, connection.timeout_s + wait_ms / 1000
+        )
 
     async def has_message_available(self) -> bool:
         while not self._buffer and await self._fetch(0):

@@ -89,6 +89,7 @@ def make_app(
     coordinators: Coordinators,
     recovery: stats.RecoveryWindow | None = None,
     partitioned: PartitionedTopics | None = None,
+    cluster_name: str = "standalone",
 ) -> web.Application:
     recovery = recovery or stats.RecoveryWindow()
     metrics_registry = make_registry(registry, coordinators)
@@ -105,13 +106,15 @@ def make_app(
 
     async def runtime(_request: web.Request) -> web.Response:
         # Counters and rates count from the broker's start: readers need to know when
-        # that was to tell a restart from a quiet topic.
+        # that was to tell a restart from a quiet topic. The cluster names the
+        # cluster's own documents (/admin/v2/clusters/{cluster}/...).
         now_ms = int(time.time() * 1000)
         return web.json_response(
             {
                 "version": broker_version,
                 "startedAtMs": started_at_ms,
                 "uptimeMs": now_ms - started_at_ms,
+                "cluster": cluster_name,
             }
         )
 

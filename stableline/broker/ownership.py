@@ -154,7 +154,8 @@ class TopicOwnership:
         # Broker id -> when this broker saw it leave (ms); for TopicUnavailable.
         self._gone_since: dict[str, int] = {}
         self._tasks: list[asyncio.Task] = []
-        # Topic -> its leader, for every record seen; and topics led per broker.
+        # Topic (full name, as every key here) -> its leader, for every record seen;
+        # and topics led per broker.
         self._leader_of: dict[str, str] = {}
         self._led: dict[str, int] = {}
 
@@ -178,23 +179,40 @@ class TopicOwnership:
         for tenant in await self.store.children(root):
             for namespace in await self.store.children(f"{root}/{tenant}"):
                 for topic in await self.store.children(f"{root}/{tenant}/{namespace}"):
-                    await self._count(f"{tenant}/{namespace}/{topic}")
+                    await self._count(f"persistent://{tenant}/{namespace}/{topic}")
 
-    async def _count(self, key: str) -> None:
-        if key in self._leader_of:
+    async def _count(self, topic: str) -> None:
+        """Count the record of `topic` (its full name) once."""
+        if topic in self._leader_of:
             return
-        result = await self.store.get(f"{ownership_dir(self.cluster)}/{key}")
-        if result is not None and key not in self._leader_of:
-            self._counted(key, OwnershipRecord.from_json(result.value).leader)
+        result = await self.store.get(ownership_path(self.cluster, TopicName.parse(topic)))
+        if result is not None and topic not in self._leader_of:
+            self._counted(topic, OwnershipRecord.from_json(result.value).leader)
 
-    def _counted(self, key: str, leader: str) -> None:
-        self._leader_of[key] = leader
+    def _counted(self, topic: str, leader: str) -> None:
+        self._leader_of[topic] = leader
         self._led[leader] = self._led.get(leader, 0) + 1
 
-    def _uncounted(self, key: str) -> None:
-        leader = self._leader_of.pop(key, None)
+    def _uncounted(self, topic: str) -> None:
+        leader = self._leader_of.pop(topic, None)
         if leader is not None:
             self._led[leader] -= 1
+
+    def leaders(self) -> dict[str, str]:
+        """Every topic whose record this broker has seen (full name) -> its leader's id."""
+        return dict(self._leader_of)
+
+    def led_by(self, broker_id: str) -> int:
+        """How many topics' records name `broker_id` as their leader."""
+        return self._led.get(broker_id, 0)
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        """The cluster's live brokers, as this broker last read them."""
+        return list(self._live.values())
+
+    def gone_since_ms(self, broker_id: str) -> int | None:
+        """When this broker saw `broker_id` leave (ms), None if it never did."""
+        return self._gone_since.get(broker_id)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -216,12 +234,12 @@ class TopicOwnership:
         while True:
             try:
                 async for notification in watch:
-                    key = notification.path[len(prefix) :]
-                    self._records.pop(key, None)
+                    topic = "persistent://" + notification.path[len(prefix) :]
+                    self._records.pop(topic, None)
                     if notification.type is NotificationType.CREATED:
-                        await self._count(key)
+                        await self._count(topic)
                     elif notification.type is NotificationType.DELETED:
-                        self._uncounted(key)
+                        self._uncounted(topic)
                 return  # the store closed
             except WatchOverflow:
                 # Changes were missed: watch again, then forget every cached record

@@ -40,7 +40,7 @@ from stableline._proto import (
     cluster_pb2,
     cluster_pb2_grpc,
 )
-from stableline.broker import http_lookup
+from stableline.broker import http_cluster, http_lookup
 from stableline.broker.cluster_metadata import SharedMetadata
 from stableline.broker.cluster_metadata.joining import join_cluster
 from stableline.broker.cluster_partitions import ClusterPartitions
@@ -409,10 +409,15 @@ class Broker:
             )
         await self._grpc.start()
 
-        http_app = make_app(self.registry, self.coordinators, recovery, self.partitioned)
+        http_app = make_app(
+            self.registry, self.coordinators, recovery, self.partitioned, config.cluster_name
+        )
         add_routes(http_app, self.connections)
         http_lookup.add_routes(http_app, self.lookup)
         add_brokers_routes(http_app, self.membership.store)
+        http_cluster.add_routes(
+            http_app, self.membership.store, config.cluster_name, self.registry, self.lookup
+        )
         # First: a request refused by the token check has still sent its headers.
         http_app.middlewares.append(self.http_connections.middleware())
         add_http_routes(http_app, self.http_connections)

@@ -1,24 +1,42 @@
-"""How the driver and executors reach the broker: address, TLS and token, as a plain
-value that pickles to executors; every call goes through it."""
+"""How the driver and executors reach the brokers: addresses, TLS and token, as a plain
+value that pickles to executors; every call goes through it.
+
+The `service` option names one broker or several of a cluster; calls go to the
+first (`target`) unless a topic's owner is known. `on_owner(topic, call)` makes a
+call on the broker that owns the topic: where it is made answers it, or refuses it
+with NotOwner, and then the topic is looked up on the named brokers in turn and the
+call made on its owner. Standalone the first broker owns everything and no lookup
+is made. The connection that answered goes into the plan, so executors read and
+write on the owner directly.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
 from stableline._auth import channel_credentials
-from stableline._errors import from_rpc_error
+from stableline._errors import BrokerUnavailable, NotOwner, from_rpc_error
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import broker_pb2_grpc
+from stableline._types import LookupResult
 
 RPC_TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    target: str  # host:port
+    target: str  # host:port of the broker called
     tls: bool = False
     trust_certs_file: str | None = None  # the broker's CA; system roots when None
     token: str | None = None
+    # Every broker the service option named (target first): lookups ask them in turn.
+    seeds: tuple[str, ...] = ()
 
     def channel(self, options: list | None = None) -> grpc.Channel:
         if not self.tls:
@@ -36,6 +54,37 @@ class Connection:
             return method(request, timeout=timeout_s, metadata=self.metadata)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    def to(self, address: str) -> Connection:
+        """This connection's settings, for the broker at `address`."""
+        return dataclasses.replace(self, target=address)
+
+    def lookup(self, topic: str) -> Connection:
+        """The connection to `topic`'s owner, asked of the named brokers in turn (the
+        first that answers); a broker not reached is skipped."""
+        failure: BrokerUnavailable | None = None
+        for seed in self.seeds or (self.target,):
+            broker = self.to(seed)
+            try:
+                with broker.channel() as channel:
+                    stub = broker_pb2_grpc.BrokerStub(channel)
+                    response = broker.call(stub.Lookup, pb.LookupRequest(topic=topic))
+            except BrokerUnavailable as error:
+                failure = error
+                continue
+            return self.to(LookupResult.from_proto(response).grpc_address)
+        assert failure is not None
+        raise failure
+
+    def on_owner(self, topic: str, call: Callable[[Connection], T]) -> tuple[T, Connection]:
+        """`call(connection)` on the broker owning `topic`: first here, then, refused
+        with NotOwner, on the owner a lookup names. (The answer, the connection that
+        gave it.)"""
+        try:
+            return call(self), self
+        except NotOwner:
+            owner = self.lookup(topic)
+        return call(owner), owner  # a second NotOwner is the caller's
 
 
 def result(future):

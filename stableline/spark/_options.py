@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from stableline._types import IsolationLevel, parse_position, parse_service_url, position_text
+from stableline._types import IsolationLevel, parse_position, position_text, service_addresses
 from stableline.spark._connection import Connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
@@ -23,16 +23,17 @@ class OptionError(ValueError):
 
 
 def parse_connection(options: Mapping[str, str]) -> Connection:
-    """`service` (host:port, or stableline+ssl://host:port for TLS), `token` (a JWT
-    sent with every call) and `tlsTrustCertsFile` (the broker's CA; turns TLS on)."""
+    """`service` (host:port, or stableline+ssl://host:port for TLS; a cluster's brokers
+    as host1:port,host2:port), `token` (a JWT sent with every call) and
+    `tlsTrustCertsFile` (the broker's CA; turns TLS on)."""
     service = options.get("service")
     if not service:
         raise OptionError(
             "option 'service' is required: the broker's gRPC host:port "
-            "(stableline+ssl://host:port for TLS)"
+            "(stableline+ssl://host:port for TLS; host1:port,host2:port for a cluster)"
         )
     try:
-        target, tls = parse_service_url(service)
+        seeds, tls = service_addresses(service)
     except ValueError as error:
         raise OptionError(f"option 'service': {error}") from None
     trust = options.get("tlsTrustCertsFile") or None
@@ -41,7 +42,9 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
     token = options.get("token")
     if token is not None and not token.strip():
         raise OptionError("option 'token' is empty")
-    return Connection(target, tls or trust is not None, trust, token.strip() if token else None)
+    return Connection(
+        seeds[0], tls or trust is not None, trust, token.strip() if token else None, seeds
+    )
 
 
 @dataclass(frozen=True, slots=True)

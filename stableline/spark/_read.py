@@ -11,7 +11,9 @@ between calls, so plans pickle to executors in other processes.
 
 The plan comes from one data-plane call, GetLastMessageId with the ledgers: a reader
 with `consume` on the topic plans without admin rights, and the ledgers and the bound
-are read at the same instant. Positions are the client's MessageId (batch index -1:
+are read at the same instant. In a cluster that call is answered by the topic's
+owner (Connection.on_owner), whose connection the topic's partitions carry: each is
+read where its ledgers are. Positions are the client's MessageId (batch index -1:
 the whole entry), written "ledger:entry".
 """
 
@@ -79,6 +81,8 @@ class LedgerRange:
 class TopicLayout:
     ledgers: tuple[tuple[int, int, int], ...]  # (ledger id, entries, bytes), oldest first
     bound: MessageId  # the last entry readable at the isolation level, now
+    # The topic's owner, which answered; None: the service's first broker.
+    owner: Connection | None = None
 
     @property
     def earliest(self) -> MessageId:
@@ -86,18 +90,22 @@ class TopicLayout:
 
 
 def topic_layout(connection: Connection, topic: str, isolation: IsolationLevel) -> TopicLayout:
-    """The topic's ledgers and its bound for the isolation level, asked of the broker."""
+    """The topic's ledgers and its bound for the isolation level, asked of its owner
+    (`connection` first: pass the owner's when it is known)."""
     request = pb.GetLastMessageIdRequest(topic=topic, include_ledgers=True)
-    with connection.channel() as channel:
-        stub = broker_pb2_grpc.BrokerStub(channel)
-        response = connection.call(stub.GetLastMessageId, request)
+
+    def ask(on: Connection) -> pb.GetLastMessageIdResponse:
+        with on.channel() as channel:
+            return on.call(broker_pb2_grpc.BrokerStub(channel).GetLastMessageId, request)
+
+    response, owner = connection.on_owner(topic, ask)
     bound = (
         response.max_read_position
         if isolation is IsolationLevel.READ_COMMITTED
         else response.last_confirmed_entry
     )
     ledgers = tuple((i.ledger_id, i.entries, i.size_bytes) for i in response.ledgers if i.entries)
-    return TopicLayout(ledgers, MessageId(bound.ledger_id, bound.entry_id))
+    return TopicLayout(ledgers, MessageId(bound.ledger_id, bound.entry_id), owner)
 
 
 def resolve(layout: TopicLayout, text: str) -> MessageId:
@@ -150,7 +158,7 @@ def plan(
         for first in range(first_entry, last + 1, step):
             ranges.append(
                 LedgerRange(
-                    options.connection,
+                    layout.owner or options.connection,
                     topic,
                     options.isolation.value,
                     ledger_id,

@@ -93,6 +93,17 @@ def read_columns(schema: StructType) -> tuple[str, ...]:
     return tuple(columns)
 
 
+def _layouts(options: SourceOptions, owners: dict) -> dict:
+    """Each topic's layout, asked of its owner; `owners` (topic -> connection) says
+    where to ask first and learns where each topic was answered."""
+    layouts = {}
+    for topic in options.topics:
+        layout = topic_layout(owners.get(topic, options.connection), topic, options.isolation)
+        owners[topic] = layout.owner
+        layouts[topic] = layout
+    return layouts
+
+
 def _partitions(options: SourceOptions, start: dict, end: dict, layouts: dict) -> list:
     bounds = {t: (parse_position(start[t]), parse_position(end[t])) for t in options.topics}
     total = sum(read_bytes(layouts[t], *bounds[t]) for t in options.topics)
@@ -111,10 +122,7 @@ class BatchReader(DataSourceReader):
         self.columns = columns
 
     def partitions(self) -> Sequence[InputPartition]:
-        layouts = {
-            t: topic_layout(self.options.connection, t, self.options.isolation)
-            for t in self.options.topics
-        }
+        layouts = _layouts(self.options, {})
         start = {t: position_text(resolve(layouts[t], self.options.starting[t])) for t in layouts}
         end = {t: position_text(resolve(layouts[t], self.options.ending[t])) for t in layouts}
         return _partitions(self.options, start, end, layouts)
@@ -130,12 +138,11 @@ class StreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions, columns: tuple[str, ...]):
         self.options = options
         self.columns = columns
+        # Topic -> the connection of its owner, found at the first plan and kept.
+        self.owners: dict = {}
 
     def _layouts(self) -> dict:
-        return {
-            t: topic_layout(self.options.connection, t, self.options.isolation)
-            for t in self.options.topics
-        }
+        return _layouts(self.options, self.owners)
 
     def initialOffset(self) -> dict:
         layouts = self._layouts()

@@ -12,7 +12,10 @@ the named producer `spark-{write id}-{partition}`, in batches of a fixed number
 of rows numbered from 0, so a retried task (same partition, same rows in the
 same order) learns from the broker which batches its failed attempt already
 wrote and sends only the rest: the broker's de-duplication by producer name
-and sequence id keeps every row once.
+and sequence id keeps every row once. In a cluster a task writes each topic on its
+owner: a broker that does not own it refuses the stream's opening (NotOwner, before
+any row is sent), and the task opens it again where a lookup says
+(Connection.on_owner).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from stableline._errors import StableLineError, from_code
+from stableline._errors import StableLineError, from_code, from_rpc_error
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._routing import key_partition
@@ -218,7 +221,24 @@ def _write_topic(
     batches: Iterator[tuple[int, bytes]],
     partition: int,
 ) -> TaskReport:
-    """Write numbered batches to one topic into the transaction."""
+    """Write numbered batches to one topic into the transaction, on the topic's owner."""
+    report, _owner = options.connection.on_owner(
+        topic,
+        lambda connection: _write_on(connection, topic, txn_id, producer_name, batches, partition),
+    )
+    return report
+
+
+def _write_on(
+    connection: Connection,
+    topic: str,
+    txn_id: tuple[int, int],
+    producer_name: str,
+    batches: Iterator[tuple[int, bytes]],
+    partition: int,
+) -> TaskReport:
+    """Write numbered batches to one topic on `connection`'s broker; a refused opening
+    (NotOwner among others) raises typed before anything of `batches` is taken."""
     requests: queue.Queue = queue.Queue()
     requests.put(pb.ProduceRequest(open=pb.ProducerOpen(topic=topic, producer_name=producer_name)))
 
@@ -226,13 +246,15 @@ def _write_topic(
         while (request := requests.get()) is not _END:
             yield request
 
-    connection = options.connection
     with connection.channel() as channel:
         responses = broker_pb2_grpc.BrokerStub(channel).Produce(
             request_stream(), metadata=connection.metadata
         )
         try:
-            opened = next(responses).opened
+            try:
+                opened = next(responses).opened
+            except grpc.RpcError as error:
+                raise from_rpc_error(error) from None
             already = opened.last_sequence_id  # batches 0..already: written before
             sent = skipped = total_rows = in_flight = 0
             try:

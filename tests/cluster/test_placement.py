@@ -133,3 +133,24 @@ async def test_an_unreachable_store_refuses_at_once_what_needs_it_and_serves_wha
         with pytest.raises(TopicUnavailableError, match="etcd at etcd://e:2379 is unreachable"):
             await view.check(TopicName.parse("elsewhere"), create=create, on_disk=False)
     await view.close()
+
+
+async def test_every_broker_counts_a_placed_topic_once_under_its_full_name(store):
+    views = await _brokers(store, ["h:1", "h:2"])
+    name = TopicName.parse("counted")
+    leader = (await views[0].place(name)).leader
+    # Both views see the record's creation through their watch; the placing one
+    # counted it when it placed it, and must not count it again.
+    async with asyncio.timeout(5):
+        while views[1].led_by(leader) == 0:
+            await asyncio.sleep(0.01)  # the watch's delivery, polled with a deadline
+    await views[0].place(TopicName.parse("after"))  # its notification follows the first's
+    async with asyncio.timeout(5):
+        while len(views[0].leaders()) < 2 or len(views[1].leaders()) < 2:
+            await asyncio.sleep(0.01)
+    for view in views:
+        assert view.leaders()[str(name)] == leader
+        assert set(view.leaders()) == {str(name), "persistent://public/default/after"}
+        assert sum(view.led_by(b) for b in ("h:1", "h:2")) == 2
+    for view in views:
+        await view.close()

@@ -11,30 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import shutil
-import socket
-import ssl
 import subprocess
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from stableline.local_cluster.etcd import EtcdProcess, find_etcd, free_port
 from stableline.metadata import MetadataStore, open_metadata_store
 
-ETCD_READY_TIMEOUT_S = 15.0
 # etcd's shortest lease with its default election timeout (it raises shorter ones).
 SHORT_SESSION_TIMEOUT_S = 2.0
 
-
-def _find_etcd() -> str | None:
-    return shutil.which("etcd") or (
-        "/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None
-    )
+# The tests' etcd is the one `stableline cluster up` runs.
+EtcdServer = EtcdProcess
+_find_etcd = find_etcd
+_free_port = free_port
 
 
 def _install_etcd() -> None:
@@ -45,95 +39,6 @@ def _install_etcd() -> None:
     if subprocess.run(install, env=env, capture_output=True).returncode != 0:
         subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
         subprocess.run(install, env=env, capture_output=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class EtcdServer:
-    """One etcd member on 127.0.0.1; stop() and start() again keep its data and ports."""
-
-    def __init__(self, binary: str, directory: Path, tls: dict[str, Path] | None = None):
-        """`tls`: {"ca", "cert", "key", "client_cert", "client_key"} files; clients then
-        need TLS and a certificate the CA signed."""
-        self.binary = binary
-        self.directory = directory
-        self.tls = tls
-        self.client_port = _free_port()
-        self.peer_port = _free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"etcd://127.0.0.1:{self.client_port}"
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
-
-    @property
-    def _client_url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
-
-    def start(self) -> None:
-        client = self._client_url
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        command = [
-            self.binary,
-            "--name=test",
-            f"--data-dir={self.directory / 'data'}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=test={peer}",
-            "--logger=zap",
-            "--log-level=warn",
-        ]
-        if self.tls:
-            command += [
-                f"--cert-file={self.tls['cert']}",
-                f"--key-file={self.tls['key']}",
-                f"--trusted-ca-file={self.tls['ca']}",
-                "--client-cert-auth",
-            ]
-        log = open(self.directory / "etcd.log", "ab")  # noqa: SIM115 - the child owns it
-        self.process = subprocess.Popen(command, stdout=log, stderr=log)
-        log.close()
-        deadline = time.monotonic() + ETCD_READY_TIMEOUT_S
-        while not self._healthy():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"etcd did not become healthy:\n{(self.directory / 'etcd.log').read_text()}"
-                )
-            time.sleep(0.05)
-
-    def _healthy(self) -> bool:
-        context = None
-        if self.tls:
-            context = ssl.create_default_context(cafile=str(self.tls["ca"]))
-            context.load_cert_chain(self.tls["client_cert"], self.tls["client_key"])
-        try:
-            with urllib.request.urlopen(
-                f"{self._client_url}/health", timeout=1, context=context
-            ) as reply:
-                return json.loads(reply.read()).get("health") == "true"
-        except (OSError, ValueError):
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
 
 
 @pytest.fixture(scope="session")

@@ -321,3 +321,21 @@ def test_dashboard_answers_an_unknown_address_with_not_found(broker, driver, add
     assert address in _text(driver, "#not-found")
     _click(driver, '#not-found a[href="#/"]')
     _wait(driver, lambda d: "Topics" in _text(d, "h1"), "the topic list after following the link")
+
+
+def test_dashboard_standalone_lists_this_broker_owning_every_topic(broker, client, driver):
+    client.create_producer("ledger-a").send(b"a")
+    client.create_producer("ledger-b").send(b"b")
+    broker_id = f"127.0.0.1:{broker.grpc_port}"
+    driver.get(broker.http_url + "/#/brokers")
+    row = f'#brokers tr[data-broker="{broker_id}"]'
+    _wait(driver, lambda d: _text(d, row + " td.owned") == "2", "this broker owning both topics")
+    assert "this broker" in _text(driver, row) and "live" in _text(driver, row + " td.state")
+    assert _count(driver, "#brokers tr") == 1
+    assert "standalone" in _text(driver, "#cluster-cards")
+    # One broker owns everything: the topic list has no owner column.
+    driver.get(broker.http_url + "/#/")
+    _wait(driver, lambda d: _count(d, "#topics-body tr[data-topic]") == 2, "the two topics")
+    assert "Owner" not in _text(driver, "#topics thead")
+    assert _text(driver, "#topics-served") == ""
+    assert _script_errors(driver) == []

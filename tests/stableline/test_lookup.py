@@ -127,7 +127,7 @@ def test_both_sdk_faces_look_a_topic_up(broker):
     assert asyncio.run(looked_up()) == expected
 
 
-def test_the_cli_prints_the_broker_url_as_pulsar_admin_does(broker):
+def test_the_cli_prints_the_broker_url_as_pulsar_admin_does_then_the_http_url(broker):
     command = ["admin", "topics", "lookup", "cli-looked-up", "--admin-url", broker.http_url]
     result = subprocess.run(
         [sys.executable, "-m", "stableline", *command],
@@ -136,7 +136,10 @@ def test_the_cli_prints_the_broker_url_as_pulsar_admin_does(broker):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"stableline://127.0.0.1:{broker.grpc_port}\n"
+    assert result.stdout.splitlines() == [
+        f"stableline://127.0.0.1:{broker.grpc_port}",
+        f"http://127.0.0.1:{broker.http_port}",
+    ]
 
 
 def test_advertised_addresses_name_a_wildcard_listen_host_by_this_machine_s_name():

@@ -111,7 +111,10 @@ def test_the_cli_looks_up_over_tls_with_a_token(secure_broker):
         [*command, *options], capture_output=True, text=True, timeout=60, env=env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"stableline+ssl://127.0.0.1:{secure_broker.process.grpc_port}\n"
+    assert result.stdout.splitlines() == [
+        f"stableline+ssl://127.0.0.1:{secure_broker.process.grpc_port}",
+        f"https://127.0.0.1:{secure_broker.process.http_port}",
+    ]
     env["STABLELINE_TOKEN"] = secure_broker.token("stranger")
     refused = subprocess.run(
         [*command, *options], capture_output=True, text=True, timeout=60, env=env

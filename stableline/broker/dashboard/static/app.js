@@ -1,6 +1,8 @@
-// The stableline dashboard: three views (topics, one topic, transactions) rendered
-// in the browser from the broker's JSON admin API, read again every REFRESH_MS.
-// No build step and no third-party code: the rate chart is a small inline SVG.
+// The stableline dashboard: four views (topics, one topic, transactions, brokers)
+// rendered in the browser from the broker's JSON admin API, read again every
+// REFRESH_MS. No build step and no third-party code: the rate chart is a small inline
+// SVG. In a cluster each broker shows the figures of the topics it owns, and links
+// every other topic to its owner's dashboard.
 
 const REFRESH_MS = 2000;
 const CHART_SAMPLES = 90; // three minutes of samples at REFRESH_MS
@@ -84,6 +86,41 @@ const topicApi = (name) =>
   `/admin/v2/persistent/${topicParts(name).map(encodeURIComponent).join("/")}`;
 const stablePositionApi = (name) =>
   `/admin/v3/transactions/stablePosition/${topicParts(name).map(encodeURIComponent).join("/")}`;
+
+// ------------------------------------------------------------------ cluster
+
+let clusterName = null; // from /admin/v2/brokers/runtime
+
+// The cluster's brokers and every topic's owner, as this broker sees them.
+async function clusterState() {
+  const cluster = encodeURIComponent(clusterName ?? "standalone");
+  const [brokers, owners] = await Promise.all([
+    api(`/admin/v2/clusters/${cluster}/brokers`),
+    api(`/admin/v2/clusters/${cluster}/topicOwners`),
+  ]);
+  const byId = new Map(brokers.map((b) => [b.brokerId, b]));
+  const me = brokers.find((b) => b.thisBroker);
+  return { brokers, owners, byId, me: me?.brokerId, several: brokers.length > 1 };
+}
+
+// Where `topic`'s own page is: here, or on its owner's dashboard (null when the
+// owner is down: nothing serves it).
+function ownerTopicHref(state, topic) {
+  const owner = state.byId.get(state.owners[topic]);
+  if (!owner || owner.thisBroker) return topicHref(topic);
+  return owner.live ? `${owner.httpUrl}/${topicHref(topic)}` : null;
+}
+
+function ownerCell(state, topic) {
+  const id = state.owners[topic];
+  const owner = state.byId.get(id);
+  if (!owner) return h`<span class="muted">—</span>`;
+  if (owner.thisBroker) return h`<code>${id}</code> <span class="badge here">this broker</span>`;
+  if (!owner.live) {
+    return h`<code>${id}</code> <span class="badge down" title="down since ${timestamp(owner.goneSinceMs)}">down</span>`;
+  }
+  return h`<a href="${owner.httpUrl}/#/brokers"><code>${id}</code></a>`;
+}
 
 function levelBadge(level) {
   const short = level === "READ_COMMITTED" ? "rc" : "ru";
@@ -173,24 +210,29 @@ function topicsView() {
     mount() {
       view.innerHTML = render(h`<h1>Topics</h1>
         <div id="topics-alert"></div>
+        <p id="topics-served" class="muted"></p>
         <table id="topics" class="grid-table">
-          <thead><tr><th>Topic</th><th class="num">In</th><th class="num">Out</th>
-            <th class="num" title="since the broker started">Messages in</th>
-            <th class="num">Storage</th><th>Publishers</th><th>Subscriptions</th>
-            <th class="num" title="${BACKLOG_TITLE}">Backlog (entries)</th>
-            <th>READ_COMMITTED can read</th></tr></thead>
+          <thead id="topics-head"></thead>
           <tbody id="topics-body"></tbody>
         </table>`);
     },
     async refresh() {
-      const nested = await api("/admin/v2/broker-stats/topics");
+      const [nested, state] = await Promise.all([api("/admin/v2/broker-stats/topics"), clusterState()]);
       const topics = [];
       for (const bundles of Object.values(nested)) {
         for (const bundle of Object.values(bundles)) {
           topics.push(...Object.values(bundle.persistent ?? {}));
         }
       }
-      topics.sort((a, b) => a.topic.localeCompare(b.topic));
+      const here = new Set(topics.map((t) => t.topic));
+      // In a cluster: the topics other brokers own, with a link to their figures.
+      const elsewhere = state.several
+        ? Object.keys(state.owners).filter((t) => !here.has(t) && state.owners[t] !== state.me)
+        : [];
+      const rows = [
+        ...topics.map((t) => ({ name: t.topic, stats: t })),
+        ...elsewhere.map((name) => ({ name, stats: null })),
+      ].sort((a, b) => a.name.localeCompare(b.name));
       const held = topics.filter((t) => t.transactionBuffer.stableLagEntries > 0);
       setHtml(
         "topics-alert",
@@ -202,16 +244,53 @@ function topicsView() {
           : "",
       );
       setHtml(
+        "topics-served",
+        state.several
+          ? h`This broker (<code>${state.me}</code>) serves ${number(topics.length)} of the
+              cluster's ${number(topics.length + elsewhere.length)} topics; the figures of the
+              others are on their owners' dashboards (<a href="#/brokers">brokers</a>).`
+          : "",
+      );
+      const columns = TOPIC_COLUMNS + (state.several ? 1 : 0);
+      setHtml("topics-head", topicsHead(state.several));
+      setHtml(
         "topics-body",
-        topics.length
-          ? topics.map((t) => topicRow(t))
-          : h`<tr><td colspan="9" class="muted">No topics yet: produce to one and it appears here.</td></tr>`,
+        rows.length
+          ? rows.map((r) =>
+              r.stats ? topicRow(r.stats, state) : remoteTopicRow(r.name, state, columns),
+            )
+          : h`<tr><td colspan="${columns}" class="muted">No topics yet: produce to one and it appears here.</td></tr>`,
       );
     },
   };
 }
 
-function topicRow(t) {
+const TOPIC_COLUMNS = 9;
+
+function topicsHead(withOwner) {
+  return h`<tr><th>Topic</th>${withOwner ? h`<th>Owner</th>` : ""}
+    <th class="num">In</th><th class="num">Out</th>
+    <th class="num" title="since the broker started">Messages in</th>
+    <th class="num">Storage</th><th>Publishers</th><th>Subscriptions</th>
+    <th class="num" title="${BACKLOG_TITLE}">Backlog (entries)</th>
+    <th>READ_COMMITTED can read</th></tr>`;
+}
+
+// A topic another broker owns: its name, its owner, and where its figures are.
+function remoteTopicRow(name, state, columns) {
+  const href = ownerTopicHref(state, name);
+  const owner = state.byId.get(state.owners[name]);
+  return h`<tr data-topic="${name}" class="elsewhere">
+    <td>${href ? h`<a href="${href}">${name}</a>` : name}</td>
+    <td class="owner">${ownerCell(state, name)}</td>
+    <td colspan="${columns - 2}" class="muted">${
+      owner?.live === false
+        ? "unavailable: its owner is down, and its data waits on that broker's disk"
+        : "served by its owner: its figures are on the owner's dashboard"
+    }</td></tr>`;
+}
+
+function topicRow(t, state) {
   const subs = Object.values(t.subscriptions);
   const committed = subs.filter((s) => s.subscriptionIsolationLevel === "READ_COMMITTED").length;
   const backlog = subs.reduce((sum, s) => sum + s.msgBacklog, 0);
@@ -226,6 +305,7 @@ function topicRow(t) {
       : h`<span class="bad-text">nothing new: ${tb.state}</span>`;
   return h`<tr data-topic="${t.topic}" class="${pinned ? "pinned" : ""}">
     <td><a href="${topicHref(t.topic)}">${t.topic}</a></td>
+    ${state.several ? h`<td class="owner">${ownerCell(state, t.topic)}</td>` : ""}
     <td class="num">${rate(t.msgRateIn)}</td><td class="num">${rate(t.msgRateOut)}</td>
     <td class="num">${number(t.msgInCounter)}</td><td class="num">${bytes(t.storageSize)}</td>
     <td class="publishers">${number((t.publishers ?? []).length)}</td>
@@ -242,6 +322,8 @@ function topicView(name) {
     mount() {
       view.innerHTML = render(h`<p class="crumbs"><a href="#/">Topics</a> /</p>
         <h1 class="topic-name">${name}</h1>
+        <div id="topic-owner"></div>
+        <div id="topic-details">
         <div id="topic-alert"></div>
         <div id="topic-cards" class="cards"></div>
         <div class="columns">
@@ -263,7 +345,8 @@ function topicView(name) {
           <p class="muted">The next messages of a subscription, read at either isolation level;
             nothing is delivered or acknowledged.</p>
           <div id="peek"><p class="muted">Choose a subscription and a level above.</p></div>
-        </section>`);
+        </section>
+        </div>`);
       view.onclick = (event) => {
         const button = event.target.closest("button[data-peek]");
         if (!button) return;
@@ -273,6 +356,13 @@ function topicView(name) {
       };
     },
     async refresh() {
+      // In a cluster another broker may own it: its figures are there, not here.
+      const state = await clusterState();
+      const ownerId = state.owners[name];
+      const elsewhere = ownerId !== undefined && ownerId !== state.me;
+      document.getElementById("topic-details").hidden = elsewhere;
+      setHtml("topic-owner", elsewhere ? ownerNotice(name, state) : "");
+      if (elsewhere) return;
       const [stats, stable, internal] = await Promise.all([
         api(`${topicApi(name)}/stats`),
         api(stablePositionApi(name)),
@@ -316,6 +406,19 @@ function topicView(name) {
     },
   };
   return page;
+}
+
+function ownerNotice(name, state) {
+  const id = state.owners[name];
+  const owner = state.byId.get(id);
+  if (owner?.live) {
+    return h`<div class="alert good" id="served-elsewhere">Broker <code>${id}</code> owns this
+      topic and serves it: <a href="${ownerTopicHref(state, name)}">open it on its dashboard</a>.</div>`;
+  }
+  const since = owner?.goneSinceMs ? ` since ${timestamp(owner.goneSinceMs)}` : "";
+  return h`<div class="alert bad" id="served-elsewhere">Broker <code>${id}</code> owns this topic
+    and is down${since}: the topic is unavailable until it is back (its data waits on that
+    broker's disk).</div>`;
 }
 
 function renderTopicAlert(stable) {
@@ -528,6 +631,58 @@ function openTransactionRow(t, pinned) {
     }</td></tr>`;
 }
 
+// ------------------------------------------------------------------ brokers view
+
+const LOAD_TITLE = "As the broker last reported it (every 15 s)";
+
+function brokersView() {
+  return {
+    nav: "brokers",
+    mount() {
+      view.innerHTML = render(h`<h1>Brokers</h1>
+        <div id="cluster-cards" class="cards"></div>
+        <p class="muted">Each topic has one owner, the broker whose disk holds it. Every broker
+          serves its dashboard on its HTTP port and shows the topics it owns.</p>
+        <table class="grid-table"><thead><tr><th>Broker (gRPC)</th><th>State</th>
+          <th>Dashboard and admin API</th><th class="num">Topics owned</th>
+          <th class="num" title="${LOAD_TITLE}">Topics loaded</th>
+          <th class="num" title="${LOAD_TITLE}">Connections</th><th>Started</th>
+          <th>Version</th><th>Host (pid)</th></tr></thead>
+        <tbody id="brokers"></tbody></table>`);
+    },
+    async refresh() {
+      const state = await clusterState();
+      const live = state.brokers.filter((b) => b.live).length;
+      const cards = [
+        ["Cluster", clusterName ?? "standalone"],
+        ["Brokers live", `${live} of ${state.brokers.length}`],
+        ["Topics", number(Object.keys(state.owners).length)],
+      ];
+      setHtml(
+        "cluster-cards",
+        cards.map(([label, value]) => h`<div class="card"><div class="muted">${label}</div><b>${value}</b></div>`),
+      );
+      setHtml("brokers", state.brokers.map((b) => brokerRow(b)));
+    },
+  };
+}
+
+function brokerRow(b) {
+  const state = b.live
+    ? h`<span class="ok-text">live</span>`
+    : h`<span class="bad-text">down${b.goneSinceMs ? ` since ${timestamp(b.goneSinceMs)}` : ""}</span>`;
+  return h`<tr data-broker="${b.brokerId}" class="${b.live ? "" : "pinned"}">
+    <td><code>${b.brokerId}</code>${b.thisBroker ? h` <span class="badge here">this broker</span>` : ""}</td>
+    <td class="state">${state}</td>
+    <td>${b.httpUrl ? h`<a href="${b.httpUrl}/">${b.httpUrl}</a>` : h`<span class="muted">—</span>`}</td>
+    <td class="num owned">${number(b.ownedTopics)}</td>
+    <td class="num">${b.live ? number(b.load.loadedTopics) : "—"}</td>
+    <td class="num">${b.live ? number(b.load.connections) : "—"}</td>
+    <td>${b.startedAtMs ? `${timestamp(b.startedAtMs)} (${ago(b.startedAtMs)})` : "—"}</td>
+    <td>${b.version ?? "—"}</td>
+    <td>${b.hostname ? `${b.hostname} (${b.pid})` : "—"}</td></tr>`;
+}
+
 // ------------------------------------------------------------------ router
 
 function notFoundView(address) {
@@ -537,8 +692,8 @@ function notFoundView(address) {
       view.innerHTML = render(h`<h1>Not found</h1>
         <p id="not-found">Nothing lives at <code>${address}</code> on this dashboard.
         Its pages are <a href="#/">Topics</a>, a topic's own
-        (<code>#/topic/TENANT/NAMESPACE/TOPIC</code>) and
-        <a href="#/transactions">Transactions</a>.</p>`);
+        (<code>#/topic/TENANT/NAMESPACE/TOPIC</code>),
+        <a href="#/transactions">Transactions</a> and <a href="#/brokers">Brokers</a>.</p>`);
     },
     async refresh() {},
   };
@@ -554,6 +709,7 @@ function route() {
   }
   if (decoded.length === 0) return topicsView();
   if (decoded[0] === "transactions" && decoded.length === 1) return transactionsView();
+  if (decoded[0] === "brokers" && decoded.length === 1) return brokersView();
   if (decoded[0] === "topic" && decoded.length === 4) {
     return topicView(`persistent://${decoded.slice(1).join("/")}`);
   }
@@ -570,6 +726,7 @@ async function refreshRuntime() {
     rateHistory.clear(); // the counters started again from zero
   }
   brokerStartedAtMs = runtime.startedAtMs;
+  clusterName = runtime.cluster ?? "standalone";
   const since = document.getElementById("since");
   since.textContent = `counters since broker start ${timestamp(runtime.startedAtMs)} (${duration(runtime.uptimeMs)} ago)`;
   since.title = `stableline ${runtime.version}`;
@@ -600,6 +757,8 @@ async function show() {
   while (mine === generation) {
     if (!document.hidden) {
       try {
+        // The cluster's name, which the cluster's documents are read by, comes first.
+        if (clusterName === null) await refreshRuntime();
         await Promise.all([refreshRuntime(), page.refresh()]);
         if (mine !== generation) return;
         statusLine.textContent = `updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
