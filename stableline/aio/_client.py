@@ -203,15 +203,14 @@ class Client:
 
     async def get_partitioned_topic_metadata(self, topic: str) -> int:
         """How many partitions `topic` has; 0 when it is not partitioned."""
-        connection = self._connections.service
 
-        async def attempt() -> admin_pb.PartitionedTopicMetadata:
+        async def attempt(connection: Connection) -> admin_pb.PartitionedTopicMetadata:
             return await connection.unary(
                 connection.admin.GetPartitionedTopicMetadata, admin_pb.TopicRequest(topic=topic)
             )
 
         try:
-            response = await connection.with_retries(attempt, "partitioned topic metadata")
+            response = await self._connections.on_seeds(attempt, "partitioned topic metadata")
         except AuthorizationError:
             # A role that may not look the topic up may neither produce nor consume
             # there: the call that follows is refused with its own, precise reason.
@@ -371,15 +370,15 @@ class Client:
 
     async def new_transaction(self, timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> Transaction:
         """Open a transaction; it aborts by itself if not ended within timeout_ms."""
-        connection = self._connections.service
 
-        async def attempt() -> pb.NewTransactionResponse:
+        async def attempt(connection: Connection) -> pb.NewTransactionResponse:
             return await connection.unary(
                 connection.broker.NewTransaction, pb.NewTransactionRequest(timeout_ms=timeout_ms)
             )
 
         # A retry after a lost answer leaves the first transaction open; it times out.
-        response = await connection.with_retries(attempt, "new transaction")
+        response = await self._connections.on_seeds(attempt, "new transaction")
+        connection = self._connections.service
         if response.coordinator_address:
             # In a cluster: the broker leading the transaction's shard ends it.
             connection = self._connections.get(response.coordinator_address)
@@ -395,12 +394,11 @@ class Client:
         """Which broker serves `topic` (Pulsar's lookup; a single broker names itself).
         TopicNotFound when it does not exist and a producer of this client's role
         would not create it; needs produce or consume on it where authorization is on."""
-        connection = self._connections.service
 
-        async def attempt() -> pb.LookupResponse:
+        async def attempt(connection: Connection) -> pb.LookupResponse:
             return await connection.unary(connection.broker.Lookup, pb.LookupRequest(topic=topic))
 
-        response = await connection.with_retries(attempt, f"lookup of {topic}")
+        response = await self._connections.on_seeds(attempt, f"lookup of {topic}")
         try:
             return LookupResult.from_proto(response)
         except ValueError as error:
@@ -417,6 +415,11 @@ class Client:
                 return await open_on(connection)
             except NotOwner:
                 self._owners.pop(key, None)
+                connection = await self._owner_connection(key)
+            except BrokerUnavailable:
+                if len(self._connections.seeds) == 1 or key in self._owners:
+                    raise
+                # The service broker is away: another seed names the owner.
                 connection = await self._owner_connection(key)
         return await open_on(connection)  # a last NotOwner is the caller's
 

@@ -236,6 +236,36 @@ class ConnectionPool:
         self._connections: dict[str, Connection] = {}
         self.service = self.get(self.seeds[0])
 
+    async def on_seeds(self, attempt: Callable[[Connection], Awaitable[T]], what: str) -> T:
+        """`attempt(connection)` on the service connection, waiting out an outage as
+        `Connection.with_retries` does; with several seeds, a service broker that
+        cannot be reached is passed over for the next seed that answers, which is the
+        service connection from then on (Pulsar's multi-host service URL)."""
+        if len(self.seeds) == 1:
+            service = self.service
+            return await service.with_retries(lambda: attempt(service), what)
+
+        async def each_seed() -> T:
+            failure: BrokerUnavailable | None = None
+            first = self.service.address
+            for address in [first, *(seed for seed in self.seeds if seed != first)]:
+                connection = self.get(address)
+                try:
+                    result = await attempt(connection)
+                except BrokerUnavailable as error:
+                    failure = error
+                    continue
+                self.service = connection
+                return result
+            assert failure is not None
+            raise failure
+
+        if not any(self.get(seed)._reached for seed in self.seeds):
+            return await each_seed()  # no broker ever answered: fail at once
+        return await with_retries(
+            each_seed, self._options.backoff, self._options.operation_timeout_seconds, what
+        )
+
     def get(self, address: str) -> Connection:
         """The connection to the broker at `address`, made on first use."""
         connection = self._connections.get(address)
