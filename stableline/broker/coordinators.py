@@ -139,6 +139,7 @@ class Coordinators:
         self.on_started: Callable[[TransactionCoordinator], None] | None = None
         self._round_robin = itertools.count()
         self._starting: dict[int, asyncio.Task] = {}
+        self._taking = asyncio.Lock()
         self._joined: OrderedDict[tuple[TxnId, str, str | None], None] = OrderedDict()
 
     # ------------------------------------------------------------ life
@@ -309,18 +310,21 @@ class Coordinators:
     async def _shard_for_new(self) -> int:
         """A shard led here, in turn; leading none, one nobody leads (taken), else one
         led elsewhere, in turn."""
-        if self.local:
-            shards = sorted(self.local)
-            return shards[next(self._round_robin) % len(shards)]
-        assert self.records is not None, "the embedded store leads every shard"
-        placed = await self.records.all()
-        for shard in range(self.shard_count):
-            if shard not in placed:
-                record = await self.records.place_on_self(shard, self.broker_id)
-                if record.leader == self.broker_id:
-                    await self._start_local(shard)
-                    return shard
-        shards = sorted(placed)
+        if not self.local:
+            assert self.records is not None, "the embedded store leads every shard"
+            # One at a time: concurrent first asks take one shard, not one each.
+            async with self._taking:
+                if not self.local:
+                    placed = await self.records.all()
+                    for shard in range(self.shard_count):
+                        if shard not in placed:
+                            record = await self.records.place_on_self(shard, self.broker_id)
+                            if record.leader == self.broker_id:
+                                await self._start_local(shard)
+                                return shard
+                    shards = sorted(placed)
+                    return shards[next(self._round_robin) % len(shards)]
+        shards = sorted(self.local)
         return shards[next(self._round_robin) % len(shards)]
 
     # ------------------------------------------------------------ joining

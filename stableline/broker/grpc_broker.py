@@ -172,11 +172,28 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
             tasks: set[asyncio.Task] = set()
 
+            async def join(send: pb.ProducerSend) -> Exception | None:
+                """Record the send's transaction as writing to this topic, before its
+                entry is appended (so an end or a timeout reaches the topic); the
+                refusal that answers the send, if any. Awaited by the stream's reader,
+                in the stream's order: a join asked of another broker must not let a
+                later send append first (its sequence id would make this one a
+                duplicate)."""
+                txn_id = convert.optional_txn_id(send.metadata)
+                if txn_id is None:
+                    return None
+                try:
+                    await self.coordinators.add_topic(txn_id, str(topic.name), txn_caller)
+                except Exception as error:
+                    return error
+                return None
+
             async def append(
-                send: pb.ProducerSend, counted: int | None
+                send: pb.ProducerSend, counted: int | None, refused: Exception | None
             ) -> pb.SendReceipt | pb.SendError | None:
                 """Write one entry; its receipt, or the error that answers it (None:
-                fenced, the stream ends unanswered and the client sends it again)."""
+                fenced, the stream ends unanswered and the client sends it again).
+                `refused`: its transaction's join failed (join())."""
                 try:
                     if self.registry.failpoint is not None:  # tests hold appends here
                         await self.registry.failpoint(PUBLISH, str(topic.name))
@@ -200,11 +217,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                             )
                             + "; num_messages must count the batch's messages"
                         )
-                    if header.txn_id is not None:
-                        # Recorded before the write, so an abort (or timeout) reaches this topic.
-                        await self.coordinators.add_topic(
-                            header.txn_id, str(topic.name), txn_caller
-                        )
+                    if refused is not None:
+                        raise refused
                     position, duplicate = await topic.publish(header, send.payload, new_producer)
                     # A duplicate carries its first copy's position (-1:-1 when no longer held).
                     receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
@@ -227,8 +241,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     publisher.pending_publishes -= 1
                     in_flight.release()
 
-            async def answer_one(send: pb.ProducerSend, counted: int | None) -> None:
-                answer = await append(send, counted)
+            async def answer_one(
+                send: pb.ProducerSend, counted: int | None, refused: Exception | None
+            ) -> None:
+                answer = await append(send, counted, refused)
                 if isinstance(answer, pb.SendReceipt):
                     out.put_nowait(pb.ProduceResponse(receipt=answer))
                 elif answer is not None:
@@ -259,18 +275,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         kind = request.WhichOneof("request")
                         if kind == "send":
                             counted = await _count_messages(request.send.payload)
+                            refused = await join(request.send)
                             await in_flight.acquire()
                             publisher.pending_publishes += 1
-                            start(answer_one(request.send, counted))
+                            start(answer_one(request.send, counted, refused))
                         elif kind == "sends":
                             # Each entry appends as a lone send would, in the frame's
                             # order (sequence ids ascend within it).
                             appends = []
                             for send in request.sends.sends:
                                 counted = await _count_messages(send.payload)
+                                refused = await join(send)
                                 await in_flight.acquire()
                                 publisher.pending_publishes += 1
-                                appends.append(asyncio.create_task(append(send, counted)))
+                                appends.append(asyncio.create_task(append(send, counted, refused)))
                             start(answer_frame(appends))
                         else:
                             out.put_nowait(

@@ -296,3 +296,35 @@ def test_a_commit_waits_out_a_killed_topic_owner_and_completes_there_after_its_r
         WAIT_S,
         "the commit to complete",
     )
+
+
+def test_a_send_joining_another_brokers_transaction_keeps_its_place_in_the_stream(cluster):
+    """The join is asked of the shard's leader before the entry is written; a plain
+    send right after it must not be written first (its higher sequence id would make
+    the transactional one a duplicate)."""
+    import asyncio
+
+    from stableline.aio import Client as AsyncClient
+
+    led = _topics_led_by_each(cluster, 1)
+
+    async def run() -> list[bytes]:
+        async with AsyncClient(_broker_id(cluster.brokers[0])) as client:
+            txn = await client.new_transaction(timeout_ms=60_000)
+            shard_leader = await asyncio.to_thread(cluster.shard_leader, txn.id[0])
+            topic = next(t[0] for owner, t in led.items() if owner != shard_leader)
+            producer = await client.create_producer(topic, batching_max_publish_delay_ms=0)
+            receipts = []
+            for index in range(20):
+                receipts.append(producer.send_nowait(f"txn-{index}".encode(), txn=txn))
+                receipts.append(producer.send_nowait(f"plain-{index}".encode()))
+            for receipt in receipts:
+                await receipt
+            await txn.commit()
+            reader = await client.create_reader(topic, stableline.MessageId.earliest)
+            return [(await reader.read_next(10_000)).data() for _ in range(40)]
+
+    values = asyncio.run(run())
+    assert sorted(values) == sorted(
+        [f"txn-{i}".encode() for i in range(20)] + [f"plain-{i}".encode() for i in range(20)]
+    )

@@ -1,0 +1,82 @@
+"""The broker's coordinators over shard records (stableline/broker/coordinators.py),
+on the embedded metadata store: which shard a broker takes, and what it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from managed_ledger import MetadataStore
+from stableline.broker.coordinator_shards import ShardRecords, cluster_shard_count
+from stableline.broker.coordinators import Coordinators, named_shard
+from stableline.metadata import open_metadata_store
+from txnbuffer import TransactionLimits, TransactionNotFoundError
+
+SHARDS = 4
+
+
+class NothingToEnd:
+    async def end_on_topic(self, *args) -> None:
+        return None
+
+    async def end_acks(self, *args) -> None:
+        return None
+
+
+class NoPeers:
+    """Liveness as TopicOwnership answers it: no other broker is live."""
+
+    def live_broker(self, broker_id: str):
+        return None
+
+
+@pytest.fixture
+async def cluster_store(tmp_path: Path) -> AsyncIterator:
+    store = await open_metadata_store("", embedded_dir=tmp_path / "cluster")
+    yield store
+    await store.close()
+
+
+async def _broker(tmp_path: Path, cluster_store, broker_id: str) -> Coordinators:
+    coordinators = Coordinators(
+        MetadataStore(tmp_path / broker_id), NothingToEnd(), TransactionLimits()
+    )
+    count = await cluster_shard_count(cluster_store, "c", SHARDS)
+    coordinators.attach_cluster(ShardRecords(cluster_store, "c", count), NoPeers(), None)
+    await coordinators.start(broker_id)
+    return coordinators
+
+
+async def test_concurrent_first_transactions_through_a_broker_take_one_shard(
+    tmp_path, cluster_store
+):
+    coordinators = await _broker(tmp_path, cluster_store, "h:1")
+    opened = await asyncio.gather(*(coordinators.open(60_000, "", "", "") for _ in range(16)))
+    assert len({o.txn_id.most_bits for o in opened}) == 1
+    assert sorted(coordinators.local) == [opened[0].txn_id.most_bits]
+    assert all(o.coordinator_address == "" for o in opened)
+    await coordinators.close()
+
+
+async def test_a_restarted_broker_leads_again_the_shards_it_took_and_no_others(
+    tmp_path, cluster_store
+):
+    first = await _broker(tmp_path, cluster_store, "h:1")
+    txn = (await first.open(60_000, "", "", "")).txn_id
+    await first.close()
+    first.store.close()
+    again = await _broker(tmp_path, cluster_store, "h:1")
+    assert sorted(again.local) == [txn.most_bits]
+    assert again.get(txn).txn_id == txn  # its log, recovered from its own data dir
+    with pytest.raises(TransactionNotFoundError, match="not led here"):
+        again.get(type(txn)((txn.most_bits + 1) % SHARDS, 1))
+    await again.close()
+
+
+def test_a_named_transaction_has_one_shard_whoever_asks():
+    shards = {named_shard("role", "payments-writer", SHARDS) for _ in range(3)}
+    assert len(shards) == 1
+    assert {named_shard("role", f"writer-{i}", SHARDS) for i in range(64)} == set(range(SHARDS))
