@@ -276,39 +276,34 @@ def mean_of(rows: list):
 
 
 def commit_worker(
-    service_url: str,
-    topics: list[str],
-    loops: int,
-    seconds: float,
-    ready: mp.Queue,
-    go,
-    results: mp.Queue,
+    service_url: str, topics: list[str], seconds: float, ready: mp.Queue, go, results: mp.Queue
 ) -> None:
-    """A client process: `loops` closed loops of open, send, commit (loop j on
-    topics[j % len(topics)]) for `seconds` after `go`; puts its count, latencies and
-    CPU on `results` (a traceback if it failed)."""
+    """A client process: a closed loop of open, send, commit on each of `topics` (one
+    loop a topic, repeats allowed) for `seconds` after `go`; puts its count,
+    latencies and CPU on `results` (a traceback if it failed)."""
     try:
-        results.put(asyncio.run(_commit_loops(service_url, topics, loops, seconds, ready, go)))
+        results.put(asyncio.run(_commit_loops(service_url, topics, seconds, ready, go)))
     except BaseException:
         results.put({"error": traceback.format_exc()})
         ready.put("failed")
 
 
 async def _commit_loops(
-    service_url: str, topics: list[str], loops: int, seconds: float, ready: mp.Queue, go
+    service_url: str, topics: list[str], seconds: float, ready: mp.Queue, go
 ) -> dict:
     async with Client(service_url) as client:
-        producers = {topic: await client.create_producer(topic) for topic in set(topics)}
+        # A producer of each loop's own: each loop is a client of its own, one
+        # transaction at a time.
+        producers = [await client.create_producer(topic) for topic in topics]
 
-        async def commit_one(topic: str) -> None:
+        async def commit_one(producer) -> None:
             txn = await client.new_transaction()
-            producers[topic].send_nowait(MESSAGE, txn=txn)
+            producer.send_nowait(MESSAGE, txn=txn)
             await txn.commit()  # flushes the send and waits for its receipt first
 
-        loop_topics = [topics[j % len(topics)] for j in range(loops)]
         # Every loop once before the clock starts: connections, shards taken, topics
         # joined, first ledgers made.
-        await asyncio.gather(*(commit_one(topic) for topic in loop_topics))
+        await asyncio.gather(*(commit_one(producer) for producer in producers))
         ready.put("ready")
         await asyncio.to_thread(go.wait)
         latencies: list[float] = []
@@ -316,13 +311,13 @@ async def _commit_loops(
         started = monotonic()
         deadline = started + seconds
 
-        async def loop(topic: str) -> None:
+        async def loop(producer) -> None:
             while monotonic() < deadline:
                 begun = time.perf_counter()
-                await commit_one(topic)
+                await commit_one(producer)
                 latencies.append(time.perf_counter() - begun)
 
-        await asyncio.gather(*(loop(topic) for topic in loop_topics))
+        await asyncio.gather(*(loop(producer) for producer in producers))
         return {
             "commits": len(latencies),
             "seconds": monotonic() - started,
@@ -349,7 +344,7 @@ def commit_run(
         mine = [topics[(index * loops + j) % TOPICS] for j in range(loops)]
         worker = ctx.Process(
             target=commit_worker,
-            args=(seeds(brokers, index % len(brokers)), mine, loops, seconds, ready, go, results),
+            args=(seeds(brokers, index % len(brokers)), mine, seconds, ready, go, results),
             name=f"commits-{index}",
         )
         worker.start()
