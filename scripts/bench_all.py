@@ -1052,9 +1052,10 @@ def fig_cluster(sizes: Sizes, ctx: dict) -> list[Row]:
             "us/msg",
             "standalone broker",
             standalone["cpu_us_per_msg"]["brokers_total"],
-            note="a broker with a core of its own moves 1 / (its CPU per message): "
-            f"{largest['one_broker_core_msgs_per_s']:,} msgs/s at the busiest broker's here "
-            f"(standalone {standalone['one_broker_core_msgs_per_s']:,}); clients elsewhere",
+            note="one broker core moves 1 / this: "
+            f"{largest['msgs_per_s_per_broker_core']:,} msgs/s (standalone "
+            f"{standalone['msgs_per_s_per_broker_core']:,}); N brokers on cores of their "
+            "own, clients elsewhere: N times that",
         )
     )
     figure = (
