@@ -63,6 +63,7 @@ from results_file import finish
 from stableline import perf
 from stableline._proto import broker_pb2, broker_pb2_grpc
 from stableline.aio import Client
+from stableline.broker.coordinator_shards import shard_path, shards_dir
 from stableline.metadata import open_metadata_store
 from stableline.perf.coordination import monotonic, process_cpu_seconds
 from stableline.testing import BrokerProcess
@@ -400,10 +401,10 @@ async def shard_leaders(etcd_url: str, cluster: str, brokers: list[BrokerProcess
     index = {broker.target: i for i, broker in enumerate(brokers)}
     store = await open_metadata_store(etcd_url)
     try:
-        children = await store.children(f"/stableline/ownership/{cluster}/coordinators")
+        children = await store.children(shards_dir(cluster))
         leaders = {}
         for child in sorted(children):
-            record = await store.get(f"/stableline/ownership/{cluster}/coordinators/{child}")
+            record = await store.get(shard_path(cluster, int(child)))
             leaders[child] = index.get(json.loads(record.value)["leader"], -1)
         return leaders
     finally:
