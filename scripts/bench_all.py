@@ -85,6 +85,12 @@ class Sizes:
     metadata_puts: int = 1000
     reload_messages: int = 500_000
     reload_rounds: int = 3
+    cluster_seconds: float = 4.0  # each e2e and commit run of bench_cluster
+    cluster_brokers: str = "1,2,3"
+    cluster_rounds: int = 2  # forth and back
+    cluster_clients: int = 3
+    cluster_trials: int = 15  # first sends to new topics
+    cluster_lookups: int = 500
 
 
 QUICK = Sizes(
@@ -113,6 +119,12 @@ QUICK = Sizes(
     metadata_puts=50,
     reload_messages=5_000,
     reload_rounds=1,
+    cluster_seconds=1.0,
+    cluster_brokers="3",
+    cluster_rounds=1,
+    cluster_clients=2,
+    cluster_trials=3,
+    cluster_lookups=20,
 )
 
 
@@ -985,6 +997,138 @@ def fig_kafka(sizes: Sizes, ctx: dict) -> list[Row]:
     ]
 
 
+def fig_cluster(sizes: Sizes, ctx: dict) -> list[Row]:
+    """Brokers on one etcd beside a standalone broker under the same load (bench_cluster);
+    without an etcd on PATH only its baselines run and no row is made."""
+    result = run_script(
+        "bench_cluster.py",
+        ctx["out"] / "cluster.json",
+        "--seconds", str(sizes.cluster_seconds),
+        "--txn-seconds", str(sizes.cluster_seconds),
+        "--brokers", sizes.cluster_brokers,
+        "--rounds", str(sizes.cluster_rounds),
+        "--clients", str(sizes.cluster_clients),
+        "--trials", str(sizes.cluster_trials),
+        "--lookups", str(sizes.cluster_lookups),
+    )  # fmt: skip
+    e2e, txn = result["e2e"], result["txn"]
+    standalone = e2e["standalone"]
+    if "4_shards" not in txn:
+        progress("cluster: no etcd, so no cluster rows")
+        return []
+
+    def runs(rows: list[dict], key: str) -> str:
+        return " / ".join(f"{row[key]:,}" for row in rows)
+
+    figure = (
+        f"Cluster on one machine: e2e, {result['topics']} topics, 100 B batched (bench_cluster)"
+    )
+    rows = []
+    for name, cluster in e2e.items():
+        if name == "standalone":
+            continue
+        cpu = cluster["cpu_us_per_msg"]
+        rows.append(
+            Row(
+                figure,
+                f"{cluster['brokers']} broker(s) on etcd: msgs/s",
+                cluster["msgs_per_s"],
+                "msgs/s",
+                "1 standalone broker, embedded store",
+                standalone["msgs_per_s"],
+                note=f"runs {runs(cluster['runs'], 'msgs_per_s')} (standalone "
+                f"{runs(standalone['runs'], 'msgs_per_s')}); CPU us/msg: brokers {cpu['brokers']}, "
+                f"producers {cpu['producers']}, consumers {cpu['consumers']}, etcd {cpu['etcd']}; "
+                f"cores busy: these processes {cluster['cores_busy_ours']}, the machine "
+                f"{cluster['cores_busy_machine']}",
+            )
+        )
+    largest = e2e[max((n for n in e2e if n != "standalone"), key=lambda n: e2e[n]["brokers"])]
+    rows.append(
+        Row(
+            figure,
+            f"{largest['brokers']} brokers: broker CPU per message, summed",
+            largest["cpu_us_per_msg"]["brokers_total"],
+            "us/msg",
+            "standalone broker",
+            standalone["cpu_us_per_msg"]["brokers_total"],
+            note="one broker core moves 1 / this: "
+            f"{largest['msgs_per_s_per_broker_core']:,} msgs/s (standalone "
+            f"{standalone['msgs_per_s_per_broker_core']:,}); N brokers on cores of their "
+            "own, clients elsewhere: N times that",
+        )
+    )
+    figure = (
+        f"Cluster: 1-message transactions, {txn['4_shards']['clients']} clients x "
+        f"{txn['4_shards']['loops_per_client']} loops, 3 brokers (bench_cluster)"
+    )
+    one, four, alone = txn["1_shards"], txn["4_shards"], txn["standalone"]
+    for shards, label, baseline_label, baseline in (
+        (four, "4 coordinator shards", "1 shard", one),
+        (one, "1 coordinator shard", "1 standalone broker", alone),
+    ):
+        cpu = shards["cpu_us_per_commit"]
+        rows.append(
+            Row(
+                figure,
+                f"{label}: commits/s (open, send, commit)",
+                shards["commits_per_s"],
+                "commits/s",
+                baseline_label,
+                baseline["commits_per_s"],
+                note=f"runs {runs(shards['runs'], 'commits_per_s')} (baseline "
+                f"{runs(baseline['runs'], 'commits_per_s')}); standalone "
+                f"{alone['commits_per_s']:,}/s; loop p50 {shards['commit_loop']['p50_ms']} ms; "
+                f"CPU us/commit: brokers {cpu['brokers']}, clients {cpu['clients']}, etcd "
+                f"{cpu['etcd']}; shard -> broker {shards['shard_leaders']}",
+            )
+        )
+    rows.append(
+        Row(
+            figure,
+            "4 shards: broker CPU per commit, summed",
+            four["cpu_us_per_commit"]["brokers_total"],
+            "us",
+            "1 standalone broker",
+            alone["cpu_us_per_commit"]["brokers_total"],
+            note=f"1 shard: {one['cpu_us_per_commit']['brokers_total']:,} us",
+        )
+    )
+    lookup = result["lookup"]
+    figure = "Cluster: finding a topic's owner, client given one broker (bench_cluster)"
+    cached = lookup["owner_cached"]
+    for key, label in (
+        ("new_topic_redirected", "new topic placed on another broker (NotOwner, Lookup, connect)"),
+        ("new_topic_on_seed", "new topic placed on the broker asked"),
+    ):
+        first = lookup[key]
+        if first["count"]:
+            rows.append(
+                Row(
+                    figure,
+                    f"first open + send, {label}: p50",
+                    first["p50_ms"],
+                    "ms",
+                    "open + send, owner cached, p50",
+                    cached["p50_ms"],
+                    note=f"{first['count']} topics, max {first['max_ms']} ms",
+                )
+            )
+    rows.append(
+        Row(
+            figure,
+            "Lookup RPC (the broker's cached records), sequential: p50",
+            lookup["lookup"]["p50_us"],
+            "us",
+            "health check through the same broker, p50",
+            lookup["health_check"]["p50_us"],
+            note=f"broker CPU per call: Lookup {lookup['lookup']['broker_cpu_us']} us, health "
+            f"check {lookup['health_check']['broker_cpu_us']} us",
+        )
+    )
+    return rows
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -999,6 +1143,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "partitioned": fig_partitioned,
     "kafka": fig_kafka,
     "metadata": fig_metadata,
+    "cluster": fig_cluster,
 }
 
 

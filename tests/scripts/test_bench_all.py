@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.metadata.conftest import _find_etcd
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 GROUPS = (
@@ -30,6 +32,12 @@ GROUPS = (
     "Kafka port",
     "Metadata store",
 )
+# bench_cluster's rows, made only where an etcd can be started.
+CLUSTER_GROUPS = (
+    "Cluster on one machine: e2e",
+    "Cluster: 1-message transactions",
+    "Cluster: finding a topic's owner",
+)
 
 
 @pytest.mark.slow
@@ -39,7 +47,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
     run = run_script("bench_all.py", "--quick", "--out", tmp_path, timeout=600)
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
-    for group in GROUPS:
+    for group in GROUPS + (CLUSTER_GROUPS if _find_etcd() else ()):
         assert any(row["figure"].startswith(group) for row in rows), group
     for row in rows:
         assert row["value"] is not None, row
@@ -64,6 +72,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
         "reload.json",
         "kafka.json",
         "metadata.json",
+        "cluster.json",
     ):
         assert (tmp_path / produced).exists(), produced
 
