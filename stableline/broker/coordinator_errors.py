@@ -23,3 +23,7 @@ class CoordinatorUnavailableError(Exception):
             f"transaction coordinator shard {shard} is unavailable: its leader, broker "
             f"{leader}, is down; its transactions come back with it"
         )
+
+
+class ShardLogConflictError(Exception):
+    """This data dir holds a coordinator shard's log that another broker leads."""

@@ -41,6 +41,7 @@ from stableline.broker.convert import TXN_STATES_FROM_PROTO
 from stableline.broker.coordinator_errors import (
     CoordinatorNotLeaderError,
     CoordinatorUnavailableError,
+    ShardLogConflictError,
 )
 from stableline.broker.coordinator_shards import ShardRecords
 from stableline.broker.errors import BrokerError
@@ -61,6 +62,7 @@ from txnbuffer import (
     TxnMetadata,
     TxnState,
 )
+from txnbuffer.coordinator import COORDINATOR_DB
 from txnbuffer.failpoint import Failpoint
 
 log = logging.getLogger(__name__)
@@ -161,11 +163,36 @@ class Coordinators:
         if self.records is None:
             shards = range(self.shard_count)
         else:
+            await self._claim_logs_here(broker_id)
             records = await self.records.all()
             shards = [s for s, record in records.items() if record.leader == broker_id]
         for shard in shards:
             await self._start_local(shard)
         self.ready.set()
+
+    async def _claim_logs_here(self, broker_id: str) -> None:
+        """A shard whose log is in this data dir (a standalone run's shard 0, or a data
+        dir that led shards before) is this broker's: taken if nobody leads it, and a
+        ShardLogConflictError if another broker does, since two logs of one shard would
+        give two transactions one id."""
+        assert self.records is not None
+        for key, _ in self.store.scan_prefix(COORDINATOR_DB, "sequence:"):
+            shard = int(key.removeprefix("sequence:"))
+            if shard >= self.records.count:
+                raise ShardLogConflictError(
+                    f"this data dir holds the log of transaction coordinator shard {shard}, "
+                    f"but cluster {self.records.cluster} has {self.records.count} shards; "
+                    "start this broker in its own cluster or with a new data dir"
+                )
+            record = await self.records.place_on_self(shard, broker_id)
+            if record.leader != broker_id:
+                raise ShardLogConflictError(
+                    f"this data dir holds the log of transaction coordinator shard {shard} "
+                    f"(transactions this broker coordinated before it joined cluster "
+                    f"{self.records.cluster}), and broker {record.leader} leads that shard "
+                    "there: two logs of one shard would give two transactions one id. "
+                    "Start this broker with a new data dir, or in its own cluster"
+                )
 
     async def _start_local(self, shard: int) -> TransactionCoordinator:
         coordinator = self.local.get(shard)

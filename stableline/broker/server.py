@@ -51,6 +51,7 @@ from stableline.broker.connection_limit import (
     OpeningDeadlineInterceptor,
     add_routes,
 )
+from stableline.broker.coordinator_errors import ShardLogConflictError
 from stableline.broker.coordinator_shards import (
     DEFAULT_CLUSTER_SHARDS,
     ShardRecords,
@@ -475,7 +476,7 @@ class Broker:
                     config.cluster_name,
                 )
                 await self.coordinators.start(info.broker_id)
-        except MetadataStoreError as error:
+        except (MetadataStoreError, ShardLogConflictError) as error:
             raise StartupError(str(error)) from None
 
         for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):

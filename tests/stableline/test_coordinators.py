@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from managed_ledger import MetadataStore
+from stableline.broker.coordinator_errors import ShardLogConflictError
 from stableline.broker.coordinator_shards import ShardRecords, cluster_shard_count
 from stableline.broker.coordinators import Coordinators, named_shard
 from stableline.metadata import open_metadata_store
@@ -80,3 +81,32 @@ def test_a_named_transaction_has_one_shard_whoever_asks():
     shards = {named_shard("role", "payments-writer", SHARDS) for _ in range(3)}
     assert len(shards) == 1
     assert {named_shard("role", f"writer-{i}", SHARDS) for i in range(64)} == set(range(SHARDS))
+
+
+async def _standalone_run(path: Path) -> None:
+    """A broker's data dir after it coordinated a transaction alone (shard 0)."""
+    store = MetadataStore(path)
+    alone = Coordinators(store, NothingToEnd(), TransactionLimits())
+    await alone.start()
+    assert (await alone.open(60_000, "", "", "")).txn_id.most_bits == 0
+    await alone.close()
+    store.close()
+
+
+async def test_a_data_dir_with_a_shards_log_takes_that_shard_when_it_joins(tmp_path, cluster_store):
+    await _standalone_run(tmp_path / "h:1")
+    joined = await _broker(tmp_path, cluster_store, "h:1")
+    assert sorted(joined.local) == [0]
+    assert (await joined.open(60_000, "", "", "")).txn_id.least_bits > 1
+    await joined.close()
+
+
+async def test_a_data_dir_with_a_shards_log_another_broker_leads_is_refused(
+    tmp_path, cluster_store
+):
+    first = await _broker(tmp_path, cluster_store, "h:1")
+    assert (await first.open(60_000, "", "", "")).txn_id.most_bits == 0  # shard 0 is h:1's
+    await _standalone_run(tmp_path / "h:2")
+    with pytest.raises(ShardLogConflictError, match="broker h:1 leads that shard"):
+        await _broker(tmp_path, cluster_store, "h:2")
+    await first.close()
