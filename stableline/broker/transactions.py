@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from managed_ledger import Position, TxnId
 from stableline._proto import cluster_pb2 as cpb
@@ -21,6 +23,8 @@ from stableline.topic_name import TopicName
 from txnbuffer import TransactionNotFoundError, TxnAck, TxnState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class BrokerParticipant:
@@ -125,23 +129,34 @@ async def settle_leftovers(topic: Topic, coordinators: Coordinators) -> None:
     await coordinators.ready.wait()
     settled = 0
     for txn_id in list(topic.buffer.ongoing):
-        delay = _SETTLE_BACKOFF_S[0]
-        while True:
-            try:
-                settled += await _settle_one(topic, coordinators, txn_id)
-                break
-            except (BrokerError, CoordinatorUnavailableError) as error:
-                log.warning(
-                    "%s: cannot settle transaction %s yet (%s); asking again in %.1f s",
-                    topic.name,
-                    txn_id,
-                    error,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
+        settled += await _until_answered(
+            lambda txn_id=txn_id: _settle_one(topic, coordinators, txn_id),
+            f"{topic.name}: cannot settle transaction {txn_id} yet",
+        )
     if settled:
         log.info("%s: settled %d transactions left ongoing by the last run", topic.name, settled)
+
+
+async def _until_answered(ask: Callable[[], Awaitable[T]], what: str) -> T:
+    """`ask()` until the broker it needs answers (a shard's leader may be down or
+    restarting), waiting longer each time."""
+    delay = _SETTLE_BACKOFF_S[0]
+    while True:
+        try:
+            return await ask()
+        except (BrokerError, CoordinatorUnavailableError) as error:
+            log.warning("%s (%s); asking again in %.1f s", what, error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
+
+
+async def _ended_state(coordinators: Coordinators, txn_id: TxnId) -> TxnState:
+    """The transaction's state; ABORTED for one its coordinator does not know."""
+    try:
+        state, _ = await coordinators.state_of(txn_id)
+    except TransactionNotFoundError:
+        return TxnState.ABORTED
+    return state
 
 
 async def settle_remote_acks(
@@ -154,24 +169,10 @@ async def settle_remote_acks(
     the end of those their leader has ended (or forgotten: released), leave the
     others to the end their leader will send."""
     for subscription_name, txn_id, ids in restored:
-        delay = _SETTLE_BACKOFF_S[0]
-        while True:
-            try:
-                try:
-                    state, _ = await coordinators.state_of(txn_id)
-                except TransactionNotFoundError:
-                    state = TxnState.ABORTED
-                break
-            except (BrokerError, CoordinatorUnavailableError) as error:
-                log.warning(
-                    "%s: cannot settle acks of transaction %s yet (%s); asking again in %.1f s",
-                    topic.name,
-                    txn_id,
-                    error,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
+        state = await _until_answered(
+            lambda txn_id=txn_id: _ended_state(coordinators, txn_id),
+            f"{topic.name}: cannot settle acks of transaction {txn_id} yet",
+        )
         if not state.terminal:
             continue
         await topic.write_gate.wait_open()
