@@ -448,6 +448,7 @@ class Broker:
                 self.kafka, self.kafka_port = await start_kafka(
                     config,
                     self.registry,
+                    self.coordinators,
                     self.security.settings.tls is not None
                     or self.security.settings.authentication_enabled,
                 )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from stableline.broker.config import BrokerConfig
+    from stableline.broker.coordinators import Coordinators
     from stableline.broker.registry import TopicRegistry
     from stableline.kafka.listener import KafkaListener
 
@@ -25,7 +26,7 @@ class KafkaStartupError(Exception):
 
 
 async def start_kafka(
-    config: BrokerConfig, registry: TopicRegistry, secure: bool
+    config: BrokerConfig, registry: TopicRegistry, coordinators: Coordinators, secure: bool
 ) -> tuple[KafkaListener, int]:
     """Open the Kafka port at config.kafka_address: (the listener, its bound port)."""
     from stableline.kafka.handler import KafkaRequestHandler, KafkaSettings
@@ -49,6 +50,7 @@ async def start_kafka(
             allow_auto_topic_creation=True,
             max_message_bytes=config.max_message_size,
         ),
+        coordinators,
     )
     listener = KafkaListener(handler, config.max_message_size + FRAME_OVERHEAD_BYTES)
     try:

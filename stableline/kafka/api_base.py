@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topic import Topic
 from stableline.kafka import messages as m
@@ -44,10 +45,29 @@ class KafkaApiBase:
 
     HANDLES: ClassVar[dict[m.ApiKey, str]] = {}
 
-    def __init__(self, registry: TopicRegistry, settings: KafkaSettings) -> None:
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        settings: KafkaSettings,
+        coordinators: Coordinators | None = None,
+    ) -> None:
         self._registry = registry
         self._settings = settings
+        # The broker's transaction coordinators (None in handler unit tests).
+        self._coordinators = coordinators
         self._producer_ids = ProducerIdAllocator()
+
+    # ------------------------------------------------------------ brokers
+
+    def _this_node(self) -> m.BrokerInfo:
+        """This broker as Metadata and FindCoordinator name it."""
+        settings = self._settings
+        return m.BrokerInfo(0, settings.advertised_host, settings.advertised_port)
+
+    async def _coordinator_node(self, key: str) -> m.BrokerInfo:
+        """The broker that coordinates the consumer group or transactional id `key`
+        (FindCoordinator): this one, while the Kafka port serves one broker."""
+        return self._this_node()
 
     # ------------------------------------------------------------ topics
 

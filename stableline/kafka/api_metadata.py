@@ -35,9 +35,8 @@ class MetadataApis(KafkaApiBase):
         else:
             for short in request.topics:
                 topics.append(await self._topic_metadata(short, request.allow_auto_topic_creation))
-        settings = self._settings
-        broker = m.BrokerInfo(0, settings.advertised_host, settings.advertised_port)
-        return m.write_metadata(header.api_version, [broker], 0, topics)
+        broker = self._this_node()
+        return m.write_metadata(header.api_version, [broker], broker.node_id, topics)
 
     async def _topic_metadata(self, short: str, auto_create: bool) -> m.TopicMetadata:
         name = self._topic_name(short)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from stableline.broker.coordinators import Coordinators
 from stableline.broker.registry import TopicRegistry
 from stableline.kafka import messages as m
 from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
@@ -28,8 +29,13 @@ __all__ = ["KafkaRequestHandler", "KafkaSettings"]
 class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
     """Decodes one request frame, runs it, encodes its response (None: no response)."""
 
-    def __init__(self, registry: TopicRegistry, settings: KafkaSettings) -> None:
-        super().__init__(registry, settings)
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        settings: KafkaSettings,
+        coordinators: Coordinators | None = None,
+    ) -> None:
+        super().__init__(registry, settings, coordinators)
         self._handlers: dict[int, Callable[[Reader, m.RequestHeader], Awaitable[bytes | None]]] = {}
         for group in type(self).__mro__:
             if issubclass(group, KafkaApiBase):
