@@ -451,6 +451,7 @@ class Broker:
                     self.coordinators,
                     self.security.settings.tls is not None
                     or self.security.settings.authentication_enabled,
+                    self.membership.store,
                 )
             except KafkaStartupError as error:
                 raise StartupError(str(error)) from None

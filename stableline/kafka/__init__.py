@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stableline.broker.coordinators import Coordinators
     from stableline.broker.registry import TopicRegistry
     from stableline.kafka.listener import KafkaListener
+    from stableline.metadata import MetadataStore
 
 # Frames up to this much above the largest message are read (a Produce carries a
 # batch plus its request); larger ones are refused unread.
@@ -26,11 +27,18 @@ class KafkaStartupError(Exception):
 
 
 async def start_kafka(
-    config: BrokerConfig, registry: TopicRegistry, coordinators: Coordinators, secure: bool
+    config: BrokerConfig,
+    registry: TopicRegistry,
+    coordinators: Coordinators,
+    secure: bool,
+    metadata: MetadataStore,
 ) -> tuple[KafkaListener, int]:
-    """Open the Kafka port at config.kafka_address: (the listener, its bound port)."""
+    """Open the Kafka port at config.kafka_address: (the listener, its bound port).
+    `metadata` is the cluster's metadata store, where transactional ids are kept."""
     from stableline.kafka.handler import KafkaRequestHandler, KafkaSettings
     from stableline.kafka.listener import KafkaListener
+    from stableline.kafka.transactional_ids import TransactionalIds
+    from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 
     if secure:
         raise KafkaStartupError(
@@ -51,6 +59,7 @@ async def start_kafka(
             max_message_bytes=config.max_message_size,
         ),
         coordinators,
+        KafkaTransactionCoordinator(TransactionalIds(metadata, config.cluster_name), coordinators),
     )
     listener = KafkaListener(handler, config.max_message_size + FRAME_OVERHEAD_BYTES)
     try:

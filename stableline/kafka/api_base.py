@@ -22,6 +22,7 @@ from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topic import Topic
 from stableline.kafka import messages as m
 from stableline.kafka.producer_ids import ProducerIdAllocator
+from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionBufferNotReadyError
 
@@ -44,6 +45,9 @@ class KafkaApiBase:
     """The state the API groups share; HANDLES names the requests a group answers."""
 
     HANDLES: ClassVar[dict[m.ApiKey, str]] = {}
+    # Kafka's transaction coordinator (txn_coordinator.py); None: transactional ids
+    # and batches are refused.
+    _kafka_txns: KafkaTransactionCoordinator | None = None
 
     def __init__(
         self,

@@ -1,23 +1,26 @@
-"""Produce and InitProducerId.
+"""Produce.
 
 Produce appends through Topic.publish, so Kafka records meet the same
 de-duplication, transaction buffer and subscriptions as SDK messages. An
 idempotent producer (producer id and sequence set) is the named stableline
-producer "kafka-<id>": a retried batch is found as a duplicate and answered with
-its first copy's offset. A Produce the broker's write gate refuses (a cluster
-broker fenced: write_gate.py) answers NOT_LEADER_OR_FOLLOWER, which Kafka
-producers retry.
-
-Transactional producers (transactional.id) are refused for now: InitProducerId
-with a transactional id answers UNSUPPORTED_VERSION, and a transactional batch
-INVALID_RECORD.
+producer "kafka-<id>" ("kafka-<id>.<epoch>" past epoch 0, whose sequences start
+again): a retried batch is found as a duplicate and answered with its first
+copy's offset. A transactional batch is appended into its producer's current
+stableline transaction (txn_coordinator.py names it: the transactional id's
+producer id and epoch, for a topic added to the transaction), so its records are
+visible to READ_COMMITTED readers only once that transaction commits; a fenced
+epoch is refused with INVALID_PRODUCER_EPOCH, a topic not added with
+INVALID_TXN_STATE, and a batch claiming to be a control batch with INVALID_RECORD
+(markers are written by transaction ends alone). A Produce the broker's write
+gate refuses (a cluster broker fenced: write_gate.py) answers
+NOT_LEADER_OR_FOLLOWER, which Kafka producers retry.
 """
 
 from __future__ import annotations
 
 import logging
 
-from managed_ledger import Position
+from managed_ledger import Position, TxnId
 from managed_ledger.errors import EntryTooLargeError, ManagedLedgerError
 from stableline.broker.topic import Topic
 from stableline.broker.write_gate import BrokerFencedError
@@ -26,22 +29,20 @@ from stableline.kafka.api_base import KafkaApiBase
 from stableline.kafka.codec import MalformedRequest, Reader
 from stableline.kafka.convert import InvalidRecord, batch_to_entries
 from stableline.kafka.producer_ids import producer_name
-from stableline.kafka.records import CorruptBatch, UnsupportedCompression, decode_batches
+from stableline.kafka.records import (
+    CorruptBatch,
+    RecordBatch,
+    UnsupportedCompression,
+    decode_batches,
+)
+from stableline.kafka.txn_coordinator import TxnRefused
+from txnbuffer import TransactionEndedError
 
 log = logging.getLogger(__name__)
 
 
 class ProduceApis(KafkaApiBase):
-    HANDLES = {m.ApiKey.PRODUCE: "_produce", m.ApiKey.INIT_PRODUCER_ID: "_init_producer_id"}
-
-    # ------------------------------------------------------------ InitProducerId
-
-    async def _init_producer_id(self, reader: Reader, header: m.RequestHeader) -> bytes:
-        request = m.read_init_producer_id(reader, header.api_version)
-        if request.transactional_id is not None:
-            return m.write_init_producer_id(header.api_version, m.ErrorCode.UNSUPPORTED_VERSION)
-        producer_id = self._producer_ids.allocate()
-        return m.write_init_producer_id(header.api_version, m.ErrorCode.NONE, producer_id, 0)
+    HANDLES = {m.ApiKey.PRODUCE: "_produce"}
 
     # ------------------------------------------------------------ Produce
 
@@ -56,13 +57,17 @@ class ProduceApis(KafkaApiBase):
                         m.ProducePartitionResult(partition.index, m.ErrorCode.INVALID_REQUIRED_ACKS)
                     )
                     continue
-                out.append(await self._produce_partition(topic_data.name, partition))
+                out.append(
+                    await self._produce_partition(
+                        topic_data.name, partition, request.transactional_id
+                    )
+                )
         if request.acks == 0:
             return None  # Kafka sends nothing back to acks=0
         return m.write_produce(header.api_version, results)
 
     async def _produce_partition(
-        self, kafka_name: str, partition: m.ProducePartition
+        self, kafka_name: str, partition: m.ProducePartition, transactional_id: str | None
     ) -> m.ProducePartitionResult:
         index = partition.index
         topic = await self._topic(kafka_name, index)
@@ -82,16 +87,22 @@ class ProduceApis(KafkaApiBase):
             )
         first_offset = -1
         for batch in batches:
-            if batch.transactional or batch.control:
+            if batch.control:
                 return m.ProducePartitionResult(
                     index,
                     m.ErrorCode.INVALID_RECORD,
-                    error_message="transactional produce is not served yet",
+                    error_message="control batches are written by transaction ends, not producers",
                 )
             if not batch.records:
                 continue
+            txn_id = None
+            if batch.transactional:
+                try:
+                    txn_id = await self._transaction_of(transactional_id, batch, topic)
+                except TxnRefused as refused:
+                    return m.ProducePartitionResult(index, refused.code, error_message=str(refused))
             idempotent = batch.producer_id >= 0 and batch.base_sequence >= 0
-            name = producer_name(batch.producer_id) if idempotent else ""
+            name = producer_name(batch.producer_id, batch.producer_epoch) if idempotent else ""
             if idempotent:
                 await topic.buffer.wait_ready()
                 last = topic.buffer.producers.last(name)
@@ -102,13 +113,28 @@ class ProduceApis(KafkaApiBase):
                         error_message=f"expected sequence {last + 1}, got {batch.base_sequence}",
                     )
             try:
-                entries = batch_to_entries(batch, name)
+                entries = batch_to_entries(batch, name, txn_id)
             except InvalidRecord as error:
                 return m.ProducePartitionResult(
                     index, m.ErrorCode.INVALID_RECORD, error_message=str(error)
                 )
             try:
-                base = await self._append(topic, entries)
+                try:
+                    base = await self._append(topic, entries)
+                except TransactionEndedError:
+                    if txn_id is None:
+                        raise
+                    # Named from a record this broker had cached: read it again.
+                    entries = await self._entries_in_current(
+                        transactional_id, batch, topic, txn_id, name
+                    )
+                    base = await self._append(topic, entries)
+            except TxnRefused as refused:
+                return m.ProducePartitionResult(index, refused.code, error_message=str(refused))
+            except TransactionEndedError as error:
+                return m.ProducePartitionResult(
+                    index, m.ErrorCode.INVALID_PRODUCER_EPOCH, error_message=str(error)
+                )
             except EntryTooLargeError as error:
                 return m.ProducePartitionResult(
                     index, m.ErrorCode.MESSAGE_TOO_LARGE, error_message=str(error)
@@ -127,6 +153,40 @@ class ProduceApis(KafkaApiBase):
         return m.ProducePartitionResult(
             index, m.ErrorCode.NONE, first_offset, topic.ledger.offsets.start_offset()
         )
+
+    async def _transaction_of(
+        self, transactional_id: str | None, batch: RecordBatch, topic: Topic
+    ) -> TxnId:
+        """The stableline transaction of a transactional batch (TxnRefused: why not)."""
+        if transactional_id is None or self._kafka_txns is None:
+            raise TxnRefused(
+                m.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "a transactional batch needs the Produce request's transactional id"
+                if transactional_id is None
+                else "this Kafka port serves no transactions",
+            )
+        return await self._kafka_txns.transaction_for(
+            transactional_id, batch.producer_id, batch.producer_epoch, str(topic.name)
+        )
+
+    async def _entries_in_current(
+        self,
+        transactional_id: str,
+        batch: RecordBatch,
+        topic: Topic,
+        refused_txn: TxnId,
+        name: str,
+    ) -> list:
+        """A batch's entries again, after the topic refused its transaction as ended:
+        in the id's current transaction if it has moved on to another, else
+        TxnRefused (the transaction ended without an EndTxn: the producer is fenced)."""
+        assert self._kafka_txns is not None
+        current = await self._kafka_txns.transaction_for(
+            transactional_id, batch.producer_id, batch.producer_epoch, str(topic.name), fresh=True
+        )
+        if current == refused_txn:
+            raise self._kafka_txns.ended_refusal(transactional_id, refused_txn)
+        return batch_to_entries(batch, name, current)
 
     async def _append(self, topic: Topic, entries: list) -> int:
         """Append a batch's entries in order: the base offset of the first (for a

@@ -5,10 +5,11 @@ entry holds messages of at most one key, for Key_Shared dispatch), each entry's
 payload a MessageBatch: value -> payload, key -> partition key, headers ->
 properties, timestamp -> event time. A null value is stored as an empty payload
 (there is no tombstone yet); a key or header value that is not UTF-8 is refused
-(stableline keys and properties are text).
+(stableline keys and properties are text). A transactional batch's entries are
+in the stableline transaction its producer has open.
 Fetch: an entry becomes one batch at its base offset. A transaction's entries
 and markers carry the transaction's own producer id (producer_ids.py), marked
-transactional; a marker becomes a control batch.
+transactional, whoever wrote them; a marker becomes a control batch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from dispatcher import key_hash
-from managed_ledger import Entry, EntryHeader, EntryType
+from managed_ledger import Entry, EntryHeader, EntryType, TxnId
 from stableline._proto import broker_pb2 as pb
 from stableline._wire import plain_layout
 from stableline.kafka.codec import encode_uvarint
@@ -78,9 +79,12 @@ def _message(record: Record) -> bytes:
 _U64 = (1 << 64) - 1
 
 
-def batch_to_entries(batch: RecordBatch, producer_name: str = "") -> list[EntryToWrite]:
+def batch_to_entries(
+    batch: RecordBatch, producer_name: str = "", txn_id: TxnId | None = None
+) -> list[EntryToWrite]:
     """The entries a produced batch is stored as, in order. With a producer name
-    (an idempotent producer), each entry's sequence id is its last record's."""
+    (an idempotent producer), each entry's sequence id is its last record's; with a
+    transaction (a transactional batch), each entry is in it."""
     now_ms = int(time.time() * 1000)
     runs: list[list[Record]] = []
     for record in batch.records:
@@ -98,6 +102,7 @@ def batch_to_entries(batch: RecordBatch, producer_name: str = "") -> list[EntryT
             producer_name=producer_name,
             sequence_id=batch.base_sequence + last_delta if producer_name else -1,
             key_hash=key_hash(key) if key is not None else None,
+            txn_id=txn_id,
         )
         payload = b"".join(_message(record) for record in run)
         entries.append(EntryToWrite(header, payload, last_delta))

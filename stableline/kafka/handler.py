@@ -3,8 +3,9 @@
 The handler decodes a request's header, refuses an API or version it does not
 serve (UNSUPPORTED_VERSION, as Kafka clients expect), and hands the request to the
 API group that answers it: api_metadata (ApiVersions, Metadata), api_produce
-(Produce, InitProducerId), api_fetch (Fetch, ListOffsets). Requests of one
-connection are answered in order, one at a time (listener.py).
+(Produce), api_fetch (Fetch, ListOffsets), api_txn (InitProducerId,
+AddPartitionsToTxn, EndTxn). Requests of one connection are answered in order,
+one at a time (listener.py).
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
 from stableline.kafka.api_fetch import FetchApis
 from stableline.kafka.api_metadata import MetadataApis
 from stableline.kafka.api_produce import ProduceApis
+from stableline.kafka.api_txn import TransactionApis
 from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 
 log = logging.getLogger(__name__)
 
 __all__ = ["KafkaRequestHandler", "KafkaSettings"]
 
 
-class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
+class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, TransactionApis):
     """Decodes one request frame, runs it, encodes its response (None: no response)."""
 
     def __init__(
@@ -34,8 +37,10 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
         registry: TopicRegistry,
         settings: KafkaSettings,
         coordinators: Coordinators | None = None,
+        kafka_txns: KafkaTransactionCoordinator | None = None,
     ) -> None:
         super().__init__(registry, settings, coordinators)
+        self._kafka_txns = kafka_txns
         self._handlers: dict[int, Callable[[Reader, m.RequestHeader], Awaitable[bytes | None]]] = {}
         for group in type(self).__mro__:
             if issubclass(group, KafkaApiBase):

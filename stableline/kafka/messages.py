@@ -23,6 +23,8 @@ class ApiKey(enum.IntEnum):
     METADATA = 3
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    END_TXN = 26
 
 
 # api key -> (min version, max version) served.
@@ -33,6 +35,8 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.METADATA: (0, 8),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 1),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 2),
+    ApiKey.END_TXN: (0, 2),
 }
 # The first flexible version of each API (compact types, tagged fields).
 FIRST_FLEXIBLE: dict[int, int] = {
@@ -42,6 +46,8 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.METADATA: 9,
     ApiKey.API_VERSIONS: 3,
     ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.END_TXN: 3,
 }
 
 
@@ -51,18 +57,28 @@ class ErrorCode(enum.IntEnum):
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
     NOT_LEADER_OR_FOLLOWER = 6
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     MESSAGE_TOO_LARGE = 10
     NOT_ENOUGH_REPLICAS = 19
     INVALID_TOPIC_EXCEPTION = 17
     INVALID_REQUIRED_ACKS = 21
     UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     UNKNOWN_SERVER_ERROR = -1
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     UNSUPPORTED_COMPRESSION_TYPE = 76
     INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
 
 
 class IsolationLevel(enum.IntEnum):

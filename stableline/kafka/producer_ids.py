@@ -1,14 +1,20 @@
-"""Kafka producer ids: handed to idempotent producers, derived for SDK transactions.
+"""Kafka producer ids: handed to idempotent and transactional producers, derived for
+stableline transactions.
 
-Two disjoint ranges of positive int64, so no Kafka producer can collide with a
-transaction written through the stableline SDK:
-- below 2**62, InitProducerId hands out (milliseconds since the epoch << 12) +
-  a counter, strictly increasing within a run and across restarts as long as the
-  clock does not go back (nothing is stored);
-- at and above 2**62, a transaction's own id: 2**62 | (coordinator id, 22 bits)
-  << 40 | (the transaction's sequence, 40 bits). A read_committed client ends an
-  aborted range only at the abort marker of the same producer id, so every SDK
-  transaction is its own producer (epoch 0), and its markers carry that id.
+Three disjoint ranges of positive int64, so no two producers a Kafka client can
+meet share an id:
+- below 2**61, InitProducerId without a transactional id hands out (milliseconds
+  since the epoch << 12) + a counter, strictly increasing within a run and across
+  restarts as long as the clock does not go back (nothing is stored);
+- from 2**61, a transactional id's producer id: 2**61 + a revision of the cluster's
+  metadata store (transactional_ids.py), unique in that store, kept with the id;
+- at and above 2**62, a stableline transaction's own id: 2**62 | (coordinator id,
+  22 bits) << 40 | (the transaction's sequence, 40 bits). This is the id every
+  transactional entry and marker carries in a Fetch, whoever wrote it (a Kafka
+  transactional producer or the stableline SDK): a read_committed client ends an
+  aborted range only at the abort marker of the producer id the aborted-transactions
+  list names, so data batches, markers and that list must agree, and one id per
+  stableline transaction (epoch 0) is what they can all derive from the TxnId.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 
 from managed_ledger import TxnId
 
+_TRANSACTIONAL_BASE = 1 << 61
 _SDK_BASE = 1 << 62
 _SEQUENCE_BITS = 40
 _COORDINATOR_BITS = 22
@@ -30,14 +37,23 @@ def sdk_txn_producer_id(txn_id: TxnId) -> int:
     return _SDK_BASE | coordinator << _SEQUENCE_BITS | sequence
 
 
-def producer_name(producer_id: int) -> str:
-    """The stableline producer name of an idempotent Kafka producer (de-duplication
-    of its batches is stableline's per-name sequence check)."""
-    return f"kafka-{producer_id}"
+def transactional_producer_id(revision: int) -> int:
+    """The producer id of a transactional id, from a metadata store revision."""
+    assert 0 < revision < _SDK_BASE - _TRANSACTIONAL_BASE, revision
+    return _TRANSACTIONAL_BASE + revision
+
+
+def producer_name(producer_id: int, epoch: int = 0) -> str:
+    """The stableline producer name of an idempotent or transactional Kafka producer
+    (de-duplication of its batches is stableline's per-name sequence check). A new
+    epoch starts its sequences at 0 again, so it is a producer of its own."""
+    if epoch <= 0:
+        return f"kafka-{producer_id}"
+    return f"kafka-{producer_id}.{epoch}"
 
 
 class ProducerIdAllocator:
-    """Hands out producer ids below 2**62, increasing, unique across restarts."""
+    """Hands out producer ids below 2**61, increasing, unique across restarts."""
 
     def __init__(self) -> None:
         self._last = 0
@@ -45,5 +61,5 @@ class ProducerIdAllocator:
     def allocate(self) -> int:
         candidate = int(time.time() * 1000) << 12
         self._last = max(candidate, self._last + 1)
-        assert self._last < _SDK_BASE
+        assert self._last < _TRANSACTIONAL_BASE
         return self._last

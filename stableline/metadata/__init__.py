@@ -40,6 +40,10 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
     /stableline/ownership/{cluster}/coordinators/{shard}
         The same record for coordinator shard `shard` (0..K-1): a transaction id's
         high half names its shard, whose leader decides and ends the transaction.
+    /stableline/kafka/{cluster}/transactional-ids/{percent-encoded id}
+        A Kafka transactional.id (stableline/kafka/transactional_ids.py): its producer
+        id, epoch, transaction timeout, and the stableline transaction it has open
+        with the topics added to it. Changed only by compare-and-set.
 """
 
 from stableline.metadata.brokers import (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 from stableline.metadata.errors import InvalidPath
 
@@ -72,6 +73,13 @@ def partitioned_topics_dir() -> str:
 def partitioned_topic_path(topic: str) -> str:
     """A partitioned topic's count, "tenant/namespace/topic"."""
     return f"{partitioned_topics_dir()}/{_checked(topic, 3)}"
+
+
+def kafka_transactional_id_path(cluster: str, transactional_id: str) -> str:
+    """A Kafka transactional id's producer id, epoch and current transaction; the id
+    is percent-encoded into one segment (Kafka allows any string)."""
+    segment = quote(transactional_id, safe="")
+    return f"{ROOT}/kafka/{check_cluster_name(cluster)}/transactional-ids/{segment}"
 
 
 def relative_segments(directory: str, path: str) -> list[str]:

@@ -1,0 +1,171 @@
+"""Kafka transactional ids as the cluster's metadata store keeps them.
+
+One record per transactional.id (layout.kafka_transactional_id_path): its producer
+id, its epoch, the transaction timeout it was initialised with, the stableline
+transaction it has open (if any) with the topics added to it, and how its last
+transaction ended. The store is the broker's cluster metadata store: the embedded
+one in the data dir for a lone broker, etcd for a cluster, so a record survives
+restarts and every broker reads the same one.
+
+Promises:
+- A record changes only by compare-and-set on the version it was read at
+  (`write`): of two writers acting on one id at once, one wins and the other gets
+  BadVersion, having changed nothing.
+- A transactional id's producer id is allocated once, when its record is first
+  initialised: 2**61 + the store revision of its creation (producer_ids.py),
+  unique in the store. It changes only if the epoch would pass MAX_EPOCH.
+- Reads come from a cache of at most MAX_CACHED records, kept current by every
+  write made through this object; `read(fresh=True)` asks the store (what a
+  broker does when the cached record disagrees with a request, since another
+  broker may have written it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+from managed_ledger import TxnId
+from stableline.metadata import AlreadyExists, BadVersion, MetadataStore
+from stableline.metadata.layout import kafka_transactional_id_path
+
+MAX_CACHED = 10_000
+# Kafka's epochs are int16; past this a producer id is replaced (Kafka does the same).
+MAX_EPOCH = 32_766
+
+
+class EndResult:
+    COMMIT = "commit"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalIdRecord:
+    # -1 until the first InitProducerId has completed.
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    # The stableline transaction the producer has open, and the topics added to it.
+    txn_id: TxnId | None = None
+    topics: tuple[str, ...] = ()
+    # How the last transaction ended by the producer's EndTxn ("commit" / "abort"),
+    # so a retried EndTxn is answered as the first was; None after an init.
+    last_end: str | None = None
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "producerId": self.producer_id,
+                "epoch": self.epoch,
+                "timeoutMs": self.timeout_ms,
+                "txn": None if self.txn_id is None else str(self.txn_id),
+                "topics": list(self.topics),
+                "lastEnd": self.last_end,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> TransactionalIdRecord:
+        data = json.loads(raw)
+        txn = data["txn"]
+        txn_id = None
+        if txn is not None:
+            most, least = txn.split(":")
+            txn_id = TxnId(int(most), int(least))
+        return cls(
+            data["producerId"],
+            data["epoch"],
+            data["timeoutMs"],
+            txn_id,
+            tuple(data["topics"]),
+            data["lastEnd"],
+        )
+
+    def ended(self, result: str) -> TransactionalIdRecord:
+        """This record once its transaction ended by the producer's EndTxn."""
+        return replace(self, txn_id=None, topics=(), last_end=result)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A record as read: with the version a compare-and-set names, and the store
+    revision of its creation (what its producer id is made from)."""
+
+    record: TransactionalIdRecord
+    version: int
+    created_revision: int
+    modified_revision: int
+
+
+class TransactionalIds:
+    """The records of one cluster's transactional ids, read through a cache."""
+
+    def __init__(self, store: MetadataStore, cluster: str) -> None:
+        self._store = store
+        self._cluster = cluster
+        self._cache: OrderedDict[str, StoredRecord] = OrderedDict()
+
+    def _path(self, transactional_id: str) -> str:
+        return kafka_transactional_id_path(self._cluster, transactional_id)
+
+    async def read(self, transactional_id: str, fresh: bool = False) -> StoredRecord | None:
+        """The id's record (None if it was never initialised)."""
+        if not fresh:
+            cached = self._cache.get(transactional_id)
+            if cached is not None:
+                self._cache.move_to_end(transactional_id)
+                return cached
+        found = await self._store.get(self._path(transactional_id))
+        if found is None:
+            self._cache.pop(transactional_id, None)
+            return None
+        stored = StoredRecord(
+            TransactionalIdRecord.from_json(found.value),
+            found.stat.version,
+            found.stat.created_revision,
+            found.stat.modified_revision,
+        )
+        self._remember(transactional_id, stored)
+        return stored
+
+    async def create(self, transactional_id: str, timeout_ms: int) -> StoredRecord:
+        """The id's record, made (not yet initialised: epoch -1) if there is none."""
+        record = TransactionalIdRecord(-1, -1, timeout_ms)
+        try:
+            stat = await self._store.put(
+                self._path(transactional_id), record.to_json(), expected_version=-1
+            )
+        except AlreadyExists:
+            found = await self.read(transactional_id, fresh=True)
+            assert found is not None, "created by another, and deleted since"
+            return found
+        stored = StoredRecord(record, stat.version, stat.created_revision, stat.modified_revision)
+        self._remember(transactional_id, stored)
+        return stored
+
+    async def write(
+        self, transactional_id: str, read: StoredRecord, record: TransactionalIdRecord
+    ) -> StoredRecord:
+        """Replace the record read as `read` by `record`; BadVersion (and the cached
+        copy forgotten) if it changed since."""
+        try:
+            stat = await self._store.put(
+                self._path(transactional_id), record.to_json(), expected_version=read.version
+            )
+        except BadVersion:
+            self._cache.pop(transactional_id, None)
+            raise
+        stored = StoredRecord(record, stat.version, stat.created_revision, stat.modified_revision)
+        self._remember(transactional_id, stored)
+        return stored
+
+    def _remember(self, transactional_id: str, stored: StoredRecord) -> None:
+        cached = self._cache.get(transactional_id)
+        if cached is not None and cached.modified_revision > stored.modified_revision:
+            return  # a read that began before a write here ended after it
+        self._cache[transactional_id] = stored
+        self._cache.move_to_end(transactional_id)
+        while len(self._cache) > MAX_CACHED:
+            self._cache.popitem(last=False)

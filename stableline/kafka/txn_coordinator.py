@@ -1,0 +1,366 @@
+"""Kafka's transaction coordinator on stableline transactions.
+
+A transactional.id has a producer id and an epoch (transactional_ids.py, in the
+cluster's metadata store), and each of its Kafka transactions is one stableline
+transaction: opened through the broker's Coordinators at the producer's first
+AddPartitionsToTxn (each added partition's topic joined to it before the answer,
+so its end reaches them), fed by the producer's transactional batches
+(`transaction_for` names it to Produce), and ended by EndTxn with the stableline
+coordinator's own end, which writes the commit or abort marker into every topic
+added. So SDK READ_COMMITTED subscriptions, Spark and Kafka read_committed
+consumers all see a Kafka transaction only once it has committed, and never if it
+aborts.
+
+Where it lives: the id's record is in the cluster's metadata store, so whichever
+broker FindCoordinator names acts on it (every change a compare-and-set; with the
+embedded store, this one broker), and the brokers owning its partitions read it to
+admit batches. Its stableline transaction is opened on a shard this broker leads
+when it leads one (Coordinators.open); one led elsewhere is ended on its leader.
+
+Promises:
+- InitProducerId gives the id's producer id (allocated once) with an epoch one
+  higher than the last. The transaction the id left open is aborted first (one
+  already decided is completed as decided), so an older producer's records never
+  become visible, and that producer's later requests are refused as fenced:
+  PRODUCER_FENCED (raised here; the API layer answers INVALID_PRODUCER_EPOCH to
+  versions older than the error) and INVALID_PRODUCER_EPOCH for its batches.
+- A transaction that ended without its producer's EndTxn (its timeout passed, and
+  the stableline coordinator aborted it) fences its producer, as Kafka's
+  coordinator does by raising the epoch when it times a transaction out.
+- A batch is admitted only with the id's current producer id and epoch, into its
+  open transaction, for a topic added to it (INVALID_TXN_STATE otherwise).
+- EndTxn retried after it completed is answered as the first time; after a crash
+  it finds its transaction as the coordinator's log left it (decided ends are
+  completed) and answers accordingly.
+- Requests for one id are handled one at a time on this broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import grpc
+
+from managed_ledger import TxnId
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import broker_pb2_grpc
+from stableline.broker.coordinator_errors import CoordinatorNotLeaderError
+from stableline.broker.coordinators import Coordinators
+from stableline.broker.peers import peer_error
+from stableline.kafka.messages import ErrorCode
+from stableline.kafka.producer_ids import transactional_producer_id
+from stableline.kafka.transactional_ids import (
+    MAX_EPOCH,
+    EndResult,
+    StoredRecord,
+    TransactionalIdRecord,
+    TransactionalIds,
+)
+from stableline.metadata import BadVersion
+from txnbuffer import TransactionEndedError, TransactionNotFoundError, TxnState
+
+log = logging.getLogger(__name__)
+
+# Kafka's default transaction.max.timeout.ms: a longer transaction.timeout.ms is
+# refused with INVALID_TRANSACTION_TIMEOUT.
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+class TxnRefused(Exception):
+    """A transactional request refused with a Kafka error code (and why, for the log
+    and for Produce's error message)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _KeyedLocks:
+    """One asyncio.Lock per key while anyone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+class KafkaTransactionCoordinator:
+    def __init__(
+        self,
+        ids: TransactionalIds,
+        coordinators: Coordinators,
+        max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+    ) -> None:
+        self._ids = ids
+        self._coordinators = coordinators
+        self._max_timeout_ms = max_timeout_ms
+        self._locks = _KeyedLocks()
+
+    # ------------------------------------------------------------ InitProducerId
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+        """(producer id, epoch) for a new producer of `transactional_id`."""
+        if not transactional_id:
+            raise TxnRefused(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+        if not 0 < timeout_ms <= self._max_timeout_ms:
+            raise TxnRefused(
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                f"transaction.timeout.ms {timeout_ms} is not in 1..{self._max_timeout_ms}",
+            )
+        async with self._locks.hold(transactional_id):
+            stored = await self._ids.read(transactional_id, fresh=True)
+            if stored is None:
+                stored = await self._ids.create(transactional_id, timeout_ms)
+            record = stored.record
+            if record.txn_id is not None:
+                state = await self._finish(record.txn_id, commit=False)
+                log.info(
+                    "kafka: transactional id %r initialised again: its transaction %s is %s",
+                    transactional_id,
+                    record.txn_id,
+                    "forgotten" if state is None else state.value,
+                )
+            producer_id, epoch = record.producer_id, record.epoch + 1
+            if producer_id < 0:
+                producer_id = transactional_producer_id(stored.created_revision)
+            elif epoch > MAX_EPOCH:
+                # Epochs are int16: a new producer id, from this record's last write.
+                producer_id, epoch = transactional_producer_id(stored.modified_revision), 0
+            await self._write(
+                transactional_id, stored, TransactionalIdRecord(producer_id, epoch, timeout_ms)
+            )
+            return producer_id, epoch
+
+    # ------------------------------------------------------------ AddPartitionsToTxn
+
+    async def add_topics(
+        self, transactional_id: str, producer_id: int, epoch: int, topics: list[str], client: str
+    ) -> None:
+        """Join `topics` (stableline topic names) to the id's transaction, opening it
+        if none is open."""
+        async with self._locks.hold(transactional_id):
+            stored = await self._current(transactional_id, producer_id, epoch)
+            record = stored.record
+            txn_id = record.txn_id
+            opened = txn_id is None
+            if txn_id is None:
+                txn_id = (await self._coordinators.open(record.timeout_ms, "", "", client)).txn_id
+            added = tuple(topic for topic in dict.fromkeys(topics) if topic not in record.topics)
+            try:
+                for topic in added:
+                    await self._coordinators.add_topic(txn_id, topic, None)
+                if not added and not await self._is_open(txn_id):
+                    raise TransactionEndedError(f"transaction {txn_id} has ended")
+            except TransactionEndedError:
+                assert not opened, "a transaction just opened ended at once"
+                await self._fence_timed_out(transactional_id, stored)
+            if not added and not opened:
+                return  # Kafka's shortcut: every partition is in the transaction already
+            updated = replace(record, txn_id=txn_id, topics=record.topics + added, last_end=None)
+            try:
+                await self._write(transactional_id, stored, updated)
+            except TxnRefused:
+                if opened:  # nobody else knows of it: no reason to let it time out
+                    with contextlib.suppress(Exception):
+                        await self._finish(txn_id, commit=False)
+                raise
+
+    # ------------------------------------------------------------ EndTxn
+
+    async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """Commit or abort the id's transaction: returns once its markers are written
+        into every topic added to it."""
+        wanted = EndResult.COMMIT if commit else EndResult.ABORT
+        async with self._locks.hold(transactional_id):
+            stored = await self._current(transactional_id, producer_id, epoch)
+            record = stored.record
+            if record.txn_id is None:
+                if record.last_end == wanted:
+                    return  # a retry of the end that completed
+                raise TxnRefused(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"transactional id {transactional_id!r} has no transaction open to {wanted}",
+                )
+            state = await self._finish(record.txn_id, commit)
+            if state is TxnState.COMMITTED and not commit:
+                # Committed by an end whose answer was lost (a crash before the record
+                # said so); Kafka refuses an abort after a commit.
+                await self._write(transactional_id, stored, record.ended(EndResult.COMMIT))
+                raise TxnRefused(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"transaction {record.txn_id} of {transactional_id!r} committed already",
+                )
+            if state is None or state.commits != commit:
+                await self._fence_timed_out(transactional_id, stored)
+            await self._write(transactional_id, stored, record.ended(wanted))
+
+    # ------------------------------------------------------------ Produce
+
+    async def transaction_for(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str, fresh: bool = False
+    ) -> TxnId:
+        """The stableline transaction a transactional batch of (producer id, epoch)
+        for `topic` belongs to; TxnRefused with the Produce error otherwise. Read
+        from the cache first, then (on a disagreement, or with `fresh`) the store."""
+        stored = await self._ids.read(transactional_id, fresh)
+        try:
+            return self._admitted(transactional_id, stored, producer_id, epoch, topic)
+        except TxnRefused:
+            if fresh:
+                raise
+        return await self.transaction_for(transactional_id, producer_id, epoch, topic, True)
+
+    @staticmethod
+    def _admitted(
+        transactional_id: str, stored: StoredRecord | None, producer_id: int, epoch: int, topic: str
+    ) -> TxnId:
+        if stored is None or stored.record.producer_id != producer_id:
+            raise TxnRefused(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"producer id {producer_id} is not transactional id {transactional_id!r}'s",
+            )
+        record = stored.record
+        if epoch != record.epoch:
+            raise TxnRefused(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer epoch {epoch} of {transactional_id!r} is fenced: the current "
+                f"epoch is {record.epoch}",
+            )
+        if record.txn_id is None or topic not in record.topics:
+            raise TxnRefused(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{topic} was not added to a transaction of {transactional_id!r} "
+                "(AddPartitionsToTxn comes first)",
+            )
+        return record.txn_id
+
+    def ended_refusal(self, transactional_id: str, txn_id: TxnId) -> TxnRefused:
+        """What a batch for an ended transaction the record still names is told."""
+        return TxnRefused(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"transaction {txn_id} of {transactional_id!r} has ended without the "
+            "producer's EndTxn (its transaction.timeout.ms passed): the producer is fenced",
+        )
+
+    # ------------------------------------------------------------ helpers
+
+    async def _current(self, transactional_id: str, producer_id: int, epoch: int) -> StoredRecord:
+        """The id's record, read from the store, if (producer id, epoch) is its producer."""
+        stored = await self._ids.read(transactional_id, fresh=True)
+        if stored is None or stored.record.producer_id != producer_id:
+            raise TxnRefused(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"producer id {producer_id} is not transactional id {transactional_id!r}'s "
+                "(InitProducerId comes first)",
+            )
+        if stored.record.epoch != epoch:
+            raise TxnRefused(
+                ErrorCode.PRODUCER_FENCED,
+                f"producer epoch {epoch} of {transactional_id!r} is fenced: a producer "
+                f"initialised it again (epoch {stored.record.epoch})",
+            )
+        return stored
+
+    async def _write(
+        self, transactional_id: str, stored: StoredRecord, record: TransactionalIdRecord
+    ) -> StoredRecord:
+        try:
+            return await self._ids.write(transactional_id, stored, record)
+        except BadVersion:
+            # Another broker acted on the id meanwhile; the client retries and we re-read.
+            raise TxnRefused(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"transactional id {transactional_id!r} changed meanwhile; retry",
+            ) from None
+
+    async def _fence_timed_out(self, transactional_id: str, stored: StoredRecord) -> None:
+        """The id's transaction ended without an EndTxn: raise its epoch (as Kafka's
+        coordinator does at a timeout) and refuse the request as fenced."""
+        record = stored.record
+        await self._write(
+            transactional_id,
+            stored,
+            TransactionalIdRecord(record.producer_id, record.epoch + 1, record.timeout_ms),
+        )
+        raise TxnRefused(
+            ErrorCode.PRODUCER_FENCED,
+            f"transaction {record.txn_id} of {transactional_id!r} ended without the "
+            f"producer's EndTxn (its transaction.timeout.ms of {record.timeout_ms} ms "
+            "passed): the producer is fenced",
+        )
+
+    async def _is_open(self, txn_id: TxnId) -> bool:
+        try:
+            state, _ = await self._coordinators.state_of(txn_id)
+        except TransactionNotFoundError:
+            return False
+        return state is TxnState.OPEN
+
+    async def _finish(self, txn_id: TxnId, commit: bool) -> TxnState | None:
+        """End the transaction as asked if it is open, or complete the end decided
+        for it: its final state, None if its coordinator has forgotten it."""
+        try:
+            coordinator = await self._coordinators.deciding(txn_id)
+        except CoordinatorNotLeaderError as error:
+            return await self._finish_on(error.leader_address, txn_id, commit)
+        except TransactionNotFoundError:
+            return None
+        try:
+            meta = coordinator.get(txn_id)
+        except TransactionNotFoundError:
+            return None
+        if meta.state.terminal:
+            return meta.state
+        # Decided already (a timeout, an end before a crash): that end is completed.
+        return await coordinator.end(
+            txn_id, commit if meta.state is TxnState.OPEN else meta.state.commits
+        )
+
+    async def _finish_on(self, address: str, txn_id: TxnId, commit: bool) -> TxnState | None:
+        """_finish for a transaction whose shard the broker at `address` leads: asked
+        of it as a client would, with this broker's own credentials."""
+        peers = self._coordinators.peers
+        assert peers is not None, "a shard led elsewhere means a cluster"
+        try:
+            state, _ = await self._coordinators.state_of(txn_id)
+        except TransactionNotFoundError:
+            return None
+        if state.terminal:
+            return state
+        request = pb.EndTransactionRequest(
+            txn_id=pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits),
+            action=pb.TXN_ACTION_COMMIT
+            if (commit if state is TxnState.OPEN else state.commits)
+            else pb.TXN_ACTION_ABORT,
+        )
+        stub = broker_pb2_grpc.BrokerStub(peers.channel(address))
+        try:
+            response = await stub.EndTransaction(
+                request, timeout=peers.timeout_s, metadata=peers.metadata
+            )
+        except grpc.aio.AioRpcError as error:
+            refusal = peer_error(address, error)
+            if refusal.code != "TransactionEnded":
+                raise refusal from None
+            # It ended meanwhile (its timeout): as it ended.
+            state, _ = await self._coordinators.state_of(txn_id)
+            return state
+        return TxnState(response.state)
