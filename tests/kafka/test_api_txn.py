@@ -252,3 +252,53 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(kafka
     epoch = wire.epoch
     assert wire.init() == 0 and wire.epoch == epoch + 2  # the timeout raised it once
     assert committed_values(kafka_broker, 1) == [b"plain"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["restart", "kill -9"])
+def test_a_transaction_open_across_a_broker_stop_keeps_its_offsets_and_can_still_commit(
+    kafka_broker, wire, stop
+):
+    assert wire.init() == 0
+    assert wire.add({TOPIC: [0]}) == {(TOPIC, 0): 0}
+    assert wire.produce([b"t0", b"t1"]) == (0, 1)
+    assert offsets(kafka_broker) == (3, 1)
+    wire.close()
+    if stop == "kill -9":
+        kafka_broker.kill()
+        kafka_broker.start()
+    else:
+        kafka_broker.restart()
+    assert offsets(kafka_broker) == (3, 1)
+    again = TxnWire(kafka_broker.bootstrap)
+    again.producer_id, again.epoch, again.sequence = wire.producer_id, wire.epoch, 2
+    assert again.add({TOPIC: [0]}) == {(TOPIC, 0): 0}  # in the transaction already
+    assert again.produce([b"t2"]) == (0, 3)
+    assert again.end(commit=True) == 0
+    assert offsets(kafka_broker) == (5, 5)
+    assert committed_values(kafka_broker, 4) == [b"plain", b"t0", b"t1", b"t2"]
+    again.close()
+
+
+@pytest.mark.slow
+def test_an_id_initialised_again_after_a_kill_aborts_the_open_transaction_and_fences(
+    kafka_broker, wire
+):
+    assert wire.init() == 0
+    assert wire.add({TOPIC: [0]}) == {(TOPIC, 0): 0}
+    assert wire.produce([b"t0"]) == (0, 1)
+    wire.close()
+    kafka_broker.kill()
+    kafka_broker.start()
+    assert offsets(kafka_broker) == (2, 1)
+    newer = TxnWire(kafka_broker.bootstrap)
+    assert newer.init() == 0 and newer.epoch == wire.epoch + 1
+    assert newer.producer_id == wire.producer_id  # kept in the metadata store
+    assert offsets(kafka_broker) == (3, 3)
+    old = TxnWire(kafka_broker.bootstrap)
+    old.producer_id, old.epoch, old.sequence = wire.producer_id, wire.epoch, 1
+    assert old.end(commit=True) == FENCED
+    assert old.produce([b"t1"]) == (OLD_EPOCH, -1)
+    assert committed_values(kafka_broker, 1) == [b"plain"]
+    old.close()
+    newer.close()
