@@ -48,6 +48,9 @@ async def start_kafka(
     host, _, port_text = config.kafka_address.rpartition(":")
     if not host or not port_text.isdigit():
         raise KafkaStartupError(f"--kafka {config.kafka_address!r}: expected HOST:PORT")
+    kafka_txns = KafkaTransactionCoordinator(
+        TransactionalIds(metadata, config.cluster_name), coordinators
+    )
     handler = KafkaRequestHandler(
         registry,
         KafkaSettings(
@@ -59,7 +62,7 @@ async def start_kafka(
             max_message_bytes=config.max_message_size,
         ),
         coordinators,
-        KafkaTransactionCoordinator(TransactionalIds(metadata, config.cluster_name), coordinators),
+        kafka_txns,
     )
     listener = KafkaListener(handler, config.max_message_size + FRAME_OVERHEAD_BYTES)
     try:
@@ -67,4 +70,5 @@ async def start_kafka(
     except OSError as error:
         raise KafkaStartupError(f"--kafka {config.kafka_address}: cannot listen: {error}") from None
     handler.advertise_port(port)
+    kafka_txns.start()
     return listener, port

@@ -50,6 +50,11 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, TransactionApis)
         missing = set(m.SUPPORTED) - set(self._handlers)
         assert not missing, f"served but not answered: {missing}"
 
+    async def close(self) -> None:
+        """Stop what runs in the background (the port is closed)."""
+        if self._kafka_txns is not None:
+            await self._kafka_txns.close()
+
     def advertise_port(self, port: int) -> None:
         """The bound port (when the address asked for port 0), told in Metadata."""
         self._settings.advertised_port = port

@@ -46,6 +46,7 @@ class KafkaListener:
                 await task
         if self._server is not None:
             await self._server.wait_closed()
+        await self._handler.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -14,6 +14,8 @@ Promises:
 - A transactional id's producer id is allocated once, when its record is first
   initialised: 2**61 + the store revision of its creation (producer_ids.py),
   unique in the store. It changes only if the epoch would pass MAX_EPOCH.
+- A record no producer has changed for EXPIRATION_MS is deleted by `expire` (as
+  Kafka expires an idle transactional.id), so records are bounded by the ids in use.
 - Reads come from a cache of at most MAX_CACHED records, kept current by every
   write made through this object; `read(fresh=True)` asks the store (what a
   broker does when the cached record disagrees with a request, since another
@@ -23,14 +25,20 @@ Promises:
 from __future__ import annotations
 
 import json
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from urllib.parse import unquote
 
 from managed_ledger import TxnId
-from stableline.metadata import AlreadyExists, BadVersion, MetadataStore
-from stableline.metadata.layout import kafka_transactional_id_path
+from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, NotFound
+from stableline.metadata.layout import kafka_transactional_id_path, kafka_transactional_ids_dir
 
 MAX_CACHED = 10_000
+# An id no producer has initialised or used for this long is forgotten (its next
+# producer gets a new producer id), as Kafka's transactional.id.expiration.ms.
+EXPIRATION_MS = 7 * 24 * 3600 * 1000
 # Kafka's epochs are int16; past this a producer id is replaced (Kafka does the same).
 MAX_EPOCH = 32_766
 
@@ -52,6 +60,9 @@ class TransactionalIdRecord:
     # How the last transaction ended by the producer's EndTxn ("commit" / "abort"),
     # so a retried EndTxn is answered as the first was; None after an init.
     last_end: str | None = None
+    # When the producer last changed it (ms since the epoch): an id idle for
+    # EXPIRATION_MS is forgotten.
+    updated_ms: int = 0
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -62,6 +73,7 @@ class TransactionalIdRecord:
                 "txn": None if self.txn_id is None else str(self.txn_id),
                 "topics": list(self.topics),
                 "lastEnd": self.last_end,
+                "updatedMs": self.updated_ms,
             },
             separators=(",", ":"),
         ).encode()
@@ -81,6 +93,7 @@ class TransactionalIdRecord:
             txn_id,
             tuple(data["topics"]),
             data["lastEnd"],
+            data["updatedMs"],
         )
 
     def ended(self, result: str) -> TransactionalIdRecord:
@@ -102,10 +115,16 @@ class StoredRecord:
 class TransactionalIds:
     """The records of one cluster's transactional ids, read through a cache."""
 
-    def __init__(self, store: MetadataStore, cluster: str) -> None:
+    def __init__(
+        self, store: MetadataStore, cluster: str, clock: Callable[[], float] = time.time
+    ) -> None:
         self._store = store
         self._cluster = cluster
+        self._clock = clock  # stamps each write (updated_ms)
         self._cache: OrderedDict[str, StoredRecord] = OrderedDict()
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     def _path(self, transactional_id: str) -> str:
         return kafka_transactional_id_path(self._cluster, transactional_id)
@@ -132,7 +151,7 @@ class TransactionalIds:
 
     async def create(self, transactional_id: str, timeout_ms: int) -> StoredRecord:
         """The id's record, made (not yet initialised: epoch -1) if there is none."""
-        record = TransactionalIdRecord(-1, -1, timeout_ms)
+        record = TransactionalIdRecord(-1, -1, timeout_ms, updated_ms=self._now_ms())
         try:
             stat = await self._store.put(
                 self._path(transactional_id), record.to_json(), expected_version=-1
@@ -149,7 +168,8 @@ class TransactionalIds:
         self, transactional_id: str, read: StoredRecord, record: TransactionalIdRecord
     ) -> StoredRecord:
         """Replace the record read as `read` by `record`; BadVersion (and the cached
-        copy forgotten) if it changed since."""
+        copy forgotten) if it changed since. The record is stamped with the time."""
+        record = replace(record, updated_ms=self._now_ms())
         try:
             stat = await self._store.put(
                 self._path(transactional_id), record.to_json(), expected_version=read.version
@@ -160,6 +180,23 @@ class TransactionalIds:
         stored = StoredRecord(record, stat.version, stat.created_revision, stat.modified_revision)
         self._remember(transactional_id, stored)
         return stored
+
+    async def expire(self, now_ms: int, expiration_ms: int = EXPIRATION_MS) -> int:
+        """Delete the records last changed more than `expiration_ms` before `now_ms`
+        (a record changed meanwhile is kept); how many were deleted. A transaction
+        outlives no such wait (its timeout is at most minutes), so none is open."""
+        deleted = 0
+        for path, found in await self._store.scan(kafka_transactional_ids_dir(self._cluster)):
+            record = TransactionalIdRecord.from_json(found.value)
+            if record.updated_ms + expiration_ms > now_ms:
+                continue
+            try:
+                await self._store.delete(path, expected_version=found.stat.version)
+            except (BadVersion, NotFound):
+                continue  # used again, or deleted by another broker, meanwhile
+            self._cache.pop(unquote(path.rpartition("/")[2]), None)
+            deleted += 1
+        return deleted
 
     def _remember(self, transactional_id: str, stored: StoredRecord) -> None:
         cached = self._cache.get(transactional_id)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -60,11 +61,14 @@ from stableline.kafka.transactional_ids import (
     TransactionalIdRecord,
     TransactionalIds,
 )
-from stableline.metadata import BadVersion
+from stableline.metadata import BadVersion, MetadataStoreError
 from txnbuffer import TransactionEndedError, TransactionNotFoundError, TxnState
 
 log = logging.getLogger(__name__)
 
+# How often idle transactional ids are looked for (Kafka's
+# transactional.id.expiration check runs hourly too).
+EXPIRY_INTERVAL_S = 3600.0
 # Kafka's default transaction.max.timeout.ms: a longer transaction.timeout.ms is
 # refused with INVALID_TRANSACTION_TIMEOUT.
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
@@ -113,6 +117,32 @@ class KafkaTransactionCoordinator:
         self._coordinators = coordinators
         self._max_timeout_ms = max_timeout_ms
         self._locks = _KeyedLocks()
+        self._expiring: asyncio.Task | None = None
+
+    # ------------------------------------------------------------ life
+
+    def start(self) -> None:
+        """Forget idle transactional ids every EXPIRY_INTERVAL_S (each broker does:
+        the deletes are compare-and-sets, so two at once delete one record once)."""
+        self._expiring = asyncio.create_task(self._expire_idle(), name="kafka-txn-id-expiry")
+
+    async def close(self) -> None:
+        if self._expiring is not None:
+            self._expiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiring
+            self._expiring = None
+
+    async def _expire_idle(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_INTERVAL_S)
+            try:
+                expired = await self._ids.expire(int(time.time() * 1000))
+            except MetadataStoreError as error:
+                log.warning("kafka: idle transactional ids not expired now: %s", error)
+                continue
+            if expired:
+                log.info("kafka: forgot %d transactional ids idle for 7 days", expired)
 
     # ------------------------------------------------------------ InitProducerId
 

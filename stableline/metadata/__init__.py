@@ -43,7 +43,8 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
     /stableline/kafka/{cluster}/transactional-ids/{percent-encoded id}
         A Kafka transactional.id (stableline/kafka/transactional_ids.py): its producer
         id, epoch, transaction timeout, and the stableline transaction it has open
-        with the topics added to it. Changed only by compare-and-set.
+        with the topics added to it. Changed only by compare-and-set; deleted
+        once idle for 7 days (Kafka's transactional.id.expiration.ms).
 """
 
 from stableline.metadata.brokers import (

@@ -75,11 +75,14 @@ def partitioned_topic_path(topic: str) -> str:
     return f"{partitioned_topics_dir()}/{_checked(topic, 3)}"
 
 
+def kafka_transactional_ids_dir(cluster: str) -> str:
+    return f"{ROOT}/kafka/{check_cluster_name(cluster)}/transactional-ids"
+
+
 def kafka_transactional_id_path(cluster: str, transactional_id: str) -> str:
     """A Kafka transactional id's producer id, epoch and current transaction; the id
     is percent-encoded into one segment (Kafka allows any string)."""
-    segment = quote(transactional_id, safe="")
-    return f"{ROOT}/kafka/{check_cluster_name(cluster)}/transactional-ids/{segment}"
+    return f"{kafka_transactional_ids_dir(cluster)}/{quote(transactional_id, safe='')}"
 
 
 def relative_segments(directory: str, path: str) -> list[str]:

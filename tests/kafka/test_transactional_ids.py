@@ -54,3 +54,34 @@ async def test_a_write_names_the_version_it_read_and_one_of_two_writers_wins(sto
 async def test_clusters_on_one_store_keep_their_own_ids(store):
     await TransactionalIds(store, "east").create("t", 1000)
     assert await TransactionalIds(store, "west").read("t") is None
+
+
+async def test_ids_idle_past_the_expiration_are_deleted_and_others_kept(store):
+    now = [1_000.0]
+    ids = TransactionalIds(store, "c", clock=lambda: now[0])
+    idle = await ids.create("idle", 1000)
+    await ids.write("idle", idle, TransactionalIdRecord(5, 0, 1000))
+    now[0] += 100
+    busy = await ids.create("busy", 1000)
+    day_ms = 24 * 3600 * 1000
+    assert await ids.expire(int(now[0] * 1000) + day_ms - 1, expiration_ms=day_ms) == 1
+    assert await ids.read("idle") is None
+    assert await TransactionalIds(store, "c").read("idle") is None
+    assert (await ids.read("busy", fresh=True)).record == busy.record
+    # The next producer of an expired id starts it afresh.
+    assert (await ids.create("idle", 1000)).record.epoch == -1
+
+
+async def test_an_id_written_after_the_expiry_read_it_is_kept(store, monkeypatch):
+    ids = TransactionalIds(store, "c", clock=lambda: 1.0)
+    created = await ids.create("t", 1000)
+    scan = store.scan
+
+    async def scan_then_write(prefix):
+        found = await scan(prefix)
+        await ids.write("t", created, TransactionalIdRecord(5, 0, 1000))  # used meanwhile
+        return found
+
+    monkeypatch.setattr(store, "scan", scan_then_write)
+    assert await ids.expire(10**12, expiration_ms=1) == 0
+    assert (await ids.read("t", fresh=True)).record.producer_id == 5
