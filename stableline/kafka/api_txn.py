@@ -94,7 +94,10 @@ class TransactionApis(KafkaApiBase):
             return m.write_init_producer_id(version, m.ErrorCode.NONE, producer_id, 0)
         answer = await self._coordinate(
             lambda coordinator: coordinator.init_producer_id(
-                request.transactional_id, request.transaction_timeout_ms
+                request.transactional_id,
+                request.transaction_timeout_ms,
+                request.producer_id,
+                request.producer_epoch,
             ),
             header,
             "init_producer_id",

@@ -5,7 +5,9 @@ Hand-written from the field lists of Kafka's message specs
 frozen value, each response encodes from one. Only the versions in SUPPORTED are
 read or written; ApiVersions advertises exactly them, so clients never send
 another. Versions are kept below the first flexible one except ApiVersions v3
-(clients start there), and Fetch stops at v11 (v13 names topics by id).
+(clients start there) and InitProducerId v2-4 (v3 lets a producer raise its own
+epoch after an error, KIP-360, which librdkafka needs to abort such a transaction),
+and Fetch stops at v11 (v13 names topics by id).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 5),
     ApiKey.METADATA: (0, 8),
     ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.INIT_PRODUCER_ID: (0, 1),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 2),
     ApiKey.END_TXN: (0, 2),
 }
@@ -429,16 +431,31 @@ def write_list_offsets(version: int, results: list[tuple[str, list[ListOffsetsRe
 class InitProducerIdRequest:
     transactional_id: str | None
     transaction_timeout_ms: int
+    # v3+ (KIP-360): the producer's own id and epoch when it asks for its epoch to
+    # be raised after an error; -1 for a new producer.
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 def read_init_producer_id(reader: Reader, version: int) -> InitProducerIdRequest:
-    return InitProducerIdRequest(reader.nullable_string(), reader.int32())
+    flexible = version >= 2
+    transactional_id = reader.nullable_string(compact=flexible)
+    timeout_ms = reader.int32()
+    producer_id = producer_epoch = -1
+    if version >= 3:
+        producer_id, producer_epoch = reader.int64(), reader.int16()
+    if flexible:
+        reader.tagged_fields()
+    return InitProducerIdRequest(transactional_id, timeout_ms, producer_id, producer_epoch)
 
 
 def write_init_producer_id(
     version: int, error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1
 ) -> bytes:
-    return Writer().int32(0).int16(error).int64(producer_id).int16(producer_epoch).getvalue()
+    writer = Writer().int32(0).int16(error).int64(producer_id).int16(producer_epoch)
+    if version >= 2:
+        writer.tagged_fields()
+    return writer.getvalue()
 
 
 # ------------------------------------------------------------------ any other

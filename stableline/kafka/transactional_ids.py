@@ -63,6 +63,9 @@ class TransactionalIdRecord:
     # When the producer last changed it (ms since the epoch): an id idle for
     # EXPIRATION_MS is forgotten.
     updated_ms: int = 0
+    # The epoch before the last one, when the producer raised it itself (KIP-360),
+    # so that request retried gets the same answer; -1 otherwise.
+    last_epoch: int = -1
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -74,6 +77,7 @@ class TransactionalIdRecord:
                 "topics": list(self.topics),
                 "lastEnd": self.last_end,
                 "updatedMs": self.updated_ms,
+                "lastEpoch": self.last_epoch,
             },
             separators=(",", ":"),
         ).encode()
@@ -94,6 +98,7 @@ class TransactionalIdRecord:
             tuple(data["topics"]),
             data["lastEnd"],
             data["updatedMs"],
+            data["lastEpoch"],
         )
 
     def ended(self, result: str) -> TransactionalIdRecord:

@@ -146,8 +146,17 @@ class KafkaTransactionCoordinator:
 
     # ------------------------------------------------------------ InitProducerId
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
-        """(producer id, epoch) for a new producer of `transactional_id`."""
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int = -1,
+        epoch: int = -1,
+    ) -> tuple[int, int]:
+        """(producer id, epoch) for a new producer of `transactional_id`, or for its
+        producer (`producer_id`, `epoch`) raising its own epoch after an error
+        (KIP-360): refused as fenced if that is not the current producer, answered
+        as before if it is a retry of a raise that succeeded."""
         if not transactional_id:
             raise TxnRefused(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
         if not 0 < timeout_ms <= self._max_timeout_ms:
@@ -160,6 +169,16 @@ class KafkaTransactionCoordinator:
             if stored is None:
                 stored = await self._ids.create(transactional_id, timeout_ms)
             record = stored.record
+            if producer_id >= 0 and record.epoch >= 0:
+                retry = record.last_epoch >= 0 and epoch == record.last_epoch
+                if retry and producer_id == record.producer_id:
+                    return record.producer_id, record.epoch  # a retry: answered again
+                if (producer_id, epoch) != (record.producer_id, record.epoch):
+                    raise TxnRefused(
+                        ErrorCode.PRODUCER_FENCED,
+                        f"producer {producer_id} epoch {epoch} of {transactional_id!r} is "
+                        f"fenced: the current one is {record.producer_id} epoch {record.epoch}",
+                    )
             if record.txn_id is not None:
                 state = await self._finish(record.txn_id, commit=False)
                 log.info(
@@ -168,15 +187,17 @@ class KafkaTransactionCoordinator:
                     record.txn_id,
                     "forgotten" if state is None else state.value,
                 )
+            # Raised by the producer itself: its retry will name the epoch it had.
+            last_epoch = record.epoch if producer_id >= 0 else -1
             producer_id, epoch = record.producer_id, record.epoch + 1
             if producer_id < 0:
                 producer_id = transactional_producer_id(stored.created_revision)
             elif epoch > MAX_EPOCH:
                 # Epochs are int16: a new producer id, from this record's last write.
                 producer_id, epoch = transactional_producer_id(stored.modified_revision), 0
-            await self._write(
-                transactional_id, stored, TransactionalIdRecord(producer_id, epoch, timeout_ms)
-            )
+                last_epoch = -1
+            new = TransactionalIdRecord(producer_id, epoch, timeout_ms, last_epoch=last_epoch)
+            await self._write(transactional_id, stored, new)
             return producer_id, epoch
 
     # ------------------------------------------------------------ AddPartitionsToTxn

@@ -44,11 +44,14 @@ class TxnWire:
 
     def call(self, request, response_cls, version: int):
         self._correlation += 1
+        # Flexible versions' headers end with (no) tagged fields.
+        flexible = request.flexible_version_q(version)
+        tagged = b"\x00" if flexible else b""
         body = request.encode(version=version)
-        send_frame(self.sock, header(request.API_KEY, version, self._correlation) + body)
+        send_frame(self.sock, header(request.API_KEY, version, self._correlation) + tagged + body)
         frame = receive_frame(self.sock)
         assert int.from_bytes(frame[:4], "big") == self._correlation
-        return response_cls.decode(frame[4:], version=version)
+        return response_cls.decode(frame[4 + len(tagged) :], version=version)
 
     def init(self, timeout_ms: int = 60_000, transactional_id: object = ...) -> int:
         """InitProducerId v1 (for this producer's id unless another is given); the
@@ -302,3 +305,36 @@ def test_an_id_initialised_again_after_a_kill_aborts_the_open_transaction_and_fe
     assert committed_values(kafka_broker, 1) == [b"plain"]
     old.close()
     newer.close()
+
+
+def test_a_producer_raises_its_own_epoch_after_an_error_and_a_retry_gets_the_same_answer(
+    kafka_broker, wire
+):
+    """InitProducerId v3+ naming the producer's id and epoch (KIP-360), what
+    librdkafka sends to abort a transaction after an error that needs a new epoch."""
+    assert wire.init() == 0
+    assert wire.add({TOPIC: [0]}) == {(TOPIC, 0): 0}
+    assert wire.produce([b"doomed"]) == (0, 1)
+    producer_id, epoch = wire.producer_id, wire.epoch
+
+    def bump(expected_id: int, expected_epoch: int, version: int = 4):
+        request = InitProducerIdRequest(
+            transactional_id=wire.transactional_id,
+            transaction_timeout_ms=60_000,
+            producer_id=expected_id,
+            producer_epoch=expected_epoch,
+        )
+        response = wire.call(request, InitProducerIdResponse, version)
+        return response.error_code, response.producer_id, response.producer_epoch
+
+    assert bump(producer_id, epoch) == (0, producer_id, epoch + 1)
+    assert offsets(kafka_broker) == (3, 3)  # the open transaction aborted
+    assert bump(producer_id, epoch) == (0, producer_id, epoch + 1)  # a retry
+    assert bump(producer_id, epoch + 5)[0] == FENCED
+    assert bump(producer_id, epoch + 5, version=3)[0] == OLD_EPOCH
+    assert bump(producer_id + 1, epoch + 1)[0] == FENCED
+    wire.epoch, wire.sequence = epoch + 1, 0
+    assert wire.add({TOPIC: [0]}) == {(TOPIC, 0): 0}
+    assert wire.produce([b"kept"]) == (0, 3)
+    assert wire.end(commit=True) == 0
+    assert committed_values(kafka_broker, 2) == [b"plain", b"kept"]

@@ -18,7 +18,7 @@ from stableline.kafka import messages_txn as mt
 from tests.kafka.test_messages import decoded_fully, same_bytes_through_spec, versions
 
 
-def test_the_transaction_apis_are_the_ones_kafka_defines_below_their_flexible_versions():
+def test_the_transaction_apis_are_the_ones_kafka_defines():
     for cls, key in [
         (AddPartitionsToTxnRequest, m.ApiKey.ADD_PARTITIONS_TO_TXN),
         (EndTxnRequest, m.ApiKey.END_TXN),
@@ -27,8 +27,12 @@ def test_the_transaction_apis_are_the_ones_kafka_defines_below_their_flexible_ve
         assert key == cls.API_KEY
         low, high = m.SUPPORTED[key]
         assert cls.min_version <= low <= high <= cls.max_version
-        assert not cls.flexible_version_q(high)
-        assert cls.flexible_version_q(m.FIRST_FLEXIBLE[key])
+        flexible_from = m.FIRST_FLEXIBLE[key]
+        assert cls.flexible_version_q(flexible_from)
+        assert not cls.flexible_version_q(flexible_from - 1)
+    # AddPartitionsToTxn and EndTxn stay below their flexible versions.
+    assert m.SUPPORTED[m.ApiKey.ADD_PARTITIONS_TO_TXN][1] < 3
+    assert m.SUPPORTED[m.ApiKey.END_TXN][1] < 3
 
 
 def test_the_new_error_codes_are_kafkas():
@@ -105,3 +109,15 @@ def test_end_txn_request_and_response_match_the_spec(version):
 )
 def test_a_fenced_producer_hears_the_error_its_version_knows(api, version, code):
     assert mt.fenced_error(api, version) is code
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_init_producer_id_carries_the_producers_own_id_and_epoch_from_v3(version):
+    request = InitProducerIdRequest(
+        transactional_id="payments-1",
+        transaction_timeout_ms=60000,
+        producer_id=2**61 + 9,
+        producer_epoch=4,
+    )
+    decoded = decoded_fully(m.read_init_producer_id, request.encode(version=version), version)
+    assert decoded == m.InitProducerIdRequest("payments-1", 60000, 2**61 + 9, 4)
