@@ -151,11 +151,13 @@ class TransactionApis(KafkaApiBase):
 
     async def _txn_topic(self, kafka_name: str, partition: int) -> str | None:
         """The stableline topic of a partition added to a transaction (None: no such
-        partition): the name Produce will find its batches' topic under."""
-        topic = await self._topic(kafka_name, partition)
-        if isinstance(topic, m.ErrorCode):
+        partition): the name Produce finds its batches' topic under. Not loaded
+        here: in a cluster another broker may own it (the coordinator's end
+        reaches it there)."""
+        name = self._topic_name(kafka_name)
+        if name is None or partition != 0 or not await self._registry.taken_in_cluster(name):
             return None
-        return str(topic.name)
+        return str(name)
 
     # ------------------------------------------------------------ EndTxn
 
