@@ -157,14 +157,17 @@ class TransactionalIds:
     async def create(self, transactional_id: str, timeout_ms: int) -> StoredRecord:
         """The id's record, made (not yet initialised: epoch -1) if there is none."""
         record = TransactionalIdRecord(-1, -1, timeout_ms, updated_ms=self._now_ms())
-        try:
-            stat = await self._store.put(
-                self._path(transactional_id), record.to_json(), expected_version=-1
-            )
-        except AlreadyExists:
-            found = await self.read(transactional_id, fresh=True)
-            assert found is not None, "created by another, and deleted since"
-            return found
+        while True:
+            try:
+                stat = await self._store.put(
+                    self._path(transactional_id), record.to_json(), expected_version=-1
+                )
+                break
+            except AlreadyExists:
+                found = await self.read(transactional_id, fresh=True)
+                if found is not None:
+                    return found
+                # Expired by another broker between the two: create it after all.
         stored = StoredRecord(record, stat.version, stat.created_revision, stat.modified_revision)
         self._remember(transactional_id, stored)
         return stored

@@ -220,7 +220,8 @@ class KafkaTransactionCoordinator:
                     await self._coordinators.add_topic(txn_id, topic, None)
                 if not added and not await self._is_open(txn_id):
                     raise TransactionEndedError(f"transaction {txn_id} has ended")
-            except TransactionEndedError:
+            except (TransactionEndedError, TransactionNotFoundError):
+                # Ended without an EndTxn (or so long ago its coordinator forgot it).
                 assert not opened, "a transaction just opened ended at once"
                 await self._fence_timed_out(transactional_id, stored)
             if not added and not opened:
