@@ -23,7 +23,8 @@ level of the committing client's latest Fetch on this broker (fetch_levels.py).
 It holds back retention like any subscription: what the group has not committed
 is kept. Which (topic, partition)s a group has committed on is listed in the
 broker's metadata store ("kafka-group:" keys), for OffsetFetch of every partition,
-ListGroups and DescribeGroups of a group with no member, across restarts.
+ListGroups and DescribeGroups of a group with no member, across restarts; an
+OffsetFetch that finds the subscription deleted drops it from the list.
 
 The commit metadata string is at most MAX_METADATA_BYTES of UTF-8 (Kafka's
 offset.metadata.max.bytes); longer is refused with OFFSET_METADATA_TOO_LARGE.
@@ -294,11 +295,13 @@ class GroupOffsets:
     async def _fetch_one(self, group_id: str, kafka_topic: str, partition: int) -> CommittedOffset:
         topic = await self._topic_of(kafka_topic, partition)
         if isinstance(topic, ErrorCode):
-            if topic is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                return NO_OFFSET  # as Kafka: no offset for a topic it does not know
-            return CommittedOffset(-1, "", topic)
+            if topic is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                return CommittedOffset(-1, "", topic)
+            self._forget(group_id, kafka_topic, partition)
+            return NO_OFFSET  # as Kafka: no offset for a topic it does not know
         subscription = topic.subscriptions.get(group_id)
         if subscription is None:
+            self._forget(group_id, kafka_topic, partition)
             return NO_OFFSET
         acknowledged = acknowledged_offset(topic, subscription)
         properties = subscription.cursor.properties
@@ -310,6 +313,12 @@ class GroupOffsets:
 
     # ------------------------------------------------------------ index
 
+    def _forget(self, group_id: str, kafka_topic: str, partition: int) -> None:
+        """The subscription (or its topic) was deleted: the index forgets it."""
+        key = _index_key(group_id, kafka_topic, partition)
+        if self._store.get(_INDEX_DB, key) is not None:
+            self._store.delete(_INDEX_DB, key)
+
     def committed_partitions(self, group_id: str) -> list[tuple[str, int]]:
         prefix = f"{_INDEX_PREFIX}{group_id}\x00"
         found = []
@@ -319,7 +328,8 @@ class GroupOffsets:
         return found
 
     def has_offsets(self, group_id: str) -> bool:
-        return bool(self.committed_partitions(group_id))
+        prefix = f"{_INDEX_PREFIX}{group_id}\x00"
+        return next(self._store.scan_prefix(_INDEX_DB, prefix), None) is not None
 
     def groups_with_offsets(self) -> list[str]:
         """Every group that has committed on this broker, in name order."""
