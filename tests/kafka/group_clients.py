@@ -1,4 +1,5 @@
-"""Real Kafka consumers in a group, for the group tests: each member polls in a
+"""Real Kafka consumers in a group, for the group tests: each member
+(confluent-kafka, kafka-python or aiokafka, on an event loop of its own) polls in a
 thread of its own (as an application would), commits what it processed
 synchronously, and records what it got and what it is assigned.
 
@@ -14,6 +15,7 @@ one member).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass
@@ -73,9 +75,11 @@ class GroupMember(threading.Thread):
     ) -> None:
         super().__init__(daemon=True, name=f"{client}-{group}")
         self.client = client
-        self._open = {"confluent": self._open_confluent, "kafka-python": self._open_kafka_python}[
-            client
-        ]
+        self._open = {
+            "confluent": self._open_confluent,
+            "kafka-python": self._open_kafka_python,
+            "aiokafka": self._open_aiokafka,
+        }[client]
         self._args = (bootstrap, group, topics, config)
         self._stopping = threading.Event()
         self.records: list[Record] = []
@@ -172,6 +176,50 @@ class GroupMember(threading.Thread):
             return frozenset((p.topic, p.partition) for p in consumer.assignment())
 
         return poll, assigned, consumer.close
+
+    @staticmethod
+    def _open_aiokafka(bootstrap: str, group: str, topics: list[str], config: dict):
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+        loop = asyncio.new_event_loop()  # runs while poll() waits: heartbeats included
+
+        async def started() -> AIOKafkaConsumer:
+            made = AIOKafkaConsumer(  # made on its loop, as aiokafka requires
+                *topics,
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+                max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
+                partition_assignment_strategy=(RoundRobinPartitionAssignor,),
+                **config,
+            )
+            await made.start()
+            return made
+
+        consumer = loop.run_until_complete(started())
+
+        def poll() -> list[Record]:
+            batches = loop.run_until_complete(consumer.getmany(timeout_ms=100))
+            got: list[Record] = []
+            for records in batches.values():
+                got.extend((r.topic, r.partition, r.offset, r.value) for r in records)
+            if batches:
+                ends = {partition: records[-1].offset + 1 for partition, records in batches.items()}
+                loop.run_until_complete(consumer.commit(ends))
+            return got
+
+        def assigned() -> frozenset[Partition]:
+            return frozenset((p.topic, p.partition) for p in consumer.assignment())
+
+        def close() -> None:
+            loop.run_until_complete(consumer.stop())
+            loop.close()
+
+        return poll, assigned, close
 
 
 def wait_for(condition, what: str, timeout_s: float = 3 * CLIENT_TIMEOUT_S, members=()) -> None:

@@ -1,5 +1,5 @@
-"""Consumer groups on a real broker with real clients (confluent-kafka's librdkafka
-and kafka-python): a group splits a topic's partitions, rebalances when a member
+"""Consumer groups on a real broker with real clients (confluent-kafka's librdkafka,
+kafka-python and aiokafka): a group splits a topic's partitions, rebalances when a member
 leaves or stops heartbeating, and every message is consumed exactly once across
 its members; DescribeGroups and ListGroups show it; bad requests get Kafka's error
 codes (raw frames, so each code is seen as sent) and the broker stays up."""
@@ -46,7 +46,7 @@ from tests.kafka.group_clients import (
 )
 from tests.kafka.test_bad_input import api_versions_works, connect, receive_frame, send_frame
 
-CLIENTS = ["confluent", "kafka-python"]
+CLIENTS = ["confluent", "kafka-python", "aiokafka"]
 
 
 @pytest.fixture
