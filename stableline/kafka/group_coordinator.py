@@ -266,7 +266,11 @@ class GroupCoordinator:
 
     def _join(self, group: _Group, request: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
         member_id = request.member_id
-        known = member_id in group.members or member_id in group.pending
+        known = (
+            member_id in group.members
+            or member_id in group.pending
+            or (not member_id and request.group_instance_id in group.static_members)
+        )
         if not known and not self._has_room(group, request):
             return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
         if not self._supports(group, request.protocol_type, request.protocols):

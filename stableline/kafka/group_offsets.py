@@ -240,7 +240,12 @@ class GroupOffsets:
     def _acknowledge(topic: Topic, subscription: Subscription, offset: int) -> None:
         target = ack_target(topic, offset)
         if offset < acknowledged_offset(topic, subscription):
-            subscription.seek(target.before)  # a commit replaces the one before
+            # A commit replaces the one before. Stableline consumers of the
+            # subscription, if any, keep their permits (as an admin reset does).
+            permits = {consumer: consumer.permits for consumer in subscription.consumers}
+            subscription.seek(target.before)
+            for consumer, count in permits.items():
+                subscription.flow(consumer, max(count, 0))
         else:
             subscription.acknowledge_through(target.before)
         if target.within is not None:

@@ -10,13 +10,14 @@ the admin stats at the isolation level its group fetched at."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 import stableline
-from dispatcher import IsolationLevel, SubscriptionType
+from dispatcher import Consumer, ControlEvent, IsolationLevel, SubscriptionType
 from managed_ledger import EntryHeader, ManagedLedger, MetadataStore, Position
 from stableline.broker.topic import Topic
 from stableline.kafka.group_offsets import (
@@ -114,6 +115,22 @@ async def test_the_first_commit_makes_a_failover_subscription_at_the_committers_
     assert offsets.committed_partitions("monitoring") == [("ledger", 0)]
     assert offsets.groups_with_offsets() == ["monitoring"]
     assert offsets.has_offsets("monitoring") and not offsets.has_offsets("other")
+
+
+async def test_a_commit_back_sends_again_to_stableline_consumers_of_the_subscription(
+    topic, offsets
+):
+    await offsets.commit("audit", [OffsetToCommit("ledger", 0, 6)], RU)
+    consumer = Consumer("sdk")
+    subscription = topic.subscribe("audit", consumer, SubscriptionType.FAILOVER, RU, True)
+    subscription.flow(consumer, 100)
+    assert await asyncio.wait_for(consumer.outbox.get(), 5) == ControlEvent("active", True)
+    await offsets.commit("audit", [OffsetToCommit("ledger", 0, 3)], RU)
+    delivered: list[Position] = []
+    while len(delivered) < 2:  # it keeps its permits: offsets 3 and 4-5 come again
+        batch = await asyncio.wait_for(consumer.outbox.get(), 5)
+        delivered += [delivery.entry.position for delivery in batch]
+    assert delivered == entries(topic)[1:]
 
 
 async def test_commits_that_cannot_be_kept_are_refused_and_change_nothing(topic, offsets):
