@@ -425,6 +425,13 @@ class Subscription:
             # Acknowledge the entries before this one; within it, the indexes up to batch_index.
             upto = Position(position.ledger_id, position.entry_id - 1)
             self._partial_acks.setdefault(position, set()).update(range(batch_index + 1))
+        self.acknowledge_through(upto)
+
+    def acknowledge_through(self, upto: Position) -> None:
+        """Acknowledge every entry at or before `upto`, which need not be an entry
+        ("L:-1" is before ledger L's first), whatever the subscription's type: a
+        Kafka consumer group's commit names an offset, not a message some consumer
+        holds. Entries consumers hold up to there are released as acknowledged."""
         for held in [p for p in self._owner if p <= upto]:
             self._release(held)
         for held in [p for p in self._partial_acks if p <= upto]:

@@ -59,7 +59,8 @@ def progress(message: str) -> None:
 class Sizes:
     seconds: float = 6.0  # each perf run's producing time
     latency_seconds: float = 8.0
-    txn_seconds: float = 5.0  # each of the 8 runs of the transaction overhead
+    txn_seconds: float = 5.0  # each run of the transaction overhead
+    txn_overhead_runs: int = 8  # the first of TXN_OVERHEAD_ORDER
     raw_seconds: float = 9.0  # bench_e2e's raw run takes a third of this
     latency_iterations: int = 1000  # p99 of 300 samples was the 3rd worst: one stall
     rpc_requests: int = 3000
@@ -97,6 +98,7 @@ QUICK = Sizes(
     seconds=1.0,
     latency_seconds=2.0,  # one second past the perf warm-up
     txn_seconds=1.0,
+    txn_overhead_runs=2,
     raw_seconds=3.0,
     latency_iterations=20,
     rpc_requests=200,
@@ -344,7 +346,7 @@ def fig_txn(sizes: Sizes, ctx: dict) -> list[Row]:
     with broker("txn") as process:
         # ABBA BAAB: drift falls on both alike, and single runs vary on their own (the
         # row's note lists every run).
-        for index, mode in enumerate(TXN_OVERHEAD_ORDER):
+        for index, mode in enumerate(TXN_OVERHEAD_ORDER[: sizes.txn_overhead_runs]):
             settings = {"commit_interval_ms": 100.0} if mode == "txn" else {}
             runs[mode].append(
                 run_perf(process, f"txn-overhead-{index}", duration_s=sizes.txn_seconds, **settings)

@@ -23,6 +23,15 @@ class BrokerConfig:
     # topics are the topics of kafka_namespace.
     kafka_address: str = ""
     kafka_namespace: str = "public/default"
+    # Kafka consumer groups (stableline/kafka/group_coordinator.py): groups with
+    # members at once, members of one group and of all groups; one more is refused
+    # (COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED) [Kafka: group.max.size].
+    # A new group's first generation waits this long for more members
+    # [group.initial.rebalance.delay.ms].
+    kafka_max_groups: int = 10_000
+    kafka_max_group_members: int = 1000
+    kafka_max_group_members_total: int = 100_000
+    kafka_group_initial_rebalance_delay_ms: int = 3000
     # Largest message payload a producer may send, and largest batch entry.
     max_message_size: int = 5 * 1024 * 1024
     # Limits and back-pressure (Pulsar's names in brackets); each bounds a queue.
@@ -216,6 +225,7 @@ def load_config(
         ("max_open_ledger_files", config.ledger.max_open_ledger_files),
         ("inactive_topic_unload_s", config.inactive_topic_unload_s),
         ("max_topics_per_namespace", config.max_topics_per_namespace),
+        ("kafka_group_initial_rebalance_delay_ms", config.kafka_group_initial_rebalance_delay_ms),
     ):
         if value < 0:
             raise ValueError(
@@ -263,4 +273,7 @@ LIMIT_KEYS = (
     "max_http_connections",
     "http_request_header_timeout_s",
     "metadata_session_timeout_s",
+    "kafka_max_groups",
+    "kafka_max_group_members",
+    "kafka_max_group_members_total",
 )

@@ -26,7 +26,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.partitioned = partitioned
 
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
-        return pb.ListTopicsResponse(topics=self.registry.names(request.namespace or None))
+        return pb.ListTopicsResponse(topics=self.registry.cluster_names(request.namespace or None))
 
     async def CreateTopic(self, request, context) -> pb.CreateTopicResponse:
         try:

@@ -126,7 +126,7 @@ def make_app(
                 f"namespace {namespace} does not exist: a namespace exists once a topic "
                 f"is created in it (public/default always does)",
             )
-        return web.json_response(registry.names(namespace))
+        return web.json_response(registry.cluster_names(namespace))
 
     async def create_topic(request: web.Request) -> web.Response:
         name = topic_name(request)

@@ -184,6 +184,15 @@ class TopicRegistry:
             names = [n for n in names if n.startswith(prefix)]
         return names
 
+    def cluster_names(self, namespace: str | None = None) -> list[str]:
+        """names(), and in a cluster every topic another broker owns (from the
+        ownership records this broker follows): what a namespace holds cluster-wide."""
+        names = set(self.names(namespace))
+        if self.ownership is not None:
+            prefix = f"persistent://{namespace}/" if namespace else ""
+            names.update(t for t in self.ownership.leaders() if t.startswith(prefix))
+        return sorted(names)
+
     def namespace_exists(self, namespace: str) -> bool:
         """True for public/default and for every namespace a topic was ever created in."""
         return self.namespace_policies.exists(namespace)

@@ -35,6 +35,7 @@ async def start_kafka(
 ) -> tuple[KafkaListener, int]:
     """Open the Kafka port at config.kafka_address: (the listener, its bound port).
     `metadata` is the cluster's metadata store, where transactional ids are kept."""
+    from stableline.kafka.group_coordinator import GroupLimits
     from stableline.kafka.handler import KafkaRequestHandler, KafkaSettings
     from stableline.kafka.listener import KafkaListener
     from stableline.kafka.transactional_ids import TransactionalIds
@@ -60,6 +61,12 @@ async def start_kafka(
             # Security is off here, and then every caller may create (as on gRPC).
             allow_auto_topic_creation=True,
             max_message_bytes=config.max_message_size,
+            groups=GroupLimits(
+                max_groups=config.kafka_max_groups,
+                max_members_per_group=config.kafka_max_group_members,
+                max_members=config.kafka_max_group_members_total,
+                initial_rebalance_delay_ms=config.kafka_group_initial_rebalance_delay_ms,
+            ),
         ),
         coordinators,
         kafka_txns,

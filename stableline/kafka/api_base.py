@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from stableline.broker.coordinators import Coordinators
 from stableline.broker.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topic import Topic
 from stableline.kafka import messages as m
+from stableline.kafka.fetch_levels import ClientIsolationLevels
+from stableline.kafka.group_coordinator import GroupLimits
 from stableline.kafka.producer_ids import ProducerIdAllocator
 from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 from stableline.topic_name import TopicName
@@ -39,6 +41,7 @@ class KafkaSettings:
     advertised_port: int
     allow_auto_topic_creation: bool
     max_message_bytes: int
+    groups: GroupLimits = field(default_factory=GroupLimits)
 
 
 class KafkaApiBase:
@@ -60,6 +63,8 @@ class KafkaApiBase:
         # The broker's transaction coordinators (None in handler unit tests).
         self._coordinators = coordinators
         self._producer_ids = ProducerIdAllocator()
+        # The isolation level of each client id's latest Fetch (for group commits).
+        self._fetch_levels = ClientIsolationLevels()
 
     # ------------------------------------------------------------ brokers
 

@@ -39,6 +39,7 @@ class FetchApis(KafkaApiBase):
 
     async def _fetch(self, reader: Reader, header: m.RequestHeader) -> bytes:
         request = m.read_fetch(reader, header.api_version)
+        self._fetch_levels.record(header.client_id, request.isolation_level)
         deadline = time.monotonic() + min(request.max_wait_ms / 1000, _MAX_WAIT_S)
         while True:
             results, total = await self._fetch_once(request)

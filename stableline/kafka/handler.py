@@ -3,9 +3,9 @@
 The handler decodes a request's header, refuses an API or version it does not
 serve (UNSUPPORTED_VERSION, as Kafka clients expect), and hands the request to the
 API group that answers it: api_metadata (ApiVersions, Metadata), api_produce
-(Produce), api_fetch (Fetch, ListOffsets), api_txn (InitProducerId,
-AddPartitionsToTxn, EndTxn). Requests of one connection are answered in order,
-one at a time (listener.py).
+(Produce), api_fetch (Fetch, ListOffsets), api_groups (consumer groups and their
+committed offsets), api_txn (InitProducerId, AddPartitionsToTxn, EndTxn).
+Requests of one connection are answered in order, one at a time (listener.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from stableline.broker.registry import TopicRegistry
 from stableline.kafka import messages as m
 from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
 from stableline.kafka.api_fetch import FetchApis
+from stableline.kafka.api_groups import GroupApis
 from stableline.kafka.api_metadata import MetadataApis
 from stableline.kafka.api_produce import ProduceApis
 from stableline.kafka.api_txn import TransactionApis
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 __all__ = ["KafkaRequestHandler", "KafkaSettings"]
 
 
-class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, TransactionApis):
+class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, TransactionApis):
     """Decodes one request frame, runs it, encodes its response (None: no response)."""
 
     def __init__(

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import struct
 
+from stableline.kafka.client_address import client_host, host_of
 from stableline.kafka.codec import MalformedRequest
 from stableline.kafka.handler import KafkaRequestHandler
 
@@ -53,6 +54,7 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        client_host.set(host_of(peer))  # this connection's task alone sees it
         try:
             await self._requests(reader, writer, peer)
         except (ConnectionError, asyncio.IncompleteReadError):

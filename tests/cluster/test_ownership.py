@@ -193,3 +193,18 @@ def test_a_partitioned_topic_places_each_partition_and_serves_them_through_one_a
         assert received == [key.encode() for key in "abcdef"]
     finally:
         client.close()
+
+
+def test_a_topic_listing_through_any_broker_names_every_brokers_topics(cluster):
+    topics = _new_topics(6)
+    for topic in topics:
+        _create_through(cluster.brokers[0], topic)
+    assert len(set(_leaders(cluster, topics).values())) > 1
+    for broker in cluster.brokers:
+        wait_until(
+            lambda broker=broker: (
+                set(topics) <= set(broker.admin("/admin/v2/persistent/public/default"))
+            ),
+            timeout_s=10,
+            message="every topic in the listing",
+        )

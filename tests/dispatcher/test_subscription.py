@@ -511,6 +511,23 @@ async def test_cumulative_ack_on_failover_acks_everything_up_to_the_position(led
     assert subscription.backlog == 1
 
 
+async def test_acknowledge_through_takes_any_position_on_any_type(ledger, subscriptions):
+    # A Kafka group's commit: no message names it, and Shared is no obstacle.
+    subscription = subscriptions(SHARED)
+    consumer = join(subscription, Consumer("c"), permits=10)
+    written = await append(ledger, 3)
+    await receive(consumer, 3)
+    before_first = Position(written[0].ledger_id, -1)
+
+    subscription.acknowledge_through(before_first)  # nothing yet: a no-op
+    assert subscription.backlog == 3 and len(consumer.pending) == 3
+
+    subscription.acknowledge_through(Position(written[2].ledger_id, written[2].entry_id - 1))
+    assert subscription.cursor.mark_delete == written[1]
+    assert list(consumer.pending) == [written[2]]
+    assert subscription.unacked_messages == 1
+
+
 # ---------------------------------------------------------------- acks
 
 

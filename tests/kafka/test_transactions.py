@@ -16,7 +16,6 @@ from __future__ import annotations
 import pytest
 
 import stableline
-from stableline.kafka import messages as m
 from tests.kafka.conftest import (
     CLIENT_TIMEOUT_S,
     confluent_consume,
@@ -26,12 +25,6 @@ from tests.kafka.conftest import (
 )
 
 TOPIC = "transfers"
-
-# Transactional clients find their coordinator with FindCoordinator, served by the
-# consumer groups' APIs (api_groups.py) once they are in this tree.
-pytestmark = pytest.mark.skipif(
-    not hasattr(m.ApiKey, "FIND_COORDINATOR"), reason="FindCoordinator is not served yet"
-)
 
 
 class ConfluentTxnProducer:

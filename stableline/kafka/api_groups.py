@@ -1,0 +1,282 @@
+"""Consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups.
+
+The group protocol runs in this broker's GroupCoordinator (group_coordinator.py,
+in memory); committed offsets are the acknowledgements of the group's stableline
+subscriptions (group_offsets.py, durable). FindCoordinator answers the broker
+_coordinator_node names for a group or a transactional id; the group APIs answer
+NOT_COORDINATOR for a group another broker coordinates. A group id must be a
+valid subscription name (stableline/names.py): else INVALID_GROUP_ID.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from stableline.broker.coordinators import Coordinators
+from stableline.broker.registry import TopicRegistry
+from stableline.kafka import messages as m
+from stableline.kafka import messages_groups as mg
+from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
+from stableline.kafka.client_address import client_host
+from stableline.kafka.codec import Reader
+from stableline.kafka.group_coordinator import GroupCoordinator, GroupState, JoinRequest
+from stableline.kafka.group_offsets import GroupOffsets, OffsetToCommit, check_group_id
+
+log = logging.getLogger(__name__)
+
+# ListGroups' protocol type of a group known only by its committed offsets (Kafka's
+# "simple" groups, which commit without joining, have none either).
+_NO_PROTOCOL = ""
+
+
+class GroupApis(KafkaApiBase):
+    HANDLES = {
+        m.ApiKey.FIND_COORDINATOR: "_find_coordinator",
+        m.ApiKey.JOIN_GROUP: "_join_group",
+        m.ApiKey.SYNC_GROUP: "_sync_group",
+        m.ApiKey.HEARTBEAT: "_heartbeat",
+        m.ApiKey.LEAVE_GROUP: "_leave_group",
+        m.ApiKey.OFFSET_COMMIT: "_offset_commit",
+        m.ApiKey.OFFSET_FETCH: "_offset_fetch",
+        m.ApiKey.DESCRIBE_GROUPS: "_describe_groups",
+        m.ApiKey.LIST_GROUPS: "_list_groups",
+    }
+
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        settings: KafkaSettings,
+        coordinators: Coordinators | None = None,
+    ) -> None:
+        super().__init__(registry, settings, coordinators)
+        self.group_coordinator = GroupCoordinator(settings.groups)
+        # The internal API of committed offsets (a transactional commit uses it too).
+        self.group_offsets = GroupOffsets(self._topic, registry.store)
+
+    async def _group_error(self, group_id: str) -> m.ErrorCode:
+        """INVALID_GROUP_ID, NOT_COORDINATOR (another broker's group), or NONE."""
+        error = check_group_id(group_id)
+        if error is not m.ErrorCode.NONE:
+            return error
+        coordinator = await self._coordinator_node(group_id)
+        if coordinator.node_id != self._this_node().node_id:
+            return m.ErrorCode.NOT_COORDINATOR
+        return m.ErrorCode.NONE
+
+    # ------------------------------------------------------------ FindCoordinator
+
+    async def _find_coordinator(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_find_coordinator(reader, version)
+        if request.key_type not in (mg.GROUP_KEY, mg.TRANSACTION_KEY):
+            return mg.write_find_coordinator(
+                version,
+                m.ErrorCode.INVALID_REQUEST,
+                message=f"coordinator key type {request.key_type}: 0 (group) or 1 (transaction)",
+            )
+        if not request.key:
+            return mg.write_find_coordinator(
+                version, m.ErrorCode.INVALID_REQUEST, message="the coordinator key is empty"
+            )
+        if request.key_type == mg.GROUP_KEY and check_group_id(request.key) != m.ErrorCode.NONE:
+            return mg.write_find_coordinator(
+                version,
+                m.ErrorCode.INVALID_GROUP_ID,
+                message="a group id is a subscription name here: 1 to 255 bytes of "
+                "printable UTF-8, without '/'",
+            )
+        node = await self._coordinator_node(request.key)
+        return mg.write_find_coordinator(
+            version, m.ErrorCode.NONE, node.node_id, node.host, node.port
+        )
+
+    # ------------------------------------------------------------ JoinGroup
+
+    async def _join_group(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_join_group(reader, version)
+        error = await self._group_error(request.group_id)
+        if error is not m.ErrorCode.NONE:
+            return mg.write_join_group(
+                version, mg.JoinGroupResponse(error, member_id=request.member_id)
+            )
+        result = await self.group_coordinator.join(
+            JoinRequest(
+                request.group_id,
+                request.member_id,
+                request.group_instance_id,
+                header.client_id or "",
+                client_host.get(),
+                request.session_timeout_ms,
+                request.rebalance_timeout_ms,
+                request.protocol_type,
+                request.protocols,
+                require_known_member_id=version >= 4,
+            )
+        )
+        return mg.write_join_group(
+            version,
+            mg.JoinGroupResponse(
+                result.error,
+                result.generation_id,
+                result.protocol_name,
+                result.leader,
+                result.member_id,
+                tuple(
+                    mg.JoinedMember(each.member_id, each.group_instance_id, each.metadata)
+                    for each in result.members
+                ),
+            ),
+        )
+
+    # ------------------------------------------------------------ SyncGroup
+
+    async def _sync_group(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_sync_group(reader, version)
+        error = await self._group_error(request.group_id)
+        if error is not m.ErrorCode.NONE:
+            return mg.write_sync_group(version, error)
+        result = await self.group_coordinator.sync(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id,
+            dict(request.assignments),
+        )
+        return mg.write_sync_group(version, result.error, result.assignment)
+
+    # ------------------------------------------------------------ Heartbeat
+
+    async def _heartbeat(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_heartbeat(reader, version)
+        error = await self._group_error(request.group_id)
+        if error is m.ErrorCode.NONE:
+            error = self.group_coordinator.heartbeat(
+                request.group_id,
+                request.generation_id,
+                request.member_id,
+                request.group_instance_id,
+            )
+        return mg.write_error_only(version, error)
+
+    # ------------------------------------------------------------ LeaveGroup
+
+    async def _leave_group(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_leave_group(reader, version)
+        error = await self._group_error(request.group_id)
+        if error is not m.ErrorCode.NONE:
+            return mg.write_leave_group(version, error, [])
+        error, errors = self.group_coordinator.leave(
+            request.group_id,
+            [(member.member_id, member.group_instance_id) for member in request.members],
+        )
+        if version <= 2 and error is m.ErrorCode.NONE and errors:
+            error = errors[0]  # one member, its error is the answer's
+        left = [
+            mg.LeftMember(member.member_id, member.group_instance_id, member_error)
+            for member, member_error in zip(request.members, errors, strict=False)
+        ]
+        return mg.write_leave_group(version, error, left)
+
+    # ------------------------------------------------------------ OffsetCommit
+
+    async def _offset_commit(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_offset_commit(reader, version)
+        error = await self._group_error(request.group_id)
+        if error is m.ErrorCode.NONE:
+            error = self.group_coordinator.check_commit(
+                request.group_id,
+                request.generation_id,
+                request.member_id,
+                request.group_instance_id,
+            )
+        if error is not m.ErrorCode.NONE:
+            results = [(each.topic, each.partition, error) for each in request.offsets]
+            return mg.write_offset_commit(version, results)
+        results = await self.group_offsets.commit(
+            request.group_id,
+            [
+                OffsetToCommit(each.topic, each.partition, each.offset, each.metadata)
+                for each in request.offsets
+            ],
+            self._fetch_levels.level_of(header.client_id),
+        )
+        return mg.write_offset_commit(version, results)
+
+    # ------------------------------------------------------------ OffsetFetch
+
+    async def _offset_fetch(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mg.read_offset_fetch(reader, version)
+        error = await self._group_error(request.group_id)
+        if error is not m.ErrorCode.NONE:
+            failed = mg.FetchedOffset(-1, "", error)
+            results = [(topic, partition, failed) for topic, partition in request.partitions or ()]
+            return mg.write_offset_fetch(version, results, error)
+        fetched = await self.group_offsets.fetch(request.group_id, request.partitions)
+        return mg.write_offset_fetch(
+            version,
+            [
+                (topic, partition, mg.FetchedOffset(each.offset, each.metadata, each.error))
+                for topic, partition, each in fetched
+            ],
+        )
+
+    # ------------------------------------------------------------ DescribeGroups
+
+    async def _describe_groups(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        described = []
+        for group_id in mg.read_describe_groups(reader, version):
+            error = await self._group_error(group_id)
+            if error is not m.ErrorCode.NONE:
+                described.append(mg.DescribedGroup(error, group_id, ""))
+                continue
+            described.append(self._describe(group_id))
+        return mg.write_describe_groups(version, described)
+
+    def _describe(self, group_id: str) -> mg.DescribedGroup:
+        group = self.group_coordinator.describe(group_id)
+        if group is None:
+            # No member: Empty while it has committed offsets (they outlive its
+            # members and restarts), else unknown, which Kafka calls Dead.
+            state = (
+                GroupState.EMPTY if self.group_offsets.has_offsets(group_id) else GroupState.DEAD
+            )
+            return mg.DescribedGroup(m.ErrorCode.NONE, group_id, state.value, _NO_PROTOCOL)
+        return mg.DescribedGroup(
+            m.ErrorCode.NONE,
+            group_id,
+            group.state.value,
+            group.protocol_type,
+            group.protocol_name,
+            tuple(
+                mg.DescribedMember(
+                    member.member_id,
+                    member.group_instance_id,
+                    member.client_id,
+                    member.client_host,
+                    member.metadata,
+                    member.assignment,
+                )
+                for member in group.members
+            ),
+        )
+
+    # ------------------------------------------------------------ ListGroups
+
+    async def _list_groups(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        mg.read_list_groups(reader, version)
+        listed = {
+            group_id: protocol_type
+            for group_id, protocol_type, _state in self.group_coordinator.groups()
+        }
+        for group_id in self.group_offsets.groups_with_offsets():
+            listed.setdefault(group_id, _NO_PROTOCOL)
+        return mg.write_list_groups(version, m.ErrorCode.NONE, sorted(listed.items()))
