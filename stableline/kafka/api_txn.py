@@ -1,31 +1,63 @@
-"""InitProducerId, AddPartitionsToTxn and EndTxn: a producer's calls on its
-transaction coordinator.
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (a producer's
+calls on its transaction coordinator), and TxnOffsetCommit (on its consumer
+group's coordinator).
 
 InitProducerId without a transactional id gives an idempotent producer a new
-producer id (epoch 0), from any broker. With one, and the other two, it is the
+producer id (epoch 0), from any broker. With one, and the others, it is the
 transactional id's coordinator (txn_coordinator.py) that answers: these requests
 translate to its calls, and its refusals to the error codes each version's clients
 expect (PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH below the version that
 introduced it). An AddPartitionsToTxn naming a partition that does not exist is
 refused for that partition (UNKNOWN_TOPIC_OR_PARTITION) and not attempted for the
 others (OPERATION_NOT_ATTEMPTED), as Kafka does.
+
+TxnOffsetCommit commits a group's offsets in the transaction AddOffsetsToTxn added
+the group to: the acknowledgement each offset makes on the group's subscription
+(group_offsets.py, txn_offsets.py) is held by the stableline transaction, applied
+when it commits and handed back when it aborts; once an EndTxn on this broker
+commits it, OffsetFetch answers each offset and its metadata exactly. Messages
+another open transaction holds (or acknowledged already) are refused with
+ILLEGAL_GENERATION, which clients treat as a stale consumer: they abort and
+consume again. More than max_acks_per_transaction message ids in one transaction
+get INVALID_COMMIT_OFFSET_SIZE.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from dispatcher import InvalidAckError
+from managed_ledger import TxnId
 from stableline.broker.coordinator_errors import CoordinatorUnavailableError
+from stableline.broker.transactional_acks import ack_in_any_transaction
 from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
 from stableline.kafka import messages_txn as mt
 from stableline.kafka.api_base import KafkaApiBase
 from stableline.kafka.codec import Reader
-from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator, TxnRefused
+from stableline.kafka.group_offsets import (
+    MAX_METADATA_BYTES,
+    GroupOffsets,
+    OffsetToCommit,
+    acknowledged_offset,
+    check_group_id,
+)
+from stableline.kafka.txn_coordinator import (
+    KafkaTransactionCoordinator,
+    PartitionOfGroup,
+    TxnRefused,
+)
+from stableline.kafka.txn_offsets import TooManyToAcknowledge, messages_between
 from stableline.metadata import MetadataStoreError
-from txnbuffer import TooManyTransactionsError
+from txnbuffer import (
+    TooManyTransactionsError,
+    TransactionEndedError,
+    TransactionNotFoundError,
+    TransactionTooLargeError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +85,14 @@ class TransactionApis(KafkaApiBase):
     HANDLES = {
         m.ApiKey.INIT_PRODUCER_ID: "_init_producer_id",
         m.ApiKey.ADD_PARTITIONS_TO_TXN: "_add_partitions_to_txn",
+        m.ApiKey.ADD_OFFSETS_TO_TXN: "_add_offsets_to_txn",
         m.ApiKey.END_TXN: "_end_txn",
+        m.ApiKey.TXN_OFFSET_COMMIT: "_txn_offset_commit",
     }
+    # The consumer groups' APIs (api_groups.py), beside this group in the handler:
+    # their committed offsets, and whether a group is coordinated here.
+    group_offsets: GroupOffsets
+    _group_error: Callable[[str], Awaitable[m.ErrorCode]]
 
     async def _coordinate(
         self,
@@ -176,3 +214,116 @@ class TransactionApis(KafkaApiBase):
         )
         error = answer.code if isinstance(answer, TxnRefused) else m.ErrorCode.NONE
         return mt.write_end_txn(header.api_version, error)
+
+    # ------------------------------------------------------------ AddOffsetsToTxn
+
+    async def _add_offsets_to_txn(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        request = mt.read_add_offsets_to_txn(reader, header.api_version)
+        if check_group_id(request.group_id) is not m.ErrorCode.NONE:
+            return mt.write_add_offsets_to_txn(header.api_version, m.ErrorCode.INVALID_GROUP_ID)
+        answer = await self._coordinate(
+            lambda coordinator: coordinator.add_group(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.group_id,
+                f"kafka:{header.client_id or ''}",
+            ),
+            header,
+            "add_offsets_to_txn",
+        )
+        error = answer.code if isinstance(answer, TxnRefused) else m.ErrorCode.NONE
+        return mt.write_add_offsets_to_txn(header.api_version, error)
+
+    # ------------------------------------------------------------ TxnOffsetCommit
+
+    async def _txn_offset_commit(self, reader: Reader, header: m.RequestHeader) -> bytes:
+        version = header.api_version
+        request = mt.read_txn_offset_commit(reader, version)
+        error = await self._group_error(request.group_id)
+        txn_id: TxnId | None = None
+        if error is m.ErrorCode.NONE:
+            answer = await self._coordinate(
+                lambda coordinator: coordinator.offsets_transaction(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    request.group_id,
+                ),
+                header,
+                "txn_offset_commit",
+            )
+            if isinstance(answer, TxnRefused):
+                error = answer.code
+            else:
+                txn_id = answer
+        results = []
+        for offset in request.offsets:
+            if txn_id is not None:
+                error = await self._hold_offset(txn_id, request.group_id, offset, header.client_id)
+            results.append((offset.topic, offset.partition, error))
+        return mt.write_txn_offset_commit(version, results)
+
+    async def _hold_offset(
+        self, txn_id: TxnId, group_id: str, offset: mt.TxnOffset, client_id: str | None
+    ) -> m.ErrorCode:
+        """Hold in the transaction the acknowledgement that committing `offset` makes
+        (txn_offsets.py); what OffsetFetch answers is noted once it commits."""
+        assert self._kafka_txns is not None and self._coordinators is not None
+        if offset.offset < 0:
+            return m.ErrorCode.INVALID_REQUEST
+        metadata = offset.metadata or ""
+        if len(metadata.encode("utf-8", errors="surrogatepass")) > MAX_METADATA_BYTES:
+            return m.ErrorCode.OFFSET_METADATA_TOO_LARGE
+        partition = PartitionOfGroup(group_id, offset.topic, offset.partition)
+        try:
+            # The level of a subscription made here: the committing client's last
+            # Fetch (a producer has none: READ_COMMITTED, what its consumer reads).
+            found = await self.group_offsets.subscription(
+                group_id, offset.topic, offset.partition, self._fetch_levels.level_of(client_id)
+            )
+            if isinstance(found, m.ErrorCode):
+                return found
+            topic, subscription = found
+            start = acknowledged_offset(topic, subscription)
+            held = self._kafka_txns.offset_held(txn_id, partition)
+            if held is not None:
+                start = max(start, held)
+            ids = messages_between(
+                topic,
+                subscription,
+                start,
+                offset.offset,
+                self._coordinators.limits.max_acks_per_txn,
+            )
+            if ids:
+                await ack_in_any_transaction(
+                    self._coordinators, subscription, txn_id, ids, cumulative=False, caller=None
+                )
+        except InvalidAckError as error:
+            # Acknowledged already, or held by another open transaction: another
+            # consumer of the group has these records (a stale generation, to Kafka
+            # clients: they abort the transaction and consume again).
+            log.info("kafka: group %r offset commit in %s refused: %s", group_id, txn_id, error)
+            return m.ErrorCode.ILLEGAL_GENERATION
+        except (TooManyToAcknowledge, TransactionTooLargeError) as error:
+            log.info("kafka: group %r offset commit in %s refused: %s", group_id, txn_id, error)
+            return m.ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        except (TransactionEndedError, TransactionNotFoundError) as error:
+            log.info("kafka: group %r offset commit in %s refused: %s", group_id, txn_id, error)
+            return m.ErrorCode.INVALID_PRODUCER_EPOCH  # its timeout fenced the producer
+        except Exception as error:
+            refused = _refusal(error)
+            if refused is None:
+                raise
+            return refused.code
+        commit = OffsetToCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
+        self._kafka_txns.note_offset(
+            txn_id,
+            partition,
+            offset.offset,
+            functools.partial(
+                self.group_offsets.record_commit, group_id, commit, topic, subscription
+            ),
+        )
+        return m.ErrorCode.NONE

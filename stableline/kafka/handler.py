@@ -4,7 +4,8 @@ The handler decodes a request's header, refuses an API or version it does not
 serve (UNSUPPORTED_VERSION, as Kafka clients expect), and hands the request to the
 API group that answers it: api_metadata (ApiVersions, Metadata), api_produce
 (Produce), api_fetch (Fetch, ListOffsets), api_groups (consumer groups and their
-committed offsets), api_txn (InitProducerId, AddPartitionsToTxn, EndTxn).
+committed offsets), api_txn (InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit).
 Requests of one connection are answered in order, one at a time (listener.py).
 """
 

@@ -35,7 +35,9 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
 
 
 # api key -> (min version, max version) served.
@@ -56,7 +58,9 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 2),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 2),
     ApiKey.END_TXN: (0, 2),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 2),
 }
 # The first flexible version of each API (compact types, tagged fields).
 FIRST_FLEXIBLE: dict[int, int] = {
@@ -76,7 +80,9 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.API_VERSIONS: 3,
     ApiKey.INIT_PRODUCER_ID: 2,
     ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.ADD_OFFSETS_TO_TXN: 3,
     ApiKey.END_TXN: 3,
+    ApiKey.TXN_OFFSET_COMMIT: 3,
 }
 
 
@@ -99,6 +105,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45

@@ -54,9 +54,11 @@ class TransactionalIdRecord:
     producer_id: int
     epoch: int
     timeout_ms: int
-    # The stableline transaction the producer has open, and the topics added to it.
+    # The stableline transaction the producer has open, and the topics and consumer
+    # groups (AddOffsetsToTxn) added to it.
     txn_id: TxnId | None = None
     topics: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
     # How the last transaction ended by the producer's EndTxn ("commit" / "abort"),
     # so a retried EndTxn is answered as the first was; None after an init.
     last_end: str | None = None
@@ -75,6 +77,7 @@ class TransactionalIdRecord:
                 "timeoutMs": self.timeout_ms,
                 "txn": None if self.txn_id is None else str(self.txn_id),
                 "topics": list(self.topics),
+                "groups": list(self.groups),
                 "lastEnd": self.last_end,
                 "updatedMs": self.updated_ms,
                 "lastEpoch": self.last_epoch,
@@ -96,6 +99,7 @@ class TransactionalIdRecord:
             data["timeoutMs"],
             txn_id,
             tuple(data["topics"]),
+            tuple(data["groups"]),
             data["lastEnd"],
             data["updatedMs"],
             data["lastEpoch"],
@@ -103,7 +107,7 @@ class TransactionalIdRecord:
 
     def ended(self, result: str) -> TransactionalIdRecord:
         """This record once its transaction ended by the producer's EndTxn."""
-        return replace(self, txn_id=None, topics=(), last_end=result)
+        return replace(self, txn_id=None, topics=(), groups=(), last_end=result)
 
 
 @dataclass(frozen=True, slots=True)

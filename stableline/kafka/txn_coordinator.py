@@ -32,6 +32,10 @@ Promises:
 - EndTxn retried after it completed is answered as the first time; after a crash
   it finds its transaction as the coordinator's log left it (decided ends are
   completed) and answers accordingly.
+- A group's offsets are committed in a transaction (offsets_transaction) only by
+  the id's current producer, in its open transaction, once AddOffsetsToTxn added
+  the group; what was noted for them (note_offset) runs when an EndTxn here
+  commits it, and is dropped when it ends otherwise.
 - Requests for one id are handled one at a time on this broker.
 """
 
@@ -41,8 +45,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import replace
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -72,6 +77,23 @@ EXPIRY_INTERVAL_S = 3600.0
 # Kafka's default transaction.max.timeout.ms: a longer transaction.timeout.ms is
 # refused with INVALID_TRANSACTION_TIMEOUT.
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+# Transactions whose held group offsets are remembered (note_offset).
+MAX_TXNS_WITH_OFFSETS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOfGroup:
+    group_id: str
+    topic: str  # the Kafka topic
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOffset:
+    offset: int
+    on_commit: Callable[[], None]
 
 
 class TxnRefused(Exception):
@@ -118,6 +140,8 @@ class KafkaTransactionCoordinator:
         self._max_timeout_ms = max_timeout_ms
         self._locks = _KeyedLocks()
         self._expiring: asyncio.Task | None = None
+        # Offsets TxnOffsetCommit held here, by transaction (note_offset).
+        self._txn_offsets: OrderedDict[TxnId, dict[PartitionOfGroup, HeldOffset]] = OrderedDict()
 
     # ------------------------------------------------------------ life
 
@@ -206,7 +230,25 @@ class KafkaTransactionCoordinator:
         self, transactional_id: str, producer_id: int, epoch: int, topics: list[str], client: str
     ) -> None:
         """Join `topics` (stableline topic names) to the id's transaction, opening it
-        if none is open."""
+        if none is open (AddPartitionsToTxn)."""
+        await self._join(transactional_id, producer_id, epoch, client, topics=topics)
+
+    async def add_group(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str, client: str
+    ) -> None:
+        """Let the id's transaction commit `group_id`'s offsets (TxnOffsetCommit),
+        opening it if none is open (AddOffsetsToTxn)."""
+        await self._join(transactional_id, producer_id, epoch, client, groups=[group_id])
+
+    async def _join(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        client: str,
+        topics: Sequence[str] = (),
+        groups: Sequence[str] = (),
+    ) -> None:
         async with self._locks.hold(transactional_id):
             stored = await self._current(transactional_id, producer_id, epoch)
             record = stored.record
@@ -215,18 +257,25 @@ class KafkaTransactionCoordinator:
             if txn_id is None:
                 txn_id = (await self._coordinators.open(record.timeout_ms, "", "", client)).txn_id
             added = tuple(topic for topic in dict.fromkeys(topics) if topic not in record.topics)
+            new_groups = tuple(g for g in dict.fromkeys(groups) if g not in record.groups)
             try:
                 for topic in added:
                     await self._coordinators.add_topic(txn_id, topic, None)
-                if not added and not await self._is_open(txn_id):
+                if not added and not opened and not await self._is_open(txn_id):
                     raise TransactionEndedError(f"transaction {txn_id} has ended")
             except (TransactionEndedError, TransactionNotFoundError):
                 # Ended without an EndTxn (or so long ago its coordinator forgot it).
                 assert not opened, "a transaction just opened ended at once"
                 await self._fence_timed_out(transactional_id, stored)
-            if not added and not opened:
-                return  # Kafka's shortcut: every partition is in the transaction already
-            updated = replace(record, txn_id=txn_id, topics=record.topics + added, last_end=None)
+            if not added and not new_groups and not opened:
+                return  # Kafka's shortcut: all of it is in the transaction already
+            updated = replace(
+                record,
+                txn_id=txn_id,
+                topics=record.topics + added,
+                groups=record.groups + new_groups,
+                last_end=None,
+            )
             try:
                 await self._write(transactional_id, stored, updated)
             except TxnRefused:
@@ -234,6 +283,58 @@ class KafkaTransactionCoordinator:
                     with contextlib.suppress(Exception):
                         await self._finish(txn_id, commit=False)
                 raise
+
+    # ------------------------------------------------------------ TxnOffsetCommit
+
+    async def offsets_transaction(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> TxnId:
+        """The transaction a TxnOffsetCommit of `group_id` from (producer id, epoch)
+        holds its acknowledgements in: the id's open one, to which AddOffsetsToTxn
+        added the group. TxnRefused otherwise (read from the store: the group's
+        coordinator may be another broker than the id's)."""
+        stored = await self._ids.read(transactional_id, fresh=True)
+        if stored is None or stored.record.producer_id != producer_id:
+            raise TxnRefused(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"producer id {producer_id} is not transactional id {transactional_id!r}'s",
+            )
+        record = stored.record
+        if epoch != record.epoch:
+            raise TxnRefused(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer epoch {epoch} of {transactional_id!r} is fenced: the current "
+                f"epoch is {record.epoch}",
+            )
+        if record.txn_id is None or group_id not in record.groups:
+            raise TxnRefused(
+                ErrorCode.INVALID_TXN_STATE,
+                f"group {group_id!r} was not added to a transaction of {transactional_id!r} "
+                "(AddOffsetsToTxn comes first)",
+            )
+        return record.txn_id
+
+    def offset_held(self, txn_id: TxnId, partition: PartitionOfGroup) -> int | None:
+        """The offset this broker last held for `partition` in the transaction."""
+        held = self._txn_offsets.get(txn_id, {}).get(partition)
+        return None if held is None else held.offset
+
+    def note_offset(
+        self,
+        txn_id: TxnId,
+        partition: PartitionOfGroup,
+        offset: int,
+        on_commit: Callable[[], None],
+    ) -> None:
+        """`offset` is held for `partition` in the transaction; `on_commit` runs here
+        once an EndTxn on this broker commits it (at most MAX_TXNS_WITH_OFFSETS
+        transactions are remembered, the oldest forgotten first: only what
+        `on_commit` would have noted is lost, never an acknowledgement)."""
+        held = self._txn_offsets.setdefault(txn_id, {})
+        self._txn_offsets.move_to_end(txn_id)
+        held[partition] = HeldOffset(offset, on_commit)
+        while len(self._txn_offsets) > MAX_TXNS_WITH_OFFSETS:
+            self._txn_offsets.popitem(last=False)
 
     # ------------------------------------------------------------ EndTxn
 
@@ -347,6 +448,8 @@ class KafkaTransactionCoordinator:
         """The id's transaction ended without an EndTxn: raise its epoch (as Kafka's
         coordinator does at a timeout) and refuse the request as fenced."""
         record = stored.record
+        if record.txn_id is not None:
+            self._txn_offsets.pop(record.txn_id, None)
         await self._write(
             transactional_id,
             stored,
@@ -368,7 +471,16 @@ class KafkaTransactionCoordinator:
 
     async def _finish(self, txn_id: TxnId, commit: bool) -> TxnState | None:
         """End the transaction as asked if it is open, or complete the end decided
-        for it: its final state, None if its coordinator has forgotten it."""
+        for it: its final state, None if its coordinator has forgotten it. What
+        was noted for its committed offsets runs if it committed."""
+        state = await self._end_anywhere(txn_id, commit)
+        held = self._txn_offsets.pop(txn_id, {})
+        if state is TxnState.COMMITTED:
+            for each in held.values():
+                each.on_commit()
+        return state
+
+    async def _end_anywhere(self, txn_id: TxnId, commit: bool) -> TxnState | None:
         try:
             coordinator = await self._coordinators.deciding(txn_id)
         except CoordinatorNotLeaderError as error:

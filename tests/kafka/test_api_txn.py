@@ -8,6 +8,8 @@ import socket
 
 import pytest
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
@@ -16,6 +18,8 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -79,6 +83,32 @@ class TxnWire:
             for t in response.results_by_topic_v3_and_below
             for p in t.results_by_partition
         }
+
+    def add_offsets(self, group: str, version: int = 2) -> int:
+        request = AddOffsetsToTxnRequest(
+            transactional_id=self.transactional_id,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            group_id=group,
+        )
+        return self.call(request, AddOffsetsToTxnResponse, version).error_code
+
+    def commit_offset(self, group: str, offset: int, topic: str = TOPIC) -> int:
+        """TxnOffsetCommit v2 of one partition's offset: its error code."""
+        data = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        partition = data.TxnOffsetCommitRequestPartition(
+            partition_index=0, committed_offset=offset, committed_metadata=f"at {offset}"
+        )
+        request = TxnOffsetCommitRequest(
+            transactional_id=self.transactional_id,
+            group_id=group,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            topics=[data(name=topic, partitions=[partition])],
+        )
+        response = self.call(request, TxnOffsetCommitResponse, 2)
+        (result,) = [p.error_code for t in response.topics for p in t.partitions]
+        return result
 
     def end(self, commit: bool, version: int = 2) -> int:
         request = EndTxnRequest(
@@ -338,3 +368,65 @@ def test_a_producer_raises_its_own_epoch_after_an_error_and_a_retry_gets_the_sam
     assert wire.produce([b"kept"]) == (0, 3)
     assert wire.end(commit=True) == 0
     assert committed_values(kafka_broker, 2) == [b"plain", b"kept"]
+
+
+def backlog(kafka_broker, group: str) -> int:
+    stats = kafka_broker.admin(f"/admin/v2/persistent/public/default/{TOPIC}/stats")
+    return stats["subscriptions"][group]["msgBacklog"]
+
+
+def test_offsets_committed_in_a_transaction_are_held_until_it_commits(kafka_broker, wire):
+    from tests.kafka.test_transactions import committed_offset
+
+    confluent_produce(kafka_broker.bootstrap, TOPIC, [b"r1", b"r2", b"r3", b"r4"])
+    assert wire.init() == 0
+    assert wire.commit_offset("copier", 3) == m.ErrorCode.INVALID_TXN_STATE  # not added
+    assert wire.add_offsets("copier") == 0
+    assert wire.commit_offset("copier", 3) == 0
+    # Entries: "plain" and the batch of four. Held by the transaction, not acked.
+    assert backlog(kafka_broker, "copier") == 2
+    assert wire.end(commit=False) == 0
+    assert backlog(kafka_broker, "copier") == 2
+    # Nothing committed: the group's subscription (made by that commit) is at the start.
+    assert committed_offset(kafka_broker.bootstrap, "copier", TOPIC) == 0
+    assert wire.add_offsets("copier") == 0
+    assert wire.commit_offset("copier", 3) == 0
+    assert wire.commit_offset("copier", 4) == 0  # again in one transaction: further on
+    assert wire.end(commit=True) == 0
+    assert backlog(kafka_broker, "copier") == 1  # the batch's last message is not acked
+    assert committed_offset(kafka_broker.bootstrap, "copier", TOPIC) == 4
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id="copier")
+    committed = consumer.committed(TopicPartition(TOPIC, 0), metadata=True)
+    consumer.close()
+    assert (committed.offset, committed.metadata) == (4, "at 4")  # the commit's own
+
+
+def test_offsets_another_open_transaction_holds_are_refused_as_a_stale_generation(
+    kafka_broker, wire
+):
+    confluent_produce(kafka_broker.bootstrap, TOPIC, [b"r1", b"r2"])
+    other = TxnWire(kafka_broker.bootstrap, "other")
+    for producer in (wire, other):
+        assert producer.init() == 0
+        assert producer.add_offsets("copier") == 0
+    assert wire.commit_offset("copier", 2) == 0
+    assert other.commit_offset("copier", 3) == m.ErrorCode.ILLEGAL_GENERATION
+    assert wire.end(commit=False) == 0  # hands them back
+    assert other.commit_offset("copier", 3) == 0
+    assert other.end(commit=True) == 0
+    assert backlog(kafka_broker, "copier") == 0
+    other.close()
+
+
+def test_offset_commits_of_a_fenced_producer_or_a_bad_group_are_refused(kafka_broker, wire):
+    assert wire.init() == 0
+    assert wire.add_offsets("a/b") == m.ErrorCode.INVALID_GROUP_ID
+    assert wire.add_offsets("copier") == 0
+    newer = TxnWire(kafka_broker.bootstrap)
+    assert newer.init() == 0
+    assert wire.add_offsets("copier", version=0) == OLD_EPOCH
+    assert wire.add_offsets("copier", version=2) == FENCED
+    assert wire.commit_offset("copier", 1) == OLD_EPOCH
+    newer.close()

@@ -6,11 +6,15 @@ from __future__ import annotations
 import pytest
 from kafka.errors import for_code
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 from stableline.kafka import messages as m
@@ -21,7 +25,9 @@ from tests.kafka.test_messages import decoded_fully, same_bytes_through_spec, ve
 def test_the_transaction_apis_are_the_ones_kafka_defines():
     for cls, key in [
         (AddPartitionsToTxnRequest, m.ApiKey.ADD_PARTITIONS_TO_TXN),
+        (AddOffsetsToTxnRequest, m.ApiKey.ADD_OFFSETS_TO_TXN),
         (EndTxnRequest, m.ApiKey.END_TXN),
+        (TxnOffsetCommitRequest, m.ApiKey.TXN_OFFSET_COMMIT),
         (InitProducerIdRequest, m.ApiKey.INIT_PRODUCER_ID),
     ]:
         assert key == cls.API_KEY
@@ -30,9 +36,14 @@ def test_the_transaction_apis_are_the_ones_kafka_defines():
         flexible_from = m.FIRST_FLEXIBLE[key]
         assert cls.flexible_version_q(flexible_from)
         assert not cls.flexible_version_q(flexible_from - 1)
-    # AddPartitionsToTxn and EndTxn stay below their flexible versions.
-    assert m.SUPPORTED[m.ApiKey.ADD_PARTITIONS_TO_TXN][1] < 3
-    assert m.SUPPORTED[m.ApiKey.END_TXN][1] < 3
+    # All but InitProducerId stay below their flexible versions.
+    for key in (
+        m.ApiKey.ADD_PARTITIONS_TO_TXN,
+        m.ApiKey.ADD_OFFSETS_TO_TXN,
+        m.ApiKey.END_TXN,
+        m.ApiKey.TXN_OFFSET_COMMIT,
+    ):
+        assert m.SUPPORTED[key][1] < m.FIRST_FLEXIBLE[key]
 
 
 def test_the_new_error_codes_are_kafkas():
@@ -47,6 +58,7 @@ def test_the_new_error_codes_are_kafkas():
         m.ErrorCode.COORDINATOR_NOT_AVAILABLE,
         m.ErrorCode.NOT_COORDINATOR,
         m.ErrorCode.INVALID_REQUEST,
+        m.ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
     ]:
         kafka_name = for_code(code).__name__.removesuffix("Error")
         assert kafka_name.lower() == code.name.replace("_", "").lower(), (code, kafka_name)
@@ -102,6 +114,9 @@ def test_end_txn_request_and_response_match_the_spec(version):
         ("add_partitions_to_txn", 0, m.ErrorCode.INVALID_PRODUCER_EPOCH),
         ("add_partitions_to_txn", 1, m.ErrorCode.INVALID_PRODUCER_EPOCH),
         ("add_partitions_to_txn", 2, m.ErrorCode.PRODUCER_FENCED),
+        ("add_offsets_to_txn", 0, m.ErrorCode.INVALID_PRODUCER_EPOCH),
+        ("add_offsets_to_txn", 2, m.ErrorCode.PRODUCER_FENCED),
+        ("txn_offset_commit", 2, m.ErrorCode.INVALID_PRODUCER_EPOCH),
         ("end_txn", 1, m.ErrorCode.INVALID_PRODUCER_EPOCH),
         ("end_txn", 2, m.ErrorCode.PRODUCER_FENCED),
         ("init_producer_id", 1, m.ErrorCode.INVALID_PRODUCER_EPOCH),
@@ -121,3 +136,56 @@ def test_init_producer_id_carries_the_producers_own_id_and_epoch_from_v3(version
     )
     decoded = decoded_fully(m.read_init_producer_id, request.encode(version=version), version)
     assert decoded == m.InitProducerIdRequest("payments-1", 60000, 2**61 + 9, 4)
+
+
+@pytest.mark.parametrize("version", versions(m.ApiKey.ADD_OFFSETS_TO_TXN))
+def test_add_offsets_to_txn_request_and_response_match_the_spec(version):
+    request = AddOffsetsToTxnRequest(
+        transactional_id="payments-1", producer_id=77, producer_epoch=2, group_id="copier"
+    )
+    decoded = decoded_fully(mt.read_add_offsets_to_txn, request.encode(version=version), version)
+    assert decoded == mt.AddOffsetsToTxnRequest("payments-1", 77, 2, "copier")
+    body = mt.write_add_offsets_to_txn(version, m.ErrorCode.PRODUCER_FENCED)
+    response = same_bytes_through_spec(AddOffsetsToTxnResponse, body, version)
+    assert response.error_code == m.ErrorCode.PRODUCER_FENCED
+
+
+@pytest.mark.parametrize("version", versions(m.ApiKey.TXN_OFFSET_COMMIT))
+def test_txn_offset_commit_request_and_response_match_the_spec(version):
+    topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    partition = topic.TxnOffsetCommitRequestPartition
+    request = TxnOffsetCommitRequest(
+        transactional_id="payments-1",
+        group_id="copier",
+        producer_id=77,
+        producer_epoch=2,
+        topics=[
+            topic(
+                name="orders",
+                partitions=[
+                    partition(partition_index=0, committed_offset=12, committed_metadata="m"),
+                    partition(partition_index=1, committed_offset=3, committed_metadata=None),
+                ],
+            )
+        ],
+    )
+    decoded = decoded_fully(mt.read_txn_offset_commit, request.encode(version=version), version)
+    assert decoded == mt.TxnOffsetCommitRequest(
+        "payments-1",
+        "copier",
+        77,
+        2,
+        [mt.TxnOffset("orders", 0, 12, "m"), mt.TxnOffset("orders", 1, 3, None)],
+    )
+    body = mt.write_txn_offset_commit(
+        version,
+        [
+            ("orders", 0, m.ErrorCode.NONE),
+            ("orders", 1, m.ErrorCode.ILLEGAL_GENERATION),
+            ("x", 0, m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ],
+    )
+    response = same_bytes_through_spec(TxnOffsetCommitResponse, body, version)
+    assert [
+        (t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions
+    ] == [("orders", 0, 0), ("orders", 1, 22), ("x", 0, 3)]

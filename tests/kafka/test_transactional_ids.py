@@ -21,11 +21,18 @@ async def store(tmp_path):
 
 def test_a_record_reads_back_from_its_json():
     record = TransactionalIdRecord(
-        2**61 + 7, 3, 60_000, TxnId(2, 41), ("persistent://public/default/a",), None
+        2**61 + 7,
+        3,
+        60_000,
+        txn_id=TxnId(2, 41),
+        topics=("persistent://public/default/a",),
+        groups=("copier",),
+        updated_ms=1234,
+        last_epoch=2,
     )
     assert TransactionalIdRecord.from_json(record.to_json()) == record
     ended = record.ended("commit")
-    assert (ended.txn_id, ended.topics, ended.last_end) == (None, (), "commit")
+    assert (ended.txn_id, ended.topics, ended.groups, ended.last_end) == (None, (), (), "commit")
     assert TransactionalIdRecord.from_json(ended.to_json()) == ended
 
 

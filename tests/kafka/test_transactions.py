@@ -259,3 +259,124 @@ def test_an_id_initialised_again_after_a_kill_fences_the_old_epoch_and_aborts_it
     assert confluent_consume(bootstrap, TOPIC, 2, "read_uncommitted")[1][1] == b"t1"
     confluent_produce(bootstrap, TOPIC, values("after"))
     assert confluent_consume(bootstrap, TOPIC, 1, "read_committed") == [(3, b"after")]
+
+
+def confluent_copy(bootstrap: str, source: str, sink: str, count: int) -> int:
+    """Consume-transform-produce `count` records from `source` to `sink`, offsets
+    committed in each transaction, every other transaction aborted (the consumer
+    then rewinds to the committed offsets); the transactions it took."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "copier",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([source])
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "copier-1", "linger.ms": 5}
+    )
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    copied = transactions = 0
+    try:
+        while copied < count:
+            batch = [m for m in consumer.consume(5, 0.5) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for message in batch:
+                producer.produce(sink, value=message.value())
+            positions = consumer.position(consumer.assignment())
+            metadata = consumer.consumer_group_metadata()
+            producer.send_offsets_to_transaction(positions, metadata, CLIENT_TIMEOUT_S)
+            transactions += 1
+            if transactions % 2 == 0:
+                producer.abort_transaction(CLIENT_TIMEOUT_S)
+                for committed in consumer.committed(consumer.assignment(), CLIENT_TIMEOUT_S):
+                    offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+                    consumer.seek(TopicPartition(committed.topic, committed.partition, offset))
+            else:
+                producer.commit_transaction(CLIENT_TIMEOUT_S)
+                copied += len(batch)
+    finally:
+        consumer.close()
+    return transactions
+
+
+def kafka_python_copy(bootstrap: str, source: str, sink: str, count: int) -> int:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id="copier",
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="copier-1")
+    producer.init_transactions()
+    copied = transactions = 0
+    try:
+        while copied < count:
+            batch = [r for rs in consumer.poll(500, max_records=5).values() for r in rs]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for record in batch:
+                producer.send(sink, value=record.value)
+            offsets = {tp: OffsetAndMetadata(consumer.position(tp)) for tp in consumer.assignment()}
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            transactions += 1
+            if transactions % 2 == 0:
+                producer.abort_transaction()
+                for tp in consumer.assignment():
+                    committed = consumer.committed(tp)
+                    consumer.seek(tp, 0 if committed is None else committed)
+            else:
+                producer.commit_transaction()
+                copied += len(batch)
+    finally:
+        consumer.close()
+        producer.close(timeout=1)
+    return transactions
+
+
+COPIERS = {"confluent-kafka": confluent_copy, "kafka-python": kafka_python_copy}
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_with_every_other_transaction_aborted_copies_each_once(
+    kafka_broker, client
+):
+    bootstrap = kafka_broker.bootstrap
+    count = 40
+    originals = [f"record-{index}".encode() for index in range(count)]
+    confluent_produce(bootstrap, "source", originals)
+    transactions = COPIERS[client](bootstrap, "source", "sink", count)
+    assert transactions >= 2 * count // 5 - 1  # half of them aborted, each re-done
+    consume = CONSUMER_OF[client]
+    got = consume(bootstrap, "sink", count, "read_committed")
+    assert [value for _, value in got] == originals  # exactly once, in order
+    assert end_offset(bootstrap, "sink", "read_committed") == end_offset(bootstrap, "sink")
+    # The group's committed offset is the end of the source, as a new member finds it,
+    # and so is its subscription's acknowledgement: nothing of the source is left.
+    assert committed_offset(bootstrap, "copier", "source") == count
+    stats = kafka_broker.admin("/admin/v2/persistent/public/default/source/stats")
+    assert stats["subscriptions"]["copier"]["msgBacklog"] == 0
+
+
+def committed_offset(bootstrap: str, group: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        (partition,) = consumer.committed([TopicPartition(topic, 0)], CLIENT_TIMEOUT_S)
+        return partition.offset
+    finally:
+        consumer.close()
