@@ -109,6 +109,10 @@ class BrokerParticipant:
             for ledger_id, entry_id, batch_index in message_ids
         ]
         subscription.end_transaction_acks(txn_id, ids, commit)
+        if commit:
+            # Durable before the coordinator logs the transaction complete (and so
+            # never drives it again): a commit's acks survive a kill -9 right after.
+            await subscription.cursor.persist()
         if self.remote_acks is not None:
             self.remote_acks.forget(topic, subscription_name, txn_id)
 

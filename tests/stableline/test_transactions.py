@@ -188,6 +188,21 @@ def test_transactional_ack_takes_effect_on_commit_and_is_dropped_on_abort(client
     assert backlog() == 0
 
 
+def test_a_committed_transactional_ack_survives_a_kill_right_after_the_commit(broker):
+    """The commit's answer means its acks are durable: the coordinator completes a
+    transaction only once the cursors holding its acks are written."""
+    with stableline.Client(broker.service_url) as client:
+        client.create_producer("txn-ack-kill").send(b"once")
+        consumer = client.subscribe("txn-ack-kill", "sub", initial_position=EARLIEST)
+        txn = client.new_transaction()
+        consumer.acknowledge(consumer.receive(5000), txn=txn)
+        txn.commit()
+        broker.kill()
+    broker.start()
+    stats = _get(broker, "/admin/v2/persistent/public/default/txn-ack-kill/stats")
+    assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
+
+
 def test_an_open_transaction_survives_a_restart_and_commits_after_it(broker):
     with stableline.Client(broker.service_url) as client:
         producer = client.create_producer("restart-txn")
