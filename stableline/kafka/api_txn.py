@@ -24,7 +24,6 @@ get INVALID_COMMIT_OFFSET_SIZE.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -318,12 +317,12 @@ class TransactionApis(KafkaApiBase):
                 raise
             return refused.code
         commit = OffsetToCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
-        self._kafka_txns.note_offset(
-            txn_id,
-            partition,
-            offset.offset,
-            functools.partial(
-                self.group_offsets.record_commit, group_id, commit, topic, subscription
-            ),
-        )
+
+        async def note() -> None:
+            """Once committed: OffsetFetch answers this offset and metadata, also
+            after a crash."""
+            self.group_offsets.record_commit(group_id, commit, topic, subscription)
+            await subscription.cursor.persist()
+
+        self._kafka_txns.note_offset(txn_id, partition, offset.offset, note)
         return m.ErrorCode.NONE

@@ -14,8 +14,10 @@ aborts.
 Where it lives: the id's record is in the cluster's metadata store, so whichever
 broker FindCoordinator names acts on it (every change a compare-and-set; with the
 embedded store, this one broker), and the brokers owning its partitions read it to
-admit batches. Its stableline transaction is opened on a shard this broker leads
-when it leads one (Coordinators.open); one led elsewhere is ended on its leader.
+admit batches. Its stableline transactions are opened on the coordinator shard the
+id hashes to (named_shard: the shard whose leader FindCoordinator names) when this
+broker leads it, else on one it leads (Coordinators.open); one led elsewhere is
+ended on its leader.
 
 Promises:
 - InitProducerId gives the id's producer id (allocated once) with an epoch one
@@ -46,7 +48,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 import grpc
@@ -55,7 +57,7 @@ from managed_ledger import TxnId
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline.broker.coordinator_errors import CoordinatorNotLeaderError
-from stableline.broker.coordinators import Coordinators
+from stableline.broker.coordinators import Coordinators, named_shard
 from stableline.broker.peers import peer_error
 from stableline.kafka.messages import ErrorCode
 from stableline.kafka.producer_ids import transactional_producer_id
@@ -79,6 +81,9 @@ EXPIRY_INTERVAL_S = 3600.0
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
 
+# Who owns the stableline transactions of Kafka producers: anonymous, as the port
+# has no authentication yet (a role, once it has).
+_OWNER = ""
 # Transactions whose held group offsets are remembered (note_offset).
 MAX_TXNS_WITH_OFFSETS = 10_000
 
@@ -93,7 +98,7 @@ class PartitionOfGroup:
 @dataclass(frozen=True, slots=True)
 class HeldOffset:
     offset: int
-    on_commit: Callable[[], None]
+    on_commit: Callable[[], Awaitable[None]]
 
 
 class TxnRefused(Exception):
@@ -255,7 +260,7 @@ class KafkaTransactionCoordinator:
             txn_id = record.txn_id
             opened = txn_id is None
             if txn_id is None:
-                txn_id = (await self._coordinators.open(record.timeout_ms, "", "", client)).txn_id
+                txn_id = await self._open(transactional_id, record.timeout_ms, client)
             added = tuple(topic for topic in dict.fromkeys(topics) if topic not in record.topics)
             new_groups = tuple(g for g in dict.fromkeys(groups) if g not in record.groups)
             try:
@@ -324,7 +329,7 @@ class KafkaTransactionCoordinator:
         txn_id: TxnId,
         partition: PartitionOfGroup,
         offset: int,
-        on_commit: Callable[[], None],
+        on_commit: Callable[[], Awaitable[None]],
     ) -> None:
         """`offset` is held for `partition` in the transaction; `on_commit` runs here
         once an EndTxn on this broker commits it (at most MAX_TXNS_WITH_OFFSETS
@@ -462,6 +467,19 @@ class KafkaTransactionCoordinator:
             "passed): the producer is fenced",
         )
 
+    async def _open(self, transactional_id: str, timeout_ms: int, client: str) -> TxnId:
+        """A new stableline transaction for the id: on the coordinator shard the id
+        hashes to (named_shard, the shard whose leader FindCoordinator names) when
+        this broker leads it, so an id's transactions live on one shard; else on one
+        this broker leads, or can take (Coordinators.open)."""
+        coordinators = self._coordinators
+        shard = named_shard(_OWNER, transactional_id, coordinators.shard_count)
+        if shard in coordinators.local:
+            opened = coordinators.open_on_shard(shard, timeout_ms, "", _OWNER, client)
+        else:
+            opened = await coordinators.open(timeout_ms, "", _OWNER, client)
+        return opened.txn_id
+
     async def _is_open(self, txn_id: TxnId) -> bool:
         try:
             state, _ = await self._coordinators.state_of(txn_id)
@@ -475,9 +493,14 @@ class KafkaTransactionCoordinator:
         was noted for its committed offsets runs if it committed."""
         state = await self._end_anywhere(txn_id, commit)
         held = self._txn_offsets.pop(txn_id, {})
-        if state is TxnState.COMMITTED:
-            for each in held.values():
-                each.on_commit()
+        if state is TxnState.COMMITTED and held:
+            outcomes = await asyncio.gather(
+                *(each.on_commit() for each in held.values()), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    # Committed all the same: OffsetFetch answers the acknowledgement.
+                    log.warning("kafka: a committed offset of %s not noted: %s", txn_id, outcome)
         return state
 
     async def _end_anywhere(self, txn_id: TxnId, commit: bool) -> TxnState | None:

@@ -430,3 +430,31 @@ def test_offset_commits_of_a_fenced_producer_or_a_bad_group_are_refused(kafka_br
     assert wire.add_offsets("copier", version=2) == FENCED
     assert wire.commit_offset("copier", 1) == OLD_EPOCH
     newer.close()
+
+
+@pytest.mark.slow
+def test_offsets_committed_in_a_transaction_survive_a_kill_right_after_the_commit(
+    kafka_broker, wire
+):
+    bootstrap = kafka_broker.bootstrap
+    confluent_produce(bootstrap, TOPIC, [b"r1", b"r2", b"r3"])
+    confluent_produce(bootstrap, "copies", [b"seed"])
+    assert wire.init() == 0
+    assert wire.add_offsets("copier") == 0
+    assert wire.add({"copies": [0]}) == {("copies", 0): 0}
+    assert wire.produce([b"copy"], topic="copies") == (0, 1)
+    # Up to r2: "plain" and two of the batch's three records.
+    assert wire.commit_offset("copier", 3) == 0
+    assert wire.end(commit=True) == 0
+    wire.close()
+    kafka_broker.kill()
+    kafka_broker.start()
+    bootstrap = kafka_broker.bootstrap  # a port of its own each run
+    assert backlog(kafka_broker, "copier") == 1
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="copier")
+    committed = consumer.committed(TopicPartition(TOPIC, 0), metadata=True)
+    consumer.close()
+    assert (committed.offset, committed.metadata) == (3, "at 3")
+    assert end_offset(bootstrap, "copies", "read_committed") == end_offset(bootstrap, "copies") == 3
