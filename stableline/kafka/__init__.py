@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from stableline.broker.config import BrokerConfig
     from stableline.broker.coordinators import Coordinators
+    from stableline.broker.partitioned import PartitionedTopics
     from stableline.broker.registry import TopicRegistry
     from stableline.kafka.listener import KafkaListener
 
@@ -26,9 +27,16 @@ class KafkaStartupError(Exception):
 
 
 async def start_kafka(
-    config: BrokerConfig, registry: TopicRegistry, coordinators: Coordinators, secure: bool
+    config: BrokerConfig,
+    registry: TopicRegistry,
+    coordinators: Coordinators,
+    partitioned: PartitionedTopics,
+    secure: bool,
+    node_id: int,
+    advertised_host: str,
 ) -> tuple[KafkaListener, int]:
-    """Open the Kafka port at config.kafka_address: (the listener, its bound port)."""
+    """Open the Kafka port at config.kafka_address as Kafka node `node_id`, told to
+    clients at `advertised_host`: (the listener, its bound port)."""
     from stableline.kafka.handler import KafkaRequestHandler, KafkaSettings
     from stableline.kafka.listener import KafkaListener
 
@@ -44,18 +52,16 @@ async def start_kafka(
         registry,
         KafkaSettings(
             namespace=config.kafka_namespace,
-            advertised_host=host.strip("[]") if host not in ("0.0.0.0", "::") else "127.0.0.1",
+            advertised_host=advertised_host,
             advertised_port=int(port_text),
-            # Security is off here, and then every caller may create (as on gRPC).
-            allow_auto_topic_creation=True,
+            allow_auto_topic_creation=config.allow_auto_topic_creation,
             max_message_bytes=config.max_message_size,
+            node_id=node_id,
         ),
         coordinators,
+        partitioned=partitioned,
     )
     listener = KafkaListener(handler, config.max_message_size + FRAME_OVERHEAD_BYTES)
-    try:
-        port = await listener.start(host.strip("[]"), int(port_text))
-    except OSError as error:
-        raise KafkaStartupError(f"--kafka {config.kafka_address}: cannot listen: {error}") from None
+    port = await listener.start(host.strip("[]"), int(port_text))  # OSError: the caller's
     handler.advertise_port(port)
     return listener, port

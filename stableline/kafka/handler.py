@@ -13,7 +13,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from stableline.broker.coordinators import Coordinators
+from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.security.guard import Guard
 from stableline.kafka import messages as m
 from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
 from stableline.kafka.api_fetch import FetchApis
@@ -34,8 +36,11 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
         registry: TopicRegistry,
         settings: KafkaSettings,
         coordinators: Coordinators | None = None,
+        *,
+        partitioned: PartitionedTopics | None = None,
+        guard: Guard | None = None,
     ) -> None:
-        super().__init__(registry, settings, coordinators)
+        super().__init__(registry, settings, coordinators, partitioned=partitioned, guard=guard)
         self._handlers: dict[int, Callable[[Reader, m.RequestHeader], Awaitable[bytes | None]]] = {}
         for group in type(self).__mro__:
             if issubclass(group, KafkaApiBase):

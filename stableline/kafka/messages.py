@@ -50,6 +50,7 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     MESSAGE_TOO_LARGE = 10
     NOT_ENOUGH_REPLICAS = 19
@@ -165,11 +166,21 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    index: int
+    leader: int  # node id; -1 when no live broker leads it (error says why)
+    error: ErrorCode = ErrorCode.NONE
+    leader_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TopicMetadata:
     name: str
     error: ErrorCode
-    partitions: list[int]  # partition indexes, each led by `leader`
-    leader: int
+    partitions: list[PartitionMetadata]
+
+
+NO_AUTHORIZED_OPERATIONS = -2147483648  # "not asked for" in Metadata v8+
 
 
 def write_metadata(
@@ -190,26 +201,27 @@ def write_metadata(
     if version >= 1:
         writer.int32(controller)
 
+    def partition(w: Writer, p: PartitionMetadata) -> None:
+        w.int16(p.error).int32(p.index).int32(p.leader)
+        if version >= 7:
+            w.int32(p.leader_epoch)
+        # One replica, the leader, in sync with itself (none while it has no leader).
+        replicas = [p.leader] if p.leader >= 0 else []
+        w.array(replicas, Writer.int32).array(replicas, Writer.int32)
+        if version >= 5:
+            w.array([], Writer.int32)  # offline replicas
+
     def topic(w: Writer, t: TopicMetadata) -> None:
         w.int16(t.error).string(t.name)
         if version >= 1:
             w.boolean(False)  # internal
-
-        def partition(pw: Writer, index: int) -> None:
-            pw.int16(ErrorCode.NONE).int32(index).int32(t.leader)
-            if version >= 7:
-                pw.int32(0)  # leader epoch
-            pw.array([t.leader], Writer.int32).array([t.leader], Writer.int32)
-            if version >= 5:
-                pw.array([], Writer.int32)  # offline replicas
-
         w.array(t.partitions, partition)
         if version >= 8:
-            w.int32(-2147483648)  # authorized operations: not asked
+            w.int32(NO_AUTHORIZED_OPERATIONS)
 
     writer.array(topics, topic)
     if version >= 8:
-        writer.int32(-2147483648)
+        writer.int32(NO_AUTHORIZED_OPERATIONS)
     return writer.getvalue()
 
 

@@ -15,16 +15,19 @@ CLIENT_TIMEOUT_S = 20.0
 
 
 class KafkaBroker(BrokerProcess):
-    """A BrokerProcess with `--kafka` on a free port (a new one each run)."""
+    """A BrokerProcess with its Kafka port open on a free port (kept across restarts)."""
+
+    def __init__(self, data_dir: Path, **options) -> None:
+        super().__init__(data_dir, kafka_port=0, **options)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.wait_for_event('ready')['kafka_port']}"
+        return self.kafka_bootstrap
 
 
 @pytest.fixture
 def kafka_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    process = KafkaBroker(tmp_path / "data", extra_args=["--kafka", "127.0.0.1:0"])
+    process = KafkaBroker(tmp_path / "data")
     process.start()
     try:
         yield process
@@ -60,9 +63,15 @@ def kafka_python_produce(bootstrap: str, topic: str, values: list[bytes]) -> Non
 
 
 def confluent_consume(
-    bootstrap: str, topic: str, count: int, isolation: str = "read_uncommitted"
+    bootstrap: str,
+    topic: str,
+    count: int,
+    isolation: str = "read_uncommitted",
+    partition: int = 0,
+    **config,
 ) -> list[tuple[int, bytes]]:
-    """(offset, value) of the first `count` records from the earliest offset."""
+    """(offset, value) of the first `count` records of a partition from its earliest
+    offset."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -71,9 +80,10 @@ def confluent_consume(
             "group.id": "unused",  # assigned partitions: no group coordination
             "enable.auto.commit": False,
             "isolation.level": isolation,
+            **config,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     got: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     try:
@@ -89,7 +99,12 @@ def confluent_consume(
 
 
 def kafka_python_consume(
-    bootstrap: str, topic: str, count: int, isolation: str = "read_uncommitted"
+    bootstrap: str,
+    topic: str,
+    count: int,
+    isolation: str = "read_uncommitted",
+    partition: int = 0,
+    **config,
 ) -> list[tuple[int, bytes]]:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -98,10 +113,11 @@ def kafka_python_consume(
         group_id=None,
         enable_auto_commit=False,
         isolation_level=isolation,
+        **config,
     )
-    partition = TopicPartition(topic, 0)
-    consumer.assign([partition])
-    consumer.seek_to_beginning(partition)
+    assigned = TopicPartition(topic, partition)
+    consumer.assign([assigned])
+    consumer.seek_to_beginning(assigned)
     got: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     try:

@@ -8,8 +8,9 @@ from stableline.broker.config import BrokerConfig
 from stableline.testing import BrokerExited, BrokerProcess
 
 
-def test_the_kafka_port_is_closed_unless_asked_for(broker):
-    assert BrokerConfig().kafka_address == ""
+def test_the_kafka_port_is_on_at_9092_by_default_and_test_brokers_keep_it_closed(broker):
+    assert BrokerConfig().kafka_address == "127.0.0.1:9092"
+    # BrokerProcess passes --kafka '' unless given a kafka_port: `serve --kafka ''`.
     assert "kafka_port" not in broker.wait_for_event("ready")
 
 
