@@ -508,8 +508,7 @@ class Broker:
                 self.registry,
                 self.coordinators,
                 self.partitioned,
-                self.security.settings.tls is not None
-                or self.security.settings.authentication_enabled,
+                self.security,
                 node_id,
                 host.strip("[]"),
             )
@@ -631,7 +630,17 @@ def _log_banner(broker: Broker, took_s: float) -> None:
     log.info("gRPC (clients' service URL): %s", advertised.grpc_address)
     log.info("HTTP admin: %s   dashboard: %s/", advertised.http_url, advertised.http_url)
     if broker.kafka is not None:
-        log.info("Kafka (preview): port %d", broker.kafka_port)
+        settings = broker.security.settings
+        protocol = (
+            ("SASL_SSL" if settings.tls else "SASL_PLAINTEXT")
+            if settings.authentication_enabled
+            else ("SSL" if settings.tls else "PLAINTEXT")
+        )
+        log.info(
+            "Kafka (bootstrap.servers): %s, security.protocol %s",
+            broker.lookup.advertised.kafka_address,
+            protocol,
+        )
     log.info(
         "security: %s",
         "on (" + ", ".join(security) + ")" if security else "off (plaintext, no tokens)",

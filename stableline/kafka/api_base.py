@@ -67,6 +67,8 @@ class KafkaSettings:
     max_message_bytes: int
     # This broker's Kafka node id (stableline.metadata.kafka_nodes).
     node_id: int = 0
+    # max_num_partitions_per_partitioned_topic (0: no limit).
+    max_partitions: int = 0
 
 
 class CoordinatorNodeUnavailable(Exception):

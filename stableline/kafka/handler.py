@@ -1,10 +1,12 @@
 """Kafka requests answered from the broker's topics: one handler per broker.
 
 The handler decodes a request's header, refuses an API or version it does not
-serve (UNSUPPORTED_VERSION, as Kafka clients expect), and hands the request to the
-API group that answers it: api_metadata (ApiVersions, Metadata), api_produce
-(Produce, InitProducerId), api_fetch (Fetch, ListOffsets). Requests of one
-connection are answered in order, one at a time (listener.py).
+serve (UNSUPPORTED_VERSION, as Kafka clients expect), lets the connection's
+session (sasl.py) refuse what may not be sent before authentication and answer the
+SASL requests, and hands every other request to the API group that answers it:
+api_metadata (ApiVersions, Metadata), api_produce (Produce, InitProducerId),
+api_fetch (Fetch, ListOffsets), api_topics (CreateTopics, DeleteTopics). Requests
+of one connection are answered in order, one at a time (listener.py).
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
 from stableline.kafka.api_fetch import FetchApis
 from stableline.kafka.api_metadata import MetadataApis
 from stableline.kafka.api_produce import ProduceApis
+from stableline.kafka.api_topics import TopicsApis
 from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.sasl import SASL_APIS, KafkaSession
 
 log = logging.getLogger(__name__)
 
 __all__ = ["KafkaRequestHandler", "KafkaSettings"]
 
 
-class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
+class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, TopicsApis):
     """Decodes one request frame, runs it, encodes its response (None: no response)."""
 
     def __init__(
@@ -47,16 +51,25 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
                 for api_key, method in vars(group).get("HANDLES", {}).items():
                     assert api_key not in self._handlers, f"two groups answer {api_key!r}"
                     self._handlers[api_key] = getattr(self, method)
-        missing = set(m.SUPPORTED) - set(self._handlers)
+        missing = set(m.SUPPORTED) - set(self._handlers) - SASL_APIS
         assert not missing, f"served but not answered: {missing}"
+        self._guard_for_sessions = guard
 
     def advertise_port(self, port: int) -> None:
         """The bound port (when the address asked for port 0), told in Metadata."""
         self._settings.advertised_port = port
 
-    async def handle(self, frame: bytes) -> bytes | None:
+    def new_session(self, peer: object = None) -> KafkaSession:
+        """A new connection's session: unauthenticated when authentication is on."""
+        return KafkaSession(self._guard_for_sessions, peer)
+
+    async def handle(self, frame: bytes, session: KafkaSession | None = None) -> bytes | None:
         """The response frame's body (header included); MalformedRequest when the
-        request does not parse."""
+        request does not parse, ConnectionRefused when the session may not send it
+        (the connection is closed unanswered). `session`: the connection's (a new
+        one's when None)."""
+        if session is None:
+            session = self.new_session()
         reader = Reader(frame)
         header = m.read_request_header(reader)
         supported = m.SUPPORTED.get(header.api_key)  # type: ignore[call-overload]
@@ -65,6 +78,7 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
                 # Clients expect a v0 body listing what is served, then ask again.
                 body = m.write_api_versions(0, m.ErrorCode.UNSUPPORTED_VERSION)
                 return Writer().int32(header.correlation_id).raw(body).getvalue()
+            session.admit(header.api_key)  # unauthenticated: closed, unanswered
             log.info(
                 "kafka: unsupported api key %d version %d from %s",
                 header.api_key,
@@ -72,7 +86,13 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis):
                 header.client_id,
             )
             return m.response_header(header) + m.write_unsupported(header)
-        body = await self._handlers[header.api_key](reader, header)
+        session.admit(header.api_key)
+        if header.api_key == m.ApiKey.SASL_HANDSHAKE:
+            body = session.handshake(reader, header)
+        elif header.api_key == m.ApiKey.SASL_AUTHENTICATE:
+            body = session.authenticate(reader, header)
+        else:
+            body = await self._handlers[header.api_key](reader, header)
         if body is None:
             return None
         return m.response_header(header) + body

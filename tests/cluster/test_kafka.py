@@ -200,3 +200,25 @@ def test_a_restarted_broker_is_the_same_kafka_node(kafka_cluster):
     topic = _partitioned(kafka_cluster, 3)
     nodes, _ = _metadata(kafka_cluster.brokers[1], topic)
     assert sorted(nodes) == sorted(before.values())
+
+
+def test_topics_created_and_deleted_through_any_broker_are_the_clusters(kafka_cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"kafka-admin-{next(_names)}"
+    first = AdminClient({"bootstrap.servers": kafka_cluster.brokers[1].kafka_bootstrap})
+    first.create_topics([NewTopic(topic, PARTITIONS)])[topic].result(CLIENT_TIMEOUT_S)
+    partitions = [f"persistent://public/default/{topic}-partition-{i}" for i in range(PARTITIONS)]
+    owners = {kafka_cluster.topic_leader(p) for p in partitions}
+    assert len(owners) == 3, "placed over the brokers like an admin's creation"
+    count = kafka_cluster.read_record(f"/stableline/partitioned-topics/public/default/{topic}")
+    assert count == {"partitions": PARTITIONS}
+    last = AdminClient({"bootstrap.servers": kafka_cluster.brokers[2].kafka_bootstrap})
+    last.delete_topics([topic])[topic].result(CLIENT_TIMEOUT_S)
+    assert (
+        kafka_cluster.read_record(f"/stableline/partitioned-topics/public/default/{topic}") is None
+    )
+    for partition in partitions:
+        local = partition.removeprefix("persistent://")
+        path = f"/stableline/ownership/{kafka_cluster.name}/topics/{local}"
+        assert kafka_cluster.read_record(path) is None, partition
