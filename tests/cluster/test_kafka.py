@@ -7,16 +7,18 @@ creates on first use is placed like any other."""
 from __future__ import annotations
 
 import itertools
-import socket
-import struct
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from kafka.protocol.consumer import ListOffsetsRequest
 
 from stableline.testing import BrokerProcess
-from tests.kafka.conftest import CLIENT_TIMEOUT_S, confluent_consume, kafka_python_consume
+from tests.kafka.conftest import (
+    CLIENT_TIMEOUT_S,
+    RawKafka,
+    confluent_consume,
+    kafka_python_consume,
+)
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 
 from .conftest import Cluster, cluster_brokers, new_cluster_name
@@ -126,41 +128,6 @@ def test_a_client_given_one_broker_produces_and_consumes_every_partition(kafka_c
         assert kafka_python_consume(bootstrap, topic, 10, partition=partition) == expected
 
 
-def _raw_list_offsets(broker: BrokerProcess, topic: str, partition: int) -> int:
-    """The error code a raw ListOffsets v1 to `broker` gets for the partition."""
-    request = ListOffsetsRequest(
-        replica_id=-1,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(
-                name=topic,
-                partitions=[
-                    ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                        partition_index=partition, timestamp=-1
-                    )
-                ],
-            )
-        ],
-    )
-    body = struct.pack(">hhih", 2, 1, 5, 1) + b"t" + request.encode(version=1)
-    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _exactly(sock, 4))[0]
-        response = _exactly(sock, size)
-    # correlation id, topics[1], name, partitions[1], index, error
-    name_length = struct.unpack(">h", response[8:10])[0]
-    at = 10 + name_length + 4 + 4
-    return struct.unpack(">h", response[at : at + 2])[0]
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        assert chunk, "closed"
-        data += chunk
-    return data
-
-
 def test_a_broker_that_does_not_lead_a_partition_answers_not_leader(kafka_cluster):
     topic = _partitioned(kafka_cluster, PARTITIONS)
     for partition in range(PARTITIONS):
@@ -168,7 +135,11 @@ def test_a_broker_that_does_not_lead_a_partition_answers_not_leader(kafka_cluste
             kafka_cluster.topic_leader(f"persistent://public/default/{topic}-partition-{partition}")
         )
         for broker in kafka_cluster.brokers:
-            error = _raw_list_offsets(broker, topic, partition)
+            raw = RawKafka(broker.kafka_port)
+            try:
+                error = raw.list_offsets(topic, partition)
+            finally:
+                raw.close()
             assert error == (0 if broker is owner else 6), (partition, broker.grpc_port)
 
 

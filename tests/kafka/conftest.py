@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from stableline.testing import BrokerProcess
 
@@ -139,3 +152,94 @@ def end_offset(bootstrap: str, topic: str, isolation: str = "read_uncommitted") 
         return consumer.end_offsets([partition])[partition]
     finally:
         consumer.close()
+
+
+class RawKafka:
+    """One Kafka connection by hand (TLS when given a CA), requests encoded by
+    kafka-python's spec classes."""
+
+    def __init__(self, port: int, ca_file: Path | None = None):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if ca_file is not None:
+            context = ssl.create_default_context(cafile=str(ca_file))
+            sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
+        self.sock = sock
+        self._correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, request, version: int, response_class):
+        """The decoded response; None when the broker closed the connection instead."""
+        self._correlation += 1
+        header = struct.pack(">hhih", request.API_KEY, version, self._correlation, 4) + b"test"
+        body = header + request.encode(version=version)
+        try:
+            self.sock.sendall(struct.pack(">i", len(body)) + body)
+            (size,) = struct.unpack(">i", self._exactly(4))
+            frame = self._exactly(size)
+        except (ConnectionError, ssl.SSLError, OSError):
+            return None
+        assert struct.unpack(">i", frame[:4])[0] == self._correlation
+        return response_class.decode(frame[4:], version=version)
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def authenticate(self, password: str, username: str = "anyone"):
+        handshake = self.send(SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse)
+        assert (handshake.error_code, handshake.mechanisms) == (0, ["PLAIN"])
+        message = b"\0" + username.encode() + b"\0" + password.encode()
+        return self.send(SaslAuthenticateRequest(auth_bytes=message), 1, SaslAuthenticateResponse)
+
+    def list_offsets(self, topic: str, partition_index: int = 0) -> int | None:
+        """ListOffsets v1 (latest) of a partition: its error code; None if closed."""
+        partition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=partition_index, timestamp=-1
+        )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[partition])],
+        )
+        response = self.send(request, 1, ListOffsetsResponse)
+        return None if response is None else response.topics[0].partitions[0].error_code
+
+    def produce(self, topic: str) -> int:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
+        )
+        builder.append(0, timestamp=None, key=None, value=b"raw", headers=[])
+        partition = ProduceRequest.TopicProduceData.PartitionProduceData(
+            index=0, records=bytes(builder.build())
+        )
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
+        )
+        response = self.send(request, 7, ProduceResponse)
+        return response.responses[0].partition_responses[0].error_code
+
+    def metadata(self, topics: list[str] | None, auto_create: bool = False) -> dict[str, int]:
+        """Metadata v8: topic -> its error code."""
+        request = MetadataRequest(
+            topics=None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=auto_create,
+        )
+        response = self.send(request, 8, MetadataResponse)
+        return {t.name: t.error_code for t in response.topics}

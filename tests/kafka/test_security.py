@@ -5,9 +5,7 @@ the handshake; and the gRPC side's permissions on every request."""
 
 from __future__ import annotations
 
-import socket
 import ssl
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,27 +13,17 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
-from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
-    MetadataRequest,
-    MetadataResponse,
 )
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.protocol.sasl import (
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
-)
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from stableline.broker.security.tokens import create_secret_key, create_token, read_secret_key
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
 from tests.kafka.conftest import (
     CLIENT_TIMEOUT_S,
+    RawKafka,
     confluent_consume,
     confluent_produce,
     kafka_python_consume,
@@ -93,8 +81,8 @@ class SecureKafka:
         with urllib.request.urlopen(request, timeout=10, context=context) as response:
             assert response.status == 204
 
-    def connect(self) -> Raw:
-        return Raw(self.process.kafka_port, self.ca_file)
+    def connect(self) -> RawKafka:
+        return RawKafka(self.process.kafka_port, self.ca_file)
 
 
 @pytest.fixture(scope="module")
@@ -107,97 +95,6 @@ def secure(tmp_path_factory) -> Iterator[SecureKafka]:
         yield SecureKafka(process)
     finally:
         assert process.stop() == 0, process.log()
-
-
-class Raw:
-    """One Kafka connection by hand (TLS when given a CA), requests encoded by
-    kafka-python's spec classes."""
-
-    def __init__(self, port: int, ca_file: Path | None):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        if ca_file is not None:
-            context = ssl.create_default_context(cafile=str(ca_file))
-            sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
-        self.sock = sock
-        self._correlation = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, request, version: int, response_class):
-        """The decoded response; None when the broker closed the connection instead."""
-        self._correlation += 1
-        header = struct.pack(">hhih", request.API_KEY, version, self._correlation, 4) + b"test"
-        body = header + request.encode(version=version)
-        try:
-            self.sock.sendall(struct.pack(">i", len(body)) + body)
-            (size,) = struct.unpack(">i", self._exactly(4))
-            frame = self._exactly(size)
-        except (ConnectionError, ssl.SSLError, OSError):
-            return None
-        assert struct.unpack(">i", frame[:4])[0] == self._correlation
-        return response_class.decode(frame[4:], version=version)
-
-    def _exactly(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self.sock.recv(size - len(data))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            data += chunk
-        return data
-
-    def authenticate(self, password: str, username: str = "anyone"):
-        handshake = self.send(SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse)
-        assert (handshake.error_code, handshake.mechanisms) == (0, ["PLAIN"])
-        message = b"\0" + username.encode() + b"\0" + password.encode()
-        return self.send(SaslAuthenticateRequest(auth_bytes=message), 1, SaslAuthenticateResponse)
-
-    def list_offsets(self, topic: str) -> int | None:
-        """ListOffsets (latest) of partition 0: its error code; None if closed."""
-        partition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-            partition_index=0, timestamp=-1
-        )
-        request = ListOffsetsRequest(
-            replica_id=-1,
-            topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[partition])],
-        )
-        response = self.send(request, 1, ListOffsetsResponse)
-        return None if response is None else response.topics[0].partitions[0].error_code
-
-    def produce(self, topic: str) -> int:
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 20,
-        )
-        builder.append(0, timestamp=None, key=None, value=b"raw", headers=[])
-        partition = ProduceRequest.TopicProduceData.PartitionProduceData(
-            index=0, records=bytes(builder.build())
-        )
-        request = ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout_ms=5000,
-            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
-        )
-        response = self.send(request, 7, ProduceResponse)
-        return response.responses[0].partition_responses[0].error_code
-
-    def metadata(self, topics: list[str] | None, auto_create: bool = False) -> dict[str, int]:
-        """Metadata v8: topic -> its error code."""
-        request = MetadataRequest(
-            topics=None
-            if topics is None
-            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-            allow_auto_topic_creation=auto_create,
-        )
-        response = self.send(request, 8, MetadataResponse)
-        return {t.name: t.error_code for t in response.topics}
 
 
 def test_confluent_and_kafka_python_round_trip_with_a_token_over_tls(secure):
@@ -258,7 +155,7 @@ def test_only_api_versions_and_the_handshake_come_before_authentication(secure):
     finally:
         raw.close()
     # A client without TLS gets nothing from the TLS port.
-    plain = Raw(secure.process.kafka_port, None)
+    plain = RawKafka(secure.process.kafka_port, None)
     try:
         assert plain.send(ApiVersionsRequest(), 0, ApiVersionsResponse) is None
     finally:
