@@ -54,7 +54,8 @@ class MetadataApis(KafkaApiBase):
             for short in self._kafka_topics():
                 name = self._topic_name(short)
                 if name is not None and self._refusal(Action.LOOKUP, name) is None:
-                    topics.append(await self._topic_metadata(short, auto_create=False))
+                    # The counts as last seen: the listing came from the same copy.
+                    topics.append(await self._topic_metadata(short, False, read=False))
         else:
             for short in request.topics:
                 topics.append(await self._topic_metadata(short, request.allow_auto_topic_creation))
@@ -85,7 +86,11 @@ class MetadataApis(KafkaApiBase):
         shorts = (full[len(prefix) :] for full in shown)
         return sorted(short for short in shorts if KAFKA_TOPIC.fullmatch(short))
 
-    async def _topic_metadata(self, short: str, auto_create: bool) -> m.TopicMetadata:
+    async def _topic_metadata(
+        self, short: str, auto_create: bool, read: bool = True
+    ) -> m.TopicMetadata:
+        """`read`: the partition count as the metadata store has it now (a topic
+        asked for by name), else as this broker last saw it."""
         name = self._topic_name(short)
         if name is None:
             return m.TopicMetadata(short, m.ErrorCode.INVALID_TOPIC_EXCEPTION, [])
@@ -94,7 +99,7 @@ class MetadataApis(KafkaApiBase):
             log.info("kafka: %s", why)
             return m.TopicMetadata(short, m.ErrorCode.TOPIC_AUTHORIZATION_FAILED, [])
         try:
-            count = await self._partition_count(name, read=True)
+            count = await self._partition_count(name, read=read)
             if count != NOT_PARTITIONED:
                 if self._partitioned is not None and self._partitioned.metadata.deleting(name):
                     return m.TopicMetadata(short, m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])

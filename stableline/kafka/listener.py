@@ -86,13 +86,15 @@ class KafkaListener:
                 if error.partial:
                     log.info("kafka: %s sent a torn frame size; closing", peer)
                 return
-            if not 0 < size <= self._max_frame_bytes:
+            limit = session.max_frame_bytes(self._max_frame_bytes)
+            if not 0 < size <= limit:
                 self.oversized_frames += 1
                 log.warning(
-                    "kafka: %s sent a frame of %d bytes (limit %d); closing the connection",
+                    "kafka: %s sent a frame of %d bytes (limit %d%s); closing the connection",
                     peer,
                     size,
-                    self._max_frame_bytes,
+                    limit,
+                    "" if limit == self._max_frame_bytes else " before authentication",
                 )
                 return
             frame = await reader.readexactly(size)

@@ -9,7 +9,8 @@ something else): the token alone says who calls, its `sub` is the role. A token
 the Guard refuses is answered SASL_AUTHENTICATION_FAILED with the Guard's reason,
 then the connection is closed, as Kafka does. Any other request before the
 handshake ends the connection unanswered (Kafka's InvalidRequestException: a
-client with the wrong security.protocol sees a disconnect).
+client with the wrong security.protocol sees a disconnect), and so does a frame
+larger than MAX_UNAUTHENTICATED_FRAME_BYTES, before it is read.
 
 Once authenticated, the connection's requests run with its caller in
 CURRENT_CALLER (the connection's own task holds it), so api_base checks each
@@ -43,6 +44,10 @@ BEFORE_AUTHENTICATION = frozenset({m.ApiKey.API_VERSIONS, m.ApiKey.SASL_HANDSHAK
 SASL_APIS = frozenset({m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE})
 # KoP's way of writing a token as a PLAIN password.
 TOKEN_PREFIX = "token:"
+# The largest frame read from a connection not authenticated yet: enough for any
+# handshake, so an anonymous peer cannot make the broker read a large frame
+# [Kafka: sasl.server.max.receive.size, the same 512 KiB].
+MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
 
 
 class ConnectionRefused(Exception):
@@ -69,6 +74,12 @@ class KafkaSession:
         self.role: str | None = None
         self.expires_at: float | None = None
         self.closing = False
+
+    def max_frame_bytes(self, limit: int) -> int:
+        """The largest frame this connection may send now, `limit` once authenticated."""
+        if self.state is SaslState.AUTHENTICATED:
+            return limit
+        return min(limit, MAX_UNAUTHENTICATED_FRAME_BYTES)
 
     def admit(self, api_key: int) -> None:
         """Raises ConnectionRefused unless this connection may send `api_key` now."""

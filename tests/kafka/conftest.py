@@ -183,6 +183,13 @@ class RawKafka:
         assert struct.unpack(">i", frame[:4])[0] == self._correlation
         return response_class.decode(frame[4:], version=version)
 
+    def closed_by_broker(self) -> bool:
+        """Whether the broker has closed this connection (waits up to the timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, ssl.SSLError):
+            return True
+
     def _exactly(self, size: int) -> bytes:
         data = b""
         while len(data) < size:

@@ -6,6 +6,7 @@ the handshake; and the gRPC side's permissions on every request."""
 from __future__ import annotations
 
 import ssl
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +153,14 @@ def test_only_api_versions_and_the_handshake_come_before_authentication(secure):
         versions = raw.send(ApiVersionsRequest(), 0, ApiVersionsResponse)
         assert versions.error_code == 0
         assert raw.list_offsets("tls-orders") is None, "closed unanswered"
+    finally:
+        raw.close()
+    # A frame larger than any handshake is refused before it is read (1 MiB, under
+    # the limit an authenticated connection has).
+    raw = secure.connect()
+    try:
+        raw.sock.sendall(struct.pack(">i", 1 << 20))
+        assert raw.closed_by_broker()
     finally:
         raw.close()
     # A client without TLS gets nothing from the TLS port.
