@@ -34,69 +34,73 @@ def kafka_partition_of(key: bytes, count: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % count
 
 
-def test_metadata_lists_every_partition_led_by_the_broker(kafka_broker):
+def test_metadata_lists_every_partition_led_by_the_broker(module_kafka_broker):
     from confluent_kafka.admin import AdminClient
     from kafka import KafkaConsumer
 
-    make_partitioned(kafka_broker, "orders", PARTITIONS)
-    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap)
+    topic = "listed"
+    make_partitioned(module_kafka_broker, topic, PARTITIONS)
+    consumer = KafkaConsumer(bootstrap_servers=module_kafka_broker.bootstrap)
     try:
-        assert consumer.partitions_for_topic("orders") == set(range(PARTITIONS))
-        assert "orders" in consumer.topics()
+        assert consumer.partitions_for_topic(topic) == set(range(PARTITIONS))
+        assert topic in consumer.topics()
         # Listed once, as the partitioned topic: its partitions are not topics of Kafka.
-        assert not any(name.startswith("orders-partition-") for name in consumer.topics())
+        assert not any(name.startswith(f"{topic}-partition-") for name in consumer.topics())
     finally:
         consumer.close()
-    listed = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(timeout=10)
+    listed = AdminClient({"bootstrap.servers": module_kafka_broker.bootstrap}).list_topics(
+        timeout=10
+    )
     (broker,) = listed.brokers.values()
-    assert (broker.id, broker.port) == (0, kafka_broker.kafka_port)
-    partitions = listed.topics["orders"].partitions
+    assert (broker.id, broker.port) == (0, module_kafka_broker.kafka_port)
+    partitions = listed.topics[topic].partitions
     assert sorted(partitions) == list(range(PARTITIONS))
     assert {p.leader for p in partitions.values()} == {0}
 
 
 @pytest.mark.parametrize("producer", ["confluent-kafka", "kafka-python"])
-def test_each_kafka_partition_is_its_stableline_partition(kafka_broker, producer):
-    make_partitioned(kafka_broker, "orders", PARTITIONS)
+def test_each_kafka_partition_is_its_stableline_partition(module_kafka_broker, producer):
+    topic = f"each-{producer}"
+    make_partitioned(module_kafka_broker, topic, PARTITIONS)
     sent = {p: [f"p{p}-{i}".encode() for i in range(20)] for p in range(PARTITIONS)}
     if producer == "confluent-kafka":
         from confluent_kafka import Producer
 
-        client = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 5})
+        client = Producer({"bootstrap.servers": module_kafka_broker.bootstrap, "linger.ms": 5})
         for partition, values in sent.items():
             for value in values:
-                client.produce("orders", value=value, partition=partition)
+                client.produce(topic, value=value, partition=partition)
         assert client.flush(CLIENT_TIMEOUT_S) == 0
     else:
         from kafka import KafkaProducer
 
-        client = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+        client = KafkaProducer(bootstrap_servers=module_kafka_broker.bootstrap, acks="all")
         for partition, values in sent.items():
             for value in values:
-                client.send("orders", value=value, partition=partition)
+                client.send(topic, value=value, partition=partition)
         client.flush(CLIENT_TIMEOUT_S)
         client.close()
     for partition, values in sent.items():
         expected = list(enumerate(values))
-        assert confluent_consume(kafka_broker.bootstrap, "orders", 20, partition=partition) == (
+        assert confluent_consume(module_kafka_broker.bootstrap, topic, 20, partition=partition) == (
             expected
         )
-        assert kafka_python_consume(kafka_broker.bootstrap, "orders", 20, partition=partition) == (
-            expected
-        )
+        assert kafka_python_consume(
+            module_kafka_broker.bootstrap, topic, 20, partition=partition
+        ) == (expected)
     # The SDK reads the same messages from each partition's own topic.
-    with stableline.Client(kafka_broker.service_url) as client:
+    with stableline.Client(module_kafka_broker.service_url) as client:
         for partition, values in sent.items():
             reader = client.create_reader(
-                f"orders-partition-{partition}", stableline.MessageId.earliest
+                f"{topic}-partition-{partition}", stableline.MessageId.earliest
             )
             assert [reader.read_next(10_000).data() for _ in values] == values
 
 
-def test_a_partition_beyond_the_count_is_unknown(kafka_broker):
+def test_a_partition_beyond_the_count_is_unknown(module_kafka_broker):
     from confluent_kafka import KafkaError
 
-    make_partitioned(kafka_broker, "orders", 2)
+    make_partitioned(module_kafka_broker, "two-partitions", 2)
     got = []
 
     def delivered(error, _message) -> None:
@@ -104,13 +108,15 @@ def test_a_partition_beyond_the_count_is_unknown(kafka_broker):
 
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "message.timeout.ms": 3000})
-    producer.produce("orders", value=b"x", partition=2, on_delivery=delivered)
+    producer = Producer(
+        {"bootstrap.servers": module_kafka_broker.bootstrap, "message.timeout.ms": 3000}
+    )
+    producer.produce("two-partitions", value=b"x", partition=2, on_delivery=delivered)
     producer.flush(CLIENT_TIMEOUT_S)
     assert [error.code() for error in got] == [KafkaError._UNKNOWN_PARTITION]
 
 
-def test_keys_land_where_each_client_puts_them(kafka_broker):
+def test_keys_land_where_each_client_puts_them(module_kafka_broker):
     """Kafka clients choose the partition of a keyed record themselves (murmur2,
     Java's; librdkafka with partitioner=murmur2_random); the SDK hashes keys with
     Pulsar's Murmur3. Each keeps every key on one partition, in order, but the two
@@ -118,12 +124,12 @@ def test_keys_land_where_each_client_puts_them(kafka_broker):
     from confluent_kafka import Producer
     from kafka import KafkaProducer
 
-    make_partitioned(kafka_broker, "by-kafka", PARTITIONS)
-    make_partitioned(kafka_broker, "by-sdk", PARTITIONS)
+    make_partitioned(module_kafka_broker, "by-kafka", PARTITIONS)
+    make_partitioned(module_kafka_broker, "by-sdk", PARTITIONS)
     keys = [f"account-{i}".encode() for i in range(12)]
-    python_producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+    python_producer = KafkaProducer(bootstrap_servers=module_kafka_broker.bootstrap, acks="all")
     confluent = Producer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "partitioner": "murmur2_random"}
+        {"bootstrap.servers": module_kafka_broker.bootstrap, "partitioner": "murmur2_random"}
     )
     for round_ in range(3):
         for key in keys:
@@ -132,7 +138,7 @@ def test_keys_land_where_each_client_puts_them(kafka_broker):
     python_producer.flush(CLIENT_TIMEOUT_S)
     python_producer.close()
     assert confluent.flush(CLIENT_TIMEOUT_S) == 0
-    with stableline.Client(kafka_broker.service_url) as client:
+    with stableline.Client(module_kafka_broker.service_url) as client:
         for partition in range(PARTITIONS):
             reader = client.create_reader(
                 f"by-kafka-partition-{partition}", stableline.MessageId.earliest
@@ -144,7 +150,7 @@ def test_keys_land_where_each_client_puts_them(kafka_broker):
         for key in keys:
             producer.send(b"sdk", partition_key=key.decode())
         producer.flush()
-    seen = read_keys(kafka_broker.bootstrap, "by-sdk", len(keys))
+    seen = read_keys(module_kafka_broker.bootstrap, "by-sdk", len(keys))
     assert sorted(seen) == sorted((key_partition(k.decode(), PARTITIONS), k) for k in keys)
     # The two hashes are different functions: these keys prove it.
     assert any(

@@ -32,17 +32,17 @@ def kafka_error(future) -> int:
     return 0
 
 
-def test_confluent_creates_partitioned_and_plain_topics_and_deletes_them(kafka_broker):
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+def test_confluent_creates_partitioned_and_plain_topics_and_deletes_them(module_kafka_broker):
+    admin = AdminClient({"bootstrap.servers": module_kafka_broker.bootstrap})
     created = admin.create_topics([NewTopic("many", 3), NewTopic("one", 1)])
     assert {name: kafka_error(f) for name, f in created.items()} == {"many": 0, "one": 0}
-    assert partitions_of(kafka_broker, "many") == 3
-    assert partitions_of(kafka_broker, "one") == 0
-    assert "persistent://public/default/one" in topics_of(kafka_broker)
+    assert partitions_of(module_kafka_broker, "many") == 3
+    assert partitions_of(module_kafka_broker, "one") == 0
+    assert "persistent://public/default/one" in topics_of(module_kafka_broker)
     listed = admin.list_topics(timeout=TIMEOUT_S).topics
     assert (len(listed["many"].partitions), len(listed["one"].partitions)) == (3, 1)
-    confluent_produce(kafka_broker.bootstrap, "one", [b"kept"])
-    assert confluent_consume(kafka_broker.bootstrap, "one", 1) == [(0, b"kept")]
+    confluent_produce(module_kafka_broker.bootstrap, "one", [b"kept"])
+    assert confluent_consume(module_kafka_broker.bootstrap, "one", 1) == [(0, b"kept")]
 
     again = admin.create_topics([NewTopic("many", 2), NewTopic("one", 1)])
     assert {name: kafka_error(f) for name, f in again.items()} == {
@@ -52,18 +52,18 @@ def test_confluent_creates_partitioned_and_plain_topics_and_deletes_them(kafka_b
 
     deleted = admin.delete_topics(["many", "one"])
     assert {name: kafka_error(f) for name, f in deleted.items()} == {"many": 0, "one": 0}
-    assert partitions_of(kafka_broker, "many") == 0
-    assert not [t for t in topics_of(kafka_broker) if "/many" in t or t.endswith("/one")]
+    assert partitions_of(module_kafka_broker, "many") == 0
+    assert not [t for t in topics_of(module_kafka_broker) if "/many" in t or t.endswith("/one")]
     gone = admin.delete_topics(["one"])
     assert kafka_error(gone["one"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
-def test_validate_only_checks_and_makes_nothing(kafka_broker):
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+def test_validate_only_checks_and_makes_nothing(module_kafka_broker):
+    admin = AdminClient({"bootstrap.servers": module_kafka_broker.bootstrap})
     checked = admin.create_topics([NewTopic("dry", 4)], validate_only=True)
     assert kafka_error(checked["dry"]) == 0
-    assert partitions_of(kafka_broker, "dry") == 0
-    assert not [t for t in topics_of(kafka_broker) if "dry" in t]
+    assert partitions_of(module_kafka_broker, "dry") == 0
+    assert not [t for t in topics_of(module_kafka_broker) if "dry" in t]
 
 
 @pytest.mark.parametrize(
@@ -82,10 +82,12 @@ def test_validate_only_checks_and_makes_nothing(kafka_broker):
         ),
     ],
 )
-def test_kafka_python_gets_kafkas_error_for_what_cannot_be_made(kafka_broker, options, error):
+def test_kafka_python_gets_kafkas_error_for_what_cannot_be_made(
+    module_kafka_broker, options, error
+):
     from kafka.admin import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=module_kafka_broker.bootstrap)
     try:
         if "assignments" in options:
             options = {**options, "num_partitions": -1, "replication_factor": -1}
@@ -95,18 +97,18 @@ def test_kafka_python_gets_kafkas_error_for_what_cannot_be_made(kafka_broker, op
     ((topic,),) = [result["topics"]]
     assert (topic["name"], topic["error_code"]) == ("bad", error)
     assert topic["error_message"]  # says why
-    assert partitions_of(kafka_broker, "bad") == 0
+    assert partitions_of(module_kafka_broker, "bad") == 0
 
 
-def test_kafka_python_creates_with_the_default_count_and_deletes(kafka_broker):
+def test_kafka_python_creates_with_the_default_count_and_deletes(module_kafka_broker):
     from kafka.admin import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=module_kafka_broker.bootstrap)
     try:
         result = admin.create_topics({"defaults": {}, "four": {"num_partitions": 4}})
         assert [t["error_code"] for t in result["topics"]] == [0, 0]
-        assert "persistent://public/default/defaults" in topics_of(kafka_broker)
-        assert partitions_of(kafka_broker, "four") == 4
+        assert "persistent://public/default/defaults" in topics_of(module_kafka_broker)
+        assert partitions_of(module_kafka_broker, "four") == 4
         deleted = admin.delete_topics(["four", "never-made"], raise_errors=False)
         assert [(r["name"], r["error_code"]) for r in deleted["topics"]] == [
             ("four", 0),
@@ -114,14 +116,14 @@ def test_kafka_python_creates_with_the_default_count_and_deletes(kafka_broker):
         ]
     finally:
         admin.close()
-    assert partitions_of(kafka_broker, "four") == 0
+    assert partitions_of(module_kafka_broker, "four") == 0
 
 
-def test_a_name_asked_twice_in_one_request_is_refused_for_both(kafka_broker):
+def test_a_name_asked_twice_in_one_request_is_refused_for_both(module_kafka_broker):
     from kafka.admin import KafkaAdminClient
     from kafka.admin import NewTopic as PythonNewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=module_kafka_broker.bootstrap)
     try:
         result = admin.create_topics(
             [PythonNewTopic("twice", 1, 1), PythonNewTopic("twice", 2, 1)], raise_errors=False
@@ -129,4 +131,4 @@ def test_a_name_asked_twice_in_one_request_is_refused_for_both(kafka_broker):
     finally:
         admin.close()
     assert [t["error_code"] for t in result["topics"]] == [KafkaError.INVALID_REQUEST] * 2
-    assert "persistent://public/default/twice" not in topics_of(kafka_broker)
+    assert "persistent://public/default/twice" not in topics_of(module_kafka_broker)
