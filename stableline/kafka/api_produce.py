@@ -19,6 +19,7 @@ import logging
 
 from managed_ledger import Position
 from managed_ledger.errors import EntryTooLargeError, ManagedLedgerError
+from stableline.broker.security.permissions import Action
 from stableline.broker.topic import Topic
 from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
@@ -65,7 +66,7 @@ class ProduceApis(KafkaApiBase):
         self, kafka_name: str, partition: m.ProducePartition
     ) -> m.ProducePartitionResult:
         index = partition.index
-        topic = await self._topic(kafka_name, index)
+        topic = await self._topic(kafka_name, index, action=Action.PRODUCE)
         if isinstance(topic, m.ErrorCode):
             return m.ProducePartitionResult(index, topic)
         if len(partition.records or b"") > self._settings.max_message_bytes:

@@ -12,8 +12,12 @@ Key layout. Everything lives under `/stableline`; names are those of topics
         The cluster's record, written by its first broker: later its settings
         (coordinator shard count K, default 4).
     /stableline/brokers/{cluster}/{host:port}                           [ephemeral]
-        A live broker (brokers.py): advertised gRPC and HTTP addresses, version,
-        start time, host, pid, load. Gone when its session lapses.
+        A live broker (brokers.py): advertised gRPC, HTTP and Kafka addresses, its
+        Kafka node id, version, start time, host, pid, load. Gone when its session
+        lapses.
+    /stableline/kafka/{cluster}/node-ids
+        {broker id: Kafka node id} (kafka_nodes.py): each broker's int32 id for
+        Kafka clients, recorded once and kept, the same on every broker.
     /stableline/namespaces/{tenant}/{namespace}
         The namespace: {"created": true once a topic was made in it (it exists from
         then on), "autoTopicCreationOverride": {...} when set}; later other policies.
@@ -60,6 +64,7 @@ from stableline.metadata.errors import (
 )
 from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
 from stableline.metadata.factory import DEFAULT_SESSION_TIMEOUT_S, open_metadata_store
+from stableline.metadata.kafka_nodes import kafka_node_id
 from stableline.metadata.mirror import PrefixMirror
 from stableline.metadata.store import MetadataStore, Watch
 from stableline.metadata.values import (
@@ -93,6 +98,7 @@ __all__ = [
     "Stat",
     "Watch",
     "WatchOverflow",
+    "kafka_node_id",
     "list_brokers",
     "list_clusters",
     "open_metadata_store",
