@@ -62,7 +62,7 @@ def main() -> None:
     "--kafka",
     "kafka_address",
     default=None,
-    help="Kafka protocol listen address (preview) [off; '' turns it off].",
+    help="Kafka protocol listen address [127.0.0.1:9092; '' turns it off].",
 )
 @click.option(
     "--config",

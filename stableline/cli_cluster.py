@@ -43,6 +43,12 @@ def cluster() -> None:
     type=_PORT,
     help="Broker i's HTTP port is this + i; 0: free ports.",
 )
+@click.option(
+    "--base-kafka-port",
+    default=9092,
+    type=_PORT,
+    help="Broker i's Kafka port is this + i; 0: free ports.",
+)
 @click.option("--cluster", "cluster_name", default=DEFAULT_CLUSTER_NAME, help="The cluster's name.")
 @click.option(
     "--data-dir",
@@ -63,6 +69,7 @@ def up(
     brokers: int,
     base_grpc_port: int,
     base_http_port: int,
+    base_kafka_port: int,
     cluster_name: str,
     data_dir: Path,
     etcd_url: str,
@@ -91,7 +98,11 @@ def up(
             parse_etcd_url(etcd_url)
     except (InvalidPath, InvalidMetadataStoreUrl) as error:
         raise click.BadParameter(str(error)) from None
-    for flag, base in (("--base-grpc-port", base_grpc_port), ("--base-http-port", base_http_port)):
+    for flag, base in (
+        ("--base-grpc-port", base_grpc_port),
+        ("--base-http-port", base_http_port),
+        ("--base-kafka-port", base_kafka_port),
+    ):
         if base and base + brokers - 1 > 65535:
             raise click.BadParameter(f"{flag} {base} leaves no room for {brokers} brokers")
     given = frozenset(
@@ -100,13 +111,16 @@ def up(
             ("brokers", "brokers"),
             ("base_grpc_port", "base_grpc_port"),
             ("base_http_port", "base_http_port"),
+            ("base_kafka_port", "base_kafka_port"),
             ("cluster", "cluster_name"),
             ("etcd", "etcd_url"),
         )
         if context.get_parameter_source(parameter)
         in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     )
-    requested = Requested(brokers, base_grpc_port, base_http_port, cluster_name, etcd_url, given)
+    requested = Requested(
+        brokers, base_grpc_port, base_http_port, base_kafka_port, cluster_name, etcd_url, given
+    )
     try:
         layout = plan(requested, load(data_dir), data_dir)
     except LayoutError as error:

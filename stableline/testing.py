@@ -60,6 +60,9 @@ class BrokerProcess:
     process: subprocess.Popen | None = None
     grpc_port: int = 0
     http_port: int = 0
+    # The Kafka port: None keeps it closed (`--kafka ''`, so brokers of tests never
+    # contend for Kafka's 9092); 0 opens it on a free port, kept across restarts.
+    kafka_port: int | None = None
     runs: int = 0
     # Whether the broker serves TLS on both ports (from its `ready` event).
     tls: bool = False
@@ -78,6 +81,12 @@ class BrokerProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     target = service_url
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """`bootstrap.servers` for Kafka clients (its Kafka port must be open)."""
+        assert self.kafka_port, "a broker started with kafka_port=None has no Kafka port"
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def http_url(self) -> str:
@@ -118,6 +127,8 @@ class BrokerProcess:
             f"127.0.0.1:{self.grpc_port}",
             "--http",
             f"127.0.0.1:{self.http_port}",
+            "--kafka",
+            "" if self.kafka_port is None else f"127.0.0.1:{self.kafka_port}",
             *self.extra_args,
         ]
         log_mode = "ab" if self.output_stem is not None else "wb"
@@ -140,6 +151,9 @@ class BrokerProcess:
         paces the polling (a supervisor's may raise to stop waiting)."""
         ready = self.wait_for_event("ready", timeout_s, sleep)
         self.grpc_port, self.http_port = ready["grpc_port"], ready["http_port"]
+        if self.kafka_port is not None:
+            # None when broker arguments turned it off after all (`--kafka ''`).
+            self.kafka_port = ready.get("kafka_port")
         self.tls = ready.get("tls", False)
         return time.monotonic() - self._launched_at
 
@@ -188,6 +202,13 @@ class BrokerProcess:
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else 0
         self.process.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout_s)
+
+    def wait_exit(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """Wait for a broker already told to stop: its exit code (SIGKILL, and
+        TimeoutExpired, after timeout_s). A second SIGTERM is never sent: one that
+        lands after the broker's shutdown removed its handler would kill it."""
+        assert self.process is not None, "broker not started"
         try:
             return self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:

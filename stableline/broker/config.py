@@ -19,9 +19,9 @@ class BrokerConfig:
     data_dir: Path = Path("./stableline-data")
     grpc_address: str = "127.0.0.1:6650"
     http_address: str = "127.0.0.1:8080"
-    # The Kafka protocol port (preview, stableline/kafka): "" keeps it closed. Kafka
-    # topics are the topics of kafka_namespace.
-    kafka_address: str = ""
+    # The Kafka protocol port (stableline/kafka), Kafka's own 9092 by default: ""
+    # keeps it closed. Kafka topics are the topics of kafka_namespace.
+    kafka_address: str = "127.0.0.1:9092"
     kafka_namespace: str = "public/default"
     # Kafka consumer groups (stableline/kafka/group_coordinator.py): groups with
     # members at once, members of one group and of all groups; one more is refused

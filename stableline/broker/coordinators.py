@@ -252,6 +252,24 @@ class Coordinators:
             raise CoordinatorUnavailableError(shard, record.leader)
         return owner
 
+    async def shard_leader(self, shard: int) -> BrokerInfo | None:
+        """The live leader of `shard`, None when it is this broker. A shard nobody
+        leads yet is taken by this broker, as a named transaction's first open here
+        would take it, so every broker answers the same leader from then on (Kafka's
+        FindCoordinator). CoordinatorUnavailableError when its leader is down."""
+        await self.ready.wait()
+        if self.records is None or shard in self.local:
+            return None
+        assert self.ownership is not None
+        record = await self.records.place_on_self(shard, self.broker_id)
+        if record.leader == self.broker_id:
+            await self._start_local(shard)
+            return None
+        owner = self.ownership.live_broker(record.leader)
+        if owner is None:
+            raise CoordinatorUnavailableError(shard, record.leader)
+        return owner
+
     async def deciding(self, txn_id: TxnId) -> TransactionCoordinator:
         """leading(), for a call that changes the transaction (an end, a join): refused
         while this broker is fenced."""

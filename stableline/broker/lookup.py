@@ -47,11 +47,13 @@ class BrokerAddresses:
 
     grpc_address: str  # "host:port" of the gRPC port
     http_address: str  # "host:port" of the HTTP admin port
-    tls: bool  # both ports speak TLS
+    tls: bool  # every port speaks TLS
+    kafka_address: str = ""  # "host:port" of the Kafka port; "" when it is off
 
     def __post_init__(self) -> None:
         assert self.grpc_address.rpartition(":")[2].isdigit(), self.grpc_address
         assert self.http_address.rpartition(":")[2].isdigit(), self.http_address
+        assert not self.kafka_address or self.kafka_address.rpartition(":")[2].isdigit()
 
     @classmethod
     def advertised(
@@ -124,7 +126,10 @@ class TopicLookup:
                 return TopicOwner(
                     topic,
                     BrokerAddresses(
-                        owner.grpc_address, f"{host}:{port}", owner.http_url.startswith("https")
+                        owner.grpc_address,
+                        f"{host}:{port}",
+                        owner.http_url.startswith("https"),
+                        owner.kafka_address,
                     ),
                 )
         return TopicOwner(topic, self._advertised)

@@ -46,14 +46,22 @@ LOAD_REPORT_INTERVAL_S = 15.0
 
 def with_advertised_address(addresses: BrokerAddresses, advertised_address: str) -> BrokerAddresses:
     """`addresses` as `advertised_address` ("" | HOST | HOST:PORT) overrides them: the
-    host for both ports, the port for gRPC."""
+    host for every port, the port for gRPC."""
     if not advertised_address:
         return addresses
     host, _, port = advertised_address.rpartition(":")
     if not port.isdigit() or not host:
         host, port = advertised_address, addresses.grpc_address.rpartition(":")[2]
     http_port = addresses.http_address.rpartition(":")[2]
-    return replace(addresses, grpc_address=f"{host}:{port}", http_address=f"{host}:{http_port}")
+    kafka_address = ""
+    if addresses.kafka_address:
+        kafka_address = f"{host}:{addresses.kafka_address.rpartition(':')[2]}"
+    return replace(
+        addresses,
+        grpc_address=f"{host}:{port}",
+        http_address=f"{host}:{http_port}",
+        kafka_address=kafka_address,
+    )
 
 
 class Membership:
@@ -88,10 +96,15 @@ class Membership:
         return cls(config, store)
 
     async def register(
-        self, addresses: BrokerAddresses, version: str, load: Callable[[], dict[str, float]]
+        self,
+        addresses: BrokerAddresses,
+        version: str,
+        load: Callable[[], dict[str, float]],
+        kafka_node_id: int = -1,
     ) -> BrokerInfo:
         """Register this broker under its advertised gRPC address (BrokerAlreadyRegistered
-        if a live broker holds it) and start reporting its load."""
+        if a live broker holds it), with its Kafka address and node id when its Kafka
+        port is open, and start reporting its load."""
         info = BrokerInfo(
             broker_id=addresses.grpc_address,
             grpc_address=addresses.grpc_address,
@@ -102,6 +115,8 @@ class Membership:
             pid=os.getpid(),
             instance=uuid.uuid4().hex,
             load=load(),
+            kafka_address=addresses.kafka_address,
+            kafka_node_id=kafka_node_id if addresses.kafka_address else -1,
         )
         self.registration = BrokerRegistration(self.store, self.config.cluster_name, info)
         self.registration.on_registered.append(self._open_writes)

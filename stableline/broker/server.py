@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -66,7 +67,7 @@ from stableline.broker.http_admin import make_app
 from stableline.broker.http_brokers import add_routes as add_brokers_routes
 from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
 from stableline.broker.http_connection_limit import add_routes as add_http_routes
-from stableline.broker.lookup import BrokerAddresses, TopicLookup
+from stableline.broker.lookup import BrokerAddresses, TopicLookup, advertised_host
 from stableline.broker.malformed_requests import MalformedRequestInterceptor
 from stableline.broker.membership import Membership, with_advertised_address
 from stableline.broker.ownership import TopicOwnership
@@ -93,7 +94,7 @@ from stableline.broker.transactions import (
 )
 from stableline.kafka import KafkaStartupError, start_kafka
 from stableline.kafka.listener import KafkaListener
-from stableline.metadata import MetadataStoreError
+from stableline.metadata import MetadataStoreError, kafka_node_id
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0
 # Below this open-files soft limit the banner warns: Kafka and Pulsar ask for 100,000+.
 LOW_OPEN_FILES_LIMIT = 65_536
+
+
+# How a refusal of the Kafka address says what to do.
+KAFKA_FLAG = "--kafka HOST:PORT, or --kafka '' to turn the Kafka port off"
 
 
 class StartupError(Exception):
@@ -266,6 +271,8 @@ class Broker:
             raise _data_dir_in_use(config.data_dir, error) from None
         _check_address_free("gRPC", "--grpc HOST:PORT", config.grpc_address)
         _check_address_free("HTTP", "--http HOST:PORT", config.http_address)
+        if config.kafka_address:
+            _check_address_free("Kafka", KAFKA_FLAG, config.kafka_address)
         # Before recovery: an unreachable etcd stops the start at once, naming it.
         try:
             self.membership = await Membership.open(config)
@@ -443,18 +450,6 @@ class Broker:
                 "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
             ) from None
         self.http_port = site.bound_port
-        if config.kafka_address:
-            try:
-                self.kafka, self.kafka_port = await start_kafka(
-                    config,
-                    self.registry,
-                    self.coordinators,
-                    self.security.settings.tls is not None
-                    or self.security.settings.authentication_enabled,
-                    self.membership.store,
-                )
-            except KafkaStartupError as error:
-                raise StartupError(str(error)) from None
         addresses = with_advertised_address(
             BrokerAddresses.advertised(
                 config.grpc_address,
@@ -465,9 +460,13 @@ class Broker:
             ),
             config.advertised_address,
         )
+        kafka_node_id = -1
+        if config.kafka_address:
+            kafka_node_id, kafka_address = await self._start_kafka(addresses)
+            addresses = replace(addresses, kafka_address=kafka_address)
         self.lookup.advertise(addresses)
         try:
-            info = await self.membership.register(addresses, version(), self._load)
+            info = await self.membership.register(addresses, version(), self._load, kafka_node_id)
             if self.registry.ownership is not None:
                 await self.registry.ownership.start(info.broker_id)
                 await join_cluster(
@@ -489,6 +488,38 @@ class Broker:
         # out of the cycle collector's full passes, which the unloading of idle
         # topics asks for (TopicRegistry.unload_idle).
         gc.freeze()
+
+    async def _start_kafka(self, addresses: BrokerAddresses) -> tuple[int, str]:
+        """Open the Kafka port as this broker's Kafka node: (its node id, the Kafka
+        address advertised), told to clients in Metadata and registered."""
+        config = self.config
+        try:
+            node_id = await kafka_node_id(
+                self.membership.store, config.cluster_name, addresses.grpc_address
+            )
+        except MetadataStoreError as error:
+            raise StartupError(f"cannot record this broker's Kafka node id: {error}") from None
+        host = addresses.grpc_address.rpartition(":")[0]
+        if not config.advertised_address:
+            host = advertised_host(config.kafka_address)
+        try:
+            self.kafka, self.kafka_port = await start_kafka(
+                config,
+                self.registry,
+                self.coordinators,
+                self.partitioned,
+                self.security,
+                node_id,
+                host.strip("[]"),
+                self.membership.store,
+            )
+        except KafkaStartupError as error:
+            raise StartupError(str(error)) from None
+        except OSError as error:
+            raise _cannot_listen(
+                "Kafka", KAFKA_FLAG, config.kafka_address, _bind_failure(error)
+            ) from None
+        return node_id, f"{host}:{self.kafka_port}"
 
     async def _tighten_data_dir(self) -> None:
         try:
@@ -600,7 +631,17 @@ def _log_banner(broker: Broker, took_s: float) -> None:
     log.info("gRPC (clients' service URL): %s", advertised.grpc_address)
     log.info("HTTP admin: %s   dashboard: %s/", advertised.http_url, advertised.http_url)
     if broker.kafka is not None:
-        log.info("Kafka (preview): port %d", broker.kafka_port)
+        settings = broker.security.settings
+        protocol = (
+            ("SASL_SSL" if settings.tls else "SASL_PLAINTEXT")
+            if settings.authentication_enabled
+            else ("SSL" if settings.tls else "PLAINTEXT")
+        )
+        log.info(
+            "Kafka (bootstrap.servers): %s, security.protocol %s",
+            broker.lookup.advertised.kafka_address,
+            protocol,
+        )
     log.info(
         "security: %s",
         "on (" + ", ".join(security) + ")" if security else "off (plaintext, no tokens)",

@@ -1,9 +1,12 @@
-"""The Kafka protocol handler (preview): Kafka clients produce and fetch on the
-broker's topics through a Kafka port of its own (`serve --kafka HOST:PORT`).
+"""The Kafka protocol handler: Kafka clients produce and fetch on the broker's
+topics through a Kafka port of its own (`serve --kafka HOST:PORT`, 127.0.0.1:9092
+by default).
 
-codec (primitive types) -> messages (schemas by API and version) and records
-(record batches v2) -> convert (entries <-> batches) -> handler (the APIs) ->
-listener (the asyncio server). `start_kafka` is what the broker calls.
+codec (primitive types) -> messages* (schemas by API and version) and records
+(record batches v2) -> convert (entries <-> batches) -> api_* (the APIs, by group)
+-> handler (dispatch) with sasl (each connection's authentication) -> listener
+(the asyncio server, TLS when the broker has it). `start_kafka` is what the broker
+calls.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from stableline.broker.config import BrokerConfig
     from stableline.broker.coordinators import Coordinators
+    from stableline.broker.partitioned import PartitionedTopics
     from stableline.broker.registry import TopicRegistry
+    from stableline.broker.security.broker_security import BrokerSecurity
     from stableline.kafka.listener import KafkaListener
     from stableline.metadata import MetadataStore
 
@@ -30,10 +35,16 @@ async def start_kafka(
     config: BrokerConfig,
     registry: TopicRegistry,
     coordinators: Coordinators,
-    secure: bool,
+    partitioned: PartitionedTopics,
+    security: BrokerSecurity,
+    node_id: int,
+    advertised_host: str,
     metadata: MetadataStore,
 ) -> tuple[KafkaListener, int]:
-    """Open the Kafka port at config.kafka_address: (the listener, its bound port).
+    """Open the Kafka port at config.kafka_address as Kafka node `node_id`, told to
+    clients at `advertised_host`: (the listener, its bound port). With the broker's
+    TLS it speaks TLS (SSL, or SASL_SSL); with its token authentication it asks for
+    SASL/PLAIN (SASL_PLAINTEXT, or SASL_SSL); an OSError if it cannot listen.
     `metadata` is the cluster's metadata store, where transactional ids are kept."""
     from stableline.kafka.group_coordinator import GroupLimits
     from stableline.kafka.handler import KafkaRequestHandler, KafkaSettings
@@ -41,11 +52,6 @@ async def start_kafka(
     from stableline.kafka.transactional_ids import TransactionalIds
     from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 
-    if secure:
-        raise KafkaStartupError(
-            "--kafka: the Kafka port has no TLS or SASL yet, so it cannot be opened on a "
-            "broker with TLS or authentication; turn it off with --kafka ''"
-        )
     host, _, port_text = config.kafka_address.rpartition(":")
     if not host or not port_text.isdigit():
         raise KafkaStartupError(f"--kafka {config.kafka_address!r}: expected HOST:PORT")
@@ -56,10 +62,9 @@ async def start_kafka(
         registry,
         KafkaSettings(
             namespace=config.kafka_namespace,
-            advertised_host=host.strip("[]") if host not in ("0.0.0.0", "::") else "127.0.0.1",
+            advertised_host=advertised_host,
             advertised_port=int(port_text),
-            # Security is off here, and then every caller may create (as on gRPC).
-            allow_auto_topic_creation=True,
+            allow_auto_topic_creation=config.allow_auto_topic_creation,
             max_message_bytes=config.max_message_size,
             groups=GroupLimits(
                 max_groups=config.kafka_max_groups,
@@ -67,15 +72,20 @@ async def start_kafka(
                 max_members=config.kafka_max_group_members_total,
                 initial_rebalance_delay_ms=config.kafka_group_initial_rebalance_delay_ms,
             ),
+            node_id=node_id,
+            max_partitions=config.max_num_partitions_per_partitioned_topic,
         ),
         coordinators,
-        kafka_txns,
+        partitioned=partitioned,
+        guard=security.guard,
+        kafka_txns=kafka_txns,
     )
-    listener = KafkaListener(handler, config.max_message_size + FRAME_OVERHEAD_BYTES)
-    try:
-        port = await listener.start(host.strip("[]"), int(port_text))
-    except OSError as error:
-        raise KafkaStartupError(f"--kafka {config.kafka_address}: cannot listen: {error}") from None
+    listener = KafkaListener(
+        handler,
+        config.max_message_size + FRAME_OVERHEAD_BYTES,
+        security.http_ssl_context(),  # the same certificate and client CA as HTTPS
+    )
+    port = await listener.start(host.strip("[]"), int(port_text))  # OSError: the caller's
     handler.advertise_port(port)
     kafka_txns.start()
     return listener, port

@@ -12,12 +12,13 @@ valid subscription name (stableline/names.py): else INVALID_GROUP_ID.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from stableline.broker.coordinators import Coordinators
 from stableline.broker.registry import TopicRegistry
 from stableline.kafka import messages as m
 from stableline.kafka import messages_groups as mg
-from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
+from stableline.kafka.api_base import CoordinatorNodeUnavailable, KafkaApiBase, KafkaSettings
 from stableline.kafka.client_address import client_host
 from stableline.kafka.codec import Reader
 from stableline.kafka.group_coordinator import GroupCoordinator, GroupState, JoinRequest
@@ -48,8 +49,9 @@ class GroupApis(KafkaApiBase):
         registry: TopicRegistry,
         settings: KafkaSettings,
         coordinators: Coordinators | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(registry, settings, coordinators)
+        super().__init__(registry, settings, coordinators, **options)
         self.group_coordinator = GroupCoordinator(settings.groups)
         # The internal API of committed offsets (a transactional commit uses it too).
         self.group_offsets = GroupOffsets(self._topic, registry.store)
@@ -59,7 +61,11 @@ class GroupApis(KafkaApiBase):
         error = check_group_id(group_id)
         if error is not m.ErrorCode.NONE:
             return error
-        coordinator = await self._coordinator_node(group_id)
+        try:
+            # A consumer group belongs to no role: every member finds one coordinator.
+            coordinator = await self._coordinator_node(group_id, owner="")
+        except CoordinatorNodeUnavailable:
+            return m.ErrorCode.COORDINATOR_NOT_AVAILABLE
         if coordinator.node_id != self._this_node().node_id:
             return m.ErrorCode.NOT_COORDINATOR
         return m.ErrorCode.NONE
@@ -86,7 +92,13 @@ class GroupApis(KafkaApiBase):
                 message="a group id is a subscription name here: 1 to 255 bytes of "
                 "printable UTF-8, without '/'",
             )
-        node = await self._coordinator_node(request.key)
+        owner = "" if request.key_type == mg.GROUP_KEY else None
+        try:
+            node = await self._coordinator_node(request.key, owner=owner)
+        except CoordinatorNodeUnavailable as error:
+            return mg.write_find_coordinator(
+                version, m.ErrorCode.COORDINATOR_NOT_AVAILABLE, message=str(error)
+            )
         return mg.write_find_coordinator(
             version, m.ErrorCode.NONE, node.node_id, node.host, node.port
         )

@@ -22,6 +22,7 @@ import logging
 
 from managed_ledger import Position, TxnId
 from managed_ledger.errors import EntryTooLargeError, ManagedLedgerError
+from stableline.broker.security.permissions import Action
 from stableline.broker.topic import Topic
 from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
@@ -35,7 +36,7 @@ from stableline.kafka.records import (
     UnsupportedCompression,
     decode_batches,
 )
-from stableline.kafka.txn_coordinator import TxnRefused
+from stableline.kafka.txn_coordinator import TxnRefused, callers_transactional_id
 from txnbuffer import TransactionEndedError
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class ProduceApis(KafkaApiBase):
         self, kafka_name: str, partition: m.ProducePartition, transactional_id: str | None
     ) -> m.ProducePartitionResult:
         index = partition.index
-        topic = await self._topic(kafka_name, index)
+        topic = await self._topic(kafka_name, index, action=Action.PRODUCE)
         if isinstance(topic, m.ErrorCode):
             return m.ProducePartitionResult(index, topic)
         if len(partition.records or b"") > self._settings.max_message_bytes:
@@ -166,7 +167,10 @@ class ProduceApis(KafkaApiBase):
                 else "this Kafka port serves no transactions",
             )
         return await self._kafka_txns.transaction_for(
-            transactional_id, batch.producer_id, batch.producer_epoch, str(topic.name)
+            callers_transactional_id(transactional_id),
+            batch.producer_id,
+            batch.producer_epoch,
+            str(topic.name),
         )
 
     async def _entries_in_current(
@@ -181,11 +185,12 @@ class ProduceApis(KafkaApiBase):
         in the id's current transaction if it has moved on to another, else
         TxnRefused (the transaction ended without an EndTxn: the producer is fenced)."""
         assert self._kafka_txns is not None
+        tid = callers_transactional_id(transactional_id)
         current = await self._kafka_txns.transaction_for(
-            transactional_id, batch.producer_id, batch.producer_epoch, str(topic.name), fresh=True
+            tid, batch.producer_id, batch.producer_epoch, str(topic.name), fresh=True
         )
         if current == refused_txn:
-            raise self._kafka_txns.ended_refusal(transactional_id, refused_txn)
+            raise self._kafka_txns.ended_refusal(tid, refused_txn)
         return batch_to_entries(batch, name, current)
 
     async def _append(self, topic: Topic, entries: list) -> int:

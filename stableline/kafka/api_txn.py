@@ -8,8 +8,12 @@ transactional id's coordinator (txn_coordinator.py) that answers: these requests
 translate to its calls, and its refusals to the error codes each version's clients
 expect (PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH below the version that
 introduced it). An AddPartitionsToTxn naming a partition that does not exist is
-refused for that partition (UNKNOWN_TOPIC_OR_PARTITION) and not attempted for the
-others (OPERATION_NOT_ATTEMPTED), as Kafka does.
+refused for that partition (UNKNOWN_TOPIC_OR_PARTITION, or
+TOPIC_AUTHORIZATION_FAILED for one the caller may not produce to) and not attempted
+for the others (OPERATION_NOT_ATTEMPTED), as Kafka does. A transactional id is the
+calling role's (TransactionalId): with authentication on, one role can neither
+fence another's producer nor end its transactions, and each role's transactions
+are its own stableline transactions.
 
 TxnOffsetCommit commits a group's offsets in the transaction AddOffsetsToTxn added
 the group to: the acknowledgement each offset makes on the group's subscription
@@ -31,6 +35,7 @@ from typing import TypeVar
 from dispatcher import InvalidAckError
 from managed_ledger import TxnId
 from stableline.broker.coordinator_errors import CoordinatorUnavailableError
+from stableline.broker.security.permissions import Action
 from stableline.broker.transactional_acks import ack_in_any_transaction
 from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
@@ -48,6 +53,7 @@ from stableline.kafka.txn_coordinator import (
     KafkaTransactionCoordinator,
     PartitionOfGroup,
     TxnRefused,
+    callers_transactional_id,
 )
 from stableline.kafka.txn_offsets import TooManyToAcknowledge, messages_between
 from stableline.metadata import MetadataStoreError
@@ -131,7 +137,7 @@ class TransactionApis(KafkaApiBase):
             return m.write_init_producer_id(version, m.ErrorCode.NONE, producer_id, 0)
         answer = await self._coordinate(
             lambda coordinator: coordinator.init_producer_id(
-                request.transactional_id,
+                callers_transactional_id(request.transactional_id),
                 request.transaction_timeout_ms,
                 request.producer_id,
                 request.producer_epoch,
@@ -150,19 +156,19 @@ class TransactionApis(KafkaApiBase):
         version = header.api_version
         request = mt.read_add_partitions_to_txn(reader, version)
         topics: dict[str, None] = {}
-        unknown: set[tuple[str, int]] = set()
+        refused: dict[tuple[str, int], m.ErrorCode] = {}
         for name, partitions in request.topics:
             for partition in partitions:
                 topic = await self._txn_topic(name, partition)
-                if topic is None:
-                    unknown.add((name, partition))
+                if isinstance(topic, m.ErrorCode):
+                    refused[name, partition] = topic
                 else:
                     topics[topic] = None
         error: m.ErrorCode | None = None
-        if not unknown:
+        if not refused:
             answer = await self._coordinate(
                 lambda coordinator: coordinator.add_topics(
-                    request.transactional_id,
+                    callers_transactional_id(request.transactional_id),
                     request.producer_id,
                     request.producer_epoch,
                     list(topics),
@@ -176,9 +182,7 @@ class TransactionApis(KafkaApiBase):
         def code(name: str, partition: int) -> m.ErrorCode:
             if error is not None:
                 return error
-            if (name, partition) in unknown:
-                return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            return m.ErrorCode.OPERATION_NOT_ATTEMPTED
+            return refused.get((name, partition), m.ErrorCode.OPERATION_NOT_ATTEMPTED)
 
         results = [
             (name, [(partition, code(name, partition)) for partition in partitions])
@@ -186,14 +190,19 @@ class TransactionApis(KafkaApiBase):
         ]
         return mt.write_add_partitions_to_txn(version, results)
 
-    async def _txn_topic(self, kafka_name: str, partition: int) -> str | None:
-        """The stableline topic of a partition added to a transaction (None: no such
-        partition): the name Produce finds its batches' topic under. Not loaded
-        here: in a cluster another broker may own it (the coordinator's end
-        reaches it there)."""
-        name = self._topic_name(kafka_name)
-        if name is None or partition != 0 or not await self._registry.taken_in_cluster(name):
-            return None
+    async def _txn_topic(self, kafka_name: str, partition: int) -> str | m.ErrorCode:
+        """The stableline topic of a partition added to a transaction: the name
+        Produce finds its batches' topic under; UNKNOWN_TOPIC_OR_PARTITION when there
+        is none, TOPIC_AUTHORIZATION_FAILED when the caller may not produce to it.
+        Not loaded here: in a cluster another broker may own it (the coordinator's
+        end reaches it there)."""
+        name = await self._partition_name(kafka_name, partition)
+        if name is None or not await self._registry.taken_in_cluster(name):
+            return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        why = self._refusal(Action.PRODUCE, name)
+        if why is not None:
+            log.info("kafka: %s", why)
+            return m.ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return str(name)
 
     # ------------------------------------------------------------ EndTxn
@@ -203,7 +212,7 @@ class TransactionApis(KafkaApiBase):
 
         answer = await self._coordinate(
             lambda coordinator: coordinator.end(
-                request.transactional_id,
+                callers_transactional_id(request.transactional_id),
                 request.producer_id,
                 request.producer_epoch,
                 request.committed,
@@ -222,7 +231,7 @@ class TransactionApis(KafkaApiBase):
             return mt.write_add_offsets_to_txn(header.api_version, m.ErrorCode.INVALID_GROUP_ID)
         answer = await self._coordinate(
             lambda coordinator: coordinator.add_group(
-                request.transactional_id,
+                callers_transactional_id(request.transactional_id),
                 request.producer_id,
                 request.producer_epoch,
                 request.group_id,
@@ -244,7 +253,7 @@ class TransactionApis(KafkaApiBase):
         if error is m.ErrorCode.NONE:
             answer = await self._coordinate(
                 lambda coordinator: coordinator.offsets_transaction(
-                    request.transactional_id,
+                    callers_transactional_id(request.transactional_id),
                     request.producer_id,
                     request.producer_epoch,
                     request.group_id,

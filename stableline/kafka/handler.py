@@ -1,12 +1,14 @@
 """Kafka requests answered from the broker's topics: one handler per broker.
 
 The handler decodes a request's header, refuses an API or version it does not
-serve (UNSUPPORTED_VERSION, as Kafka clients expect), and hands the request to the
-API group that answers it: api_metadata (ApiVersions, Metadata), api_produce
-(Produce), api_fetch (Fetch, ListOffsets), api_groups (consumer groups and their
-committed offsets), api_txn (InitProducerId, AddPartitionsToTxn,
-AddOffsetsToTxn, EndTxn, TxnOffsetCommit).
-Requests of one connection are answered in order, one at a time (listener.py).
+serve (UNSUPPORTED_VERSION, as Kafka clients expect), lets the connection's
+session (sasl.py) refuse what may not be sent before authentication and answer the
+SASL requests, and hands every other request to the API group that answers it:
+api_metadata (ApiVersions, Metadata), api_produce (Produce), api_fetch (Fetch,
+ListOffsets), api_groups (consumer groups and their committed offsets), api_topics
+(CreateTopics, DeleteTopics), api_txn (InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit). Requests of one connection are answered
+in order, one at a time (listener.py).
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from stableline.broker.coordinators import Coordinators
+from stableline.broker.partitioned import PartitionedTopics
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.security.guard import Guard
 from stableline.kafka import messages as m
 from stableline.kafka.api_base import KafkaApiBase, KafkaSettings
 from stableline.kafka.api_fetch import FetchApis
 from stableline.kafka.api_groups import GroupApis
 from stableline.kafka.api_metadata import MetadataApis
 from stableline.kafka.api_produce import ProduceApis
+from stableline.kafka.api_topics import TopicsApis
 from stableline.kafka.api_txn import TransactionApis
 from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.sasl import SASL_APIS, KafkaSession
 from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -31,7 +37,9 @@ log = logging.getLogger(__name__)
 __all__ = ["KafkaRequestHandler", "KafkaSettings"]
 
 
-class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, TransactionApis):
+class KafkaRequestHandler(
+    MetadataApis, ProduceApis, FetchApis, GroupApis, TopicsApis, TransactionApis
+):
     """Decodes one request frame, runs it, encodes its response (None: no response)."""
 
     def __init__(
@@ -39,9 +47,12 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, Trans
         registry: TopicRegistry,
         settings: KafkaSettings,
         coordinators: Coordinators | None = None,
+        *,
+        partitioned: PartitionedTopics | None = None,
+        guard: Guard | None = None,
         kafka_txns: KafkaTransactionCoordinator | None = None,
     ) -> None:
-        super().__init__(registry, settings, coordinators)
+        super().__init__(registry, settings, coordinators, partitioned=partitioned, guard=guard)
         self._kafka_txns = kafka_txns
         self._handlers: dict[int, Callable[[Reader, m.RequestHeader], Awaitable[bytes | None]]] = {}
         for group in type(self).__mro__:
@@ -49,8 +60,9 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, Trans
                 for api_key, method in vars(group).get("HANDLES", {}).items():
                     assert api_key not in self._handlers, f"two groups answer {api_key!r}"
                     self._handlers[api_key] = getattr(self, method)
-        missing = set(m.SUPPORTED) - set(self._handlers)
+        missing = set(m.SUPPORTED) - set(self._handlers) - SASL_APIS
         assert not missing, f"served but not answered: {missing}"
+        self._guard_for_sessions = guard
 
     async def close(self) -> None:
         """Stop what runs in the background (the port is closed)."""
@@ -61,9 +73,17 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, Trans
         """The bound port (when the address asked for port 0), told in Metadata."""
         self._settings.advertised_port = port
 
-    async def handle(self, frame: bytes) -> bytes | None:
+    def new_session(self, peer: object = None) -> KafkaSession:
+        """A new connection's session: unauthenticated when authentication is on."""
+        return KafkaSession(self._guard_for_sessions, peer)
+
+    async def handle(self, frame: bytes, session: KafkaSession | None = None) -> bytes | None:
         """The response frame's body (header included); MalformedRequest when the
-        request does not parse."""
+        request does not parse, ConnectionRefused when the session may not send it
+        (the connection is closed unanswered). `session`: the connection's (a new
+        one's when None)."""
+        if session is None:
+            session = self.new_session()
         reader = Reader(frame)
         header = m.read_request_header(reader)
         supported = m.SUPPORTED.get(header.api_key)  # type: ignore[call-overload]
@@ -72,6 +92,7 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, Trans
                 # Clients expect a v0 body listing what is served, then ask again.
                 body = m.write_api_versions(0, m.ErrorCode.UNSUPPORTED_VERSION)
                 return Writer().int32(header.correlation_id).raw(body).getvalue()
+            session.admit(header.api_key)  # unauthenticated: closed, unanswered
             log.info(
                 "kafka: unsupported api key %d version %d from %s",
                 header.api_key,
@@ -79,7 +100,13 @@ class KafkaRequestHandler(MetadataApis, ProduceApis, FetchApis, GroupApis, Trans
                 header.client_id,
             )
             return m.response_header(header) + m.write_unsupported(header)
-        body = await self._handlers[header.api_key](reader, header)
+        session.admit(header.api_key)
+        if header.api_key == m.ApiKey.SASL_HANDSHAKE:
+            body = session.handshake(reader, header)
+        elif header.api_key == m.ApiKey.SASL_AUTHENTICATE:
+            body = session.authenticate(reader, header)
+        else:
+            body = await self._handlers[header.api_key](reader, header)
         if body is None:
             return None
         return m.response_header(header) + body

@@ -4,7 +4,11 @@ Each frame is an int32 size and that many bytes. A size past the cap (or
 negative) is refused before any of the frame is read: the connection is closed.
 A frame that does not parse closes its own connection and no other; the broker
 stays up. Requests of one connection are answered in the order they came, one
-at a time (Kafka's ordering promise per connection).
+at a time (Kafka's ordering promise per connection). With TLS on (the broker's
+certificate, and client certificates required when it has a trust file) the port
+speaks TLS only. Each connection has its session (sasl.py): a request it may not
+send closes it unanswered, and a failed authentication closes it once its answer
+is sent.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 
 from stableline.kafka.client_address import client_host, host_of
 from stableline.kafka.codec import MalformedRequest
 from stableline.kafka.handler import KafkaRequestHandler
+from stableline.kafka.sasl import ConnectionRefused, KafkaSession
 
 log = logging.getLogger(__name__)
 
@@ -24,17 +30,24 @@ _SIZE = struct.Struct(">i")
 
 
 class KafkaListener:
-    def __init__(self, handler: KafkaRequestHandler, max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        handler: KafkaRequestHandler,
+        max_frame_bytes: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._handler = handler
         self._max_frame_bytes = max_frame_bytes
+        self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self.malformed_frames = 0
         self.oversized_frames = 0
+        self.refused_connections = 0
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (port 0 picks a free one)."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+        self._server = await asyncio.start_server(self._serve, host, port, ssl=self._ssl_context)
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -56,8 +69,8 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         client_host.set(host_of(peer))  # this connection's task alone sees it
         try:
-            await self._requests(reader, writer, peer)
-        except (ConnectionError, asyncio.IncompleteReadError):
+            await self._requests(reader, writer, self._handler.new_session(peer))
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass  # the client went away
         finally:
             self._connections.discard(task)
@@ -66,27 +79,34 @@ class KafkaListener:
                 await writer.wait_closed()
 
     async def _requests(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: KafkaSession
     ) -> None:
-        while True:
+        peer = session.peer
+        while not session.closing:
             try:
                 (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
             except asyncio.IncompleteReadError as error:
                 if error.partial:
                     log.info("kafka: %s sent a torn frame size; closing", peer)
                 return
-            if not 0 < size <= self._max_frame_bytes:
+            limit = session.max_frame_bytes(self._max_frame_bytes)
+            if not 0 < size <= limit:
                 self.oversized_frames += 1
                 log.warning(
-                    "kafka: %s sent a frame of %d bytes (limit %d); closing the connection",
+                    "kafka: %s sent a frame of %d bytes (limit %d%s); closing the connection",
                     peer,
                     size,
-                    self._max_frame_bytes,
+                    limit,
+                    "" if limit == self._max_frame_bytes else " before authentication",
                 )
                 return
             frame = await reader.readexactly(size)
             try:
-                response = await self._handler.handle(frame)
+                response = await self._handler.handle(frame, session)
+            except ConnectionRefused as error:
+                self.refused_connections += 1
+                log.info("kafka: %s: %s; closing", peer, error)
+                return
             except MalformedRequest as error:
                 self.malformed_frames += 1
                 log.warning("kafka: malformed request from %s (%s); closing", peer, error)

@@ -32,12 +32,16 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    SASL_AUTHENTICATE = 36
 
 
 # api key -> (min version, max version) served.
@@ -61,6 +65,10 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 2),
     ApiKey.END_TXN: (0, 2),
     ApiKey.TXN_OFFSET_COMMIT: (0, 2),
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.CREATE_TOPICS: (0, 4),
+    ApiKey.DELETE_TOPICS: (0, 3),
+    ApiKey.SASL_AUTHENTICATE: (0, 1),
 }
 # The first flexible version of each API (compact types, tagged fields).
 FIRST_FLEXIBLE: dict[int, int] = {
@@ -83,6 +91,9 @@ FIRST_FLEXIBLE: dict[int, int] = {
     ApiKey.ADD_OFFSETS_TO_TXN: 3,
     ApiKey.END_TXN: 3,
     ApiKey.TXN_OFFSET_COMMIT: 3,
+    ApiKey.CREATE_TOPICS: 5,
+    ApiKey.DELETE_TOPICS: 4,
+    ApiKey.SASL_AUTHENTICATE: 2,
 }
 
 
@@ -91,13 +102,15 @@ class ErrorCode(enum.IntEnum):
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
-    NOT_ENOUGH_REPLICAS = 19
     INVALID_TOPIC_EXCEPTION = 17
+    NOT_ENOUGH_REPLICAS = 19
     INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
@@ -106,8 +119,17 @@ class ErrorCode(enum.IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
     INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -116,15 +138,16 @@ class ErrorCode(enum.IntEnum):
     INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-    UNKNOWN_SERVER_ERROR = -1
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
+    UNSUPPORTED_COMPRESSION_TYPE = 76
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
-    UNSUPPORTED_COMPRESSION_TYPE = 76
     INVALID_RECORD = 87
     PRODUCER_FENCED = 90
+    UNKNOWN_SERVER_ERROR = -1
 
 
 class IsolationLevel(enum.IntEnum):
@@ -227,11 +250,21 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    index: int
+    leader: int  # node id; -1 when no live broker leads it (error says why)
+    error: ErrorCode = ErrorCode.NONE
+    leader_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TopicMetadata:
     name: str
     error: ErrorCode
-    partitions: list[int]  # partition indexes, each led by `leader`
-    leader: int
+    partitions: list[PartitionMetadata]
+
+
+NO_AUTHORIZED_OPERATIONS = -2147483648  # "not asked for" in Metadata v8+
 
 
 def write_metadata(
@@ -252,26 +285,27 @@ def write_metadata(
     if version >= 1:
         writer.int32(controller)
 
+    def partition(w: Writer, p: PartitionMetadata) -> None:
+        w.int16(p.error).int32(p.index).int32(p.leader)
+        if version >= 7:
+            w.int32(p.leader_epoch)
+        # One replica, the leader, in sync with itself (none while it has no leader).
+        replicas = [p.leader] if p.leader >= 0 else []
+        w.array(replicas, Writer.int32).array(replicas, Writer.int32)
+        if version >= 5:
+            w.array([], Writer.int32)  # offline replicas
+
     def topic(w: Writer, t: TopicMetadata) -> None:
         w.int16(t.error).string(t.name)
         if version >= 1:
             w.boolean(False)  # internal
-
-        def partition(pw: Writer, index: int) -> None:
-            pw.int16(ErrorCode.NONE).int32(index).int32(t.leader)
-            if version >= 7:
-                pw.int32(0)  # leader epoch
-            pw.array([t.leader], Writer.int32).array([t.leader], Writer.int32)
-            if version >= 5:
-                pw.array([], Writer.int32)  # offline replicas
-
         w.array(t.partitions, partition)
         if version >= 8:
-            w.int32(-2147483648)  # authorized operations: not asked
+            w.int32(NO_AUTHORIZED_OPERATIONS)
 
     writer.array(topics, topic)
     if version >= 8:
-        writer.int32(-2147483648)
+        writer.int32(NO_AUTHORIZED_OPERATIONS)
     return writer.getvalue()
 
 

@@ -1,6 +1,7 @@
 """Kafka transactional ids as the cluster's metadata store keeps them.
 
-One record per transactional.id (layout.kafka_transactional_id_path): its producer
+One record per transactional.id of a role (TransactionalId; the path is
+layout.kafka_transactional_id_path): its producer
 id, its epoch, the transaction timeout it was initialised with, the stableline
 transaction it has open (if any) with the topics added to it, and how its last
 transaction ended. The store is the broker's cluster metadata store: the embedded
@@ -29,11 +30,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from urllib.parse import unquote
 
 from managed_ledger import TxnId
 from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, NotFound
-from stableline.metadata.layout import kafka_transactional_id_path, kafka_transactional_ids_dir
+from stableline.metadata.layout import (
+    kafka_transactional_id_of,
+    kafka_transactional_id_path,
+    kafka_transactional_ids_dir,
+)
 
 MAX_CACHED = 10_000
 # An id no producer has initialised or used for this long is forgotten (its next
@@ -41,6 +45,19 @@ MAX_CACHED = 10_000
 EXPIRATION_MS = 7 * 24 * 3600 * 1000
 # Kafka's epochs are int16; past this a producer id is replaced (Kafka does the same).
 MAX_EPOCH = 32_766
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalId:
+    """A Kafka transactional.id and the role that uses it ("" with authentication
+    off): ids are per role, as stableline's transaction names are, so one role can
+    neither fence another's producers nor end its transactions."""
+
+    owner: str
+    name: str
+
+    def __str__(self) -> str:
+        return repr(self.name) if not self.owner else f"{self.name!r} of role {self.owner!r}"
 
 
 class EndResult:
@@ -130,24 +147,24 @@ class TransactionalIds:
         self._store = store
         self._cluster = cluster
         self._clock = clock  # stamps each write (updated_ms)
-        self._cache: OrderedDict[str, StoredRecord] = OrderedDict()
+        self._cache: OrderedDict[TransactionalId, StoredRecord] = OrderedDict()
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def _path(self, transactional_id: str) -> str:
-        return kafka_transactional_id_path(self._cluster, transactional_id)
+    def _path(self, tid: TransactionalId) -> str:
+        return kafka_transactional_id_path(self._cluster, tid.owner, tid.name)
 
-    async def read(self, transactional_id: str, fresh: bool = False) -> StoredRecord | None:
+    async def read(self, tid: TransactionalId, fresh: bool = False) -> StoredRecord | None:
         """The id's record (None if it was never initialised)."""
         if not fresh:
-            cached = self._cache.get(transactional_id)
+            cached = self._cache.get(tid)
             if cached is not None:
-                self._cache.move_to_end(transactional_id)
+                self._cache.move_to_end(tid)
                 return cached
-        found = await self._store.get(self._path(transactional_id))
+        found = await self._store.get(self._path(tid))
         if found is None:
-            self._cache.pop(transactional_id, None)
+            self._cache.pop(tid, None)
             return None
         stored = StoredRecord(
             TransactionalIdRecord.from_json(found.value),
@@ -155,42 +172,40 @@ class TransactionalIds:
             found.stat.created_revision,
             found.stat.modified_revision,
         )
-        self._remember(transactional_id, stored)
+        self._remember(tid, stored)
         return stored
 
-    async def create(self, transactional_id: str, timeout_ms: int) -> StoredRecord:
+    async def create(self, tid: TransactionalId, timeout_ms: int) -> StoredRecord:
         """The id's record, made (not yet initialised: epoch -1) if there is none."""
         record = TransactionalIdRecord(-1, -1, timeout_ms, updated_ms=self._now_ms())
         while True:
             try:
-                stat = await self._store.put(
-                    self._path(transactional_id), record.to_json(), expected_version=-1
-                )
+                stat = await self._store.put(self._path(tid), record.to_json(), expected_version=-1)
                 break
             except AlreadyExists:
-                found = await self.read(transactional_id, fresh=True)
+                found = await self.read(tid, fresh=True)
                 if found is not None:
                     return found
                 # Expired by another broker between the two: create it after all.
         stored = StoredRecord(record, stat.version, stat.created_revision, stat.modified_revision)
-        self._remember(transactional_id, stored)
+        self._remember(tid, stored)
         return stored
 
     async def write(
-        self, transactional_id: str, read: StoredRecord, record: TransactionalIdRecord
+        self, tid: TransactionalId, read: StoredRecord, record: TransactionalIdRecord
     ) -> StoredRecord:
         """Replace the record read as `read` by `record`; BadVersion (and the cached
         copy forgotten) if it changed since. The record is stamped with the time."""
         record = replace(record, updated_ms=self._now_ms())
         try:
             stat = await self._store.put(
-                self._path(transactional_id), record.to_json(), expected_version=read.version
+                self._path(tid), record.to_json(), expected_version=read.version
             )
         except BadVersion:
-            self._cache.pop(transactional_id, None)
+            self._cache.pop(tid, None)
             raise
         stored = StoredRecord(record, stat.version, stat.created_revision, stat.modified_revision)
-        self._remember(transactional_id, stored)
+        self._remember(tid, stored)
         return stored
 
     async def expire(self, now_ms: int, expiration_ms: int = EXPIRATION_MS) -> int:
@@ -206,15 +221,15 @@ class TransactionalIds:
                 await self._store.delete(path, expected_version=found.stat.version)
             except (BadVersion, NotFound):
                 continue  # used again, or deleted by another broker, meanwhile
-            self._cache.pop(unquote(path.rpartition("/")[2]), None)
+            self._cache.pop(TransactionalId(*kafka_transactional_id_of(path)), None)
             deleted += 1
         return deleted
 
-    def _remember(self, transactional_id: str, stored: StoredRecord) -> None:
-        cached = self._cache.get(transactional_id)
+    def _remember(self, tid: TransactionalId, stored: StoredRecord) -> None:
+        cached = self._cache.get(tid)
         if cached is not None and cached.modified_revision > stored.modified_revision:
             return  # a read that began before a write here ended after it
-        self._cache[transactional_id] = stored
-        self._cache.move_to_end(transactional_id)
+        self._cache[tid] = stored
+        self._cache.move_to_end(tid)
         while len(self._cache) > MAX_CACHED:
             self._cache.popitem(last=False)

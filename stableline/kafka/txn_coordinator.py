@@ -48,7 +48,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import grpc
@@ -59,12 +59,14 @@ from stableline._proto import broker_pb2_grpc
 from stableline.broker.coordinator_errors import CoordinatorNotLeaderError
 from stableline.broker.coordinators import Coordinators, named_shard
 from stableline.broker.peers import peer_error
+from stableline.broker.security.caller import CURRENT_CALLER
 from stableline.kafka.messages import ErrorCode
 from stableline.kafka.producer_ids import transactional_producer_id
 from stableline.kafka.transactional_ids import (
     MAX_EPOCH,
     EndResult,
     StoredRecord,
+    TransactionalId,
     TransactionalIdRecord,
     TransactionalIds,
 )
@@ -81,9 +83,6 @@ EXPIRY_INTERVAL_S = 3600.0
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
 
-# Who owns the stableline transactions of Kafka producers: anonymous, as the port
-# has no authentication yet (a role, once it has).
-_OWNER = ""
 # Transactions whose held group offsets are remembered (note_offset).
 MAX_TXNS_WITH_OFFSETS = 10_000
 
@@ -101,6 +100,13 @@ class HeldOffset:
     on_commit: Callable[[], Awaitable[None]]
 
 
+def callers_transactional_id(name: str) -> TransactionalId:
+    """`name` as the calling connection's role's transactional id ("" with
+    authentication off: CURRENT_CALLER is set by the Kafka session, sasl.py)."""
+    caller = CURRENT_CALLER.get()
+    return TransactionalId("" if caller is None else caller.role, name)
+
+
 class TxnRefused(Exception):
     """A transactional request refused with a Kafka error code (and why, for the log
     and for Produce's error message)."""
@@ -114,10 +120,10 @@ class _KeyedLocks:
     """One asyncio.Lock per key while anyone holds or waits for it."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks: dict[Hashable, tuple[asyncio.Lock, int]] = {}
 
     @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
+    async def hold(self, key: Hashable) -> AsyncIterator[None]:
         lock, users = self._locks.get(key, (None, 0))
         if lock is None:
             lock = asyncio.Lock()
@@ -177,26 +183,26 @@ class KafkaTransactionCoordinator:
 
     async def init_producer_id(
         self,
-        transactional_id: str,
+        tid: TransactionalId,
         timeout_ms: int,
         producer_id: int = -1,
         epoch: int = -1,
     ) -> tuple[int, int]:
-        """(producer id, epoch) for a new producer of `transactional_id`, or for its
+        """(producer id, epoch) for a new producer of `tid`, or for its
         producer (`producer_id`, `epoch`) raising its own epoch after an error
         (KIP-360): refused as fenced if that is not the current producer, answered
         as before if it is a retry of a raise that succeeded."""
-        if not transactional_id:
+        if not tid.name:
             raise TxnRefused(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
         if not 0 < timeout_ms <= self._max_timeout_ms:
             raise TxnRefused(
                 ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                 f"transaction.timeout.ms {timeout_ms} is not in 1..{self._max_timeout_ms}",
             )
-        async with self._locks.hold(transactional_id):
-            stored = await self._ids.read(transactional_id, fresh=True)
+        async with self._locks.hold(tid):
+            stored = await self._ids.read(tid, fresh=True)
             if stored is None:
-                stored = await self._ids.create(transactional_id, timeout_ms)
+                stored = await self._ids.create(tid, timeout_ms)
             record = stored.record
             if producer_id >= 0 and record.epoch >= 0:
                 retry = record.last_epoch >= 0 and epoch == record.last_epoch
@@ -205,14 +211,14 @@ class KafkaTransactionCoordinator:
                 if (producer_id, epoch) != (record.producer_id, record.epoch):
                     raise TxnRefused(
                         ErrorCode.PRODUCER_FENCED,
-                        f"producer {producer_id} epoch {epoch} of {transactional_id!r} is "
+                        f"producer {producer_id} epoch {epoch} of {tid} is "
                         f"fenced: the current one is {record.producer_id} epoch {record.epoch}",
                     )
             if record.txn_id is not None:
                 state = await self._finish(record.txn_id, commit=False)
                 log.info(
-                    "kafka: transactional id %r initialised again: its transaction %s is %s",
-                    transactional_id,
+                    "kafka: transactional id %s initialised again: its transaction %s is %s",
+                    tid,
                     record.txn_id,
                     "forgotten" if state is None else state.value,
                 )
@@ -226,41 +232,41 @@ class KafkaTransactionCoordinator:
                 producer_id, epoch = transactional_producer_id(stored.modified_revision), 0
                 last_epoch = -1
             new = TransactionalIdRecord(producer_id, epoch, timeout_ms, last_epoch=last_epoch)
-            await self._write(transactional_id, stored, new)
+            await self._write(tid, stored, new)
             return producer_id, epoch
 
     # ------------------------------------------------------------ AddPartitionsToTxn
 
     async def add_topics(
-        self, transactional_id: str, producer_id: int, epoch: int, topics: list[str], client: str
+        self, tid: TransactionalId, producer_id: int, epoch: int, topics: list[str], client: str
     ) -> None:
         """Join `topics` (stableline topic names) to the id's transaction, opening it
         if none is open (AddPartitionsToTxn)."""
-        await self._join(transactional_id, producer_id, epoch, client, topics=topics)
+        await self._join(tid, producer_id, epoch, client, topics=topics)
 
     async def add_group(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str, client: str
+        self, tid: TransactionalId, producer_id: int, epoch: int, group_id: str, client: str
     ) -> None:
         """Let the id's transaction commit `group_id`'s offsets (TxnOffsetCommit),
         opening it if none is open (AddOffsetsToTxn)."""
-        await self._join(transactional_id, producer_id, epoch, client, groups=[group_id])
+        await self._join(tid, producer_id, epoch, client, groups=[group_id])
 
     async def _join(
         self,
-        transactional_id: str,
+        tid: TransactionalId,
         producer_id: int,
         epoch: int,
         client: str,
         topics: Sequence[str] = (),
         groups: Sequence[str] = (),
     ) -> None:
-        async with self._locks.hold(transactional_id):
-            stored = await self._current(transactional_id, producer_id, epoch)
+        async with self._locks.hold(tid):
+            stored = await self._current(tid, producer_id, epoch)
             record = stored.record
             txn_id = record.txn_id
             opened = txn_id is None
             if txn_id is None:
-                txn_id = await self._open(transactional_id, record.timeout_ms, client)
+                txn_id = await self._open(tid, record.timeout_ms, client)
             added = tuple(topic for topic in dict.fromkeys(topics) if topic not in record.topics)
             new_groups = tuple(g for g in dict.fromkeys(groups) if g not in record.groups)
             try:
@@ -271,7 +277,7 @@ class KafkaTransactionCoordinator:
             except (TransactionEndedError, TransactionNotFoundError):
                 # Ended without an EndTxn (or so long ago its coordinator forgot it).
                 assert not opened, "a transaction just opened ended at once"
-                await self._fence_timed_out(transactional_id, stored)
+                await self._fence_timed_out(tid, stored)
             if not added and not new_groups and not opened:
                 return  # Kafka's shortcut: all of it is in the transaction already
             updated = replace(
@@ -282,7 +288,7 @@ class KafkaTransactionCoordinator:
                 last_end=None,
             )
             try:
-                await self._write(transactional_id, stored, updated)
+                await self._write(tid, stored, updated)
             except TxnRefused:
                 if opened:  # nobody else knows of it: no reason to let it time out
                     with contextlib.suppress(Exception):
@@ -292,29 +298,28 @@ class KafkaTransactionCoordinator:
     # ------------------------------------------------------------ TxnOffsetCommit
 
     async def offsets_transaction(
-        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self, tid: TransactionalId, producer_id: int, epoch: int, group_id: str
     ) -> TxnId:
         """The transaction a TxnOffsetCommit of `group_id` from (producer id, epoch)
         holds its acknowledgements in: the id's open one, to which AddOffsetsToTxn
         added the group. TxnRefused otherwise (read from the store: the group's
         coordinator may be another broker than the id's)."""
-        stored = await self._ids.read(transactional_id, fresh=True)
+        stored = await self._ids.read(tid, fresh=True)
         if stored is None or stored.record.producer_id != producer_id:
             raise TxnRefused(
                 ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                f"producer id {producer_id} is not transactional id {transactional_id!r}'s",
+                f"producer id {producer_id} is not that of transactional id {tid}",
             )
         record = stored.record
         if epoch != record.epoch:
             raise TxnRefused(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer epoch {epoch} of {transactional_id!r} is fenced: the current "
-                f"epoch is {record.epoch}",
+                f"producer epoch {epoch} of {tid} is fenced: the current epoch is {record.epoch}",
             )
         if record.txn_id is None or group_id not in record.groups:
             raise TxnRefused(
                 ErrorCode.INVALID_TXN_STATE,
-                f"group {group_id!r} was not added to a transaction of {transactional_id!r} "
+                f"group {group_id!r} was not added to a transaction of {tid} "
                 "(AddOffsetsToTxn comes first)",
             )
         return record.txn_id
@@ -343,141 +348,139 @@ class KafkaTransactionCoordinator:
 
     # ------------------------------------------------------------ EndTxn
 
-    async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+    async def end(self, tid: TransactionalId, producer_id: int, epoch: int, commit: bool) -> None:
         """Commit or abort the id's transaction: returns once its markers are written
         into every topic added to it."""
         wanted = EndResult.COMMIT if commit else EndResult.ABORT
-        async with self._locks.hold(transactional_id):
-            stored = await self._current(transactional_id, producer_id, epoch)
+        async with self._locks.hold(tid):
+            stored = await self._current(tid, producer_id, epoch)
             record = stored.record
             if record.txn_id is None:
                 if record.last_end == wanted:
                     return  # a retry of the end that completed
                 raise TxnRefused(
                     ErrorCode.INVALID_TXN_STATE,
-                    f"transactional id {transactional_id!r} has no transaction open to {wanted}",
+                    f"transactional id {tid} has no transaction open to {wanted}",
                 )
             state = await self._finish(record.txn_id, commit)
             if state is TxnState.COMMITTED and not commit:
                 # Committed by an end whose answer was lost (a crash before the record
                 # said so); Kafka refuses an abort after a commit.
-                await self._write(transactional_id, stored, record.ended(EndResult.COMMIT))
+                await self._write(tid, stored, record.ended(EndResult.COMMIT))
                 raise TxnRefused(
                     ErrorCode.INVALID_TXN_STATE,
-                    f"transaction {record.txn_id} of {transactional_id!r} committed already",
+                    f"transaction {record.txn_id} of {tid} committed already",
                 )
             if state is None or state.commits != commit:
-                await self._fence_timed_out(transactional_id, stored)
-            await self._write(transactional_id, stored, record.ended(wanted))
+                await self._fence_timed_out(tid, stored)
+            await self._write(tid, stored, record.ended(wanted))
 
     # ------------------------------------------------------------ Produce
 
     async def transaction_for(
-        self, transactional_id: str, producer_id: int, epoch: int, topic: str, fresh: bool = False
+        self, tid: TransactionalId, producer_id: int, epoch: int, topic: str, fresh: bool = False
     ) -> TxnId:
         """The stableline transaction a transactional batch of (producer id, epoch)
         for `topic` belongs to; TxnRefused with the Produce error otherwise. Read
         from the cache first, then (on a disagreement, or with `fresh`) the store."""
-        stored = await self._ids.read(transactional_id, fresh)
+        stored = await self._ids.read(tid, fresh)
         try:
-            return self._admitted(transactional_id, stored, producer_id, epoch, topic)
+            return self._admitted(tid, stored, producer_id, epoch, topic)
         except TxnRefused:
             if fresh:
                 raise
-        return await self.transaction_for(transactional_id, producer_id, epoch, topic, True)
+        return await self.transaction_for(tid, producer_id, epoch, topic, True)
 
     @staticmethod
     def _admitted(
-        transactional_id: str, stored: StoredRecord | None, producer_id: int, epoch: int, topic: str
+        tid: TransactionalId, stored: StoredRecord | None, producer_id: int, epoch: int, topic: str
     ) -> TxnId:
         if stored is None or stored.record.producer_id != producer_id:
             raise TxnRefused(
                 ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                f"producer id {producer_id} is not transactional id {transactional_id!r}'s",
+                f"producer id {producer_id} is not that of transactional id {tid}",
             )
         record = stored.record
         if epoch != record.epoch:
             raise TxnRefused(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer epoch {epoch} of {transactional_id!r} is fenced: the current "
-                f"epoch is {record.epoch}",
+                f"producer epoch {epoch} of {tid} is fenced: the current epoch is {record.epoch}",
             )
         if record.txn_id is None or topic not in record.topics:
             raise TxnRefused(
                 ErrorCode.INVALID_TXN_STATE,
-                f"{topic} was not added to a transaction of {transactional_id!r} "
-                "(AddPartitionsToTxn comes first)",
+                f"{topic} was not added to a transaction of {tid} (AddPartitionsToTxn comes first)",
             )
         return record.txn_id
 
-    def ended_refusal(self, transactional_id: str, txn_id: TxnId) -> TxnRefused:
+    def ended_refusal(self, tid: TransactionalId, txn_id: TxnId) -> TxnRefused:
         """What a batch for an ended transaction the record still names is told."""
         return TxnRefused(
             ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"transaction {txn_id} of {transactional_id!r} has ended without the "
+            f"transaction {txn_id} of {tid} has ended without the "
             "producer's EndTxn (its transaction.timeout.ms passed): the producer is fenced",
         )
 
     # ------------------------------------------------------------ helpers
 
-    async def _current(self, transactional_id: str, producer_id: int, epoch: int) -> StoredRecord:
+    async def _current(self, tid: TransactionalId, producer_id: int, epoch: int) -> StoredRecord:
         """The id's record, read from the store, if (producer id, epoch) is its producer."""
-        stored = await self._ids.read(transactional_id, fresh=True)
+        stored = await self._ids.read(tid, fresh=True)
         if stored is None or stored.record.producer_id != producer_id:
             raise TxnRefused(
                 ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                f"producer id {producer_id} is not transactional id {transactional_id!r}'s "
+                f"producer id {producer_id} is not that of transactional id {tid} "
                 "(InitProducerId comes first)",
             )
         if stored.record.epoch != epoch:
             raise TxnRefused(
                 ErrorCode.PRODUCER_FENCED,
-                f"producer epoch {epoch} of {transactional_id!r} is fenced: a producer "
+                f"producer epoch {epoch} of {tid} is fenced: a producer "
                 f"initialised it again (epoch {stored.record.epoch})",
             )
         return stored
 
     async def _write(
-        self, transactional_id: str, stored: StoredRecord, record: TransactionalIdRecord
+        self, tid: TransactionalId, stored: StoredRecord, record: TransactionalIdRecord
     ) -> StoredRecord:
         try:
-            return await self._ids.write(transactional_id, stored, record)
+            return await self._ids.write(tid, stored, record)
         except BadVersion:
             # Another broker acted on the id meanwhile; the client retries and we re-read.
             raise TxnRefused(
                 ErrorCode.CONCURRENT_TRANSACTIONS,
-                f"transactional id {transactional_id!r} changed meanwhile; retry",
+                f"transactional id {tid} changed meanwhile; retry",
             ) from None
 
-    async def _fence_timed_out(self, transactional_id: str, stored: StoredRecord) -> None:
+    async def _fence_timed_out(self, tid: TransactionalId, stored: StoredRecord) -> None:
         """The id's transaction ended without an EndTxn: raise its epoch (as Kafka's
         coordinator does at a timeout) and refuse the request as fenced."""
         record = stored.record
         if record.txn_id is not None:
             self._txn_offsets.pop(record.txn_id, None)
         await self._write(
-            transactional_id,
+            tid,
             stored,
             TransactionalIdRecord(record.producer_id, record.epoch + 1, record.timeout_ms),
         )
         raise TxnRefused(
             ErrorCode.PRODUCER_FENCED,
-            f"transaction {record.txn_id} of {transactional_id!r} ended without the "
+            f"transaction {record.txn_id} of {tid} ended without the "
             f"producer's EndTxn (its transaction.timeout.ms of {record.timeout_ms} ms "
             "passed): the producer is fenced",
         )
 
-    async def _open(self, transactional_id: str, timeout_ms: int, client: str) -> TxnId:
+    async def _open(self, tid: TransactionalId, timeout_ms: int, client: str) -> TxnId:
         """A new stableline transaction for the id: on the coordinator shard the id
         hashes to (named_shard, the shard whose leader FindCoordinator names) when
         this broker leads it, so an id's transactions live on one shard; else on one
         this broker leads, or can take (Coordinators.open)."""
         coordinators = self._coordinators
-        shard = named_shard(_OWNER, transactional_id, coordinators.shard_count)
+        shard = named_shard(tid.owner, tid.name, coordinators.shard_count)
         if shard in coordinators.local:
-            opened = coordinators.open_on_shard(shard, timeout_ms, "", _OWNER, client)
+            opened = coordinators.open_on_shard(shard, timeout_ms, "", tid.owner, client)
         else:
-            opened = await coordinators.open(timeout_ms, "", _OWNER, client)
+            opened = await coordinators.open(timeout_ms, "", tid.owner, client)
         return opened.txn_id
 
     async def _is_open(self, txn_id: TxnId) -> bool:

@@ -2,8 +2,8 @@
 the same cluster.
 
 BASE/cluster.json holds the cluster's name, its etcd (the ports of the etcd that
-`cluster up` runs, or the URL of one it was given) and each broker's gRPC and HTTP
-ports. A broker's id is its advertised gRPC address and ownership records name a
+`cluster up` runs, or the URL of one it was given) and each broker's gRPC, HTTP and
+Kafka ports. A broker's id is its advertised gRPC address and ownership records name a
 topic's owner by that id, so a broker started again on another port would own none
 of its topics: ports are chosen once and every later start reuses them.
 
@@ -16,6 +16,9 @@ Promises (`plan`):
   needs another --data-dir); `--brokers` may grow the cluster (broker i added on
   base port + i, as a new cluster would have it) but never shrink it, since the
   topics of a broker left out would be unavailable.
+- Kafka ports are no broker's identity (Kafka node ids follow the gRPC address):
+  `--base-kafka-port` given moves every broker's; left out, the recorded ones stand
+  (a record made before brokers had Kafka ports gets free ones, then recorded).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class BrokerSlot:
     index: int
     grpc_port: int
     http_port: int
+    kafka_port: int = 0
 
     @property
     def name(self) -> str:
@@ -66,12 +70,12 @@ class ClusterLayout:
     def metadata_store_url(self) -> str:
         return self.etcd_url or f"etcd://127.0.0.1:{self.etcd_client_port}"
 
-    def with_bound_ports(self, bound: dict[int, tuple[int, int]]) -> ClusterLayout:
-        """The layout with broker index -> (gRPC, HTTP) ports as bound."""
+    def with_bound_ports(self, bound: dict[int, tuple[int, int, int]]) -> ClusterLayout:
+        """The layout with broker index -> (gRPC, HTTP, Kafka) ports as bound."""
         return replace(
             self,
             brokers=tuple(
-                BrokerSlot(b.index, *bound.get(b.index, (b.grpc_port, b.http_port)))
+                BrokerSlot(b.index, *bound.get(b.index, (b.grpc_port, b.http_port, b.kafka_port)))
                 for b in self.brokers
             ),
         )
@@ -86,7 +90,12 @@ class ClusterLayout:
                     else {"clientPort": self.etcd_client_port, "peerPort": self.etcd_peer_port}
                 ),
                 "brokers": [
-                    {"name": b.name, "grpcPort": b.grpc_port, "httpPort": b.http_port}
+                    {
+                        "name": b.name,
+                        "grpcPort": b.grpc_port,
+                        "httpPort": b.http_port,
+                        "kafkaPort": b.kafka_port,
+                    }
                     for b in self.brokers
                 ],
             },
@@ -103,7 +112,7 @@ class ClusterLayout:
             etcd.get("clientPort", 0),
             etcd.get("peerPort", 0),
             tuple(
-                BrokerSlot(i, int(b["grpcPort"]), int(b["httpPort"]))
+                BrokerSlot(i, int(b["grpcPort"]), int(b["httpPort"]), int(b.get("kafkaPort", 0)))
                 for i, b in enumerate(value["brokers"])
             ),
         )
@@ -116,6 +125,7 @@ class Requested:
     brokers: int
     base_grpc_port: int
     base_http_port: int
+    base_kafka_port: int
     cluster: str
     etcd_url: str  # "" runs an etcd
     given: frozenset[str]  # names of the options given explicitly
@@ -165,6 +175,7 @@ def plan(requested: Requested, recorded: ClusterLayout | None, base_dir: Path) -
                     i,
                     _port(requested.base_grpc_port, i),
                     _port(requested.base_http_port, i),
+                    _port(requested.base_kafka_port, i),
                 )
                 for i in range(requested.brokers)
             ),
@@ -201,7 +212,13 @@ def plan(requested: Requested, recorded: ClusterLayout | None, base_dir: Path) -
             index,
             _port(requested.base_grpc_port, index),
             _port(requested.base_http_port, index),
+            _port(requested.base_kafka_port, index),
         )
         for index in range(len(recorded.brokers), count)
     )
-    return replace(recorded, brokers=recorded.brokers + added)
+    brokers = recorded.brokers + added
+    if "base_kafka_port" in given:
+        brokers = tuple(
+            replace(b, kafka_port=_port(requested.base_kafka_port, b.index)) for b in brokers
+        )
+    return replace(recorded, brokers=brokers)

@@ -145,6 +145,7 @@ class LocalCluster:
                 ],
                 grpc_port=slot.grpc_port,
                 http_port=slot.http_port,
+                kafka_port=slot.kafka_port,
                 output_stem=base_dir / slot.name / "broker",
                 supervised=True,
             )
@@ -162,6 +163,11 @@ class LocalCluster:
         """What clients take: every broker's gRPC address."""
         return ",".join(f"127.0.0.1:{b.grpc_port}" for b in self.brokers)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """What Kafka clients take: every Kafka port ("" when all are off)."""
+        return ",".join(b.kafka_bootstrap for b in self.brokers if b.kafka_port)
+
     # ------------------------------------------------------------ start
 
     def start(self, signals: StopSignals) -> None:
@@ -169,7 +175,7 @@ class LocalCluster:
         self._start_etcd(signals)
         self._start_brokers(signals)
         self.layout = self.layout.with_bound_ports(
-            {i: (b.grpc_port, b.http_port) for i, b in enumerate(self.brokers)}
+            {i: (b.grpc_port, b.http_port, b.kafka_port or 0) for i, b in enumerate(self.brokers)}
         )
         save(self.base_dir, self.layout)
 
@@ -204,6 +210,7 @@ class LocalCluster:
         for broker in self.brokers:
             where = (
                 f"127.0.0.1:{broker.grpc_port}, HTTP 127.0.0.1:{broker.http_port}"
+                + (f", Kafka 127.0.0.1:{broker.kafka_port}" if broker.kafka_port else "")
                 if broker.grpc_port
                 else "free ports"
             )
@@ -228,13 +235,14 @@ class LocalCluster:
 
     def describe(self) -> list[str]:
         """The table of the brokers' addresses, and how to use them."""
-        rows = [("broker", "gRPC", "HTTP admin and dashboard", "data dir")]
+        rows = [("broker", "gRPC", "HTTP admin and dashboard", "Kafka", "data dir")]
         for broker in self.brokers:
             rows.append(
                 (
                     self.name(broker),
                     f"127.0.0.1:{broker.grpc_port}",
                     broker.http_url + "/",
+                    broker.kafka_bootstrap if broker.kafka_port else "off",
                     str(broker.data_dir),
                 )
             )
@@ -253,6 +261,7 @@ class LocalCluster:
             f"service URL for clients: {self.service_url}",
             f"  stableline produce orders -m hello --service-url {self.service_url}",
             f"  stableline admin brokers list {self.layout.cluster}",
+            *([f"Kafka bootstrap servers: {self.kafka_bootstrap}"] if self.kafka_bootstrap else []),
             f"logs: {self.base_dir}/broker-N/broker.log"
             + (f", {self.etcd.log_path}" if self.etcd else ""),
             "Ctrl-C stops the brokers, then etcd.",
@@ -328,7 +337,7 @@ class LocalCluster:
                 broker.signal(signal.SIGTERM)
             for broker in running:
                 try:
-                    code = broker.stop(STOP_TIMEOUT_S)
+                    code = broker.wait_exit(STOP_TIMEOUT_S)
                 except Exception:  # killed after the timeout
                     code = None
                 # One still starting may not handle SIGTERM yet: it ends by it, and

@@ -12,8 +12,12 @@ Key layout. Everything lives under `/stableline`; names are those of topics
         The cluster's record, written by its first broker: later its settings
         (coordinator shard count K, default 4).
     /stableline/brokers/{cluster}/{host:port}                           [ephemeral]
-        A live broker (brokers.py): advertised gRPC and HTTP addresses, version,
-        start time, host, pid, load. Gone when its session lapses.
+        A live broker (brokers.py): advertised gRPC, HTTP and Kafka addresses, its
+        Kafka node id, version, start time, host, pid, load. Gone when its session
+        lapses.
+    /stableline/kafka/{cluster}/node-ids
+        {broker id: Kafka node id} (kafka_nodes.py): each broker's int32 id for
+        Kafka clients, recorded once and kept, the same on every broker.
     /stableline/namespaces/{tenant}/{namespace}
         The namespace: {"created": true once a topic was made in it (it exists from
         then on), "autoTopicCreationOverride": {...} when set}; later other policies.
@@ -40,10 +44,11 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
     /stableline/ownership/{cluster}/coordinators/{shard}
         The same record for coordinator shard `shard` (0..K-1): a transaction id's
         high half names its shard, whose leader decides and ends the transaction.
-    /stableline/kafka/{cluster}/transactional-ids/{percent-encoded id}
-        A Kafka transactional.id (stableline/kafka/transactional_ids.py): its producer
-        id, epoch, transaction timeout, and the stableline transaction it has open
-        with the topics added to it. Changed only by compare-and-set; deleted
+    /stableline/kafka/{cluster}/transactional-ids/{id}@{role}
+        A Kafka transactional.id of a role ("" with authentication off), each
+        percent-encoded (stableline/kafka/transactional_ids.py): its producer id,
+        epoch, transaction timeout, and the stableline transaction it has open with
+        the topics and groups added to it. Changed only by compare-and-set; deleted
         once idle for 7 days (Kafka's transactional.id.expiration.ms).
 """
 
@@ -65,6 +70,7 @@ from stableline.metadata.errors import (
 )
 from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
 from stableline.metadata.factory import DEFAULT_SESSION_TIMEOUT_S, open_metadata_store
+from stableline.metadata.kafka_nodes import kafka_node_id
 from stableline.metadata.mirror import PrefixMirror
 from stableline.metadata.store import MetadataStore, Watch
 from stableline.metadata.values import (
@@ -98,6 +104,7 @@ __all__ = [
     "Stat",
     "Watch",
     "WatchOverflow",
+    "kafka_node_id",
     "list_brokers",
     "list_clusters",
     "open_metadata_store",

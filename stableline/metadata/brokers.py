@@ -54,13 +54,20 @@ class BrokerInfo:
     instance: str
     # What placement will weigh; for now topics loaded and client connections.
     load: dict[str, float] = field(default_factory=dict)
+    # Its other protocol: the advertised Kafka address ("" when its Kafka port is
+    # off) and its Kafka node id (kafka_nodes.py; -1 when off).
+    kafka_address: str = ""
+    kafka_node_id: int = -1
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> BrokerInfo:
-        return cls(**json.loads(raw))
+        # Fields a newer broker added are left out, so brokers of two versions can
+        # read each other's registrations while a cluster is upgraded.
+        value = json.loads(raw)
+        return cls(**{name: value[name] for name in cls.__dataclass_fields__ if name in value})
 
 
 class BrokerAlreadyRegistered(MetadataStoreError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from stableline.metadata.errors import InvalidPath
 
@@ -79,10 +79,18 @@ def kafka_transactional_ids_dir(cluster: str) -> str:
     return f"{ROOT}/kafka/{check_cluster_name(cluster)}/transactional-ids"
 
 
-def kafka_transactional_id_path(cluster: str, transactional_id: str) -> str:
-    """A Kafka transactional id's producer id, epoch and current transaction; the id
-    is percent-encoded into one segment (Kafka allows any string)."""
-    return f"{kafka_transactional_ids_dir(cluster)}/{quote(transactional_id, safe='')}"
+def kafka_transactional_id_path(cluster: str, owner: str, transactional_id: str) -> str:
+    """A Kafka transactional id's producer id, epoch and current transaction, per
+    the role that owns it ("" with authentication off): one segment, "ID@OWNER",
+    each percent-encoded (Kafka allows any string; '@' is encoded in both)."""
+    segment = f"{quote(transactional_id, safe='')}@{quote(owner, safe='')}"
+    return f"{kafka_transactional_ids_dir(cluster)}/{segment}"
+
+
+def kafka_transactional_id_of(path: str) -> tuple[str, str]:
+    """(owner, transactional id) of a kafka_transactional_id_path."""
+    encoded_id, _, encoded_owner = path.rpartition("/")[2].partition("@")
+    return unquote(encoded_owner), unquote(encoded_id)
 
 
 def relative_segments(directory: str, path: str) -> list[str]:

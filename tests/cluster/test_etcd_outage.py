@@ -1,6 +1,6 @@
 """etcd stopped under a running cluster (an etcd of this module's own and two brokers,
 with a session timeout of SESSION_TIMEOUT_S): while the brokers' sessions hold they
-serve the topics they own and refuse a placement at once; once a session is LOST its
+serve the topics they own and refuse a placement at once (Kafka's Metadata too); once a session is LOST its
 broker refuses writes with BrokerFenced and writes nothing, while reads go on; when
 etcd returns everything recovers by itself, the producer left open included, and
 every acknowledged message is there exactly once."""
@@ -21,6 +21,7 @@ from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_
 from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
+from tests.kafka.conftest import RawKafka
 from tests.metadata.conftest import EtcdServer
 
 from .conftest import Cluster, cluster_brokers, etcd_binary_or_skip, new_cluster_name
@@ -39,6 +40,8 @@ def outage_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     brokers = cluster_brokers(
         etcd, name, tmp_path_factory.mktemp("outage-cluster"), 2, SESSION_TIMEOUT_S
     )
+    for broker in brokers:
+        broker.kafka_port = 0
     try:
         for broker in brokers:
             broker.start()
@@ -90,6 +93,15 @@ def _raw_produce_refusal(broker: BrokerProcess, topic: str) -> grpc.RpcError:
     return refused.value
 
 
+def _kafka_metadata(broker: BrokerProcess, topic: str) -> int:
+    """The error code of a Kafka Metadata request that would create `topic`."""
+    raw = RawKafka(broker.kafka_port)
+    try:
+        return raw.metadata([topic], auto_create=True)[topic]
+    finally:
+        raw.close()
+
+
 def _all_values(client: stableline.Client, topic: str, count: int) -> list[bytes]:
     reader = client.create_reader(topic, stableline.MessageId.earliest)
     values = [reader.read_next(5000).data() for _ in range(count)]
@@ -139,6 +151,8 @@ def test_etcd_stopped_owned_topics_are_served_until_the_session_is_lost_then_all
             client.create_producer("persistent://public/default/outage-never-used")
         assert time.monotonic() - started < 2.0
         assert f"etcd at {cluster.etcd.url}" in str(refused.value)
+        # So is a Kafka client's first use: LEADER_NOT_AVAILABLE, which it retries.
+        assert _kafka_metadata(cluster.brokers[0], "outage-kafka-new") == 5
         assert not any(_fenced(b) for b in cluster.brokers), "LOST before the steps above"
 
         # LOST: writes are refused, with the reason, and nothing is written.
@@ -189,5 +203,6 @@ def test_etcd_stopped_owned_topics_are_served_until_the_session_is_lost_then_all
             assert _all_values(client, topic, len(sent[topic])) == sent[topic]
         # Placement works again.
         client.create_producer("persistent://public/default/outage-never-used").send(b"placed")
+        assert _kafka_metadata(cluster.brokers[0], "outage-kafka-new") == 0
     finally:
         client.close()

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from stableline.testing import BrokerProcess
 
@@ -15,16 +28,31 @@ CLIENT_TIMEOUT_S = 20.0
 
 
 class KafkaBroker(BrokerProcess):
-    """A BrokerProcess with `--kafka` on a free port (a new one each run)."""
+    """A BrokerProcess with its Kafka port open on a free port (kept across restarts)."""
+
+    def __init__(self, data_dir: Path, **options) -> None:
+        super().__init__(data_dir, kafka_port=0, **options)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.wait_for_event('ready')['kafka_port']}"
+        return self.kafka_bootstrap
 
 
 @pytest.fixture
 def kafka_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    process = KafkaBroker(tmp_path / "data", extra_args=["--kafka", "127.0.0.1:0"])
+    process = KafkaBroker(tmp_path / "data")
+    process.start()
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        assert code in (0, -9), f"broker exited with {code}\n{process.log()}"
+
+
+@pytest.fixture(scope="module")
+def module_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One broker for a module whose tests each use topics of their own."""
+    process = KafkaBroker(tmp_path_factory.mktemp("kafka") / "data")
     process.start()
     try:
         yield process
@@ -60,9 +88,15 @@ def kafka_python_produce(bootstrap: str, topic: str, values: list[bytes]) -> Non
 
 
 def confluent_consume(
-    bootstrap: str, topic: str, count: int, isolation: str = "read_uncommitted"
+    bootstrap: str,
+    topic: str,
+    count: int,
+    isolation: str = "read_uncommitted",
+    partition: int = 0,
+    **config,
 ) -> list[tuple[int, bytes]]:
-    """(offset, value) of the first `count` records from the earliest offset."""
+    """(offset, value) of the first `count` records of a partition from its earliest
+    offset."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -71,9 +105,10 @@ def confluent_consume(
             "group.id": "unused",  # assigned partitions: no group coordination
             "enable.auto.commit": False,
             "isolation.level": isolation,
+            **config,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     got: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     try:
@@ -89,7 +124,12 @@ def confluent_consume(
 
 
 def kafka_python_consume(
-    bootstrap: str, topic: str, count: int, isolation: str = "read_uncommitted"
+    bootstrap: str,
+    topic: str,
+    count: int,
+    isolation: str = "read_uncommitted",
+    partition: int = 0,
+    **config,
 ) -> list[tuple[int, bytes]]:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -98,10 +138,11 @@ def kafka_python_consume(
         group_id=None,
         enable_auto_commit=False,
         isolation_level=isolation,
+        **config,
     )
-    partition = TopicPartition(topic, 0)
-    consumer.assign([partition])
-    consumer.seek_to_beginning(partition)
+    assigned = TopicPartition(topic, partition)
+    consumer.assign([assigned])
+    consumer.seek_to_beginning(assigned)
     got: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     try:
@@ -123,3 +164,101 @@ def end_offset(bootstrap: str, topic: str, isolation: str = "read_uncommitted") 
         return consumer.end_offsets([partition])[partition]
     finally:
         consumer.close()
+
+
+class RawKafka:
+    """One Kafka connection by hand (TLS when given a CA), requests encoded by
+    kafka-python's spec classes."""
+
+    def __init__(self, port: int, ca_file: Path | None = None):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if ca_file is not None:
+            context = ssl.create_default_context(cafile=str(ca_file))
+            sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
+        self.sock = sock
+        self._correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, request, version: int, response_class):
+        """The decoded response; None when the broker closed the connection instead."""
+        self._correlation += 1
+        header = struct.pack(">hhih", request.API_KEY, version, self._correlation, 4) + b"test"
+        body = header + request.encode(version=version)
+        try:
+            self.sock.sendall(struct.pack(">i", len(body)) + body)
+            (size,) = struct.unpack(">i", self._exactly(4))
+            frame = self._exactly(size)
+        except (ConnectionError, ssl.SSLError, OSError):
+            return None
+        assert struct.unpack(">i", frame[:4])[0] == self._correlation
+        return response_class.decode(frame[4:], version=version)
+
+    def closed_by_broker(self) -> bool:
+        """Whether the broker has closed this connection (waits up to the timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, ssl.SSLError):
+            return True
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def authenticate(self, password: str, username: str = "anyone"):
+        handshake = self.send(SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse)
+        assert (handshake.error_code, handshake.mechanisms) == (0, ["PLAIN"])
+        message = b"\0" + username.encode() + b"\0" + password.encode()
+        return self.send(SaslAuthenticateRequest(auth_bytes=message), 1, SaslAuthenticateResponse)
+
+    def list_offsets(self, topic: str, partition_index: int = 0) -> int | None:
+        """ListOffsets v1 (latest) of a partition: its error code; None if closed."""
+        partition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=partition_index, timestamp=-1
+        )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[partition])],
+        )
+        response = self.send(request, 1, ListOffsetsResponse)
+        return None if response is None else response.topics[0].partitions[0].error_code
+
+    def produce(self, topic: str) -> int:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
+        )
+        builder.append(0, timestamp=None, key=None, value=b"raw", headers=[])
+        partition = ProduceRequest.TopicProduceData.PartitionProduceData(
+            index=0, records=bytes(builder.build())
+        )
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
+        )
+        response = self.send(request, 7, ProduceResponse)
+        return response.responses[0].partition_responses[0].error_code
+
+    def metadata(self, topics: list[str] | None, auto_create: bool = False) -> dict[str, int]:
+        """Metadata v8: topic -> its error code."""
+        request = MetadataRequest(
+            topics=None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=auto_create,
+        )
+        response = self.send(request, 8, MetadataResponse)
+        return {t.name: t.error_code for t in response.topics}

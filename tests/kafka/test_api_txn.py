@@ -449,7 +449,6 @@ def test_offsets_committed_in_a_transaction_survive_a_kill_right_after_the_commi
     wire.close()
     kafka_broker.kill()
     kafka_broker.start()
-    bootstrap = kafka_broker.bootstrap  # a port of its own each run
     assert backlog(kafka_broker, "copier") == 1
     from kafka import KafkaConsumer, TopicPartition
 

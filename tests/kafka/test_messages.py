@@ -89,16 +89,29 @@ def test_metadata_request_and_response_match_the_spec(version):
     assert decoded.allow_auto_topic_creation is (version < 4)  # v0-3 always create
     body = m.write_metadata(
         version,
-        [m.BrokerInfo(0, "127.0.0.1", 9092)],
+        [m.BrokerInfo(0, "127.0.0.1", 9092), m.BrokerInfo(3, "127.0.0.1", 9093)],
         0,
         [
-            m.TopicMetadata("orders", m.ErrorCode.NONE, [0], 0),
-            m.TopicMetadata("gone", m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [], 0),
+            m.TopicMetadata(
+                "orders",
+                m.ErrorCode.NONE,
+                [
+                    m.PartitionMetadata(0, 3),
+                    m.PartitionMetadata(1, -1, m.ErrorCode.LEADER_NOT_AVAILABLE),
+                ],
+            ),
+            m.TopicMetadata("gone", m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []),
         ],
     )
     response = same_bytes_through_spec(MetadataResponse, body, version)
+    assert [(b.node_id, b.port) for b in response.brokers] == [(0, 9092), (3, 9093)]
     assert [t.name for t in response.topics] == ["orders", "gone"]
-    assert response.topics[0].partitions[0].leader_id == 0
+    partitions = response.topics[0].partitions
+    assert [(p.partition_index, p.leader_id, p.error_code) for p in partitions] == [
+        (0, 3, 0),
+        (1, -1, m.ErrorCode.LEADER_NOT_AVAILABLE),
+    ]
+    assert (partitions[0].replica_nodes, partitions[1].replica_nodes) == ([3], [])
 
 
 @pytest.mark.parametrize("version", versions(m.ApiKey.PRODUCE))

@@ -23,6 +23,7 @@ from tests.kafka.conftest import (
     end_offset,
     kafka_python_consume,
 )
+from tests.kafka.test_security import secure  # noqa: F401 (a module-scoped fixture)
 
 TOPIC = "transfers"
 
@@ -211,8 +212,6 @@ def test_a_kafka_transaction_reaches_a_stableline_read_committed_subscription_on
 def test_a_broker_stopped_between_produce_and_commit_comes_back_with_the_same_offsets(
     kafka_broker, stop
 ):
-    port = kafka_broker.wait_for_event("ready")["kafka_port"]
-    kafka_broker.extra_args = ["--kafka", f"127.0.0.1:{port}"]  # the clients reconnect there
     bootstrap = kafka_broker.bootstrap
     confluent_produce(bootstrap, TOPIC, values("before"))
     producer = ConfluentTxnProducer(bootstrap, "transfers-1")
@@ -240,8 +239,6 @@ def test_a_broker_stopped_between_produce_and_commit_comes_back_with_the_same_of
 def test_an_id_initialised_again_after_a_kill_fences_the_old_epoch_and_aborts_its_records(
     kafka_broker,
 ):
-    port = kafka_broker.wait_for_event("ready")["kafka_port"]
-    kafka_broker.extra_args = ["--kafka", f"127.0.0.1:{port}"]
     bootstrap = kafka_broker.bootstrap
     old = ConfluentTxnProducer(bootstrap, "transfers-1")
     try:
@@ -380,3 +377,23 @@ def committed_offset(bootstrap: str, group: str, topic: str) -> int:
         return partition.offset
     finally:
         consumer.close()
+
+
+def test_with_authentication_a_transactional_id_is_each_roles_own(secure):  # noqa: F811
+    """Over SASL_SSL a transactional id belongs to the role using it, as transaction
+    names do: another role's producer with the same id fences nothing of it."""
+    secure.grant("alice", ["produce", "consume"])
+    secure.grant("bob", ["produce", "consume"])
+    bootstrap = secure.process.kafka_bootstrap
+    alice = ConfluentTxnProducer(bootstrap, "shared-id", **secure.confluent("alice"))
+    bob = ConfluentTxnProducer(bootstrap, "shared-id", **secure.confluent("bob"))
+    try:
+        alice.send(values("from-alice"), topic="roles")
+        bob.send(values("from-bob"), topic="roles")
+        bob.commit()
+        alice.commit()  # not fenced by bob's init
+    finally:
+        alice.close()
+        bob.close()
+    got = confluent_consume(bootstrap, "roles", 2, "read_committed", **secure.confluent("alice"))
+    assert sorted(value for _, value in got) == values("from-alice", "from-bob")

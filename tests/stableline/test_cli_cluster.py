@@ -19,13 +19,14 @@ from click.testing import CliRunner
 
 import stableline
 from stableline.cli import main
+from tests.kafka.conftest import confluent_consume
 from tests.metadata.conftest import etcd_binary  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.usefixtures("etcd_binary")
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 60.0
-FREE_PORTS = ["--base-grpc-port", "0", "--base-http-port", "0"]
+FREE_PORTS = ["--base-grpc-port", "0", "--base-http-port", "0", "--base-kafka-port", "0"]
 
 
 class ClusterUp:
@@ -128,6 +129,10 @@ def test_cluster_up_serves_clients_through_its_service_url_and_ctrl_c_stops_ever
         with stableline.Client(service_url) as client:
             owners = {client.lookup_topic(t).http_url for t in topics}
         assert owners == set(http_urls), "the topics are spread over the three brokers"
+        # Kafka clients take the Kafka bootstrap line; the SDK's message is there.
+        bootstrap = up.wait_for(r"^Kafka bootstrap servers: (\S+)$").group(1)
+        assert len(bootstrap.split(",")) == 3
+        assert confluent_consume(bootstrap, "up-0", 1) == [(0, b"persistent://public/default/up-0")]
         children = up.children()
         assert len(children) == 4  # etcd and three brokers
 
@@ -202,7 +207,7 @@ def test_without_etcd_it_says_how_to_install_it_and_exits_non_zero(tmp_path: Pat
 def test_options_contradicting_the_recorded_cluster_are_refused(tmp_path: Path):
     from stableline.local_cluster.layout import Requested, plan, save
 
-    save(tmp_path, plan(Requested(3, 7000, 9000, "local", "", frozenset()), None, tmp_path))
+    save(tmp_path, plan(Requested(3, 7000, 9000, 9092, "local", "", frozenset()), None, tmp_path))
     result = CliRunner().invoke(
         main, ["cluster", "up", "--data-dir", str(tmp_path), "--brokers", "2"]
     )

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from managed_ledger import MetadataStore
-from stableline.broker.coordinator_errors import ShardLogConflictError
+from stableline.broker.coordinator_errors import CoordinatorUnavailableError, ShardLogConflictError
 from stableline.broker.coordinator_shards import ShardRecords, cluster_shard_count
 from stableline.broker.coordinators import Coordinators, named_shard
-from stableline.metadata import open_metadata_store
+from stableline.metadata import BrokerInfo, open_metadata_store
 from txnbuffer import TransactionLimits, TransactionNotFoundError
 
 SHARDS = 4
@@ -110,3 +110,38 @@ async def test_a_data_dir_with_a_shards_log_another_broker_leads_is_refused(
     with pytest.raises(ShardLogConflictError, match="broker h:1 leads that shard"):
         await _broker(tmp_path, cluster_store, "h:2")
     await first.close()
+
+
+class Live:
+    """Liveness as TopicOwnership answers it, from a table of live registrations."""
+
+    def __init__(self, live: dict[str, BrokerInfo]):
+        self.live = live
+
+    def live_broker(self, broker_id: str) -> BrokerInfo | None:
+        return self.live.get(broker_id)
+
+
+def _registration(broker_id: str) -> BrokerInfo:
+    return BrokerInfo(broker_id, broker_id, f"http://{broker_id}", "v", 0, "h", 1, "i", {})
+
+
+async def test_a_shards_leader_is_the_broker_that_took_it_and_the_first_asked_takes_it(
+    tmp_path, cluster_store
+):
+    first = await _broker(tmp_path, cluster_store, "h:1")
+    second = await _broker(tmp_path, cluster_store, "h:2")
+    second.ownership = Live({"h:1": _registration("h:1")})
+    shard = named_shard("", "payments", SHARDS)
+    assert await first.shard_leader(shard) is None  # nobody led it: h:1 takes it
+    assert shard in first.local
+    assert (await second.shard_leader(shard)).broker_id == "h:1"
+    assert shard not in second.local
+    # A transaction of that name opened through the leader lives on that shard.
+    opened = await first.open(60_000, "payments", "", "")
+    assert opened.txn_id.most_bits == shard and opened.coordinator_address == ""
+    second.ownership = Live({})  # h:1 went down
+    with pytest.raises(CoordinatorUnavailableError, match="broker h:1"):
+        await second.shard_leader(shard)
+    await first.close()
+    await second.close()

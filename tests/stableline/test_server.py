@@ -19,8 +19,10 @@ REFUSAL_TIMEOUT_S = 60.0
 
 
 def _serve(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`serve` with its Kafka port closed unless `args` name one (never Kafka's 9092)."""
+    kafka = [] if "--kafka" in args else ["--kafka", ""]
     return subprocess.run(
-        [sys.executable, "-m", "stableline", "serve", "--data-dir", str(data_dir), *args],
+        [sys.executable, "-m", "stableline", "serve", "--data-dir", str(data_dir), *kafka, *args],
         capture_output=True,
         text=True,
         timeout=REFUSAL_TIMEOUT_S,
@@ -90,17 +92,27 @@ def test_a_start_after_kill_9_is_not_refused_by_the_stale_lock(tmp_path):
         assert broker.stop() == 0, broker.log()
 
 
-@pytest.mark.parametrize(("face", "flag"), [("gRPC", "--grpc"), ("HTTP", "--http")])
+# What each refusal asks for instead.
+PASS_ANOTHER = {
+    "--grpc": "--grpc HOST:PORT",
+    "--http": "--http HOST:PORT",
+    "--kafka": "--kafka HOST:PORT, or --kafka '' to turn the Kafka port off",
+}
+
+
+@pytest.mark.parametrize(
+    ("face", "flag"), [("gRPC", "--grpc"), ("HTTP", "--http"), ("Kafka", "--kafka")]
+)
 def test_a_busy_port_is_refused_in_one_line_naming_the_address_and_the_flag(
     tmp_path, busy_port, face, flag
 ):
-    addresses = {"--grpc": "127.0.0.1:0", "--http": "127.0.0.1:0"}
+    addresses = {"--grpc": "127.0.0.1:0", "--http": "127.0.0.1:0", "--kafka": "127.0.0.1:0"}
     addresses[flag] = f"127.0.0.1:{busy_port}"
     refused = _serve(tmp_path / "data", *(part for item in addresses.items() for part in item))
     assert refused.returncode == 2
     assert refused.stderr == (
         f"Error: cannot listen for {face} on 127.0.0.1:{busy_port}: the address is in use; "
-        f"pass another {flag} HOST:PORT\n"
+        f"pass another {PASS_ANOTHER[flag]}\n"
     )
     assert refused.stdout == ""
     # Refused before recovery: nothing but the (released) lock and the empty store.
@@ -162,7 +174,9 @@ def test_version_option_prints_the_installed_version():
     assert result.stdout == f"stableline, version {importlib.metadata.version('stableline')}\n"
 
 
-@pytest.mark.parametrize(("face", "flag"), [("gRPC", "--grpc"), ("HTTP", "--http")])
+@pytest.mark.parametrize(
+    ("face", "flag"), [("gRPC", "--grpc"), ("HTTP", "--http"), ("Kafka", "--kafka")]
+)
 async def test_a_port_taken_between_the_check_and_the_bind_is_refused_and_all_is_closed(
     tmp_path, busy_port, monkeypatch, face, flag
 ):
@@ -176,11 +190,12 @@ async def test_a_port_taken_between_the_check_and_the_bind_is_refused_and_all_is
         data_dir=tmp_path / "data",
         grpc_address=busy if flag == "--grpc" else "127.0.0.1:0",
         http_address=busy if flag == "--http" else "127.0.0.1:0",
+        kafka_address=busy if flag == "--kafka" else "127.0.0.1:0",
     )
     with pytest.raises(server.StartupError) as refused:
         await server.serve(config)
     assert str(refused.value).startswith(f"cannot listen for {face} on {busy}: ")
-    assert str(refused.value).endswith(f"; pass another {flag} HOST:PORT")
+    assert str(refused.value).endswith(f"; pass another {PASS_ANOTHER[flag]}")
     # The metadata store was closed and its lock given back: another process opens it.
     reopened = subprocess.run(
         [

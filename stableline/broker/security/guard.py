@@ -1,7 +1,7 @@
 """The checks every face shares: who is calling (authentication), may they (authorization).
 
-The gRPC interceptor and the HTTP middleware are thin adapters over `Guard`, so
-both ports answer the same question the same way.
+The gRPC interceptor, the HTTP middleware and the Kafka port's SASL are thin
+adapters over `Guard`, so every port answers the same question the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ class Guard:
         """The caller's role; raises AuthenticationFailed."""
         assert self.verifier is not None, "authenticate() with authentication off"
         return self.verifier.role_of(bearer_token(authorization_header))
+
+    def authenticate_token(self, token: str) -> tuple[str, float | None]:
+        """A bare token's role and when it expires (None: never); raises
+        AuthenticationFailed. For faces that carry no header (Kafka's SASL)."""
+        assert self.verifier is not None, "authenticate_token() with authentication off"
+        if not token:
+            raise AuthenticationFailed("authentication is required: send a token")
+        return self.verifier.role_of(token), self.verifier.expiry_of(token)
 
     def token_expiry(self, authorization_header: str | None) -> float | None:
         """When the caller's (already authenticated) token expires; None if never."""

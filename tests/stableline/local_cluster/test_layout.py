@@ -18,25 +18,27 @@ from stableline.local_cluster.layout import (
 )
 
 
-def _asked(brokers=3, grpc=6650, http=8080, cluster="local", etcd="", given=()) -> Requested:
-    return Requested(brokers, grpc, http, cluster, etcd, frozenset(given))
+def _asked(
+    brokers=3, grpc=6650, http=8080, cluster="local", etcd="", given=(), kafka=9092
+) -> Requested:
+    return Requested(brokers, grpc, http, kafka, cluster, etcd, frozenset(given))
 
 
 def test_a_new_dir_gets_consecutive_ports_from_the_bases(tmp_path: Path):
     layout = plan(_asked(), None, tmp_path)
-    assert [(b.name, b.grpc_port, b.http_port) for b in layout.brokers] == [
-        ("broker-0", 6650, 8080),
-        ("broker-1", 6651, 8081),
-        ("broker-2", 6652, 8082),
+    assert [(b.name, b.grpc_port, b.http_port, b.kafka_port) for b in layout.brokers] == [
+        ("broker-0", 6650, 8080, 9092),
+        ("broker-1", 6651, 8081, 9093),
+        ("broker-2", 6652, 8082, 9094),
     ]
     assert layout.etcd_client_port and layout.etcd_peer_port
     assert layout.metadata_store_url == f"etcd://127.0.0.1:{layout.etcd_client_port}"
 
 
 def test_base_port_zero_leaves_ports_free_until_bound_ones_are_recorded(tmp_path: Path):
-    layout = plan(_asked(brokers=2, grpc=0, http=0), None, tmp_path)
-    assert {(b.grpc_port, b.http_port) for b in layout.brokers} == {(0, 0)}
-    bound = layout.with_bound_ports({0: (41000, 42000), 1: (41001, 42001)})
+    layout = plan(_asked(brokers=2, grpc=0, http=0, kafka=0), None, tmp_path)
+    assert {(b.grpc_port, b.http_port, b.kafka_port) for b in layout.brokers} == {(0, 0, 0)}
+    bound = layout.with_bound_ports({0: (41000, 42000, 43000), 1: (41001, 42001, 43001)})
     save(tmp_path, bound)
     assert load(tmp_path) == bound
 
@@ -50,7 +52,7 @@ def test_an_external_etcd_is_recorded_by_url(tmp_path: Path):
 
 def _recorded(tmp_path: Path) -> ClusterLayout:
     layout = ClusterLayout(
-        "prod", "", 2379, 2380, tuple(BrokerSlot(i, 7000 + i, 9000 + i) for i in range(3))
+        "prod", "", 2379, 2380, tuple(BrokerSlot(i, 7000 + i, 9000 + i, 5000 + i) for i in range(3))
     )
     save(tmp_path, layout)
     return load(tmp_path)
@@ -63,9 +65,26 @@ def test_a_recorded_cluster_starts_as_recorded_whatever_the_defaults(tmp_path: P
 
 def test_more_brokers_grow_a_recorded_cluster_on_the_next_ports(tmp_path: Path):
     recorded = _recorded(tmp_path)
-    grown = plan(_asked(brokers=4, grpc=7000, http=9000, given={"brokers"}), recorded, tmp_path)
+    asked = _asked(brokers=4, grpc=7000, http=9000, kafka=5000, given={"brokers"})
+    grown = plan(asked, recorded, tmp_path)
     assert grown.brokers[:3] == recorded.brokers
-    assert grown.brokers[3] == BrokerSlot(3, 7003, 9003)
+    assert grown.brokers[3] == BrokerSlot(3, 7003, 9003, 5003)
+
+
+def test_kafka_ports_move_when_asked_and_are_kept_otherwise(tmp_path: Path):
+    recorded = _recorded(tmp_path)
+    moved = plan(_asked(kafka=6000, given={"base_kafka_port"}), recorded, tmp_path)
+    assert [b.kafka_port for b in moved.brokers] == [6000, 6001, 6002]
+    assert [b.grpc_port for b in moved.brokers] == [7000, 7001, 7002]
+    assert plan(_asked(kafka=6000), recorded, tmp_path) == recorded
+
+
+def test_a_record_without_kafka_ports_gets_free_ones(tmp_path: Path):
+    (tmp_path / "cluster.json").write_text(
+        '{"cluster": "prod", "etcd": {"clientPort": 2379, "peerPort": 2380}, '
+        '"brokers": [{"name": "broker-0", "grpcPort": 7000, "httpPort": 9000}]}'
+    )
+    assert load(tmp_path).brokers == (BrokerSlot(0, 7000, 9000, 0),)
 
 
 @pytest.mark.parametrize(
