@@ -1,12 +1,17 @@
-"""A Kafka transactional id on two brokers of a cluster (a real etcd): its record is
-the cluster's, so a producer initialised through one broker fences one initialised
-through the other and aborts its transaction wherever that transaction's shard is
-led; AddPartitionsToTxn and EndTxn through one broker, the batches through the
-partition's owner, which reads the id's record to admit them. Raw frames
-(tests/kafka/test_api_txn.py's TxnWire), so each broker is asked exactly."""
+"""Kafka transactions on two brokers of a cluster (a real etcd).
+
+A transactional id's record is the cluster's, so a producer initialised through one
+broker fences one initialised through the other and aborts its transaction wherever
+that transaction's shard is led; AddPartitionsToTxn and EndTxn through one broker,
+the batches through the partition's owner, which reads the id's record to admit
+them (raw frames, tests/kafka/test_api_txn.py's TxnWire, so each broker is asked
+exactly). And a real transactional producer over a partitioned topic whose
+partitions both brokers own: an aborted transaction shows nothing, a committed one
+all, to Kafka read_committed consumers and an SDK READ_COMMITTED subscription."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -29,7 +34,7 @@ def kafka_cluster(cluster_etcd, tmp_path_factory) -> Iterator[Cluster]:
     brokers = cluster_brokers(cluster_etcd, name, root, 2, SHORT_SESSION_TIMEOUT_S)
     try:
         for broker in brokers:
-            broker.extra_args += ["--kafka", "127.0.0.1:0"]
+            broker.kafka_port = 0
             broker.start()
         yield Cluster(cluster_etcd, name, brokers)
     finally:
@@ -38,7 +43,7 @@ def kafka_cluster(cluster_etcd, tmp_path_factory) -> Iterator[Cluster]:
 
 
 def kafka_address(broker) -> str:
-    return f"127.0.0.1:{broker.wait_for_event('ready')['kafka_port']}"
+    return broker.kafka_bootstrap
 
 
 def test_one_transactional_id_across_brokers_fences_and_commits_through_either(kafka_cluster):
@@ -81,3 +86,50 @@ def test_one_transactional_id_across_brokers_fences_and_commits_through_either(k
     assert [value for _, value in got] == [b"plain", b"kept"]
     for wire in (old, newer, batches):
         wire.close()
+
+
+def test_a_kafka_transaction_over_partitions_on_both_brokers_is_all_or_nothing(kafka_cluster):
+    from confluent_kafka import Producer
+
+    from tests.kafka.conftest import CLIENT_TIMEOUT_S
+
+    topic, partitions = "spread", 4
+    first = kafka_cluster.brokers[0]
+    request = urllib.request.Request(
+        f"{first.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
+        data=str(partitions).encode(),
+        method="PUT",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 204
+    leaders = {
+        kafka_cluster.topic_leader(f"persistent://public/default/{topic}-partition-{index}")
+        for index in range(partitions)
+    }
+    assert len(leaders) == 2, "the partitions were placed on one broker only"
+    bootstrap = kafka_address(first)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "spreader", "linger.ms": 5}
+    )
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    for outcome in ("abort", "commit"):
+        producer.begin_transaction()
+        for index in range(partitions):
+            producer.produce(topic, value=f"{outcome}-{index}".encode(), partition=index)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        if outcome == "abort":
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+        else:
+            producer.commit_transaction(CLIENT_TIMEOUT_S)
+    for index in range(partitions):
+        got = confluent_consume(bootstrap, topic, 1, "read_committed", partition=index)
+        assert [value for _, value in got] == [f"commit-{index}".encode()]
+    with stableline.Client(first.service_url) as client:
+        consumer = client.subscribe(
+            topic,
+            "committed-view",
+            initial_position=stableline.InitialPosition.Earliest,
+            isolation_level=stableline.IsolationLevel.READ_COMMITTED,
+        )
+        got = sorted(consumer.receive(10_000).value() for _ in range(partitions))
+    assert got == [f"commit-{index}".encode() for index in range(partitions)]
