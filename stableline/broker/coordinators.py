@@ -367,6 +367,7 @@ class Coordinators:
                             if record.leader == self.broker_id:
                                 await self._start_local(shard)
                                 return shard
+                            placed[shard] = record  # another broker took it meanwhile
                     shards = sorted(placed)
                     return shards[next(self._round_robin) % len(shards)]
         shards = sorted(self.local)

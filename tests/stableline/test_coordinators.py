@@ -62,6 +62,35 @@ async def test_concurrent_first_transactions_through_a_broker_take_one_shard(
     await coordinators.close()
 
 
+class TakenMeanwhile:
+    """Shard records whose listing is read just before another broker takes every shard:
+    two brokers' first transactions racing for the same unled shards."""
+
+    def __init__(self, records: ShardRecords, other: str):
+        self.records = records
+        self.other = other
+
+    async def all(self):
+        placed = await self.records.all()
+        for shard in range(self.records.count):
+            await self.records.place_on_self(shard, self.other)
+        return placed
+
+    def __getattr__(self, name: str):
+        return getattr(self.records, name)
+
+
+async def test_a_broker_that_loses_the_race_for_every_unled_shard_uses_one_the_winner_took(
+    tmp_path, cluster_store
+):
+    loser = await _broker(tmp_path, cluster_store, "h:2")
+    loser.records = TakenMeanwhile(loser.records, "h:1")
+    shard = await loser._shard_for_new()
+    assert 0 <= shard < SHARDS and not loser.local
+    assert (await loser.records.record(shard)).leader == "h:1"
+    await loser.close()
+
+
 async def test_a_restarted_broker_leads_again_the_shards_it_took_and_no_others(
     tmp_path, cluster_store
 ):
