@@ -105,7 +105,7 @@ class KafkaApiBase:
         self._partitioned = partitioned
         # Authentication and authorization (None, or disabled, when security is off).
         self._guard = guard if guard is not None and guard.enabled else None
-        self._producer_ids = ProducerIdAllocator()
+        self._producer_ids = ProducerIdAllocator(settings.node_id)
         # The isolation level of each client id's latest Fetch (for group commits).
         self._fetch_levels = ClientIsolationLevels()
 

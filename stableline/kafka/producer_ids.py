@@ -3,9 +3,12 @@ stableline transactions.
 
 Three disjoint ranges of positive int64, so no two producers a Kafka client can
 meet share an id:
-- below 2**61, InitProducerId without a transactional id hands out (milliseconds
-  since the epoch << 12) + a counter, strictly increasing within a run and across
-  restarts as long as the clock does not go back (nothing is stored);
+- below 2**61, InitProducerId without a transactional id hands out
+  (milliseconds since 2024 << 20) | (the broker's Kafka node id, 10 bits) << 10 |
+  (a counter, 10 bits): strictly increasing on each broker within a run and across
+  restarts as long as the clock does not go back (nothing is stored), and never the
+  same on two brokers of a cluster, whose node ids differ (two idempotent producers
+  with one id would have each other's batches taken for retries);
 - from 2**61, a transactional id's producer id: 2**61 + a revision of the cluster's
   metadata store (transactional_ids.py), unique in that store, kept with the id;
 - at and above 2**62, a stableline transaction's own id: 2**62 | (coordinator id,
@@ -20,6 +23,7 @@ meet share an id:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from managed_ledger import TxnId
 
@@ -28,6 +32,11 @@ _SDK_BASE = 1 << 62
 _SEQUENCE_BITS = 40
 _COORDINATOR_BITS = 22
 SDK_TXN_EPOCH = 0
+_ALLOCATOR_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+_COUNTER_BITS = 10
+_COUNTER_MASK = (1 << _COUNTER_BITS) - 1
+_NODE_MASK = (1 << 10) - 1
+_ALLOCATOR_SHIFT = 20
 
 
 def sdk_txn_producer_id(txn_id: TxnId) -> int:
@@ -53,13 +62,26 @@ def producer_name(producer_id: int, epoch: int = 0) -> str:
 
 
 class ProducerIdAllocator:
-    """Hands out producer ids below 2**61, increasing, unique across restarts."""
+    """Hands out producer ids below 2**61, increasing, unique across restarts and
+    across the brokers of a cluster (by their node ids)."""
 
-    def __init__(self) -> None:
-        self._last = 0
+    def __init__(self, node_id: int = 0, clock: Callable[[], float] = time.time) -> None:
+        assert node_id >= 0, node_id
+        self._node = node_id & _NODE_MASK
+        self._clock = clock
+        self._millis = 0
+        self._counter = 0
 
     def allocate(self) -> int:
-        candidate = int(time.time() * 1000) << 12
-        self._last = max(candidate, self._last + 1)
-        assert self._last < _TRANSACTIONAL_BASE
-        return self._last
+        millis = max(int(self._clock() * 1000) - _ALLOCATOR_EPOCH_MS, self._millis)
+        if millis == self._millis:
+            self._counter += 1
+            if self._counter > _COUNTER_MASK:
+                # More than 1,024 in one millisecond: borrow the next one.
+                millis, self._counter = millis + 1, 0
+        else:
+            self._counter = 0
+        self._millis = millis
+        producer_id = millis << _ALLOCATOR_SHIFT | self._node << _COUNTER_BITS | self._counter
+        assert 0 < producer_id < _TRANSACTIONAL_BASE, producer_id
+        return producer_id
