@@ -75,11 +75,13 @@ class Sizes:
     ledger_seconds: float = 4.0
     recovery_entries: int = 1_000_000
     topics: int = 10_000  # `make bench-topics` runs bench_topics at 100,000
+    topics_unload_s: float = 5.0  # idle topics unloaded after this (bench_topics --unload-s)
     observe_rounds: int = 80
     spark_messages: int = 500_000
     spark_rounds: int = 2
     memory: bool = True
     sync_client_messages: int = 500_000
+    sync_client_rounds: int = 5  # the median of these
     message_id_statements: int = 1_000_000
     partitioned_messages: int = 300_000
     kafka_messages: int = 100_000
@@ -94,10 +96,12 @@ class Sizes:
     cluster_lookups: int = 500
 
 
+# Each figure's smallest run: the wiring from its measurement to its rows is what the
+# smoke test checks (tests/scripts/test_bench_all.py), not the figures.
 QUICK = Sizes(
-    seconds=1.0,
-    latency_seconds=2.0,  # one second past the perf warm-up
-    txn_seconds=1.0,
+    seconds=0.5,  # rates only: the perf warm-up (1 s) records no latencies before it ends
+    latency_seconds=1.5,  # half a second of latencies past the perf warm-up (1 s)
+    txn_seconds=0.5,
     txn_overhead_runs=2,
     raw_seconds=3.0,
     latency_iterations=20,
@@ -112,16 +116,18 @@ QUICK = Sizes(
     ledger_seconds=0.5,
     recovery_entries=5_000,
     topics=300,
+    topics_unload_s=1.0,
     observe_rounds=2,
     memory=False,
     sync_client_messages=5_000,
+    sync_client_rounds=1,
     message_id_statements=20_000,
     partitioned_messages=5_000,
-    kafka_messages=5_000,
+    kafka_messages=2_000,
     metadata_puts=50,
     reload_messages=5_000,
     reload_rounds=1,
-    cluster_seconds=1.0,
+    cluster_seconds=0.5,
     cluster_brokers="3",
     cluster_rounds=1,
     cluster_clients=2,
@@ -686,7 +692,14 @@ def fig_scripts(sizes: Sizes, ctx: dict) -> list[Row]:
     )
     rows.extend(
         _topic_rows(
-            run_script("bench_topics.py", out / "topics.json", "--topics", str(sizes.topics))
+            run_script(
+                "bench_topics.py",
+                out / "topics.json",
+                "--topics",
+                str(sizes.topics),
+                "--unload-s",
+                str(sizes.topics_unload_s),
+            )
         )
     )
     if sizes.memory:
@@ -802,6 +815,8 @@ def fig_sync_client(sizes: Sizes, ctx: dict) -> list[Row]:
         ctx["out"] / "sync-client.json",
         "--messages",
         str(sizes.sync_client_messages),
+        "--rounds",
+        str(sizes.sync_client_rounds),
     )
     rates = result["msgs_per_s"]
     cpu = result["client_cpu_us_per_msg"]
