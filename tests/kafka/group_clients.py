@@ -3,14 +3,9 @@
 thread of its own (as an application would), commits what it processed
 synchronously, and records what it got and what it is assigned.
 
-`create_partitioned_topic` makes the topic a group splits. Until the Kafka port
-maps partitioned topics, a topic of N partitions is N one-partition topics that
-every member subscribes to together: the group protocol (joins, the leader's
-assignment, rebalances, commits per partition) is the same. Once it maps them,
-only this helper changes: one topic name, partitions 0..N-1. Members assign
-round-robin, which splits partitions across topics alike (the default "range"
-splits each topic's partitions alone, so one-partition topics would all go to
-one member).
+`create_partitioned_topic` makes the topic a group splits: a partitioned topic of N
+partitions, created with Kafka's CreateTopics, whose partitions 0..N-1 the members
+share.
 """
 
 from __future__ import annotations
@@ -37,17 +32,19 @@ class PartitionedTopic:
     topics: list[str]  # what consumers subscribe to
     partitions: list[Partition]  # what producers write to and groups commit on
 
+    def stableline_topic(self, partition: Partition) -> str:
+        """The stableline topic holding a Kafka partition (one partition: the topic)."""
+        name, index = partition
+        return name if len(self.partitions) == 1 else f"{name}-partition-{index}"
+
 
 def create_partitioned_topic(bootstrap: str, name: str, partitions: int) -> PartitionedTopic:
-    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
 
-    topics = [f"{name}-{index}" for index in range(partitions)]
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for topic in topics:
-        # Metadata for a topic creates it (auto creation is on).
-        metadata = producer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
-        assert metadata.topics[topic].error is None, metadata.topics[topic].error
-    return PartitionedTopic(topics, [(topic, 0) for topic in topics])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    futures[name].result(timeout=CLIENT_TIMEOUT_S)
+    return PartitionedTopic([name], [(name, index) for index in range(partitions)])
 
 
 def produce_to_partitions(

@@ -286,7 +286,7 @@ def test_bad_group_requests_get_kafkas_error_codes_and_the_broker_stays_up(broke
     # Nothing is known of a group no one joined.
     assert raw.heartbeat("ghosts", 1, "m") == ErrorCode.UNKNOWN_MEMBER_ID
     assert raw.sync("ghosts", 1, "m") == ErrorCode.UNKNOWN_MEMBER_ID
-    assert raw.commit("ghosts", 3, "m", "ledger-0") == ErrorCode.ILLEGAL_GENERATION
+    assert raw.commit("ghosts", 3, "m", "ledger") == ErrorCode.ILLEGAL_GENERATION
     left = raw.send(
         LeaveGroupRequest(group_id="ghosts", member_id="m"), LeaveGroupResponse, 1
     ).error_code
@@ -303,15 +303,15 @@ def test_bad_group_requests_get_kafkas_error_codes_and_the_broker_stays_up(broke
     assert raw.heartbeat("tellers", 1, member) == ErrorCode.NONE
     assert raw.heartbeat("tellers", 0, member) == ErrorCode.ILLEGAL_GENERATION
     assert raw.heartbeat("tellers", 1, "stranger") == ErrorCode.UNKNOWN_MEMBER_ID
-    assert raw.commit("tellers", 1, "stranger", "ledger-0") == ErrorCode.UNKNOWN_MEMBER_ID
-    assert raw.commit("tellers", 7, member, "ledger-0") == ErrorCode.ILLEGAL_GENERATION
-    assert raw.commit("tellers", -1, "", "ledger-0") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert raw.commit("tellers", 1, "stranger", "ledger") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert raw.commit("tellers", 7, member, "ledger") == ErrorCode.ILLEGAL_GENERATION
+    assert raw.commit("tellers", -1, "", "ledger") == ErrorCode.UNKNOWN_MEMBER_ID
     assert raw.commit("tellers", 1, member, "no-such-topic") == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     too_long = "x" * 5000
-    assert raw.commit("tellers", 1, member, "ledger-0", too_long) == (
+    assert raw.commit("tellers", 1, member, "ledger", too_long) == (
         ErrorCode.OFFSET_METADATA_TOO_LARGE
     )
-    assert raw.commit("tellers", 1, member, "ledger-0", "fine") == ErrorCode.NONE
+    assert raw.commit("tellers", 1, member, "ledger", "fine") == ErrorCode.NONE
     assert raw.join("tellers", session_ms=10).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
     assert raw.join("a/b").error_code == ErrorCode.INVALID_GROUP_ID
 

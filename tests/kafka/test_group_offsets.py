@@ -246,13 +246,18 @@ def test_committed_offsets_come_back_the_same_and_a_new_member_resumes_after_the
     }
     member = GroupMember("confluent", broker.bootstrap, "invoicing", topic.topics)
     member.start()
-    resume_at = {first[0]: 6, second[0]: 4}
-    expected = [v for v in values if int(v.split(b"/")[2]) >= resume_at[v.split(b"/")[0].decode()]]
+    resume_at = {first: 6, second: 4}
+
+    def after_commit(value: bytes) -> bool:
+        name, partition, index = value.decode().split("/")
+        return int(index) >= resume_at[(name, int(partition))]
+
+    expected = [value for value in values if after_commit(value)]
     wait_for(lambda: len(member.records) >= len(expected), "the rest", members=[member])
     member.stop()
     assert sorted(member.values()) == sorted(expected)
-    for name, _ in topic.partitions:
-        stats = subscription_stats(broker, name, "invoicing")
+    for partition in topic.partitions:
+        stats = subscription_stats(broker, topic.stableline_topic(partition), "invoicing")
         assert stats["msgBacklog"] == 0 and stats["subscriptionIsolationLevel"] == "READ_COMMITTED"
 
 
