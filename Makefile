@@ -30,9 +30,13 @@ run: $(VENV)/.base-installed
 cluster: $(VENV)/.base-installed
 	$(PY) -m stableline cluster up --brokers $(BROKERS) --data-dir $(CLUSTER_DIR)
 
+# Test files run on TEST_WORKERS processes, each file whole on one (its module-wide
+# brokers are started once): tests spend most of their time waiting on brokers, so
+# two workers halve the run on two cores. TEST_WORKERS=0 runs everything in one.
+TEST_WORKERS ?= 2
 test: $(VENV)/.all-installed
 	bash scripts/install_test_servers.sh
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min).
 bench: $(VENV)/.all-installed
