@@ -226,6 +226,18 @@ class BrokerProcess:
         self.stop()
         self.start()
 
+    @contextlib.contextmanager
+    def running(self) -> Iterator[BrokerProcess]:
+        """Started for the block, stopped after it; a broker that then exits with
+        anything but 0 (or -9: a test killed it and did not restart it) fails the
+        block with its log."""
+        self.start()
+        try:
+            yield self
+        finally:
+            code = self.stop()
+            assert code in (0, -9), f"broker exited with {code}\n{self.log()}"
+
     def signal(self, signum: int) -> None:
         assert self.process is not None and self.process.poll() is None, "broker not running"
         self.process.send_signal(signum)

@@ -23,13 +23,8 @@ def store(tmp_path: Path) -> Iterator:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data")
-    process.start()
-    try:
+    with BrokerProcess(tmp_path / "data").running() as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, -9), f"broker exited with {code}\n{process.log()}"
 
 
 @pytest.fixture

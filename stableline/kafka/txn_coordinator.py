@@ -304,18 +304,7 @@ class KafkaTransactionCoordinator:
         holds its acknowledgements in: the id's open one, to which AddOffsetsToTxn
         added the group. TxnRefused otherwise (read from the store: the group's
         coordinator may be another broker than the id's)."""
-        stored = await self._ids.read(tid, fresh=True)
-        if stored is None or stored.record.producer_id != producer_id:
-            raise TxnRefused(
-                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                f"producer id {producer_id} is not that of transactional id {tid}",
-            )
-        record = stored.record
-        if epoch != record.epoch:
-            raise TxnRefused(
-                ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer epoch {epoch} of {tid} is fenced: the current epoch is {record.epoch}",
-            )
+        record = self._current(tid, await self._ids.read(tid, fresh=True), producer_id, epoch)
         if record.txn_id is None or group_id not in record.groups:
             raise TxnRefused(
                 ErrorCode.INVALID_TXN_STATE,
@@ -392,9 +381,10 @@ class KafkaTransactionCoordinator:
         return await self.transaction_for(tid, producer_id, epoch, topic, True)
 
     @staticmethod
-    def _admitted(
-        tid: TransactionalId, stored: StoredRecord | None, producer_id: int, epoch: int, topic: str
-    ) -> TxnId:
+    def _current(
+        tid: TransactionalId, stored: StoredRecord | None, producer_id: int, epoch: int
+    ) -> TransactionalIdRecord:
+        """The id's record, when (producer id, epoch) is its current producer."""
         if stored is None or stored.record.producer_id != producer_id:
             raise TxnRefused(
                 ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -406,6 +396,18 @@ class KafkaTransactionCoordinator:
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer epoch {epoch} of {tid} is fenced: the current epoch is {record.epoch}",
             )
+        return record
+
+    @classmethod
+    def _admitted(
+        cls,
+        tid: TransactionalId,
+        stored: StoredRecord | None,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+    ) -> TxnId:
+        record = cls._current(tid, stored, producer_id, epoch)
         if record.txn_id is None or topic not in record.topics:
             raise TxnRefused(
                 ErrorCode.INVALID_TXN_STATE,

@@ -40,25 +40,15 @@ class KafkaBroker(BrokerProcess):
 
 @pytest.fixture
 def kafka_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    process = KafkaBroker(tmp_path / "data")
-    process.start()
-    try:
+    with KafkaBroker(tmp_path / "data").running() as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, -9), f"broker exited with {code}\n{process.log()}"
 
 
 @pytest.fixture(scope="module")
 def module_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """One broker for a module whose tests each use topics of their own."""
-    process = KafkaBroker(tmp_path_factory.mktemp("kafka") / "data")
-    process.start()
-    try:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka") / "data").running() as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, -9), f"broker exited with {code}\n{process.log()}"
 
 
 def confluent_produce(bootstrap: str, topic: str, values: list[bytes], **config) -> None:

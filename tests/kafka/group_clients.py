@@ -238,11 +238,9 @@ INITIAL_REBALANCE_DELAY_MS = 500
 
 
 def group_broker(data_dir) -> KafkaBroker:
-    """A broker with its Kafka port, started; the caller stops it."""
-    broker = KafkaBroker(
+    """A broker with its Kafka port and a short initial rebalance delay (not started)."""
+    return KafkaBroker(
         data_dir,
         extra_args=["--kafka", "127.0.0.1:0"],
         env={"STABLELINE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": str(INITIAL_REBALANCE_DELAY_MS)},
     )
-    broker.start()
-    return broker

@@ -164,12 +164,8 @@ async def test_a_deleted_subscription_has_no_offset_and_leaves_the_groups_list(t
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    started = group_broker(tmp_path / "data")
-    try:
+    with group_broker(tmp_path / "data").running() as started:
         yield started
-    finally:
-        code = started.stop()
-        assert code in (0, -9), f"broker exited with {code}\n{started.log()}"
 
 
 def committed_by_kafka_python(bootstrap: str, group: str, partitions) -> dict:
