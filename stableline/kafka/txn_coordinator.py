@@ -304,7 +304,9 @@ class KafkaTransactionCoordinator:
         holds its acknowledgements in: the id's open one, to which AddOffsetsToTxn
         added the group. TxnRefused otherwise (read from the store: the group's
         coordinator may be another broker than the id's)."""
-        record = self._current(tid, await self._ids.read(tid, fresh=True), producer_id, epoch)
+        record = self._producers_record(
+            tid, await self._ids.read(tid, fresh=True), producer_id, epoch
+        )
         if record.txn_id is None or group_id not in record.groups:
             raise TxnRefused(
                 ErrorCode.INVALID_TXN_STATE,
@@ -381,7 +383,7 @@ class KafkaTransactionCoordinator:
         return await self.transaction_for(tid, producer_id, epoch, topic, True)
 
     @staticmethod
-    def _current(
+    def _producers_record(
         tid: TransactionalId, stored: StoredRecord | None, producer_id: int, epoch: int
     ) -> TransactionalIdRecord:
         """The id's record, when (producer id, epoch) is its current producer."""
@@ -407,7 +409,7 @@ class KafkaTransactionCoordinator:
         epoch: int,
         topic: str,
     ) -> TxnId:
-        record = cls._current(tid, stored, producer_id, epoch)
+        record = cls._producers_record(tid, stored, producer_id, epoch)
         if record.txn_id is None or topic not in record.topics:
             raise TxnRefused(
                 ErrorCode.INVALID_TXN_STATE,

@@ -13,6 +13,8 @@ after the restart fences the old epoch.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import stableline
@@ -258,6 +260,10 @@ def test_an_id_initialised_again_after_a_kill_fences_the_old_epoch_and_aborts_it
     assert confluent_consume(bootstrap, TOPIC, 1, "read_committed") == [(3, b"after")]
 
 
+# A copy of 40 records takes about 5 s here; past this it is stuck, not slow.
+COPY_TIMEOUT_S = 120.0
+
+
 def confluent_copy(bootstrap: str, source: str, sink: str, count: int) -> int:
     """Consume-transform-produce `count` records from `source` to `sink`, offsets
     committed in each transaction, every other transaction aborted (the consumer
@@ -279,8 +285,10 @@ def confluent_copy(bootstrap: str, source: str, sink: str, count: int) -> int:
     )
     producer.init_transactions(CLIENT_TIMEOUT_S)
     copied = transactions = 0
+    deadline = time.monotonic() + COPY_TIMEOUT_S
     try:
         while copied < count:
+            assert time.monotonic() < deadline, f"copied {copied} of {count} in {transactions}"
             batch = [m for m in consumer.consume(5, 0.5) if m.error() is None]
             if not batch:
                 continue
@@ -319,8 +327,10 @@ def kafka_python_copy(bootstrap: str, source: str, sink: str, count: int) -> int
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="copier-1")
     producer.init_transactions()
     copied = transactions = 0
+    deadline = time.monotonic() + COPY_TIMEOUT_S
     try:
         while copied < count:
+            assert time.monotonic() < deadline, f"copied {copied} of {count} in {transactions}"
             batch = [r for rs in consumer.poll(500, max_records=5).values() for r in rs]
             if not batch:
                 continue
