@@ -6,6 +6,8 @@ timestamps, producer id, epoch, base sequence, record count) and its records.
 With compression only the records are compressed, the count stays outside.
 gzip is built in; snappy, lz4 and zstd are refused with UnsupportedCompression
 (the client hears UNSUPPORTED_COMPRESSION_TYPE) rather than stored unreadable.
+Decompression stops at a bound (RecordsTooLarge) instead of trusting the batch: a
+megabyte of gzip can stand for a gigabyte of zeros.
 A control batch holds one record whose key says COMMIT or ABORT.
 """
 
@@ -63,6 +65,14 @@ class CorruptBatch(ValueError):
     """A batch whose CRC, magic or lengths are wrong (CORRUPT_MESSAGE)."""
 
 
+class RecordsTooLarge(ValueError):
+    """A compressed batch whose records decompress past the bound (MESSAGE_TOO_LARGE)."""
+
+
+# The most bytes one batch's records may decompress to, unless the caller says.
+DEFAULT_MAX_RECORDS_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     offset_delta: int
@@ -88,14 +98,32 @@ class RecordBatch:
         return self.records[-1].offset_delta if self.records else 0
 
 
-def _decompress(codec: Compression, data: bytes) -> bytes:
+def _gunzip(data: bytes, limit: int) -> bytes:
+    """gzip members one after another, as gzip.decompress reads them, stopping
+    at `limit` bytes of output."""
+    out = bytearray()
+    while data:
+        member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            out += member.decompress(data, limit + 1 - len(out))
+        except zlib.error as error:
+            raise CorruptBatch(f"gzip records do not decompress: {error}") from None
+        if len(out) > limit:
+            raise RecordsTooLarge(
+                f"gzip records decompress to more than {limit:,} bytes, this broker's bound "
+                "for one batch: send smaller batches (batch.size, linger.ms)"
+            )
+        if not member.eof:
+            raise CorruptBatch("gzip records end before their stream does")
+        data = member.unused_data
+    return bytes(out)
+
+
+def _decompress(codec: Compression, data: bytes, limit: int) -> bytes:
     if codec is Compression.NONE:
         return data
     if codec is Compression.GZIP:
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as error:
-            raise CorruptBatch(f"gzip records do not decompress: {error}") from None
+        return _gunzip(data, limit)
     raise UnsupportedCompression(
         f"{codec.name.lower()} compression is not supported by this broker; "
         "use compression.type none or gzip"
@@ -189,9 +217,12 @@ def _decode_records(data: bytes, count: int, base_timestamp: int) -> tuple[Recor
     return tuple(records)
 
 
-def decode_batches(data: bytes) -> list[RecordBatch]:
-    """Every batch of a Produce's records; CorruptBatch, MalformedRequest or
-    UnsupportedCompression when one does not decode."""
+def decode_batches(
+    data: bytes, max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES
+) -> list[RecordBatch]:
+    """Every batch of a Produce's records; CorruptBatch, MalformedRequest,
+    UnsupportedCompression or RecordsTooLarge (a compressed batch's records
+    decompress past `max_records_bytes`) when one does not decode."""
     batches: list[RecordBatch] = []
     at = 0
     view = memoryview(data)
@@ -216,7 +247,9 @@ def decode_batches(data: bytes) -> list[RecordBatch]:
         except ValueError:
             raise CorruptBatch(f"unknown compression {attributes & 7}") from None
         records = _decode_records(
-            _decompress(codec, bytes(view[at + HEADER_SIZE : end])), count, first_ts
+            _decompress(codec, bytes(view[at + HEADER_SIZE : end]), max_records_bytes),
+            count,
+            first_ts,
         )
         batches.append(
             RecordBatch(

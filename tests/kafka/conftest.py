@@ -219,20 +219,21 @@ class RawKafka:
         response = self.send(request, 1, ListOffsetsResponse)
         return None if response is None else response.topics[0].partitions[0].error_code
 
-    def produce(self, topic: str) -> int:
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 20,
-        )
-        builder.append(0, timestamp=None, key=None, value=b"raw", headers=[])
-        partition = ProduceRequest.TopicProduceData.PartitionProduceData(
-            index=0, records=bytes(builder.build())
-        )
+    def produce(self, topic: str, records: bytes | None = None) -> int:
+        """Produce v7 of `records` (default: one record, "raw"): its error code."""
+        if records is None:
+            builder = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=0,
+                is_transactional=False,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+                batch_size=1 << 20,
+            )
+            builder.append(0, timestamp=None, key=None, value=b"raw", headers=[])
+            records = bytes(builder.build())
+        partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
         request = ProduceRequest(
             transactional_id=None,
             acks=-1,

@@ -13,7 +13,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from stableline.kafka import messages as m
 from stableline.kafka.codec import Reader
-from tests.kafka.conftest import confluent_consume, end_offset
+from tests.kafka.conftest import RawKafka, confluent_consume, end_offset
 
 
 def connect(bootstrap: str) -> socket.socket:
@@ -200,3 +200,31 @@ def test_acks_zero_gets_no_response_and_the_records_are_written(kafka_broker):
     producer.close()
     got = confluent_consume(kafka_broker.bootstrap, "orders", 20)
     assert got == [(i, b"%d" % i) for i in range(20)]
+
+
+def test_a_gzip_bomb_gets_message_too_large_and_the_broker_stays_up(kafka_broker):
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=1,  # gzip
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    megabyte_of_zeros = bytes(1 << 20)
+    for offset in range(81):  # past the bound: 16 x the 5 MiB a Produce may carry
+        builder.append(offset, timestamp=None, key=None, value=megabyte_of_zeros, headers=[])
+    bomb = bytes(builder.build())
+    assert len(bomb) < 1 << 20
+    client = RawKafka(kafka_broker.kafka_port)
+    try:
+        assert client.metadata(["bombed"], auto_create=True) == {"bombed": 0}
+        assert client.produce("bombed", bomb) == 10  # MESSAGE_TOO_LARGE
+        assert client.produce("bombed") == 0
+    finally:
+        client.close()
+    assert [value for _, value in confluent_consume(kafka_broker.bootstrap, "bombed", 1)] == [
+        b"raw"
+    ]
+    assert "Traceback" not in kafka_broker.log()

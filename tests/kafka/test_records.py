@@ -13,6 +13,7 @@ from stableline.kafka.records import (
     CorruptBatch,
     Record,
     RecordBatch,
+    RecordsTooLarge,
     UnsupportedCompression,
     control_batch,
     decode_batches,
@@ -63,6 +64,41 @@ def test_a_clients_gzip_batch_decodes():
     [batch] = decode_batches(bytes(builder.build()))
     assert batch.compression is Compression.GZIP
     assert [r.value for r in batch.records] == [b"same value " * 10] * 100
+
+
+def gzip_batch_of(value: bytes, count: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=Compression.GZIP,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for offset in range(count):
+        builder.append(offset, timestamp=1000, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def test_a_gzip_batch_that_decompresses_past_the_bound_is_refused_before_it_is_all_inflated():
+    bomb = gzip_batch_of(bytes(1 << 20), 8)  # 8 MiB of zeros in a few KiB
+    assert len(bomb) < 64 * 1024
+    with pytest.raises(RecordsTooLarge, match="more than 4,194,304 bytes"):
+        decode_batches(bomb, max_records_bytes=4 << 20)
+    [batch] = decode_batches(bomb, max_records_bytes=16 << 20)
+    assert len(batch.records) == 8
+
+
+def test_a_gzip_stream_cut_short_is_corrupt():
+    data = bytearray(gzip_batch_of(b"value " * 100, 20))
+    del data[-10:]  # the end of the gzip stream (its CRC and size)
+    data[8:12] = (len(data) - 12).to_bytes(4, "big")  # batch length
+    import crc32c
+
+    data[17:21] = crc32c.crc32c(bytes(data[21:])).to_bytes(4, "big")
+    with pytest.raises(CorruptBatch, match="gzip"):
+        decode_batches(bytes(data))
 
 
 def test_concatenated_batches_decode_in_order():
