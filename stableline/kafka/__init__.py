@@ -66,6 +66,7 @@ async def start_kafka(
             advertised_port=int(port_text),
             allow_auto_topic_creation=config.allow_auto_topic_creation,
             max_message_bytes=config.max_message_size,
+            max_fetch_bytes=config.max_fetch_bytes,
             groups=GroupLimits(
                 max_groups=config.kafka_max_groups,
                 max_members_per_group=config.kafka_max_group_members,

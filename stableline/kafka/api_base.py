@@ -68,6 +68,8 @@ class KafkaSettings:
     advertised_port: int
     allow_auto_topic_creation: bool
     max_message_bytes: int
+    # The most bytes one Fetch answers, whatever it asks for (max_fetch_bytes).
+    max_fetch_bytes: int = 50 * 1024 * 1024
     groups: GroupLimits = field(default_factory=GroupLimits)
     # This broker's Kafka node id (stableline.metadata.kafka_nodes).
     node_id: int = 0

@@ -74,7 +74,10 @@ class FetchApis(KafkaApiBase):
     ) -> tuple[list[tuple[str, list[m.FetchPartitionResult]]], int]:
         results = []
         total = 0
-        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        # A client's max_bytes up to the broker's max_fetch_bytes (Kafka's fetch.max.bytes
+        # bounds it the same way): an answer is built in memory whole.
+        cap = self._settings.max_fetch_bytes
+        budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
         for topic_request in request.topics:
             out = []
             for partition in topic_request.partitions:

@@ -13,7 +13,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from stableline.kafka import messages as m
 from stableline.kafka.codec import Reader
-from tests.kafka.conftest import RawKafka, confluent_consume, end_offset
+from tests.kafka.conftest import KafkaBroker, RawKafka, confluent_consume, end_offset
 
 
 def connect(bootstrap: str) -> socket.socket:
@@ -228,3 +228,54 @@ def test_a_gzip_bomb_gets_message_too_large_and_the_broker_stays_up(kafka_broker
         b"raw"
     ]
     assert "Traceback" not in kafka_broker.log()
+
+
+def test_a_fetch_asking_for_more_than_max_fetch_bytes_gets_that_much(tmp_path):
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    with KafkaBroker(
+        tmp_path / "data", env={"STABLELINE_MAX_FETCH_BYTES": "8192"}
+    ).running() as broker:
+        client = RawKafka(broker.kafka_port)
+        try:
+            assert client.metadata(["wide"], auto_create=True) == {"wide": 0}
+            for index in range(4):
+                assert client.produce("wide", one_record_batch(b"%d" % index * 3000)) == 0
+
+            def fetch(offset: int) -> bytes:
+                partition = FetchRequest.FetchTopic.FetchPartition(
+                    partition=0,
+                    fetch_offset=offset,
+                    log_start_offset=-1,
+                    partition_max_bytes=2**31 - 1,
+                )
+                request = FetchRequest(
+                    replica_id=-1,
+                    max_wait_ms=0,
+                    min_bytes=0,
+                    max_bytes=2**31 - 1,
+                    isolation_level=0,
+                    topics=[FetchRequest.FetchTopic(topic="wide", partitions=[partition])],
+                )
+                response = client.send(request, 5, FetchResponse)
+                return response.responses[0].partitions[0].records
+
+            first = fetch(0)
+            assert 3000 < len(first) <= 8192  # two batches of four
+            assert 3000 < len(fetch(2)) <= 8192
+        finally:
+            client.close()
+
+
+def one_record_batch(value: bytes) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    builder.append(0, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
