@@ -48,6 +48,10 @@ from stableline.aio._reconnect import is_transient, read_until_gone
 
 MessageOrId = Message | MessageId
 
+# How long close() waits for the broker to end the stream (one round trip when
+# the broker is well; a broker that does not answer only delays the close).
+_CLOSE_WAIT_S = 2.0
+
 
 def _id_of(item: MessageOrId) -> MessageId:
     if isinstance(item, Message):
@@ -610,11 +614,30 @@ class Consumer:
             return
         self._closed = True
         self._timer_wakeup.set()
-        for task in (self._timer, self._flow_writer, self._receiver):
+        for task in (self._timer, self._flow_writer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        await self._end_stream()
+        if self._receiver is not None:
+            self._receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._receiver
         if self._call is not None:
             self._call.cancel()
         self._arrived.set()
+
+    async def _end_stream(self) -> None:
+        """Half-close the stream and wait (at most _CLOSE_WAIT_S) for the broker to
+        end it: by then the broker has let go of this consumer, so an Exclusive or
+        Failover subscription can be taken again at once, as after Pulsar's
+        CloseConsumer. A bare cancel raced the next subscribe (SubscriptionBusy)."""
+        call = self._call
+        if call is None or call.done() or self._failure is not None:
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                async with self._write_lock:
+                    await call.done_writing()
+                await call.code()  # the receiver reads what comes before the end
