@@ -69,9 +69,13 @@ class StopSignals:
         self.fd, self._write = os.pipe()
         for descriptor in (self.fd, self._write):
             os.set_blocking(descriptor, False)
+        # Put back by close(): ignored signals are inherited by every process started
+        # later, so a caller left ignoring SIGTERM (a test running `cluster up` in
+        # process) starts children that SIGTERM cannot stop.
+        self._previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
         # The C handler writes each signal's number to the pipe; the Python one has
         # nothing to do.
-        signal.set_wakeup_fd(self._write)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(self._write)
         for signum in STOP_SIGNALS:
             signal.signal(signum, lambda *_: None)
 
@@ -98,8 +102,10 @@ class StopSignals:
             signal.signal(signum, signal.SIG_IGN)
 
     def close(self) -> None:
-        self.ignore()
-        signal.set_wakeup_fd(-1)
+        """Put back the handlers and wakeup fd found at the start (once the stop is done)."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        signal.set_wakeup_fd(self._previous_wakeup_fd)
         os.close(self.fd)
         os.close(self._write)
 

@@ -136,12 +136,18 @@ def test_cluster_up_serves_clients_through_its_service_url_and_ctrl_c_stops_ever
         children = up.children()
         assert len(children) == 4  # etcd and three brokers
 
-        # A second `cluster up` on the same dir is refused while this one runs.
+        # A second `cluster up` on the same dir is refused while this one runs. It
+        # runs in this process, and leaves its signal handlers as it found them
+        # (left ignoring SIGTERM, this process's later children could not be stopped).
+        handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
         second = CliRunner().invoke(
             main, ["cluster", "up", "--data-dir", str(tmp_path / "cluster")]
         )
         assert second.exit_code == 1
         assert "is in use by another `stableline cluster up`" in second.output
+        assert handlers == [
+            signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        ]
     finally:
         code = up.interrupt()
     assert code == 0, "\n".join(up.output)
