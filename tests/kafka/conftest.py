@@ -156,6 +156,22 @@ def end_offset(bootstrap: str, topic: str, isolation: str = "read_uncommitted") 
         consumer.close()
 
 
+def record_batch(*values: bytes, compression: int = 0) -> bytes:
+    """One plain record batch of `values` (compression 1: gzip), as a client writes it."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for offset, value in enumerate(values):
+        builder.append(offset, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
 class RawKafka:
     """One Kafka connection by hand (TLS when given a CA), requests encoded by
     kafka-python's spec classes."""
@@ -222,17 +238,7 @@ class RawKafka:
     def produce(self, topic: str, records: bytes | None = None) -> int:
         """Produce v7 of `records` (default: one record, "raw"): its error code."""
         if records is None:
-            builder = DefaultRecordBatchBuilder(
-                magic=2,
-                compression_type=0,
-                is_transactional=False,
-                producer_id=-1,
-                producer_epoch=-1,
-                base_sequence=-1,
-                batch_size=1 << 20,
-            )
-            builder.append(0, timestamp=None, key=None, value=b"raw", headers=[])
-            records = bytes(builder.build())
+            records = record_batch(b"raw")
         partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
         request = ProduceRequest(
             transactional_id=None,

@@ -13,7 +13,13 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from stableline.kafka import messages as m
 from stableline.kafka.codec import Reader
-from tests.kafka.conftest import KafkaBroker, RawKafka, confluent_consume, end_offset
+from tests.kafka.conftest import (
+    KafkaBroker,
+    RawKafka,
+    confluent_consume,
+    end_offset,
+    record_batch,
+)
 
 
 def connect(bootstrap: str) -> socket.socket:
@@ -203,19 +209,9 @@ def test_acks_zero_gets_no_response_and_the_records_are_written(kafka_broker):
 
 
 def test_a_gzip_bomb_gets_message_too_large_and_the_broker_stays_up(kafka_broker):
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=1,  # gzip
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
     megabyte_of_zeros = bytes(1 << 20)
-    for offset in range(81):  # past the bound: 16 x the 5 MiB a Produce may carry
-        builder.append(offset, timestamp=None, key=None, value=megabyte_of_zeros, headers=[])
-    bomb = bytes(builder.build())
+    # Past the bound: 16 x the 5 MiB a Produce may carry.
+    bomb = record_batch(*[megabyte_of_zeros] * 81, compression=1)
     assert len(bomb) < 1 << 20
     client = RawKafka(kafka_broker.kafka_port)
     try:
@@ -240,7 +236,7 @@ def test_a_fetch_asking_for_more_than_max_fetch_bytes_gets_that_much(tmp_path):
         try:
             assert client.metadata(["wide"], auto_create=True) == {"wide": 0}
             for index in range(4):
-                assert client.produce("wide", one_record_batch(b"%d" % index * 3000)) == 0
+                assert client.produce("wide", record_batch(b"%d" % index * 3000)) == 0
 
             def fetch(offset: int) -> bytes:
                 partition = FetchRequest.FetchTopic.FetchPartition(
@@ -265,17 +261,3 @@ def test_a_fetch_asking_for_more_than_max_fetch_bytes_gets_that_much(tmp_path):
             assert 3000 < len(fetch(2)) <= 8192
         finally:
             client.close()
-
-
-def one_record_batch(value: bytes) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    builder.append(0, timestamp=None, key=None, value=value, headers=[])
-    return bytes(builder.build())

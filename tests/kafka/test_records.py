@@ -49,23 +49,6 @@ def test_a_clients_batch_decodes_record_for_record():
     assert [r.offset_delta for r in batch.records] == [0, 1, 2]
 
 
-def test_a_clients_gzip_batch_decodes():
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=Compression.GZIP,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for offset in range(100):
-        builder.append(offset, timestamp=1000, key=None, value=b"same value " * 10, headers=[])
-    [batch] = decode_batches(bytes(builder.build()))
-    assert batch.compression is Compression.GZIP
-    assert [r.value for r in batch.records] == [b"same value " * 10] * 100
-
-
 def gzip_batch_of(value: bytes, count: int) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -79,6 +62,12 @@ def gzip_batch_of(value: bytes, count: int) -> bytes:
     for offset in range(count):
         builder.append(offset, timestamp=1000, key=None, value=value, headers=[])
     return bytes(builder.build())
+
+
+def test_a_clients_gzip_batch_decodes():
+    [batch] = decode_batches(gzip_batch_of(b"same value " * 10, 100))
+    assert batch.compression is Compression.GZIP
+    assert [r.value for r in batch.records] == [b"same value " * 10] * 100
 
 
 def test_a_gzip_batch_that_decompresses_past_the_bound_is_refused_before_it_is_all_inflated():
