@@ -94,7 +94,10 @@ def bare_server(requests: int) -> dict:
         )
     finally:
         server.terminate()
-        server.join()
+        server.join(5)
+        if server.is_alive():  # SIGTERM ignored (inherited): a run must still end
+            server.kill()
+            server.join()
 
 
 async def broker_requests(target: str, pid: int, requests: int) -> dict:
