@@ -28,14 +28,13 @@ from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
 from stableline.kafka.api_base import KafkaApiBase
 from stableline.kafka.codec import MalformedRequest, Reader
+from stableline.kafka.compression import RecordsTooLarge, UnsupportedCompression
 from stableline.kafka.convert import InvalidRecord, batch_to_entries
 from stableline.kafka.producer_ids import producer_name
 from stableline.kafka.records import (
     DEFAULT_MAX_RECORDS_BYTES,
     CorruptBatch,
     RecordBatch,
-    RecordsTooLarge,
-    UnsupportedCompression,
     decode_batches,
 )
 from stableline.kafka.txn_coordinator import TxnRefused, callers_transactional_id

@@ -4,24 +4,25 @@ A batch is a 61-byte header (base offset, length, leader epoch, magic, CRC-32C
 of everything after the CRC, attributes, last offset delta, first and max
 timestamps, producer id, epoch, base sequence, record count) and its records.
 With compression only the records are compressed, the count stays outside.
-gzip is built in; snappy, lz4 and zstd are refused with UnsupportedCompression
-(the client hears UNSUPPORTED_COMPRESSION_TYPE) rather than stored unreadable.
-Decompression stops at a bound (RecordsTooLarge) instead of trusting the batch: a
-megabyte of gzip can stand for a gigabyte of zeros.
+The codecs, and the bound on what a batch may inflate to, are compression.py's.
 A control batch holds one record whose key says COMMIT or ABORT.
 """
 
 from __future__ import annotations
 
 import enum
-import gzip
 import struct
-import zlib
 from dataclasses import dataclass
 
 import crc32c
 
 from stableline.kafka.codec import MalformedRequest, encode_varint
+from stableline.kafka.compression import (
+    Compression,
+    CorruptCompression,
+    deflate,
+    inflate,
+)
 
 MAGIC = 2
 # base offset, batch length, partition leader epoch, magic, crc
@@ -44,29 +45,13 @@ NO_SEQUENCE = -1
 _MAX_RECORDS = 1_000_000
 
 
-class Compression(enum.IntEnum):
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-
-
 class ControlType(enum.IntEnum):
     ABORT = 0
     COMMIT = 1
 
 
-class UnsupportedCompression(ValueError):
-    """A batch compressed with a codec this broker does not carry."""
-
-
 class CorruptBatch(ValueError):
     """A batch whose CRC, magic or lengths are wrong (CORRUPT_MESSAGE)."""
-
-
-class RecordsTooLarge(ValueError):
-    """A compressed batch whose records decompress past the bound (MESSAGE_TOO_LARGE)."""
 
 
 # The most bytes one batch's records may decompress to, unless the caller says.
@@ -98,44 +83,11 @@ class RecordBatch:
         return self.records[-1].offset_delta if self.records else 0
 
 
-def _gunzip(data: bytes, limit: int) -> bytes:
-    """gzip members one after another, as gzip.decompress reads them, stopping
-    at `limit` bytes of output."""
-    out = bytearray()
-    while data:
-        member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            out += member.decompress(data, limit + 1 - len(out))
-        except zlib.error as error:
-            raise CorruptBatch(f"gzip records do not decompress: {error}") from None
-        if len(out) > limit:
-            raise RecordsTooLarge(
-                f"gzip records decompress to more than {limit:,} bytes, this broker's bound "
-                "for one batch: send smaller batches (batch.size, linger.ms)"
-            )
-        if not member.eof:
-            raise CorruptBatch("gzip records end before their stream does")
-        data = member.unused_data
-    return bytes(out)
-
-
-def _decompress(codec: Compression, data: bytes, limit: int) -> bytes:
-    if codec is Compression.NONE:
-        return data
-    if codec is Compression.GZIP:
-        return _gunzip(data, limit)
-    raise UnsupportedCompression(
-        f"{codec.name.lower()} compression is not supported by this broker; "
-        "use compression.type none or gzip"
-    )
-
-
-def _compress(codec: Compression, data: bytes) -> bytes:
-    if codec is Compression.NONE:
-        return data
-    if codec is Compression.GZIP:
-        return gzip.compress(data, compresslevel=1)
-    raise UnsupportedCompression(f"cannot write {codec.name.lower()} batches")
+def _inflate(codec: Compression, data: bytes, limit: int) -> bytes:
+    try:
+        return inflate(codec, data, limit)
+    except CorruptCompression as error:
+        raise CorruptBatch(str(error)) from None
 
 
 def _decode_records(data: bytes, count: int, base_timestamp: int) -> tuple[Record, ...]:
@@ -247,7 +199,7 @@ def decode_batches(
         except ValueError:
             raise CorruptBatch(f"unknown compression {attributes & 7}") from None
         records = _decode_records(
-            _decompress(codec, bytes(view[at + HEADER_SIZE : end]), max_records_bytes),
+            _inflate(codec, bytes(view[at + HEADER_SIZE : end]), max_records_bytes),
             count,
             first_ts,
         )
@@ -295,7 +247,7 @@ def encode_batch(batch: RecordBatch) -> bytes:
     assert batch.records, "a batch holds at least one record"
     timestamps = [record.timestamp_ms for record in batch.records]
     first_ts = timestamps[0]
-    records = _compress(
+    records = deflate(
         batch.compression, b"".join(_encode_record(r, first_ts) for r in batch.records)
     )
     attributes = (

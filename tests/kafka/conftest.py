@@ -67,10 +67,10 @@ def confluent_produce(bootstrap: str, topic: str, values: list[bytes], **config)
     assert not failures, failures
 
 
-def kafka_python_produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def kafka_python_produce(bootstrap: str, topic: str, values: list[bytes], **config) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **config)
     for value in values:
         producer.send(topic, value=value)
     producer.flush(CLIENT_TIMEOUT_S)

@@ -7,14 +7,12 @@ from __future__ import annotations
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from stableline.kafka.compression import Compression, RecordsTooLarge, UnsupportedCompression
 from stableline.kafka.records import (
-    Compression,
     ControlType,
     CorruptBatch,
     Record,
     RecordBatch,
-    RecordsTooLarge,
-    UnsupportedCompression,
     control_batch,
     decode_batches,
     encode_batch,
@@ -49,10 +47,10 @@ def test_a_clients_batch_decodes_record_for_record():
     assert [r.offset_delta for r in batch.records] == [0, 1, 2]
 
 
-def gzip_batch_of(value: bytes, count: int) -> bytes:
+def compressed_batch_of(value: bytes, count: int, codec: Compression = Compression.GZIP) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
-        compression_type=Compression.GZIP,
+        compression_type=codec,
         is_transactional=False,
         producer_id=-1,
         producer_epoch=-1,
@@ -64,15 +62,20 @@ def gzip_batch_of(value: bytes, count: int) -> bytes:
     return bytes(builder.build())
 
 
-def test_a_clients_gzip_batch_decodes():
-    [batch] = decode_batches(gzip_batch_of(b"same value " * 10, 100))
-    assert batch.compression is Compression.GZIP
+INFLATED = [Compression.GZIP, Compression.LZ4, Compression.ZSTD]
+
+
+@pytest.mark.parametrize("codec", INFLATED)
+def test_a_clients_compressed_batch_decodes(codec):
+    [batch] = decode_batches(compressed_batch_of(b"same value " * 10, 100, codec))
+    assert batch.compression is codec
     assert [r.value for r in batch.records] == [b"same value " * 10] * 100
 
 
-def test_a_gzip_batch_that_decompresses_past_the_bound_is_refused_before_it_is_all_inflated():
-    bomb = gzip_batch_of(bytes(1 << 20), 8)  # 8 MiB of zeros in a few KiB
-    assert len(bomb) < 64 * 1024
+@pytest.mark.parametrize("codec", INFLATED)
+def test_a_batch_that_decompresses_past_the_bound_is_refused_before_it_is_all_inflated(codec):
+    bomb = compressed_batch_of(bytes(1 << 20), 8, codec)  # 8 MiB of zeros
+    assert len(bomb) < 256 * 1024
     with pytest.raises(RecordsTooLarge, match="more than 4,194,304 bytes"):
         decode_batches(bomb, max_records_bytes=4 << 20)
     [batch] = decode_batches(bomb, max_records_bytes=16 << 20)
@@ -80,7 +83,7 @@ def test_a_gzip_batch_that_decompresses_past_the_bound_is_refused_before_it_is_a
 
 
 def test_a_gzip_stream_cut_short_is_corrupt():
-    data = bytearray(gzip_batch_of(b"value " * 100, 20))
+    data = bytearray(compressed_batch_of(b"value " * 100, 20))
     del data[-10:]  # the end of the gzip stream (its CRC and size)
     data[8:12] = (len(data) - 12).to_bytes(4, "big")  # batch length
     import crc32c
@@ -138,7 +141,7 @@ def test_an_old_message_format_is_refused():
         decode_batches(bytes(data))
 
 
-@pytest.mark.parametrize("codec", [Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+@pytest.mark.parametrize("codec", [Compression.SNAPPY])
 def test_codecs_without_a_library_here_are_refused_by_name(codec):
     data = bytearray(client_batch())
     data[22] = (data[22] & 0xF8) | codec  # attributes (low byte) after the CRC
