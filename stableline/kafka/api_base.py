@@ -49,6 +49,7 @@ from stableline.kafka import messages as m
 from stableline.kafka.fetch_levels import ClientIsolationLevels
 from stableline.kafka.group_coordinator import GroupLimits
 from stableline.kafka.producer_ids import ProducerIdAllocator
+from stableline.kafka.records import DEFAULT_MAX_RECORDS_BYTES
 from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 from stableline.metadata import BrokerInfo
 from stableline.partitions import NOT_PARTITIONED, partition_topic
@@ -70,6 +71,13 @@ class KafkaSettings:
     max_message_bytes: int
     # The most bytes one Fetch answers, whatever it asks for (max_fetch_bytes).
     max_fetch_bytes: int = 50 * 1024 * 1024
+
+    @property
+    def max_records_bytes(self) -> int:
+        """What one compressed batch's records may inflate to: 16 times what a
+        Produce may carry, 64 MiB at least."""
+        return max(DEFAULT_MAX_RECORDS_BYTES, 16 * self.max_message_bytes)
+
     groups: GroupLimits = field(default_factory=GroupLimits)
     # This broker's Kafka node id (stableline.metadata.kafka_nodes).
     node_id: int = 0

@@ -31,12 +31,7 @@ from stableline.kafka.codec import MalformedRequest, Reader
 from stableline.kafka.compression import RecordsTooLarge, UnsupportedCompression
 from stableline.kafka.convert import InvalidRecord, batch_to_entries
 from stableline.kafka.producer_ids import producer_name
-from stableline.kafka.records import (
-    DEFAULT_MAX_RECORDS_BYTES,
-    CorruptBatch,
-    RecordBatch,
-    decode_batches,
-)
+from stableline.kafka.records import CorruptBatch, RecordBatch, decode_batches
 from stableline.kafka.txn_coordinator import TxnRefused, callers_transactional_id
 from txnbuffer import TransactionEndedError
 
@@ -77,10 +72,8 @@ class ProduceApis(KafkaApiBase):
             return m.ProducePartitionResult(index, topic)
         if len(partition.records or b"") > self._settings.max_message_bytes:
             return m.ProducePartitionResult(index, m.ErrorCode.MESSAGE_TOO_LARGE)
-        # Records may decompress to 16 times what a Produce may carry (64 MiB at least).
-        max_records_bytes = max(DEFAULT_MAX_RECORDS_BYTES, 16 * self._settings.max_message_bytes)
         try:
-            batches = decode_batches(partition.records or b"", max_records_bytes)
+            batches = decode_batches(partition.records or b"", self._settings.max_records_bytes)
         except RecordsTooLarge as error:
             return m.ProducePartitionResult(
                 index, m.ErrorCode.MESSAGE_TOO_LARGE, error_message=str(error)

@@ -155,6 +155,20 @@ class _Member:
     is_new: bool = True
     expiry: asyncio.TimerHandle | None = None
 
+    @classmethod
+    def joining_with(cls, member_id: str, request: JoinRequest, **state) -> _Member:
+        """A member as its JoinGroup describes it (`state`: the other fields)."""
+        return cls(
+            member_id,
+            request.group_instance_id,
+            request.client_id,
+            request.client_host,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            request.protocols,
+            **state,
+        )
+
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
 
@@ -348,15 +362,7 @@ class GroupCoordinator:
     def _add_member(
         self, group: _Group, member_id: str, request: JoinRequest
     ) -> asyncio.Future[JoinResult]:
-        member = _Member(
-            member_id,
-            request.group_instance_id,
-            request.client_id,
-            request.client_host,
-            request.session_timeout_ms,
-            request.rebalance_timeout_ms,
-            request.protocols,
-        )
+        member = _Member.joining_with(member_id, request)
         if group.state is GroupState.PREPARING_REBALANCE and group.initial_rebalance:
             group.new_member_added = True
         if not group.members:
@@ -397,17 +403,7 @@ class GroupCoordinator:
         _answer(old.joining, JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
         _answer(old.syncing, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         leader_before = group.leader_id
-        member = _Member(
-            new_id,
-            request.group_instance_id,
-            request.client_id,
-            request.client_host,
-            request.session_timeout_ms,
-            request.rebalance_timeout_ms,
-            request.protocols,
-            assignment=old.assignment,
-            is_new=False,
-        )
+        member = _Member.joining_with(new_id, request, assignment=old.assignment, is_new=False)
         group.members[new_id] = member
         assert request.group_instance_id is not None
         group.static_members[request.group_instance_id] = new_id

@@ -17,6 +17,7 @@ from stableline.kafka.records import (
     decode_batches,
     encode_batch,
 )
+from tests.kafka.conftest import record_batch
 
 RECORDS = [
     (1000, b"k", b"v", [("h", b"x")]),
@@ -48,18 +49,7 @@ def test_a_clients_batch_decodes_record_for_record():
 
 
 def compressed_batch_of(value: bytes, count: int, codec: Compression = Compression.GZIP) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
-    for offset in range(count):
-        builder.append(offset, timestamp=1000, key=None, value=value, headers=[])
-    return bytes(builder.build())
+    return record_batch(*[value] * count, compression=codec)
 
 
 INFLATED = [Compression.GZIP, Compression.LZ4, Compression.ZSTD]
