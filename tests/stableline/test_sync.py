@@ -226,7 +226,11 @@ def test_twenty_client_exits_print_nothing_on_stderr(broker):
 
 
 def _fill(client, topic: str, count: int) -> None:
-    producer = client.create_producer(topic, batching_max_messages=100)
+    # Entries of exactly 100 messages (the last one: the rest), whatever the load: the
+    # tests count backlog in entries.
+    producer = client.create_producer(
+        topic, batching_max_messages=100, batching_max_publish_delay_ms=60_000
+    )
     for i in range(count):
         producer.send_async(str(i).encode(), None)
     producer.flush()
