@@ -18,7 +18,9 @@ kept for the next topic it owns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -30,6 +32,7 @@ from stableline._errors import (
     AuthenticationError,
     BrokerUnavailable,
     StableLineError,
+    Timeout,
     TopicNotFound,
     from_rpc_error,
 )
@@ -37,7 +40,7 @@ from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import service_addresses
 from stableline.aio._options import ClientOptions
-from stableline.aio._reconnect import with_retries
+from stableline.aio._reconnect import with_retries, within
 
 T = TypeVar("T")
 
@@ -72,10 +75,14 @@ _TLS_HINT = (
 _BROKEN_STREAM = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
 
 
+def _from_broker(error: grpc.aio.AioRpcError) -> bool:
+    """The broker's own errors carry their code in the trailing metadata."""
+    return any(key == ERROR_METADATA_KEY for key, _ in error.trailing_metadata() or ())
+
+
 def rpc_failure(error: grpc.aio.AioRpcError) -> StableLineError:
     """The typed error for a call or stream that ended with `error`."""
-    from_broker = any(key == ERROR_METADATA_KEY for key, _ in error.trailing_metadata() or ())
-    if not from_broker and error.code() in _BROKEN_STREAM:
+    if not _from_broker(error) and error.code() in _BROKEN_STREAM:
         return BrokerUnavailable(f"the connection to the broker broke: {error.details()}")
     return from_rpc_error(error)
 
@@ -163,6 +170,11 @@ class Connection:
         try:
             response = await method(request, timeout=timeout, metadata=self.metadata())
         except grpc.aio.AioRpcError as error:
+            if error.code() is grpc.StatusCode.DEADLINE_EXCEEDED and not _from_broker(error):
+                raise Timeout(
+                    f"the broker at {self.address} did not answer within {timeout:g} s"
+                    " (operation_timeout_seconds)"
+                ) from None
             raise self.error(error) from None
         self._reached = True
         return response
@@ -170,7 +182,9 @@ class Connection:
     async def with_retries(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
         """`attempt()`, waiting out a broker that went away (not one never reached)."""
         if not self._reached:
-            result = await attempt()
+            result = await within(
+                time.monotonic() + self.timeout_s, attempt(), what, self.timeout_s
+            )
             self._reached = True
             return result
         return await with_retries(attempt, self._backoff, self.timeout_s, what)
@@ -187,13 +201,24 @@ class Connection:
         call = method(metadata=bearer_metadata(token) if token is not None else ())
         try:
             # A write the connection refused says only "Internal error from Core";
-            # the read after it raises with the call's real status.
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await call.write(opening)
-            response = await call.read()
+            # the read after it raises with the call's real status. A broker that
+            # never answers is not waited for past the operation timeout.
+            async with asyncio.timeout(self.timeout_s):
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await call.write(opening)
+                response = await call.read()
         except grpc.aio.AioRpcError as error:
             call.cancel()
             raise self.error(error) from None
+        except TimeoutError:
+            call.cancel()
+            raise BrokerUnavailable(
+                f"{what}: the broker at {self.address} did not answer within "
+                f"{self.timeout_s:g} s (operation_timeout_seconds)"
+            ) from None
+        except BaseException:
+            call.cancel()  # cut by a caller's deadline: the half-open stream goes too
+            raise
         if response is grpc.aio.EOF or response.WhichOneof("response") != answer:
             call.cancel()
             raise BrokerUnavailable(f"broker closed {what}")
@@ -261,7 +286,9 @@ class ConnectionPool:
             raise failure
 
         if not any(self.get(seed)._reached for seed in self.seeds):
-            return await each_seed()  # no broker ever answered: fail at once
+            # No broker ever answered: fail at once, or at the deadline.
+            budget_s = self._options.operation_timeout_seconds
+            return await within(time.monotonic() + budget_s, each_seed(), what, budget_s)
         return await with_retries(
             each_seed, self._options.backoff, self._options.operation_timeout_seconds, what
         )

@@ -44,7 +44,7 @@ from stableline.aio._options import (
     BATCH_RECEIVE_TIMEOUT_MS,
     ConsumerOptions,
 )
-from stableline.aio._reconnect import is_transient, read_until_gone
+from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, is_transient, read_until_gone
 
 MessageOrId = Message | MessageId
 
@@ -135,6 +135,7 @@ class Consumer:
         self._flow_writer: asyncio.Task | None = None  # writes the permits owed
         self._timer_wakeup = asyncio.Event()
         self._call = None
+        self._watch = AnswerWatch(connection.timeout_s, self._on_silent)
         self._stream_token: str | None = None  # the token _call was opened with
         self._receiver: asyncio.Task | None = None
         self._failure: StableLineError | None = None
@@ -157,6 +158,11 @@ class Consumer:
             await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
         if self._ack_timeout_s or self._nack_delay_s:
             self._timer = asyncio.create_task(self._redelivery_timer())
+
+    def _on_silent(self) -> None:
+        """Requests went unanswered for the operation timeout: end the stream."""
+        if self._call is not None:
+            self._call.cancel()
 
     async def _open_stream(self) -> None:
         """A new Subscribe stream: the same subscription, type and isolation level."""
@@ -187,6 +193,9 @@ class Consumer:
         if self._call is not None:
             self._call.cancel()  # the broken stream this one replaces
         self._call = call
+        self._watch.reset()
+        if self._waiting:
+            self._watch.expect()  # what waits for an answer is sent again on it
         self._topic = subscribed.topic
 
     async def _reopen(self) -> None:
@@ -247,11 +256,13 @@ class Consumer:
                 lambda: self._closed,
                 f"consumer of {self._subscription} on {self._topic}",
                 lambda: self._stream_token,
+                lambda: self._watch.silent,
             )
         except asyncio.CancelledError:
             self._failure = StableLineError("consumer closed")
             raise
         finally:
+            self._watch.stop()
             failure = self._failure or StableLineError("consumer closed")
             for future, _request in self._waiting.values():
                 if not future.done():
@@ -294,8 +305,13 @@ class Consumer:
                         waiting[0].set_result(response.done)
                 elif kind == "active_change":
                     self.is_active = response.active_change.is_active
+                self._watch.answered(bool(self._waiting))
         except grpc.aio.AioRpcError as error:
             return rpc_failure(error)
+        except asyncio.CancelledError:
+            if cancelled_by_watch(self._watch):
+                return BrokerUnavailable("subscribe stream cancelled: the broker was silent")
+            raise
 
     def _replace_earlier_deliveries(self, redelivered: list[DeliveredEntry]) -> None:
         """These entries came again: what is still queued of an earlier delivery of
@@ -342,6 +358,7 @@ class Consumer:
         future = asyncio.get_running_loop().create_future()
         request = build(request_id)
         self._waiting[request_id] = (future, request)
+        self._watch.expect()
         await self._write(request)
         done = await future
         if done.error_code:
@@ -480,6 +497,7 @@ class Consumer:
             ack=pb.Ack(request_id=request_id, message_ids=[i.to_proto() for i in wire])
         )
         self._waiting[request_id] = (future, request)
+        self._watch.expect()
         return future
 
     async def acknowledge_cumulative(self, message: MessageOrId) -> None:

@@ -40,7 +40,7 @@ from stableline._wire import (
 from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
 from stableline.aio._connection import Connection, rpc_failure
 from stableline.aio._options import ProducerOptions
-from stableline.aio._reconnect import read_until_gone
+from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, read_until_gone
 
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024
@@ -121,6 +121,12 @@ class Producer:
         self._outgoing: asyncio.Queue = asyncio.Queue()
         self._generation = 0
         self._writer: asyncio.Task | None = None
+        self._watch = AnswerWatch(connection.timeout_s, self._on_silent)
+
+    def _on_silent(self) -> None:
+        """Batches went unanswered for the operation timeout: end the stream."""
+        if self._call is not None:
+            self._call.cancel()
 
     async def _open(self) -> None:
         opened = await self._open_stream()
@@ -154,6 +160,9 @@ class Producer:
         in sequence order, before anything newer. Batches the broker already holds
         are answered as duplicates with their first copy's position."""
         await self._open_stream()
+        self._watch.reset()
+        if self._pending:
+            self._watch.expect()
         self._generation += 1
         while not self._outgoing.empty():
             self._outgoing.get_nowait()
@@ -182,11 +191,13 @@ class Producer:
                 lambda: self._closed,
                 f"producer {self._name} on {self.topic}",
                 lambda: self._stream_token,
+                lambda: self._watch.silent,
             )
         except asyncio.CancelledError:
             self._failure = BrokerUnavailable("producer closed")
             raise
         finally:
+            self._watch.stop()
             failure = self._failure or BrokerUnavailable("producer closed")
             for batch in self._pending.values():
                 _fail(batch, failure)
@@ -217,8 +228,13 @@ class Producer:
                     self._pending_messages -= batch.count
                     self._space.set()
                     _fail(batch, from_code(response.error.code, response.error.message))
+                self._watch.answered(bool(self._pending))
         except grpc.aio.AioRpcError as error:
             return rpc_failure(error)
+        except asyncio.CancelledError:
+            if cancelled_by_watch(self._watch):
+                return BrokerUnavailable("produce stream cancelled: the broker was silent")
+            raise
 
     def _settle(self, receipt: pb.SendReceipt) -> None:
         batch = self._pending.pop(receipt.sequence_id, None)
@@ -512,6 +528,7 @@ class Producer:
         sequence_id = next(self._sequence)
         self._pending[sequence_id] = batch
         self._pending_messages += batch.count
+        self._watch.expect()
         self._outgoing.put_nowait(
             (self._generation, (sequence_id,), batch.to_send(sequence_id, self._name))
         )
@@ -528,6 +545,7 @@ class Producer:
             self._pending[sequence_id] = batch
             self._pending_messages += batch.count
             numbered.append((sequence_id, batch))
+        self._watch.expect()
         for sequence_ids, request in frames(numbered, self._name, self.max_message_size):
             self._outgoing.put_nowait((self._generation, sequence_ids, request))
 

@@ -1,7 +1,13 @@
 """Reconnecting after the broker went away: which failures are worth waiting out, and
 the backoff between attempts, bounded in total by the client's operation timeout.
 A stream the broker ended because its token expired is reopened too, when the
-client's token provider gives a fresh token."""
+client's token provider gives a fresh token.
+
+A paused or hung broker breaks nothing: its TCP connection stays up and gRPC would
+wait for its keepalive (about 50 s) or a connection attempt's own timeout (20 s).
+So every attempt is cut at the operation timeout's deadline, and a stream whose
+requests go unanswered that long is given up on (AnswerWatch): no call waits past
+operation_timeout_seconds."""
 
 from __future__ import annotations
 
@@ -47,17 +53,99 @@ async def with_retries(
     delay = backoff.initial_s
     while True:
         try:
-            return await attempt()
+            return await within(deadline, attempt(), what, budget_s)
         except StableLineError as error:
             if not is_transient(error):
                 raise
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if "operation_timeout_seconds" in str(error):
+                    raise  # cut at the deadline: it says so already
                 raise BrokerUnavailable(
-                    f"{what}: the broker stayed unreachable for {budget_s:g} s ({error})"
+                    f"{what}: the broker stayed unreachable for {budget_s:g} s "
+                    f"(operation_timeout_seconds): {error}"
                 ) from error
         await asyncio.sleep(min(delay, remaining))
         delay = min(delay * backoff.multiplier, backoff.max_s)
+
+
+async def within(deadline: float, awaitable: Awaitable[T], what: str, budget_s: float) -> T:
+    """`awaitable`, cut at `deadline` (monotonic) with a BrokerUnavailable: a broker
+    that accepted the connection and then said nothing is not waited for."""
+    try:
+        async with asyncio.timeout_at(_loop_time(deadline)):
+            return await awaitable
+    except TimeoutError:
+        raise BrokerUnavailable(
+            f"{what}: the broker did not answer within {budget_s:g} s (operation_timeout_seconds)"
+        ) from None
+
+
+def _loop_time(monotonic_deadline: float) -> float:
+    """A time.monotonic() deadline on the running loop's clock."""
+    return asyncio.get_running_loop().time() + (monotonic_deadline - time.monotonic())
+
+
+def cancelled_by_watch(watch: AnswerWatch) -> bool:
+    """A stream's read raised CancelledError: true when the watch cancelled the call
+    (the broker was silent), false when the reading task itself is being cancelled."""
+    task = asyncio.current_task()
+    return watch.silent and (task is None or not task.cancelling())
+
+
+class AnswerWatch:
+    """Whether a stream's broker still answers what it was sent.
+
+    `expect()` when a request that awaits an answer goes out, `answered(more)` when
+    an answer comes (`more`: others still await one). A stream with something awaited
+    and no answer for `timeout_s` is silent: `on_silent` runs (it cancels the call, so
+    its reader sees the stream end) and `silent` stays true. The clock costs one float
+    per answer; the timer is only moved when it fires.
+    """
+
+    __slots__ = ("_on_silent", "_since", "_timer", "silent", "timeout_s")
+
+    def __init__(self, timeout_s: float, on_silent: Callable[[], None]):
+        assert timeout_s > 0
+        self.timeout_s = timeout_s
+        self.silent = False
+        self._on_silent = on_silent
+        self._since: float | None = None  # awaiting an answer since (loop time)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def expect(self) -> None:
+        if self._since is None:
+            loop = asyncio.get_running_loop()
+            self._since = loop.time()
+            if self._timer is None:
+                self._timer = loop.call_at(self._since + self.timeout_s, self._check)
+
+    def answered(self, more: bool) -> None:
+        self._since = asyncio.get_running_loop().time() if more else None
+
+    def reset(self) -> None:
+        """A new stream: nothing is awaited on it yet and it has not been silent."""
+        self.stop()
+        self.silent = False
+
+    def stop(self) -> None:
+        self._since = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._since is None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._since + self.timeout_s
+        if loop.time() < due:
+            self._timer = loop.call_at(due, self._check)
+            return
+        self._since = None
+        self.silent = True
+        self._on_silent()
 
 
 async def read_until_gone(
@@ -67,17 +155,26 @@ async def read_until_gone(
     is_closed: Callable[[], bool],
     what: str,
     stream_token: Callable[[], str | None],
+    silent: Callable[[], bool] | None = None,
 ) -> StableLineError:
     """Read a producer's or consumer's stream until it ends for good: after a transient
     break, or an expired token when the token provider gives a fresh one, reopen it
     (the connection's backoff and time limit) and read on. Returns why it ended: the
     owner closed, a lasting error, or the broker staying away too long. `reopen`
     replaces the broken call with a new one; `stream_token` is the token the current
-    call was opened with."""
+    call was opened with; `silent()` says the stream ended because its broker
+    answered nothing for the operation timeout (AnswerWatch), which is final."""
     while True:
         failure = await read()
         if is_closed():
             return failure
+        if silent is not None and silent():
+            # The broker kept the connection and answered nothing for the whole
+            # operation timeout: the time to wait it out is spent.
+            return BrokerUnavailable(
+                f"{what}: the broker at {connection.address} answered nothing for "
+                f"{connection.timeout_s:g} s (operation_timeout_seconds)"
+            )
         if type(failure) is AuthenticationError:
             final = connection.refused_for_good(failure, stream_token())
             if final is not None:

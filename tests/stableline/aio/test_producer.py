@@ -94,7 +94,7 @@ async def test_pending_sends_fail_with_broker_unavailable_once_the_broker_stays_
         await producer.send(b"first")
         broker.kill()
         started = asyncio.get_running_loop().time()
-        with pytest.raises(aio.BrokerUnavailable, match="stayed unreachable"):
+        with pytest.raises(aio.BrokerUnavailable, match="operation_timeout_seconds"):
             await producer.send(b"second")
         assert 0.9 <= asyncio.get_running_loop().time() - started < 10
         with pytest.raises(aio.BrokerUnavailable):
