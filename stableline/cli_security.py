@@ -73,7 +73,10 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
     A redirect to the topic's owner (a cluster's brokers answer 307 for the topics
     others own) is followed with the same method, body and token."""
     meta = click.get_current_context().meta
-    headers = {"Content-Type": "application/json"} if body is not None else {}
+    # Every call says it is no browser form (http_csrf.py); a body is JSON.
+    headers = {"X-Stableline-Request": "cli"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
     if meta.get(_TOKEN):
         headers["Authorization"] = f"Bearer {meta[_TOKEN]}"
     context = None

@@ -82,6 +82,7 @@ from stableline.broker.security.file_modes import (
     restrict_top_of_data_dir,
     use_owner_only_umask,
 )
+from stableline.broker.security.http_csrf import state_change_middleware
 from stableline.broker.security.permissions import EmbeddedPermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
@@ -428,6 +429,8 @@ class Broker:
         )
         # First: a request refused by the token check has still sent its headers.
         http_app.middlewares.append(self.http_connections.middleware())
+        # Before the token check: a browser's cross-site form is refused as such.
+        http_app.middlewares.append(state_change_middleware())
         add_http_routes(http_app, self.http_connections)
         self.security.attach_http(http_app)
         # An idle keep-alive connection closes as an idle gRPC stream would.
