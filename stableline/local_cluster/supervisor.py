@@ -2,11 +2,13 @@
 
 Files under the base dir: cluster.json (the layout, layout.py), cluster.lock (held
 while a supervisor runs: a second `cluster up` on the dir is refused, naming its
-pid), etcd/ (its data and etcd.log) and broker-i/ (data/ is the broker's data dir;
+pid), etcd/ (its data, etcd.log, and the 0600 password files of its `root` and
+`stableline-broker` users: etcd_auth.py) and broker-i/ (data/ is the broker's data dir;
 broker.log its log, appended to across runs; broker.out its JSON events).
 
 Promises:
-- start(): etcd first (unless the layout names one run elsewhere), then every
+- start(): etcd first (unless the layout names one run elsewhere), with
+  authentication turned on before any broker starts, then every
   broker at once, each ready once it printed its `ready` line; progress is
   reported as each comes up. The layout is saved, with the ports bound, only once
   all are ready. If anything fails to come up, StartFailed says what, with the end
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from stableline.local_cluster import etcd_auth
 from stableline.local_cluster.etcd import EtcdNotReady, EtcdProcess
 from stableline.local_cluster.layout import ClusterLayout, save
 from stableline.testing import BrokerExited, BrokerProcess
@@ -139,16 +142,21 @@ class LocalCluster:
                 supervised=True,
             )
         )
+        # The etcd run here has authentication on (etcd_auth.py): brokers name its
+        # user in the URL and read the password from its file, never from argv.
+        store_args = ["--metadata-store", layout.metadata_store_url]
+        if self.etcd is not None:
+            store_args = [
+                "--metadata-store",
+                f"etcd://{etcd_auth.BROKER_USER}@{self.etcd.endpoint}",
+                "--metadata-store-password-file",
+                str(etcd_auth.password_file(self.etcd.directory, etcd_auth.BROKER_USER)),
+            ]
+        self.store_url = store_args[1]
         self.brokers = [
             BrokerProcess(
                 base_dir / slot.name / "data",
-                extra_args=[
-                    "--metadata-store",
-                    layout.metadata_store_url,
-                    "--cluster",
-                    layout.cluster,
-                    *broker_args,
-                ],
+                extra_args=[*store_args, "--cluster", layout.cluster, *broker_args],
                 grpc_port=slot.grpc_port,
                 http_port=slot.http_port,
                 kafka_port=slot.kafka_port,
@@ -210,7 +218,15 @@ class LocalCluster:
             took = self.etcd.start(sleep=signals.sleep)
         except EtcdNotReady as error:
             raise StartFailed(str(error)) from None
-        self.out(f"etcd: ready in {took:.1f} s")
+        signals.check()
+        try:
+            credentials = etcd_auth.enable(self.etcd.endpoint, self.etcd.directory)
+        except (etcd_auth.EtcdAuthError, OSError) as error:
+            raise StartFailed(f"cannot turn on etcd authentication: {error}") from None
+        self.out(
+            f"etcd: ready in {took:.1f} s, authentication on (user {credentials.user}, "
+            f"password in {credentials.password_file}; root's beside it)"
+        )
 
     def _start_brokers(self, signals: StopSignals) -> None:
         for broker in self.brokers:
@@ -260,7 +276,7 @@ class LocalCluster:
         etcd_data = f" (data in {self.etcd.directory})" if self.etcd else ""
         return [
             f"cluster {self.layout.cluster!r} is up: {len(self.brokers)} broker(s), "
-            f"metadata in {self.layout.metadata_store_url}{etcd_data}",
+            f"metadata in {self.store_url}{etcd_data}",
             "",
             *table,
             "",
