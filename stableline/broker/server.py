@@ -342,6 +342,9 @@ class Broker:
             shared.partitioned if shared else EmbeddedPartitionedMetadata(self.store),
             partition_access,
         )
+        if self.security.guard.authorizer is not None:
+            # A grant on a partitioned topic reaches its partitions, on every face.
+            self.security.guard.authorizer.partition_counts = self.partitioned.metadata.partitions
         participant = BrokerParticipant(self.registry)
         self.coordinators = Coordinators(
             self.store,
