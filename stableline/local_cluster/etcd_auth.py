@@ -72,17 +72,31 @@ def _password(directory: Path, user: str) -> str:
     return password
 
 
-def enable(endpoint: str, directory: Path) -> EtcdCredentials:
-    """Users, role and authentication on the etcd at `endpoint` (HOST:PORT, plaintext);
-    the brokers' credentials. EtcdAuthError if etcd refuses."""
+def enable(endpoint: str, directory: Path, tls: dict[str, Path] | None = None) -> EtcdCredentials:
+    """Users, role and authentication on the etcd at `endpoint` (HOST:PORT; over TLS
+    with `tls`'s CA and client certificate when given); the brokers' credentials.
+    EtcdAuthError if etcd refuses."""
     root_password = _password(directory, ROOT_USER)
     broker_password = _password(directory, BROKER_USER)
-    asyncio.run(_enable(endpoint, root_password, broker_password))
+    asyncio.run(_enable(endpoint, root_password, broker_password, tls))
     return EtcdCredentials(BROKER_USER, password_file(directory, BROKER_USER))
 
 
-async def _enable(endpoint: str, root_password: str, broker_password: str) -> None:
-    async with grpc.aio.insecure_channel(endpoint) as channel:
+def _channel(endpoint: str, tls: dict[str, Path] | None) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(endpoint)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls["ca"].read_bytes(),
+        private_key=tls["client_key"].read_bytes(),
+        certificate_chain=tls["client_cert"].read_bytes(),
+    )
+    return grpc.aio.secure_channel(endpoint, credentials)
+
+
+async def _enable(
+    endpoint: str, root_password: str, broker_password: str, tls: dict[str, Path] | None
+) -> None:
+    async with _channel(endpoint, tls) as channel:
         auth = rpc.AuthStub(channel)
         metadata: tuple[tuple[str, str], ...] | None = None
 

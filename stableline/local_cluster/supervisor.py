@@ -2,8 +2,8 @@
 
 Files under the base dir: cluster.json (the layout, layout.py), cluster.lock (held
 while a supervisor runs: a second `cluster up` on the dir is refused, naming its
-pid), etcd/ (its data, etcd.log, and the 0600 password files of its `root` and
-`stableline-broker` users: etcd_auth.py) and broker-i/ (data/ is the broker's data dir;
+pid), etcd/ (its data, etcd.log, the 0600 password files of its `root` and
+`stableline-broker` users: etcd_auth.py, and its TLS files in tls/: etcd_tls.py) and broker-i/ (data/ is the broker's data dir;
 broker.log its log, appended to across runs; broker.out its JSON events).
 
 Promises:
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stableline.local_cluster import etcd_auth
+from stableline.local_cluster import etcd_auth, etcd_tls
 from stableline.local_cluster.etcd import EtcdNotReady, EtcdProcess
 from stableline.local_cluster.layout import ClusterLayout, save
 from stableline.testing import BrokerExited, BrokerProcess
@@ -131,24 +131,29 @@ class LocalCluster:
         self.base_dir = base_dir
         self.layout = layout
         self.out = out
+        # The etcd run here speaks TLS only, to clients holding its client
+        # certificate (etcd_tls.py), and has authentication on (etcd_auth.py).
         self.etcd = (
             None
             if layout.etcd_url
             else EtcdProcess(
                 etcd_binary,
                 base_dir / "etcd",
+                etcd_tls.certificates(base_dir / "etcd"),
                 client_port=layout.etcd_client_port,
                 peer_port=layout.etcd_peer_port,
                 supervised=True,
             )
         )
-        # The etcd run here has authentication on (etcd_auth.py): brokers name its
-        # user in the URL and read the password from its file, never from argv.
+        # Brokers name the etcd user in the URL and read the password from its
+        # file, never from argv; they trust the CA and present the client certificate.
         store_args = ["--metadata-store", layout.metadata_store_url]
         if self.etcd is not None:
+            assert self.etcd.tls is not None
             store_args = [
                 "--metadata-store",
-                f"etcd://{etcd_auth.BROKER_USER}@{self.etcd.endpoint}",
+                f"etcd://{etcd_auth.BROKER_USER}@{self.etcd.endpoint}"
+                + etcd_tls.store_url_options(self.etcd.tls),
                 "--metadata-store-password-file",
                 str(etcd_auth.password_file(self.etcd.directory, etcd_auth.BROKER_USER)),
             ]
@@ -220,11 +225,11 @@ class LocalCluster:
             raise StartFailed(str(error)) from None
         signals.check()
         try:
-            credentials = etcd_auth.enable(self.etcd.endpoint, self.etcd.directory)
+            credentials = etcd_auth.enable(self.etcd.endpoint, self.etcd.directory, self.etcd.tls)
         except (etcd_auth.EtcdAuthError, OSError) as error:
             raise StartFailed(f"cannot turn on etcd authentication: {error}") from None
         self.out(
-            f"etcd: ready in {took:.1f} s, authentication on (user {credentials.user}, "
+            f"etcd: ready in {took:.1f} s, TLS and authentication on (user {credentials.user}, "
             f"password in {credentials.password_file}; root's beside it)"
         )
 
@@ -273,10 +278,10 @@ class LocalCluster:
             "  " + "".join(cell.ljust(w + 2) for cell, w in zip(row, widths)) + row[-1]  # noqa: B905
             for row in rows
         ]
-        etcd_data = f" (data in {self.etcd.directory})" if self.etcd else ""
+        etcd_data = f" (TLS; data in {self.etcd.directory})" if self.etcd else ""
         return [
             f"cluster {self.layout.cluster!r} is up: {len(self.brokers)} broker(s), "
-            f"metadata in {self.store_url}{etcd_data}",
+            f"metadata in {self.store_url.partition('?')[0]}{etcd_data}",
             "",
             *table,
             "",
