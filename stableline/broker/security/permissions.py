@@ -257,8 +257,9 @@ class Authorizer:
             return True
         if action is Action.ADMIN or topic is None:
             return False
-        rights = GRANTABLE if action is Action.LOOKUP else (action,)  # either implies LOOKUP
-        return any(self._granted(role, right, topic) for right in rights)
+        if action is Action.LOOKUP:  # either grantable right implies it
+            return any(self._granted(role, right, topic) for right in GRANTABLE)
+        return self._granted(role, action, topic)
 
     def _granted(self, role: str, action: Action, topic: TopicName) -> bool:
         if self.permissions.allows(role, action, topic):
