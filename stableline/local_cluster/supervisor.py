@@ -34,6 +34,7 @@ import os
 import select
 import signal
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,6 +114,17 @@ class StopSignals:
         os.close(self._write)
 
 
+def _without_password(url: str) -> tuple[str, str | None]:
+    """An etcd:// URL without the password of its USER:PASSWORD@, and that password."""
+    scheme, sep, rest = url.partition("://")
+    authority, question, query = rest.partition("?")
+    credentials, at, hosts = authority.rpartition("@")
+    user, colon, password = credentials.partition(":")
+    if not at or not colon:
+        return url, None
+    return f"{scheme}{sep}{user}@{hosts}{question}{query}", urllib.parse.unquote(password)
+
+
 def _tail(text: str, lines: int = LOG_LINES_SHOWN) -> str:
     kept = text.strip().splitlines()[-lines:]
     return "\n".join(f"    {line}" for line in kept) if kept else "    (empty)"
@@ -147,7 +159,10 @@ class LocalCluster:
         )
         # Brokers name the etcd user in the URL and read the password from its
         # file, never from argv; they trust the CA and present the client certificate.
-        store_args = ["--metadata-store", layout.metadata_store_url]
+        store_url, password = _without_password(layout.metadata_store_url)
+        store_args = ["--metadata-store", store_url]
+        # An etcd given with USER:PASSWORD@: the password goes by the environment.
+        store_env = {"STABLELINE_METADATA_STORE_PASSWORD": password} if password else {}
         if self.etcd is not None:
             assert self.etcd.tls is not None
             store_args = [
@@ -167,6 +182,7 @@ class LocalCluster:
                 kafka_port=slot.kafka_port,
                 output_stem=base_dir / slot.name / "broker",
                 supervised=True,
+                env=store_env,
             )
             for slot in layout.brokers
         ]
