@@ -238,6 +238,12 @@ class EtcdMetadataStore(MetadataStore):
             self.settings, user=None, password=None, tls_cert_file=None, tls_key_file=None
         )
         credentials = _credentials(anonymous)
+        if self.settings.tls_cert_file:
+            log.info(
+                "checking that etcd at %s refuses a client without a certificate (gRPC "
+                "may log the TLS error of that refusal next)",
+                self.description,
+            )
         if credentials is None:
             channel = grpc.aio.insecure_channel(target, options=options)
         else:
