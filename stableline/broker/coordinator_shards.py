@@ -95,6 +95,14 @@ _LOCAL_DB = b"broker"
 _LOCAL_PREFIX = "coordinator-shards:"
 
 
+def recorded_shard_count(local: LocalStore, cluster: str) -> int | None:
+    """The count this broker first ran with in `cluster` (None: it never ran there):
+    what it asks for when its config leaves the count to the cluster, so a broker
+    that finds the cluster's record gone writes back the count it ran with."""
+    raw = local.get(_LOCAL_DB, _LOCAL_PREFIX + cluster)
+    return None if raw is None else int(raw)
+
+
 def check_shard_count(local: LocalStore, cluster: str, count: int, configured: int) -> None:
     """Refuse (ShardCountError) a cluster count other than the one this broker ran with
     before (recorded in its data dir the first time), or than its config names

@@ -58,6 +58,7 @@ from stableline.broker.coordinator_shards import (
     ShardRecords,
     check_shard_count,
     cluster_shard_count,
+    recorded_shard_count,
 )
 from stableline.broker.coordinators import Coordinators
 from stableline.broker.failpoints import Failpoints
@@ -379,7 +380,9 @@ class Broker:
                 shard_count = await cluster_shard_count(
                     self.membership.store,
                     config.cluster_name,
-                    config.transaction_coordinator_shards or DEFAULT_CLUSTER_SHARDS,
+                    config.transaction_coordinator_shards
+                    or recorded_shard_count(self.store, config.cluster_name)
+                    or DEFAULT_CLUSTER_SHARDS,
                 )
                 check_shard_count(
                     self.store,

@@ -186,3 +186,26 @@ def test_password_files_are_private(secured_etcd):
     _, directory = secured_etcd
     for user in (etcd_auth.ROOT_USER, etcd_auth.BROKER_USER):
         assert os.stat(etcd_auth.password_file(directory, user)).st_mode & 0o077 == 0
+
+
+def test_a_broker_finding_the_count_gone_writes_back_the_one_it_ran_with(cluster_etcd, tmp_path):
+    name = new_cluster_name()
+    store_args = ("--metadata-store", cluster_etcd.url, "--cluster", name)
+    first = _broker(tmp_path, *store_args, env={"STABLELINE_TRANSACTION_COORDINATOR_SHARDS": "2"})
+    with first.running():
+        pass
+    _delete(cluster_etcd, cluster_path(name))
+    again = _broker(tmp_path, *store_args)  # the same data dir; the config leaves it open
+    with again.running():
+        assert (
+            json.loads(_read(cluster_etcd, cluster_path(name)))["transaction_coordinator_shards"]
+            == 2
+        )
+
+
+def _delete(etcd: EtcdServer, path: str) -> None:
+    async def delete() -> None:
+        async with await open_metadata_store(etcd.url) as store:
+            await store.delete(path)
+
+    asyncio.run(delete())
