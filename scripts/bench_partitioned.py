@@ -79,6 +79,7 @@ def measure(messages: int) -> dict:
         request = urllib.request.Request(
             f"{broker.http_url}/admin/v2/persistent/public/default/parted/partitions",
             data=str(PARTITIONS).encode(),
+            headers={"Content-Type": "application/json"},
             method="PUT",
         )
         urllib.request.urlopen(request, timeout=10).close()

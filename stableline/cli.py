@@ -75,7 +75,15 @@ def main() -> None:
     "--metadata-store",
     "metadata_store_url",
     default=None,
-    help="Cluster metadata: etcd://HOST:PORT[,HOST:PORT...] [in the data dir].",
+    help="Cluster metadata: etcd://[USER@]HOST:PORT[,HOST:PORT...] [in the data dir].",
+)
+@click.option(
+    "--metadata-store-password-file",
+    "metadata_store_password_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="File holding the etcd password of the --metadata-store URL's USER@ (or set "
+    "STABLELINE_METADATA_STORE_PASSWORD); a password is never given on the command line.",
 )
 @click.option("--cluster", "cluster_name", default=None, help="Cluster name [standalone].")
 @serve_security_options
@@ -86,6 +94,7 @@ def serve(
     kafka_address: str | None,
     config_file: Path | None,
     metadata_store_url: str | None,
+    metadata_store_password_file: str | None,
     cluster_name: str | None,
 ) -> None:
     """Start a broker."""
@@ -101,6 +110,7 @@ def serve(
                 "http_address": http_address,
                 "kafka_address": kafka_address,
                 "metadata_store_url": metadata_store_url,
+                "metadata_store_password_file": metadata_store_password_file,
                 "cluster_name": cluster_name,
                 **serve_security_overrides(),
             },

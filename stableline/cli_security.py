@@ -15,6 +15,7 @@ import re
 import ssl
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,10 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
     A redirect to the topic's owner (a cluster's brokers answer 307 for the topics
     others own) is followed with the same method, body and token."""
     meta = click.get_current_context().meta
-    headers = {"Content-Type": "application/json"} if body is not None else {}
+    # Every call says it is no browser form (http_csrf.py); a body is JSON.
+    headers = {"X-Stableline-Request": "cli"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
     if meta.get(_TOKEN):
         headers["Authorization"] = f"Bearer {meta[_TOKEN]}"
     context = None
@@ -97,6 +101,8 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
         except (ValueError, AttributeError):
             reason = ""
         raise click.ClickException(f"{error.code}: {reason or error.reason}") from None
+    except CredentialsNotForwarded as error:
+        raise click.ClickException(str(error.reason)) from None
     except urllib.error.URLError as error:
         raise click.ClickException(_unreachable(admin_url, error.reason)) from None
     except (ConnectionError, http.client.HTTPException) as error:
@@ -104,11 +110,43 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
         raise click.ClickException(_unreachable(admin_url, error)) from None
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+class CredentialsNotForwarded(urllib.error.URLError):
+    """A redirect would carry the token to another origin, or from https to http."""
+
+    def __init__(self, source: str, target: str):
+        self.source, self.target = source, target
+        downgrade = _origin(source)[0] == "https" and _origin(target)[0] != "https"
+        why = "from https to plaintext http" if downgrade else "to another address"
+        super().__init__(
+            f"{source} redirected this call {why} ({target}); the token is not sent "
+            f"there. If that is a broker of your cluster (a topic's owner), run the "
+            f"command again with --admin-url {_base_url(target)}"
+        )
+
+
+def _base_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 class _SameRequestRedirects(urllib.request.HTTPRedirectHandler):
     """307 and 308 repeat the request as it was, whatever its method (urllib follows
-    them for GET and HEAD only)."""
+    them for GET and HEAD only). A request carrying a token follows a redirect only
+    within its origin (scheme, host, port), as curl -L keeps credentials: a redirect
+    elsewhere, or from https to http, is refused (CredentialsNotForwarded) rather than
+    sending the token to whoever the Location names."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if req.has_header("Authorization") and _origin(newurl) != _origin(req.full_url):
+            raise CredentialsNotForwarded(req.full_url, newurl)
         if code not in (307, 308):
             return super().redirect_request(req, fp, code, msg, headers, newurl)
         return urllib.request.Request(

@@ -130,6 +130,16 @@ class BrokerConfig:
     # one); etcd://host:port[,host:port...] shares one etcd among a cluster's brokers,
     # with TLS and USER:PASSWORD@ as its docstring says [metadataStoreUrl].
     metadata_store_url: str = ""
+    # The etcd password of the URL's USER@, never on the command line (`ps` shows
+    # it): a file holding it (its first line), or this key, set from the config file
+    # or STABLELINE_METADATA_STORE_PASSWORD. One of the two; a password in the URL
+    # still works, with a WARNING.
+    metadata_store_password_file: str = ""
+    metadata_store_password: str = field(default="", repr=False)
+    # A broker whose etcd answers reads without credentials (no etcd authentication)
+    # logs a WARNING at start; true (what --secure sets): it refuses to start, since
+    # anyone who reaches that etcd can grant themselves any right.
+    metadata_store_require_authentication: bool = False
     # The cluster this broker registers in [clusterName; Pulsar standalone's name].
     cluster_name: str = "standalone"
     # The etcd lease of this broker's session: a killed broker leaves the live list
@@ -244,6 +254,10 @@ def _check_cluster_settings(config: BrokerConfig) -> None:
                 f"etcd://HOST:PORT[,HOST:PORT...], or leave it empty for the data dir"
             )
         parse_etcd_url(config.metadata_store_url)  # ValueError saying what is wrong
+    if config.metadata_store_password and config.metadata_store_password_file:
+        raise ValueError(
+            "config metadata_store_password and metadata_store_password_file: give one"
+        )
     if not 0 <= config.transaction_coordinator_shards <= 1024:
         raise ValueError(
             "config transaction_coordinator_shards must be 0 (automatic) to 1024, got "
@@ -253,6 +267,24 @@ def _check_cluster_settings(config: BrokerConfig) -> None:
         layout.check_cluster_name(config.cluster_name)
     except InvalidPath as error:
         raise ValueError(f"config cluster_name: {error}") from None
+
+
+def metadata_store_password(config: BrokerConfig) -> str | None:
+    """The etcd password from metadata_store_password_file or metadata_store_password
+    (None when neither is set); ValueError naming the file when it cannot be read."""
+    if config.metadata_store_password_file:
+        path = config.metadata_store_password_file
+        try:
+            with open(path, encoding="utf-8") as handle:
+                first = handle.readline().rstrip("\r\n")
+        except OSError as error:
+            raise ValueError(
+                f"config metadata_store_password_file: cannot read {path}: {error.strerror}"
+            ) from None
+        if not first:
+            raise ValueError(f"config metadata_store_password_file: {path} is empty")
+        return first
+    return config.metadata_store_password or None
 
 
 # Limits that bound a queue: each must be at least 1 (there is no "unlimited").

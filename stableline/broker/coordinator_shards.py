@@ -23,8 +23,9 @@ import json
 import logging
 import time
 
+from managed_ledger import MetadataStore as LocalStore
 from stableline.broker.ownership import OwnershipRecord
-from stableline.metadata import AlreadyExists, BadVersion, MetadataStore
+from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, MetadataStoreError
 from stableline.metadata.layout import ROOT, check_cluster_name, cluster_path
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ def shard_path(cluster: str, shard: int) -> str:
 
 async def cluster_shard_count(store: MetadataStore, cluster: str, wanted: int) -> int:
     """The cluster's shard count: the record's, or `wanted` written there if it has
-    none yet (the first broker to ask decides; a later config cannot change it)."""
+    none yet (the first broker to ask decides; a later config cannot change it).
+    ShardCountError when the record holds no count a broker could have written."""
     assert 1 <= wanted <= MAX_SHARDS, wanted
     path = cluster_path(cluster)
     while True:
@@ -58,24 +60,75 @@ async def cluster_shard_count(store: MetadataStore, cluster: str, wanted: int) -
                 return wanted
             except AlreadyExists:
                 continue
-        settings = json.loads(result.value or b"{}")
+        try:
+            settings = json.loads(result.value or b"{}")
+            if not isinstance(settings, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as error:
+            raise ShardCountError(
+                f"cluster {cluster}'s record {path} is not readable ({error}); it holds "
+                f"the transaction coordinator shard count and was not written by a broker"
+            ) from None
         count = settings.get(SHARD_COUNT_KEY)
         if count is not None:
-            if count != wanted:
-                log.warning(
-                    "cluster %s runs %d transaction coordinator shards; this broker's "
-                    "config asks for %d, which applies only to a new cluster",
-                    cluster,
-                    count,
-                    wanted,
+            if type(count) is not int or not 1 <= count <= MAX_SHARDS:
+                raise ShardCountError(
+                    f"cluster {cluster}'s record {path} says {count!r} transaction "
+                    f"coordinator shards, which no broker writes (1..{MAX_SHARDS})"
                 )
-            return int(count)
+            return count
         settings[SHARD_COUNT_KEY] = wanted
         try:
             await store.put(path, json.dumps(settings).encode(), result.stat.version)
             return wanted
         except BadVersion:
             continue
+
+
+class ShardCountError(MetadataStoreError):
+    """The cluster's shard count is unreadable, or not the one this broker runs with."""
+
+
+# In the broker's own store (db "broker"): the count this broker first ran with in a
+# cluster, so a count changed in the shared store is caught rather than adopted.
+_LOCAL_DB = b"broker"
+_LOCAL_PREFIX = "coordinator-shards:"
+
+
+def recorded_shard_count(local: LocalStore, cluster: str) -> int | None:
+    """The count this broker first ran with in `cluster` (None: it never ran there):
+    what it asks for when its config leaves the count to the cluster, so a broker
+    that finds the cluster's record gone writes back the count it ran with."""
+    raw = local.get(_LOCAL_DB, _LOCAL_PREFIX + cluster)
+    return None if raw is None else int(raw)
+
+
+def check_shard_count(local: LocalStore, cluster: str, count: int, configured: int) -> None:
+    """Refuse (ShardCountError) a cluster count other than the one this broker ran with
+    before (recorded in its data dir the first time), or than its config names
+    (`configured`, 0: whatever the cluster's is). Why: a TxnId's high half names its
+    shard, and each shard's log is kept by the broker that leads it; a count changed
+    under running brokers would send transactions to shards that do not hold them."""
+    key = _LOCAL_PREFIX + cluster
+    raw = local.get(_LOCAL_DB, key)
+    if raw is not None and int(raw) != count:
+        raise ShardCountError(
+            f"cluster {cluster} now says {count} transaction coordinator shards, but this "
+            f"broker ran with {int(raw)} (recorded in its data dir): the count is fixed "
+            f"when a cluster starts and a changed one is not adopted. Put back "
+            f"{int(raw)} in {cluster_path(cluster)} (key {SHARD_COUNT_KEY}) if it was "
+            f"changed by mistake or by someone else"
+        )
+    if configured and configured != count:
+        raise ShardCountError(
+            f"this broker's config asks for {configured} transaction coordinator shards "
+            f"but cluster {cluster} runs {count}: the count is fixed when a cluster "
+            f"starts; set transaction_coordinator_shards to {count} or to 0 (the "
+            f"cluster's), or start a new cluster"
+        )
+    if raw is None:
+        local.put(_LOCAL_DB, key, str(count).encode())
+        local.sync()
 
 
 class ShardRecords:

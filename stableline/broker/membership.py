@@ -27,12 +27,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-from stableline.broker.config import BrokerConfig
+from stableline.broker.config import BrokerConfig, metadata_store_password
 from stableline.broker.lookup import BrokerAddresses
 from stableline.broker.write_gate import WriteGate
 from stableline.metadata import (
     BrokerInfo,
     BrokerRegistration,
+    InvalidMetadataStoreUrl,
     MetadataStore,
     SessionEvent,
     SessionState,
@@ -87,10 +88,15 @@ class Membership:
     @classmethod
     async def open(cls, config: BrokerConfig) -> Membership:
         """MetadataStoreError (its text names the store) if the store cannot be opened."""
+        try:
+            password = metadata_store_password(config)
+        except ValueError as error:
+            raise InvalidMetadataStoreUrl(str(error)) from None
         store = await open_metadata_store(
             config.metadata_store_url,
             embedded_dir=config.data_dir / "cluster-metadata",
             session_timeout_s=config.metadata_session_timeout_s,
+            password=password,
         )
         store.add_session_listener(_log_session_event)
         return cls(config, store)

@@ -56,7 +56,9 @@ from stableline.broker.coordinator_errors import ShardLogConflictError
 from stableline.broker.coordinator_shards import (
     DEFAULT_CLUSTER_SHARDS,
     ShardRecords,
+    check_shard_count,
     cluster_shard_count,
+    recorded_shard_count,
 )
 from stableline.broker.coordinators import Coordinators
 from stableline.broker.failpoints import Failpoints
@@ -82,6 +84,7 @@ from stableline.broker.security.file_modes import (
     restrict_top_of_data_dir,
     use_owner_only_umask,
 )
+from stableline.broker.security.http_csrf import state_change_middleware
 from stableline.broker.security.permissions import EmbeddedPermissionStore
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.stats import RecoveryWindow
@@ -127,6 +130,29 @@ def lock_data_dir(config: BrokerConfig) -> DataDirLock:
         raise _data_dir_in_use(config.data_dir, error) from None
     except OSError as error:  # not writable, not a directory, ...
         raise StartupError(f"cannot use data dir {config.data_dir}: {error}") from None
+
+
+async def _check_metadata_store_access(store, config: BrokerConfig) -> None:
+    """A shared store anyone can read and write is a WARNING, or under
+    metadata_store_require_authentication (--secure) a refusal to start: whoever
+    reaches it can grant themselves any right, forge broker registrations and
+    ownership records."""
+    try:
+        open_to_anyone = await store.open_to_anyone()
+    except MetadataStoreError as error:
+        raise StartupError(f"cannot check the cluster metadata store: {error}") from None
+    if not open_to_anyone:
+        return
+    what = (
+        f"the cluster metadata store {store.description} answers clients that give no "
+        f"credentials: anyone who reaches it can write grants, broker registrations and "
+        f"topic ownership. Turn on etcd authentication (a user with read and write on "
+        f"/, `etcdctl auth enable`; `stableline cluster up` does so) and give the user "
+        f"as etcd://USER@HOST:PORT with --metadata-store-password-file"
+    )
+    if config.metadata_store_require_authentication:
+        raise StartupError(f"{what} (refused: --secure / metadata_store_require_authentication)")
+    log.warning("SECURITY: %s", what)
 
 
 def _data_dir_in_use(data_dir: Path, error: DataDirInUseError) -> StartupError:
@@ -279,6 +305,7 @@ class Broker:
         except MetadataStoreError as error:
             raise StartupError(f"cannot open the cluster metadata store: {error}") from None
         if config.metadata_store_url:
+            await _check_metadata_store_access(self.membership.store, config)
             # A shared store: namespaces, grants and partition counts are the
             # cluster's, read before anything is served.
             try:
@@ -316,6 +343,9 @@ class Broker:
             shared.partitioned if shared else EmbeddedPartitionedMetadata(self.store),
             partition_access,
         )
+        if self.security.guard.authorizer is not None:
+            # A grant on a partitioned topic reaches its partitions, on every face.
+            self.security.guard.authorizer.partition_counts = self.partitioned.metadata.partitions
         participant = BrokerParticipant(self.registry)
         self.coordinators = Coordinators(
             self.store,
@@ -346,11 +376,24 @@ class Broker:
         if self.registry.ownership is not None:
             # In a cluster the shards led here are known once this broker has its id
             # (registered, below); transaction calls wait for them until then.
-            shard_count = await cluster_shard_count(
-                self.membership.store,
-                config.cluster_name,
-                config.transaction_coordinator_shards or DEFAULT_CLUSTER_SHARDS,
-            )
+            try:
+                shard_count = await cluster_shard_count(
+                    self.membership.store,
+                    config.cluster_name,
+                    config.transaction_coordinator_shards
+                    or recorded_shard_count(self.store, config.cluster_name)
+                    or DEFAULT_CLUSTER_SHARDS,
+                )
+                check_shard_count(
+                    self.store,
+                    config.cluster_name,
+                    shard_count,
+                    config.transaction_coordinator_shards,
+                )
+            except MetadataStoreError as error:
+                raise StartupError(
+                    f"cannot start in cluster {config.cluster_name}: {error}"
+                ) from None
             participant.peers = self.peers
             self.coordinators.attach_cluster(
                 ShardRecords(self.membership.store, config.cluster_name, shard_count),
@@ -428,6 +471,8 @@ class Broker:
         )
         # First: a request refused by the token check has still sent its headers.
         http_app.middlewares.append(self.http_connections.middleware())
+        # Before the token check: a browser's cross-site form is refused as such.
+        http_app.middlewares.append(state_change_middleware())
         add_http_routes(http_app, self.http_connections)
         self.security.attach_http(http_app)
         # An idle keep-alive connection closes as an idle gRPC stream would.

@@ -2,11 +2,13 @@
 
 Files under the base dir: cluster.json (the layout, layout.py), cluster.lock (held
 while a supervisor runs: a second `cluster up` on the dir is refused, naming its
-pid), etcd/ (its data and etcd.log) and broker-i/ (data/ is the broker's data dir;
+pid), etcd/ (its data, etcd.log, the 0600 password files of its `root` and
+`stableline-broker` users: etcd_auth.py, and its TLS files in tls/: etcd_tls.py) and broker-i/ (data/ is the broker's data dir;
 broker.log its log, appended to across runs; broker.out its JSON events).
 
 Promises:
-- start(): etcd first (unless the layout names one run elsewhere), then every
+- start(): etcd first (unless the layout names one run elsewhere), with
+  authentication turned on before any broker starts, then every
   broker at once, each ready once it printed its `ready` line; progress is
   reported as each comes up. The layout is saved, with the ports bound, only once
   all are ready. If anything fails to come up, StartFailed says what, with the end
@@ -32,9 +34,11 @@ import os
 import select
 import signal
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from stableline.local_cluster import etcd_auth, etcd_tls
 from stableline.local_cluster.etcd import EtcdNotReady, EtcdProcess
 from stableline.local_cluster.layout import ClusterLayout, save
 from stableline.testing import BrokerExited, BrokerProcess
@@ -110,6 +114,17 @@ class StopSignals:
         os.close(self._write)
 
 
+def _without_password(url: str) -> tuple[str, str | None]:
+    """An etcd:// URL without the password of its USER:PASSWORD@, and that password."""
+    scheme, sep, rest = url.partition("://")
+    authority, question, query = rest.partition("?")
+    credentials, at, hosts = authority.rpartition("@")
+    user, colon, password = credentials.partition(":")
+    if not at or not colon:
+        return url, None
+    return f"{scheme}{sep}{user}@{hosts}{question}{query}", urllib.parse.unquote(password)
+
+
 def _tail(text: str, lines: int = LOG_LINES_SHOWN) -> str:
     kept = text.strip().splitlines()[-lines:]
     return "\n".join(f"    {line}" for line in kept) if kept else "    (empty)"
@@ -128,32 +143,46 @@ class LocalCluster:
         self.base_dir = base_dir
         self.layout = layout
         self.out = out
+        # The etcd run here speaks TLS only, to clients holding its client
+        # certificate (etcd_tls.py), and has authentication on (etcd_auth.py).
         self.etcd = (
             None
             if layout.etcd_url
             else EtcdProcess(
                 etcd_binary,
                 base_dir / "etcd",
+                etcd_tls.certificates(base_dir / "etcd"),
                 client_port=layout.etcd_client_port,
                 peer_port=layout.etcd_peer_port,
                 supervised=True,
             )
         )
+        # Brokers name the etcd user in the URL and read the password from its
+        # file, never from argv; they trust the CA and present the client certificate.
+        store_url, password = _without_password(layout.metadata_store_url)
+        store_args = ["--metadata-store", store_url]
+        # An etcd given with USER:PASSWORD@: the password goes by the environment.
+        store_env = {"STABLELINE_METADATA_STORE_PASSWORD": password} if password else {}
+        if self.etcd is not None:
+            assert self.etcd.tls is not None
+            store_args = [
+                "--metadata-store",
+                f"etcd://{etcd_auth.BROKER_USER}@{self.etcd.endpoint}"
+                + etcd_tls.store_url_options(self.etcd.tls),
+                "--metadata-store-password-file",
+                str(etcd_auth.password_file(self.etcd.directory, etcd_auth.BROKER_USER)),
+            ]
+        self.store_url = store_args[1]
         self.brokers = [
             BrokerProcess(
                 base_dir / slot.name / "data",
-                extra_args=[
-                    "--metadata-store",
-                    layout.metadata_store_url,
-                    "--cluster",
-                    layout.cluster,
-                    *broker_args,
-                ],
+                extra_args=[*store_args, "--cluster", layout.cluster, *broker_args],
                 grpc_port=slot.grpc_port,
                 http_port=slot.http_port,
                 kafka_port=slot.kafka_port,
                 output_stem=base_dir / slot.name / "broker",
                 supervised=True,
+                env=store_env,
             )
             for slot in layout.brokers
         ]
@@ -210,7 +239,15 @@ class LocalCluster:
             took = self.etcd.start(sleep=signals.sleep)
         except EtcdNotReady as error:
             raise StartFailed(str(error)) from None
-        self.out(f"etcd: ready in {took:.1f} s")
+        signals.check()
+        try:
+            credentials = etcd_auth.enable(self.etcd.endpoint, self.etcd.directory, self.etcd.tls)
+        except (etcd_auth.EtcdAuthError, OSError) as error:
+            raise StartFailed(f"cannot turn on etcd authentication: {error}") from None
+        self.out(
+            f"etcd: ready in {took:.1f} s, TLS and authentication on (user {credentials.user}, "
+            f"password in {credentials.password_file}; root's beside it)"
+        )
 
     def _start_brokers(self, signals: StopSignals) -> None:
         for broker in self.brokers:
@@ -257,10 +294,10 @@ class LocalCluster:
             "  " + "".join(cell.ljust(w + 2) for cell, w in zip(row, widths)) + row[-1]  # noqa: B905
             for row in rows
         ]
-        etcd_data = f" (data in {self.etcd.directory})" if self.etcd else ""
+        etcd_data = f" (TLS; data in {self.etcd.directory})" if self.etcd else ""
         return [
             f"cluster {self.layout.cluster!r} is up: {len(self.brokers)} broker(s), "
-            f"metadata in {self.layout.metadata_store_url}{etcd_data}",
+            f"metadata in {self.store_url.partition('?')[0]}{etcd_data}",
             "",
             *table,
             "",

@@ -24,6 +24,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from stableline.metadata.broker_addresses import (
+    InvalidBrokerAddress,
+    check_host_port,
+    check_http_url,
+)
 from stableline.metadata.errors import (
     AlreadyExists,
     BadVersion,
@@ -59,15 +64,30 @@ class BrokerInfo:
     kafka_address: str = ""
     kafka_node_id: int = -1
 
+    def __post_init__(self) -> None:
+        # InvalidBrokerAddress: a registration is followed (redirects, peers) and
+        # linked to (the dashboard), so only addresses a broker could have pass.
+        check_host_port("broker id", self.broker_id)
+        check_host_port("gRPC address", self.grpc_address)
+        check_http_url("HTTP URL", self.http_url)
+        if self.kafka_address:
+            check_host_port("Kafka address", self.kafka_address)
+
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> BrokerInfo:
         # Fields a newer broker added are left out, so brokers of two versions can
-        # read each other's registrations while a cluster is upgraded.
-        value = json.loads(raw)
-        return cls(**{name: value[name] for name in cls.__dataclass_fields__ if name in value})
+        # read each other's registrations while a cluster is upgraded. Anything that
+        # is not a registration is InvalidBrokerAddress.
+        try:
+            value = json.loads(raw)
+            return cls(**{name: value[name] for name in cls.__dataclass_fields__ if name in value})
+        except InvalidBrokerAddress:
+            raise
+        except (ValueError, TypeError) as error:
+            raise InvalidBrokerAddress(f"not a broker registration: {error}") from None
 
 
 class BrokerAlreadyRegistered(MetadataStoreError):
@@ -120,7 +140,14 @@ class BrokerRegistration:
                 existing = await self.store.get(self.path)
                 if existing is None:
                     continue  # it lapsed meanwhile
-                other = BrokerInfo.from_json(existing.value)
+                try:
+                    other = BrokerInfo.from_json(existing.value)
+                except InvalidBrokerAddress as error:
+                    # No broker wrote that: a forged or damaged key under this id.
+                    log.warning("replacing %s, which is no registration (%s)", self.path, error)
+                    with contextlib.suppress(NotFound, BadVersion):
+                        await self.store.delete(self.path, existing.stat.version)
+                    continue
                 if other.instance != self.info.instance and _alive_here(other):
                     raise BrokerAlreadyRegistered(self.cluster, other) from None
                 log.info(
@@ -198,8 +225,16 @@ async def list_brokers(store: MetadataStore, cluster: str) -> list[BrokerInfo]:
     brokers = []
     for broker_id in await store.children(brokers_dir(cluster)):
         result = await store.get(broker_path(cluster, broker_id))
-        if result is not None:
-            brokers.append(BrokerInfo.from_json(result.value))
+        if result is None:
+            continue
+        try:
+            info = BrokerInfo.from_json(result.value)
+            if info.broker_id != broker_id:
+                raise InvalidBrokerAddress(f"it names broker {info.broker_id!r}, not its key")
+            brokers.append(info)
+        except InvalidBrokerAddress as error:
+            # Never followed nor linked to: a forged or damaged key is left out.
+            log.warning("cluster %s: ignoring the registration %s: %s", cluster, broker_id, error)
     return brokers
 
 

@@ -36,6 +36,7 @@ import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -226,6 +227,39 @@ class EtcdMetadataStore(MetadataStore):
                 f"password in the metadata store URL and the user's etcd role"
             )
         return MetadataStoreUnavailable(f"{where} failed: {code.name}: {details}")
+
+    async def open_to_anyone(self) -> bool:
+        """Whether etcd answers a read from a client with no user, password or client
+        certificate (on a channel of its own): true when etcd runs without
+        authentication, so anyone who reaches it can rewrite the cluster's grants,
+        registrations and ownership."""
+        target, options = await _target(self.settings)
+        anonymous = replace(
+            self.settings, user=None, password=None, tls_cert_file=None, tls_key_file=None
+        )
+        credentials = _credentials(anonymous)
+        if self.settings.tls_cert_file:
+            log.info(
+                "checking that etcd at %s refuses a client without a certificate (gRPC "
+                "may log the TLS error of that refusal next)",
+                self.description,
+            )
+        if credentials is None:
+            channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            channel = grpc.aio.secure_channel(target, credentials, options=options)
+        try:
+            await rpc.KVStub(channel).Range(
+                rpc.RangeRequest(
+                    key=b"/", range_end=prefix_range_end(b"/"), limit=1, keys_only=True
+                ),
+                timeout=self._operation_timeout_s,
+            )
+        except grpc.aio.AioRpcError:
+            return False  # refused (no credentials) or no TLS handshake without a cert
+        finally:
+            await channel.close()
+        return True
 
     # --- reads ----------------------------------------------------------------------
 

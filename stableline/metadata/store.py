@@ -172,6 +172,12 @@ class MetadataStore(abc.ABC):
 
     # --- watches --------------------------------------------------------------------
 
+    async def open_to_anyone(self) -> bool:
+        """Whether a client with no credentials may read this store: a shared store
+        anyone on the network can write grants into. The embedded store is this
+        broker's own files: no."""
+        return False
+
     async def watch(self, prefix: str) -> Watch:
         """Notifications for `prefix` and every path below it ("/" for all).
 

@@ -21,11 +21,19 @@ def _create(broker, topic: str) -> None:
     """PUT through `broker`, following its redirect to the owner it placed the topic on."""
     url = broker.http_url + "/admin/v2/persistent/" + topic.removeprefix("persistent://")
     try:
-        urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=10).close()
+        urllib.request.urlopen(
+            urllib.request.Request(url, headers={"X-Stableline-Request": "test"}, method="PUT"),
+            timeout=10,
+        ).close()
     except urllib.error.HTTPError as redirect:
         assert redirect.code == 307, redirect
         owner_url = redirect.headers["Location"]
-        urllib.request.urlopen(urllib.request.Request(owner_url, method="PUT"), timeout=10).close()
+        urllib.request.urlopen(
+            urllib.request.Request(
+                owner_url, headers={"X-Stableline-Request": "test"}, method="PUT"
+            ),
+            timeout=10,
+        ).close()
 
 
 def _id(broker) -> str:

@@ -21,7 +21,10 @@ TOPIC = "persistent://public/default/brought-along"
 
 def _call(broker: BrokerProcess, method: str, path: str, body: object) -> None:
     request = urllib.request.Request(
-        broker.http_url + path, json.dumps(body).encode(), method=method
+        broker.http_url + path,
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+        method=method,
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 204

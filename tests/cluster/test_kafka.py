@@ -50,6 +50,7 @@ def _partitioned(cluster: Cluster, count: int) -> str:
     request = urllib.request.Request(
         f"{cluster.brokers[0].http_url}/admin/v2/persistent/public/default/{topic}/partitions",
         data=str(count).encode(),
+        headers={"Content-Type": "application/json"},
         method="PUT",
     )
     with urllib.request.urlopen(request, timeout=30) as response:

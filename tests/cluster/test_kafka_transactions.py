@@ -98,6 +98,7 @@ def test_a_kafka_transaction_over_partitions_on_both_brokers_is_all_or_nothing(k
     request = urllib.request.Request(
         f"{first.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
         data=str(partitions).encode(),
+        headers={"Content-Type": "application/json"},
         method="PUT",
     )
     with urllib.request.urlopen(request, timeout=30) as response:

@@ -43,7 +43,9 @@ def _path(topic: str, suffix: str) -> str:
 
 def _http(broker, method: str, path: str, body: object = None) -> tuple[int, object]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(broker.http_url + path, data, method=method)
+    request = urllib.request.Request(
+        broker.http_url + path, data, {"X-Stableline-Request": "test"}, method=method
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, raw = response.status, response.read()

@@ -35,7 +35,10 @@ class SecureCluster:
 
     def http(self, broker: BrokerProcess, method: str, path: str, body: object = None):
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.token(SUPERUSER)}"}
+        headers = {
+            "Authorization": f"Bearer {self.token(SUPERUSER)}",
+            "X-Stableline-Request": "test",
+        }
         request = urllib.request.Request(broker.http_url + path, data, headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:

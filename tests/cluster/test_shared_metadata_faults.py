@@ -21,7 +21,9 @@ from tests.metadata.conftest import (  # noqa: F401 - etcd_binary and own_etcd a
 
 def _http(broker: BrokerProcess, method: str, path: str, body: object = None):
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(broker.http_url + path, data, method=method)
+    request = urllib.request.Request(
+        broker.http_url + path, data, {"X-Stableline-Request": "test"}, method=method
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, raw = response.status, response.read()

@@ -75,7 +75,10 @@ class SecureKafka:
         request = urllib.request.Request(
             f"{self.process.http_url}/admin/v2/{target}/permissions/{role}",
             json.dumps(actions).encode(),
-            {"Authorization": f"Bearer {self.token(SUPERUSER)}"},
+            {
+                "Authorization": f"Bearer {self.token(SUPERUSER)}",
+                "Content-Type": "application/json",
+            },
             method="POST" if actions else "DELETE",
         )
         context = ssl.create_default_context(cafile=str(self.ca_file))

@@ -26,7 +26,7 @@ def test_several_endpoints_credentials_and_tls_files_are_read():
         ("etcd://", "names no HOST:PORT"),
         ("etcd://host", "is not HOST:PORT"),
         ("etcd://host:99999", "is not HOST:PORT"),
-        ("etcd://user@host:1", "USER:PASSWORD@"),
+        ("etcd://user:@host:1", "USER:PASSWORD@"),
         ("etcd://h:1?tls_cert_file=/c", "go together"),
         ("etcd://h:1?colour=blue", "unknown option"),
         ("zk://h:1", "is not etcd://"),

@@ -16,7 +16,9 @@ BASE = "/admin/v2/persistent/public/default"
 
 
 def _request(broker, method: str, path: str):
-    request = urllib.request.Request(broker.http_url + path, method=method)
+    request = urllib.request.Request(
+        broker.http_url + path, headers={"X-Stableline-Request": "test"}, method=method
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         body = response.read()
         return response.status, (

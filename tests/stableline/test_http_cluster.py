@@ -16,7 +16,9 @@ def _get(broker, path: str):
 
 
 def _put(broker, path: str) -> None:
-    request = urllib.request.Request(broker.http_url + path, method="PUT")
+    request = urllib.request.Request(
+        broker.http_url + path, headers={"X-Stableline-Request": "test"}, method="PUT"
+    )
     urllib.request.urlopen(request, timeout=10).close()
 
 

@@ -52,7 +52,9 @@ def test_a_long_producer_name_is_refused(broker, client):
 def test_http_create_subscription_refuses_a_long_name(broker, client):
     client.create_producer("names-h").send(b"x")
     path = f"/admin/v2/persistent/public/default/names-h/subscription/{TOO_LONG}"
-    request = urllib.request.Request(broker.http_url + path, method="PUT")
+    request = urllib.request.Request(
+        broker.http_url + path, headers={"X-Stableline-Request": "test"}, method="PUT"
+    )
     with pytest.raises(urllib.error.HTTPError) as raised:
         urllib.request.urlopen(request, timeout=10)
     assert raised.value.code == 400

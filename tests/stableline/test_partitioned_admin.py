@@ -23,7 +23,9 @@ def _call(broker, method: str, path: str, body: str | None = None):
         broker.http_url + path,
         data=body.encode() if body is not None else None,
         method=method,
-        headers={"Content-Type": "application/json"} if body is not None else {},
+        headers={"Content-Type": "application/json"}
+        if body is not None
+        else {"X-Stableline-Request": "test"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         raw = response.read()

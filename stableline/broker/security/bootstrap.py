@@ -4,7 +4,9 @@ Files the config does not name are made once under DATA_DIR/security and reused
 on every later start: a development CA (ca.pem, the file clients trust), the
 broker's certificate for localhost/127.0.0.1 and its own host name, an HS256
 secret key, and, for the superuser role `admin`, a token (admin.token). A config
-that names its own certificate, key or superusers keeps them.
+that names its own certificate, key or superusers keeps them. A broker of a cluster
+refuses to start when its etcd answers clients without credentials
+(metadata_store_require_authentication).
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ def _server_hosts(config: BrokerConfig) -> tuple[str, ...]:
 def secure(config: BrokerConfig) -> SecureSetup:
     directory = config.data_dir / "security"
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    changes: dict[str, object] = {"authentication_enabled": True, "authorization_enabled": True}
+    changes: dict[str, object] = {
+        "authentication_enabled": True,
+        "authorization_enabled": True,
+        # Grants live in the metadata store: one anyone can write would undo the rest.
+        "metadata_store_require_authentication": True,
+    }
     ca_file = None
     if not config.tls_cert_file:
         ca_file = directory / "ca.pem"

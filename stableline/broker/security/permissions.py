@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from managed_ledger import MetadataStore
+from stableline.partitions import split_partition
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
 PERMISSIONS_DB = b"broker"
@@ -232,11 +233,24 @@ class EmbeddedPermissionStore(PermissionStore):
 
 
 class Authorizer:
-    """The one place that decides: superusers may do anything, others what is granted."""
+    """The one place that decides: superusers may do anything, others what is granted.
 
-    def __init__(self, permissions: PermissionStore, superuser_roles: Iterable[str]):
+    A grant on a partitioned topic `T` applies to its partitions `T-partition-i`, as
+    Pulsar's does: a partition is checked against its own grants, then (when
+    `partition_counts` says T is partitioned) against T's. A topic merely named like
+    a partition, whose base is not a partitioned topic, gets nothing from the base."""
+
+    def __init__(
+        self,
+        permissions: PermissionStore,
+        superuser_roles: Iterable[str],
+        partition_counts: Callable[[TopicName], int] | None = None,
+    ):
         self.permissions = permissions
         self.superuser_roles = frozenset(superuser_roles)
+        # A partitioned topic's count (0: not partitioned), from the broker's
+        # partitioned metadata; set once that is open (None: no topic is partitioned).
+        self.partition_counts = partition_counts
 
     def allows(self, role: str, action: Action, topic: TopicName | None = None) -> bool:
         if role in self.superuser_roles:
@@ -244,5 +258,21 @@ class Authorizer:
         if action is Action.ADMIN or topic is None:
             return False
         if action is Action.LOOKUP:  # either grantable right implies it
-            return any(self.permissions.allows(role, right, topic) for right in GRANTABLE)
-        return self.permissions.allows(role, action, topic)
+            return any(self._granted(role, right, topic) for right in GRANTABLE)
+        return self._granted(role, action, topic)
+
+    def _granted(self, role: str, action: Action, topic: TopicName) -> bool:
+        if self.permissions.allows(role, action, topic):
+            return True
+        base = self._partitioned_base(topic)
+        return base is not None and self.permissions.allows(role, action, base)
+
+    def _partitioned_base(self, topic: TopicName) -> TopicName | None:
+        """The partitioned topic `topic` is a partition of, None if it is none."""
+        if self.partition_counts is None:
+            return None
+        split = split_partition(topic)
+        if split is None:
+            return None
+        base, _index = split
+        return base if self.partition_counts(base) > 0 else None

@@ -110,3 +110,16 @@ def test_an_unreadable_record_is_refused(tmp_path: Path):
     (tmp_path / "cluster.json").write_text("{not json")
     with pytest.raises(LayoutError, match="is not a cluster layout"):
         load(tmp_path)
+
+
+def test_an_etcd_password_given_in_the_url_reaches_brokers_by_the_environment(tmp_path):
+    from stableline.local_cluster.supervisor import LocalCluster
+
+    layout = ClusterLayout(
+        "c", "etcd://u:p%40ss@10.0.0.1:2379?tls=true", 0, 0, (BrokerSlot(0, 1, 2),)
+    )
+    cluster = LocalCluster(tmp_path, layout, None, [], print)
+    (broker,) = cluster.brokers
+    assert "p@ss" not in " ".join(broker.extra_args)
+    assert "etcd://u@10.0.0.1:2379?tls=true" in broker.extra_args
+    assert broker.env == {"STABLELINE_METADATA_STORE_PASSWORD": "p@ss"}

@@ -115,6 +115,7 @@ def http(
 ) -> tuple[int, object]:
     """(status, JSON or bytes) of one admin call; error statuses are returned, not raised."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers["X-Stableline-Request"] = "test"
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(broker.http_url + path, data, headers, method=method)
     try:

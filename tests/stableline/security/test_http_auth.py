@@ -100,7 +100,10 @@ def test_a_body_that_is_not_json_is_refused(auth_broker, keys):
     request = urllib.request.Request(
         auth_broker.http_url + NAMESPACE_PERMISSIONS + "/alice",
         data=b"produce,consume",
-        headers={"Authorization": f"Bearer {keys.token(SUPERUSER)}"},
+        headers={
+            "Authorization": f"Bearer {keys.token(SUPERUSER)}",
+            "Content-Type": "application/json",
+        },
         method="POST",
     )
     with pytest.raises(urllib.error.HTTPError) as raised:

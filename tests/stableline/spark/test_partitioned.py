@@ -19,6 +19,7 @@ def _partitioned(broker, topic: str, count: int) -> None:
     request = urllib.request.Request(
         f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
         data=str(count).encode(),
+        headers={"Content-Type": "application/json"},
         method="PUT",
     )
     urllib.request.urlopen(request, timeout=10).close()

@@ -89,6 +89,21 @@ const stablePositionApi = (name) =>
 
 // ------------------------------------------------------------------ cluster
 
+// A broker's HTTP URL as a link target: only http(s) URLs (a registration read from
+// the cluster's metadata could say `javascript:...`); null for anything else, which
+// is then shown as text, never linked.
+function httpLink(url) {
+  if (typeof url !== "string") return null;
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return null;
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return null;
+  return parsed.origin;
+}
+
 let clusterName = null; // from /admin/v2/brokers/runtime
 
 // The cluster's brokers and every topic's owner, as this broker sees them.
@@ -108,7 +123,8 @@ async function clusterState() {
 function ownerTopicHref(state, topic) {
   const owner = state.byId.get(state.owners[topic]);
   if (!owner || owner.thisBroker) return topicHref(topic);
-  return owner.live ? `${owner.httpUrl}/${topicHref(topic)}` : null;
+  const base = httpLink(owner.httpUrl);
+  return owner.live && base ? `${base}/${topicHref(topic)}` : null;
 }
 
 function ownerCell(state, topic) {
@@ -119,7 +135,9 @@ function ownerCell(state, topic) {
   if (!owner.live) {
     return h`<code>${id}</code> <span class="badge down" title="down since ${timestamp(owner.goneSinceMs)}">down</span>`;
   }
-  return h`<a href="${owner.httpUrl}/#/brokers"><code>${id}</code></a>`;
+  const base = httpLink(owner.httpUrl);
+  if (!base) return h`<code>${id}</code>`;
+  return h`<a href="${base}/#/brokers"><code>${id}</code></a>`;
 }
 
 function levelBadge(level) {
@@ -667,6 +685,12 @@ function brokersView() {
   };
 }
 
+function brokerLinkCell(url) {
+  if (!url) return h`<span class="muted">—</span>`;
+  const base = httpLink(url);
+  return base ? h`<a href="${base}/">${url}</a>` : h`<code>${url}</code>`;
+}
+
 function brokerRow(b) {
   const state = b.live
     ? h`<span class="ok-text">live</span>`
@@ -674,7 +698,7 @@ function brokerRow(b) {
   return h`<tr data-broker="${b.brokerId}" class="${b.live ? "" : "pinned"}">
     <td><code>${b.brokerId}</code>${b.thisBroker ? h` <span class="badge here">this broker</span>` : ""}</td>
     <td class="state">${state}</td>
-    <td>${b.httpUrl ? h`<a href="${b.httpUrl}/">${b.httpUrl}</a>` : h`<span class="muted">—</span>`}</td>
+    <td>${brokerLinkCell(b.httpUrl)}</td>
     <td class="num owned">${number(b.ownedTopics)}</td>
     <td class="num">${b.live ? number(b.load.loadedTopics) : "—"}</td>
     <td class="num">${b.live ? number(b.load.connections) : "—"}</td>
