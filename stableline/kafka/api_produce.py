@@ -44,7 +44,9 @@ class ProduceApis(KafkaApiBase):
     # ------------------------------------------------------------ Produce
 
     async def _produce(self, reader: Reader, header: m.RequestHeader) -> bytes | None:
-        request = m.read_produce(reader, header.api_version)
+        request = m.read_produce(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
         results: dict[str, list[m.ProducePartitionResult]] = {}
         for topic_data in request.topics:
             out = results.setdefault(topic_data.name, [])

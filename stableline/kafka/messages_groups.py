@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from stableline.kafka.codec import MalformedRequest, Reader, Writer
+from stableline.kafka.codec import ItemBudget, MalformedRequest, Reader, Writer
 from stableline.kafka.messages import ErrorCode
 
 T = TypeVar("T")
@@ -297,14 +297,25 @@ class OffsetFetchRequest:
     partitions: tuple[tuple[str, int], ...] | None  # None: every partition with an offset
 
 
-def read_offset_fetch(reader: Reader, version: int) -> OffsetFetchRequest:
+def read_offset_fetch(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> OffsetFetchRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     group_id = reader.string()
-    topics = reader.nullable_array(lambda r: (r.string(), r.array(Reader.int32)))
+    topics_bound = None if max_partitions is None else ItemBudget(max_partitions, "topics")
+    bound = None if max_partitions is None else ItemBudget(max_partitions, "partitions")
+    topics = reader.nullable_array(
+        lambda r: (r.string(), r.array(Reader.int32, budget=bound)), budget=topics_bound
+    )
     if topics is None:
         if version < 2:
             raise MalformedRequest("OffsetFetch asks for every topic (null) only from v2")
         return OffsetFetchRequest(group_id, None)
-    partitions = tuple((name, index) for name, indexes in topics for index in indexes)
+    # Each partition once, in the order first named (a partition named twice is
+    # answered once, as Kafka keys them).
+    partitions = tuple(
+        dict.fromkeys((name, index) for name, indexes in topics for index in indexes)
+    )
     return OffsetFetchRequest(group_id, partitions)
 
 
