@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable
@@ -105,3 +106,45 @@ def health_seconds(broker: BrokerProcess, timeout_s: float = 30.0) -> float:
     ) as response:
         response.read()
     return time.monotonic() - started
+
+
+class Watch:
+    """While open: the broker's peak resident memory, sampled every 10 ms, and how
+    long each of its health checks took, asked one after another (two threads, so
+    that a broker frozen in a health check still has its memory sampled)."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self._broker = broker
+        self._pid = broker.process.pid
+        self.before = rss_bytes(self._pid)
+        self.peak = self.before
+        self.health: list[float] = []
+        self._done = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._sample),
+            threading.Thread(target=self._check),
+        ]
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before
+
+    def __enter__(self) -> Watch:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._done.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, rss_bytes(self._pid))
+            self._done.wait(0.01)
+
+    def _check(self) -> None:
+        while not self._done.is_set():
+            self.health.append(health_seconds(self._broker))
+            self._done.wait(0.02)

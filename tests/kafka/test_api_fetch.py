@@ -6,7 +6,6 @@ unread, with one log line."""
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -17,9 +16,9 @@ from stableline.kafka import messages as m
 from tests.kafka.conftest import KafkaBroker, RawKafka, record_batch
 from tests.kafka.raw_requests import (
     RawConnection,
+    Watch,
     fetch_body,
     health_seconds,
-    rss_bytes,
 )
 
 KIB = 1024
@@ -112,31 +111,15 @@ def test_a_fetch_repeating_a_big_partition_leaves_the_broker_small_and_healthy(k
     """The attack of a consume-only reader, scaled down: a 4 MiB record fetched
     through one request naming its partition 150 times."""
     _produce(kafka_broker, "bulky", 0, bytes(4 * MIB), 1)
-    pid = kafka_broker.process.pid
-    before = rss_bytes(pid)
-    peak = [before]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_bytes(pid))
-            done.wait(0.05)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        with RawConnection(kafka_broker.kafka_port) as connection:
-            started = time.monotonic()
-            frame = connection.call(fetch_body([("bulky", [0] * 150)], 1 * MIB, 1 * MIB))
-            took = time.monotonic() - started
-        assert health_seconds(kafka_broker) < 2.0
-    finally:
-        done.set()
-        watcher.join()
+    with Watch(kafka_broker) as watch, RawConnection(kafka_broker.kafka_port) as connection:
+        started = time.monotonic()
+        frame = connection.call(fetch_body([("bulky", [0] * 150)], 1 * MIB, 1 * MIB))
+        took = time.monotonic() - started
     assert frame is not None and len(frame) < 5 * MIB
     assert [p for _, p, _, _ in _answered(frame)] == [0]
-    assert peak[0] - before < 150 * MIB, (before, peak[0])
+    assert watch.growth < 150 * MIB, (watch.before, watch.peak)
     assert took < 10.0
+    assert max(watch.health) < 1.0, watch.health
 
 
 def test_a_fetch_naming_more_partitions_than_the_bound_is_refused_with_one_log_line(tmp_path: Path):
