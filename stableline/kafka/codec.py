@@ -47,6 +47,11 @@ class ItemBudget:
         self._left = self._limit = limit
         self._what = what
 
+    @classmethod
+    def of(cls, limit: int | None, what: str) -> ItemBudget | None:
+        """A budget of `limit` `what`s; None (no bound) when `limit` is None."""
+        return None if limit is None else cls(limit, what)
+
     def take(self, count: int) -> None:
         if count > self._left:
             raise TooManyItems(

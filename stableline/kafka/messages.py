@@ -222,11 +222,6 @@ def write_api_versions(version: int, error: ErrorCode = ErrorCode.NONE) -> bytes
     return writer.getvalue()
 
 
-def _budget(limit: int | None, what: str) -> ItemBudget | None:
-    """The bound on the `what` of one request (None: unbounded, as in codec tests)."""
-    return None if limit is None else ItemBudget(limit, what)
-
-
 # ------------------------------------------------------------------ Metadata
 
 
@@ -240,7 +235,9 @@ def read_metadata(
     reader: Reader, version: int, max_partitions: int | None = None
 ) -> MetadataRequest:
     """`max_partitions`: the most topics it may name (TooManyItems past it)."""
-    topics = reader.nullable_array(lambda r: r.string(), budget=_budget(max_partitions, "topics"))
+    topics = reader.nullable_array(
+        lambda r: r.string(), budget=ItemBudget.of(max_partitions, "topics")
+    )
     if version == 0 and topics == []:
         topics = None  # v0 asks for all with an empty list
     auto_create = reader.boolean() if version >= 4 else True
@@ -348,8 +345,8 @@ def read_produce(reader: Reader, version: int, max_partitions: int | None = None
     def partition(r: Reader) -> ProducePartition:
         return ProducePartition(r.int32(), r.nullable_bytes())
 
-    topic_budget = _budget(max_partitions, "topics")
-    partition_budget = _budget(max_partitions, "partitions")
+    topic_budget = ItemBudget.of(max_partitions, "topics")
+    partition_budget = ItemBudget.of(max_partitions, "partitions")
     topics = reader.array(
         lambda r: ProduceTopic(r.string(), r.array(partition, budget=partition_budget)),
         budget=topic_budget,
@@ -426,8 +423,8 @@ def read_fetch(reader: Reader, version: int, max_partitions: int | None = None) 
             r.int64()  # follower's log start offset
         return FetchPartition(index, offset, r.int32())
 
-    topic_budget = _budget(max_partitions, "topics")
-    partition_budget = _budget(max_partitions, "partitions")
+    topic_budget = ItemBudget.of(max_partitions, "topics")
+    partition_budget = ItemBudget.of(max_partitions, "partitions")
     topics = reader.array(
         lambda r: FetchTopic(r.string(), r.array(partition, budget=partition_budget)),
         budget=topic_budget,
@@ -503,8 +500,8 @@ def read_list_offsets(
             r.int32()  # current leader epoch
         return index, r.int64()
 
-    topic_budget = _budget(max_partitions, "topics")
-    partition_budget = _budget(max_partitions, "partitions")
+    topic_budget = ItemBudget.of(max_partitions, "topics")
+    partition_budget = ItemBudget.of(max_partitions, "partitions")
     topics = reader.array(
         lambda r: (r.string(), r.array(partition, budget=partition_budget)), budget=topic_budget
     )

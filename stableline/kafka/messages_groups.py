@@ -242,8 +242,12 @@ class OffsetCommitRequest:
     offsets: tuple[PartitionOffset, ...]
 
 
-def read_offset_commit(reader: Reader, version: int) -> OffsetCommitRequest:
+def read_offset_commit(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> OffsetCommitRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     group_id = reader.string()
+    partitions = ItemBudget.of(max_partitions, "partitions")
     generation_id = reader.int32() if version >= 1 else -1
     member_id = reader.string() if version >= 1 else ""
     group_instance_id = reader.nullable_string() if version >= 7 else None
@@ -261,9 +265,9 @@ def read_offset_commit(reader: Reader, version: int) -> OffsetCommitRequest:
                 pr.int64()  # commit timestamp
             return PartitionOffset(name, index, offset, pr.nullable_string())
 
-        return r.array(partition)
+        return r.array(partition, budget=partitions)
 
-    topics = reader.array(topic)
+    topics = reader.array(topic, budget=ItemBudget.of(max_partitions, "topics"))
     offsets = tuple(offset for partitions in topics for offset in partitions)
     return OffsetCommitRequest(group_id, generation_id, member_id, group_instance_id, offsets)
 
@@ -302,8 +306,8 @@ def read_offset_fetch(
 ) -> OffsetFetchRequest:
     """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     group_id = reader.string()
-    topics_bound = None if max_partitions is None else ItemBudget(max_partitions, "topics")
-    bound = None if max_partitions is None else ItemBudget(max_partitions, "partitions")
+    topics_bound = ItemBudget.of(max_partitions, "topics")
+    bound = ItemBudget.of(max_partitions, "partitions")
     topics = reader.nullable_array(
         lambda r: (r.string(), r.array(Reader.int32, budget=bound)), budget=topics_bound
     )
