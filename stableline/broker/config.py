@@ -33,9 +33,9 @@ class BrokerConfig:
     kafka_max_group_members_total: int = 100_000
     kafka_group_initial_rebalance_delay_ms: int = 3000
     # Topics, and partitions, one Kafka request (Fetch, Produce, ListOffsets, Metadata,
-    # OffsetFetch) may name; past it the request is refused unread and its connection
-    # closed, as a request that does not parse is. A partition named twice in one
-    # request is answered once.
+    # the offset commits and fetches, AddPartitionsToTxn, CreateTopics, DeleteTopics)
+    # may name; past it the request is refused unread and its connection closed, as
+    # a request that does not parse is.
     kafka_max_partitions_per_request: int = 10_000
     # Bytes the compressed records of one Kafka Produce may inflate to, all its batches
     # and partitions together, each record also charged for the objects it becomes;

@@ -38,7 +38,7 @@ class RequestScope:
     client_id: str | None
     # Topic -> its partition count as the metadata store said, read this request.
     read_counts: dict[TopicName, int] = field(default_factory=dict)
-    # Error name -> partitions refused with it.
+    # Error name -> partitions (or topics) refused with it.
     refused: dict[str, int] = field(default_factory=dict)
     # The first few distinct reasons, for the operator.
     reasons: list[str] = field(default_factory=list)
@@ -55,10 +55,8 @@ class RequestScope:
         total = sum(self.refused.values())
         counts = ", ".join(f"{error} x{count}" for error, count in sorted(self.refused.items()))
         reasons = "; ".join(self.reasons)
-        return (
-            f"kafka: {self.api} from client {self.client_id!r}: {total} "
-            f"partition{'s' if total != 1 else ''} refused ({counts}): {reasons}"
-        )
+        # "refused" counts partitions (topics in CreateTopics, DeleteTopics, Metadata).
+        return f"kafka: {self.api} from client {self.client_id!r}: {total} refused ({counts}): {reasons}"
 
 
 CURRENT_REQUEST: ContextVar[RequestScope | None] = ContextVar(
