@@ -28,7 +28,7 @@ from stableline.kafka.api_metadata import MetadataApis
 from stableline.kafka.api_produce import ProduceApis
 from stableline.kafka.api_topics import TopicsApis
 from stableline.kafka.api_txn import TransactionApis
-from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.codec import Reader, TooManyItems, Writer
 from stableline.kafka.request_scope import CURRENT_REQUEST, RequestScope
 from stableline.kafka.sasl import SASL_APIS, KafkaSession
 from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
@@ -85,6 +85,9 @@ class KafkaRequestHandler(
         token = CURRENT_REQUEST.set(scope)
         try:
             return await self._handlers[header.api_key](reader, header)
+        except TooManyItems as error:
+            # Refused unread: the listener closes the connection with one line.
+            raise TooManyItems(f"{scope.api}: {error} (kafka_max_partitions_per_request)") from None
         finally:
             CURRENT_REQUEST.reset(token)
             summary = scope.summary()
