@@ -92,7 +92,7 @@ class KafkaSettings:
 
     @property
     def produce_inflation_budget(self) -> int:
-        """Bytes of decoded records one Produce may cost (see produce_budget.py)."""
+        """Bytes of decoded records one Produce may cost (compression.InflationBudget)."""
         return self.max_produce_inflated_bytes or self.max_records_bytes
 
 
