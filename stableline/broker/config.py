@@ -32,6 +32,16 @@ class BrokerConfig:
     kafka_max_group_members: int = 1000
     kafka_max_group_members_total: int = 100_000
     kafka_group_initial_rebalance_delay_ms: int = 3000
+    # Topics, and partitions, one Kafka request (Fetch, Produce, ListOffsets, Metadata,
+    # the offset commits and fetches, AddPartitionsToTxn, CreateTopics, DeleteTopics)
+    # may name; past it the request is refused unread and its connection closed, as
+    # a request that does not parse is.
+    kafka_max_partitions_per_request: int = 10_000
+    # Bytes the compressed records of one Kafka Produce may inflate to, all its batches
+    # and partitions together, each record also charged for the objects it becomes;
+    # past it the whole Produce is refused (MESSAGE_TOO_LARGE), nothing written, the
+    # rest never inflated. 0: 16 x max_message_size, at least 64 MiB.
+    kafka_max_produce_inflated_bytes: int = 0
     # Largest message payload a producer may send, and largest batch entry.
     max_message_size: int = 5 * 1024 * 1024
     # Limits and back-pressure (Pulsar's names in brackets); each bounds a queue.
@@ -236,6 +246,7 @@ def load_config(
         ("inactive_topic_unload_s", config.inactive_topic_unload_s),
         ("max_topics_per_namespace", config.max_topics_per_namespace),
         ("kafka_group_initial_rebalance_delay_ms", config.kafka_group_initial_rebalance_delay_ms),
+        ("kafka_max_produce_inflated_bytes", config.kafka_max_produce_inflated_bytes),
     ):
         if value < 0:
             raise ValueError(
@@ -308,4 +319,5 @@ LIMIT_KEYS = (
     "kafka_max_groups",
     "kafka_max_group_members",
     "kafka_max_group_members_total",
+    "kafka_max_partitions_per_request",
 )

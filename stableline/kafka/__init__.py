@@ -75,6 +75,8 @@ async def start_kafka(
             ),
             node_id=node_id,
             max_partitions=config.max_num_partitions_per_partitioned_topic,
+            max_partitions_per_request=config.kafka_max_partitions_per_request,
+            max_produce_inflated_bytes=config.kafka_max_produce_inflated_bytes,
         ),
         coordinators,
         partitioned=partitioned,

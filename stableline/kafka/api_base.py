@@ -50,6 +50,7 @@ from stableline.kafka.fetch_levels import ClientIsolationLevels
 from stableline.kafka.group_coordinator import GroupLimits
 from stableline.kafka.producer_ids import ProducerIdAllocator
 from stableline.kafka.records import DEFAULT_MAX_RECORDS_BYTES
+from stableline.kafka.request_scope import CURRENT_REQUEST
 from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 from stableline.metadata import BrokerInfo
 from stableline.partitions import NOT_PARTITIONED, partition_topic
@@ -83,6 +84,16 @@ class KafkaSettings:
     node_id: int = 0
     # max_num_partitions_per_partitioned_topic (0: no limit).
     max_partitions: int = 0
+    # Topics, and partitions, one request may name (kafka_max_partitions_per_request).
+    max_partitions_per_request: int = 10_000
+    # What the compressed records of one Produce may inflate to, all its batches
+    # together (kafka_max_produce_inflated_bytes; 0: max_records_bytes).
+    max_produce_inflated_bytes: int = 0
+
+    @property
+    def produce_inflation_budget(self) -> int:
+        """Bytes of decoded records one Produce may cost (compression.InflationBudget)."""
+        return self.max_produce_inflated_bytes or self.max_records_bytes
 
 
 class CoordinatorNodeUnavailable(Exception):
@@ -209,7 +220,14 @@ class KafkaApiBase:
         if self._partitioned is None:
             return NOT_PARTITIONED
         if read:
-            return await self._partitioned.read_partitions(name)
+            # Once per topic a request, however many of its partitions it names.
+            scope = CURRENT_REQUEST.get()
+            if scope is None:
+                return await self._partitioned.read_partitions(name)
+            count = scope.read_counts.get(name)
+            if count is None:
+                count = scope.read_counts[name] = await self._partitioned.read_partitions(name)
+            return count
         return self._partitioned.partitions(name)
 
     async def _partition_name(self, kafka_name: str, partition: int) -> TopicName | None:
@@ -243,8 +261,7 @@ class KafkaApiBase:
             return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         why = self._refusal(action, name)
         if why is not None:
-            log.info("kafka: %s", why)
-            return m.ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return self._refused(m.ErrorCode.TOPIC_AUTHORIZATION_FAILED, why)
         try:
             if stable:
                 return await self._registry.get_stable(name)
@@ -259,8 +276,18 @@ class KafkaApiBase:
         except TransactionBufferNotReadyError as error:
             # What Kafka answers for a partition this broker cannot serve yet (its log
             # still loading): clients refresh metadata, back off and retry.
-            log.info("kafka: %s", error)
-            return m.ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return self._refused(m.ErrorCode.NOT_LEADER_OR_FOLLOWER, str(error))
+
+    @staticmethod
+    def _refused(code: m.ErrorCode, why: str) -> m.ErrorCode:
+        """`code`, noted with its reason: in the request's one summary line
+        (request_scope.py), or logged at once outside a request."""
+        scope = CURRENT_REQUEST.get()
+        if scope is None:
+            log.info("kafka: %s", why)
+        else:
+            scope.note_refusal(code.name, why)
+        return code
 
 
 def kafka_node(info: BrokerInfo) -> m.BrokerInfo | None:

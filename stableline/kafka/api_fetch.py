@@ -1,5 +1,14 @@
 """Fetch and ListOffsets.
 
+A Fetch answers at most its max_bytes (capped by max_fetch_bytes: Kafka's
+fetch.max.bytes) over the whole answer, and each partition at most its own
+max_bytes: only the first batch of the first partition with data may be larger,
+so a reader always makes progress. Once the budget is spent, the partitions left
+are answered with their offsets and no records. A partition named twice is
+answered once (its first naming), and a request may name at most
+max_partitions_per_request topics and partitions (more: the request is refused
+unread, codec.TooManyItems).
+
 Fetch reads entries from the offset's position and serves each as one batch:
 READ_UNCOMMITTED up to the log end (high watermark), READ_COMMITTED up to the
 stable position (the last stable offset), with the aborted transactions that
@@ -25,6 +34,7 @@ from stableline.kafka.api_base import KafkaApiBase
 from stableline.kafka.codec import Reader
 from stableline.kafka.convert import entry_to_batch
 from stableline.kafka.producer_ids import sdk_txn_producer_id
+from stableline.kafka.request_scope import partitions_once
 
 # Entries read per Fetch partition at most (bytes bound it first, as a rule).
 _MAX_ENTRIES_PER_FETCH = 10_000
@@ -38,26 +48,33 @@ class FetchApis(KafkaApiBase):
     # ------------------------------------------------------------ Fetch
 
     async def _fetch(self, reader: Reader, header: m.RequestHeader) -> bytes:
-        request = m.read_fetch(reader, header.api_version)
+        request = m.read_fetch(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
         self._fetch_levels.record(header.client_id, request.isolation_level)
+        wanted = partitions_once(
+            ((t.name, t.partitions) for t in request.topics), lambda p: p.partition
+        )
         deadline = time.monotonic() + min(request.max_wait_ms / 1000, _MAX_WAIT_S)
         while True:
-            results, total = await self._fetch_once(request)
+            results, total = await self._fetch_once(request, wanted)
             remaining = deadline - time.monotonic()
             if total >= max(request.min_bytes, 1) or remaining <= 0:
                 break
-            if not await self._wait_for_data(request, remaining):
-                results, _ = await self._fetch_once(request)
+            if not await self._wait_for_data(wanted, remaining):
+                results, _ = await self._fetch_once(request, wanted)
                 break
         return m.write_fetch(header.api_version, results)
 
-    async def _wait_for_data(self, request: m.FetchRequest, timeout_s: float) -> bool:
+    async def _wait_for_data(
+        self, wanted: list[tuple[str, list[m.FetchPartition]]], timeout_s: float
+    ) -> bool:
         """Until an appended entry or the timeout (False); wakes on any fetched topic."""
         woken = asyncio.Event()
         ledgers = []
-        for topic_request in request.topics:
-            for partition in topic_request.partitions:
-                topic = await self._topic(topic_request.name, partition.partition)
+        for name, partitions in wanted:
+            for partition in partitions:
+                topic = await self._topic(name, partition.partition)
                 if not isinstance(topic, m.ErrorCode):
                     topic.ledger.add_listener(woken.set)
                     ledgers.append(topic.ledger)
@@ -70,23 +87,25 @@ class FetchApis(KafkaApiBase):
         return woken.is_set()
 
     async def _fetch_once(
-        self, request: m.FetchRequest
+        self, request: m.FetchRequest, wanted: list[tuple[str, list[m.FetchPartition]]]
     ) -> tuple[list[tuple[str, list[m.FetchPartitionResult]]], int]:
+        """The answer to `wanted` (each partition once) and its bytes of records."""
         results = []
         total = 0
         # A client's max_bytes up to the broker's max_fetch_bytes (Kafka's fetch.max.bytes
         # bounds it the same way): an answer is built in memory whole.
         cap = self._settings.max_fetch_bytes
         budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
-        for topic_request in request.topics:
+        for name, partitions in wanted:
             out = []
-            for partition in topic_request.partitions:
+            for partition in partitions:
                 result = await self._fetch_partition(
-                    topic_request.name, partition, request.isolation_level, budget - total
+                    name, partition, request.isolation_level, budget - total, first=total == 0
                 )
                 total += len(result.records)
                 out.append(result)
-            results.append((topic_request.name, out))
+            results.append((name, out))
+        assert total <= budget or sum(1 for _, out in results for r in out if r.records) <= 1
         return results, total
 
     async def _fetch_partition(
@@ -95,7 +114,10 @@ class FetchApis(KafkaApiBase):
         partition: m.FetchPartition,
         level: m.IsolationLevel,
         budget: int,
+        first: bool,
     ) -> m.FetchPartitionResult:
+        """`budget`: the bytes the answer has left; `first`: no partition before
+        this one had records, so its first batch goes out whatever its size."""
         index = partition.partition
         committed = level is m.IsolationLevel.READ_COMMITTED
         topic = await self._topic(kafka_name, index, stable=committed)
@@ -115,18 +137,21 @@ class FetchApis(KafkaApiBase):
         limit = last_stable if committed else high_watermark
         records: list[bytes] = []
         aborted: list[m.AbortedTransaction] | None = [] if committed else None
-        start = offsets.position_of(fetch_offset) if fetch_offset < limit else None
+        max_bytes = min(partition.max_bytes, budget)
+        # Nothing is read for a partition with no room left, unless it comes first.
+        wanted = fetch_offset < limit and (first or max_bytes > 0)
+        start = offsets.position_of(fetch_offset) if wanted else None
         if start is not None:
             bound = stable if committed else ledger.last_confirmed
-            max_bytes = max(1, min(partition.max_bytes, budget))
-            entries = ledger.read(start, _MAX_ENTRIES_PER_FETCH, bound, max_bytes)
+            entries = ledger.read(start, _MAX_ENTRIES_PER_FETCH, bound, max(1, max_bytes))
             size = 0
             for entry in entries:
                 base = offsets.base_of(entry)
                 if base >= limit:
                     break
                 batch = entry_to_batch(entry, base)
-                if records and size + len(batch) > max_bytes:
+                # Only the answer's very first batch may be larger than the room left.
+                if size + len(batch) > max_bytes and (records or not first):
                     break
                 records.append(batch)
                 size += len(batch)
@@ -164,10 +189,12 @@ class FetchApis(KafkaApiBase):
     # ------------------------------------------------------------ ListOffsets
 
     async def _list_offsets(self, reader: Reader, header: m.RequestHeader) -> bytes:
-        request = m.read_list_offsets(reader, header.api_version)
+        request = m.read_list_offsets(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
         committed = request.isolation_level is m.IsolationLevel.READ_COMMITTED
         results = []
-        for name, partitions in request.topics:
+        for name, partitions in partitions_once(request.topics, lambda p: p[0]):
             out = []
             for index, timestamp in partitions:
                 topic = await self._topic(name, index, stable=committed)

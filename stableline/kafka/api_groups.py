@@ -198,7 +198,7 @@ class GroupApis(KafkaApiBase):
 
     async def _offset_commit(self, reader: Reader, header: m.RequestHeader) -> bytes:
         version = header.api_version
-        request = mg.read_offset_commit(reader, version)
+        request = mg.read_offset_commit(reader, version, self._settings.max_partitions_per_request)
         error = await self._group_error(request.group_id)
         if error is m.ErrorCode.NONE:
             error = self.group_coordinator.check_commit(
@@ -224,7 +224,7 @@ class GroupApis(KafkaApiBase):
 
     async def _offset_fetch(self, reader: Reader, header: m.RequestHeader) -> bytes:
         version = header.api_version
-        request = mg.read_offset_fetch(reader, version)
+        request = mg.read_offset_fetch(reader, version, self._settings.max_partitions_per_request)
         error = await self._group_error(request.group_id)
         if error is not m.ErrorCode.NONE:
             failed = mg.FetchedOffset(-1, "", error)

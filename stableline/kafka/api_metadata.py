@@ -48,7 +48,9 @@ class MetadataApis(KafkaApiBase):
     # ------------------------------------------------------------ Metadata
 
     async def _metadata(self, reader: Reader, header: m.RequestHeader) -> bytes:
-        request = m.read_metadata(reader, header.api_version)
+        request = m.read_metadata(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
         topics: list[m.TopicMetadata] = []
         if request.topics is None:
             for short in self._kafka_topics():
@@ -57,7 +59,7 @@ class MetadataApis(KafkaApiBase):
                     # The counts as last seen: the listing came from the same copy.
                     topics.append(await self._topic_metadata(short, False, read=False))
         else:
-            for short in request.topics:
+            for short in dict.fromkeys(request.topics):  # a topic named twice, once
                 topics.append(await self._topic_metadata(short, request.allow_auto_topic_creation))
         nodes = self._live_nodes()
         # Any broker creates and deletes topics; the lowest id is named so that every
@@ -96,8 +98,8 @@ class MetadataApis(KafkaApiBase):
             return m.TopicMetadata(short, m.ErrorCode.INVALID_TOPIC_EXCEPTION, [])
         why = self._refusal(Action.LOOKUP, name)
         if why is not None:
-            log.info("kafka: %s", why)
-            return m.TopicMetadata(short, m.ErrorCode.TOPIC_AUTHORIZATION_FAILED, [])
+            error = self._refused(m.ErrorCode.TOPIC_AUTHORIZATION_FAILED, why)
+            return m.TopicMetadata(short, error, [])
         try:
             count = await self._partition_count(name, read=read)
             if count != NOT_PARTITIONED:
@@ -118,8 +120,8 @@ class MetadataApis(KafkaApiBase):
             ]
         except TopicUnavailableError as error:
             # The cluster's metadata store cannot be read now: clients retry.
-            log.info("kafka: metadata of %s: %s", name, error)
-            return m.TopicMetadata(short, m.ErrorCode.LEADER_NOT_AVAILABLE, [])
+            code = self._refused(m.ErrorCode.LEADER_NOT_AVAILABLE, f"metadata of {name}: {error}")
+            return m.TopicMetadata(short, code, [])
         return m.TopicMetadata(short, m.ErrorCode.NONE, described)
 
     async def _partition_metadata(self, index: int, partition: TopicName) -> m.PartitionMetadata:

@@ -14,11 +14,21 @@ INVALID_TXN_STATE, and a batch claiming to be a control batch with INVALID_RECOR
 (markers are written by transaction ends alone). A Produce the broker's write
 gate refuses (a cluster broker fenced: write_gate.py) answers
 NOT_LEADER_OR_FOLLOWER, which Kafka producers retry.
+
+A Produce is decoded whole before any of it is written, under one
+InflationBudget (compression.py): what its records may cost decoded, all
+partitions together. Past it the request is refused whole, nothing written: each
+partition not refused for a reason of its own answers MESSAGE_TOO_LARGE, and the
+batches after the one that spent the budget are never inflated. Inflating and
+decoding run on a small pool of threads of their own, so the event loop (other
+connections, health checks) keeps running meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from managed_ledger import Position, TxnId
 from managed_ledger.errors import EntryTooLargeError, ManagedLedgerError
@@ -28,7 +38,7 @@ from stableline.broker.write_gate import BrokerFencedError
 from stableline.kafka import messages as m
 from stableline.kafka.api_base import KafkaApiBase
 from stableline.kafka.codec import MalformedRequest, Reader
-from stableline.kafka.compression import RecordsTooLarge, UnsupportedCompression
+from stableline.kafka.compression import InflationBudget, RecordsTooLarge, UnsupportedCompression
 from stableline.kafka.convert import InvalidRecord, batch_to_entries
 from stableline.kafka.producer_ids import producer_name
 from stableline.kafka.records import CorruptBatch, RecordBatch, decode_batches
@@ -37,6 +47,15 @@ from txnbuffer import TransactionEndedError
 
 log = logging.getLogger(__name__)
 
+# A partition of a Produce once decoded: its topic and batches, or its answer.
+_Decoded = m.ProducePartitionResult | tuple[Topic, list[RecordBatch]]
+
+# Threads inflating and decoding Produce records: few, so that many connections
+# decoding at once wait their turn rather than each holding a request's budget
+# of decoded records (and zlib, zstd and lz4 let the event loop run meanwhile).
+_DECODE_THREADS = 2
+_decoding = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="kafka-decode")
+
 
 class ProduceApis(KafkaApiBase):
     HANDLES = {m.ApiKey.PRODUCE: "_produce"}
@@ -44,36 +63,63 @@ class ProduceApis(KafkaApiBase):
     # ------------------------------------------------------------ Produce
 
     async def _produce(self, reader: Reader, header: m.RequestHeader) -> bytes | None:
-        request = m.read_produce(reader, header.api_version)
-        results: dict[str, list[m.ProducePartitionResult]] = {}
+        request = m.read_produce(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
+        budget = InflationBudget(self._settings.produce_inflation_budget)
+        # Every partition decoded (or refused) first: nothing is written unless the
+        # whole request fits its budget.
+        decoded: list[tuple[str, int, _Decoded]] = []
         for topic_data in request.topics:
-            out = results.setdefault(topic_data.name, [])
             for partition in topic_data.partitions:
                 if request.acks not in (0, 1, -1):
-                    out.append(
-                        m.ProducePartitionResult(partition.index, m.ErrorCode.INVALID_REQUIRED_ACKS)
+                    outcome = m.ProducePartitionResult(
+                        partition.index, m.ErrorCode.INVALID_REQUIRED_ACKS
                     )
-                    continue
+                else:
+                    outcome = await self._decode_partition(topic_data.name, partition, budget)
+                decoded.append((topic_data.name, partition.index, outcome))
+        results: dict[str, list[m.ProducePartitionResult]] = {}
+        for name, index, done in decoded:
+            out = results.setdefault(name, [])
+            if isinstance(done, m.ProducePartitionResult):
+                out.append(done)
+            elif budget.exhausted:
+                why = str(budget.refusal())
                 out.append(
-                    await self._produce_partition(
-                        topic_data.name, partition, request.transactional_id
-                    )
+                    m.ProducePartitionResult(index, m.ErrorCode.MESSAGE_TOO_LARGE, -1, -1, why)
+                )
+            else:
+                topic, batches = done
+                out.append(
+                    await self._produce_partition(index, topic, batches, request.transactional_id)
                 )
         if request.acks == 0:
             return None  # Kafka sends nothing back to acks=0
         return m.write_produce(header.api_version, results)
 
-    async def _produce_partition(
-        self, kafka_name: str, partition: m.ProducePartition, transactional_id: str | None
-    ) -> m.ProducePartitionResult:
+    async def _decode_partition(
+        self, kafka_name: str, partition: m.ProducePartition, budget: InflationBudget
+    ) -> _Decoded:
+        """The partition's topic and batches, decoded under the request's budget
+        (off the event loop), or the answer refusing them. Once the budget is spent,
+        nothing more is decoded."""
         index = partition.index
         topic = await self._topic(kafka_name, index, action=Action.PRODUCE)
         if isinstance(topic, m.ErrorCode):
             return m.ProducePartitionResult(index, topic)
         if len(partition.records or b"") > self._settings.max_message_bytes:
             return m.ProducePartitionResult(index, m.ErrorCode.MESSAGE_TOO_LARGE)
+        if budget.exhausted:
+            return topic, []  # answered with the request's refusal
         try:
-            batches = decode_batches(partition.records or b"", self._settings.max_records_bytes)
+            batches = await asyncio.get_running_loop().run_in_executor(
+                _decoding,
+                decode_batches,
+                partition.records or b"",
+                self._settings.max_records_bytes,
+                budget,
+            )
         except RecordsTooLarge as error:
             return m.ProducePartitionResult(
                 index, m.ErrorCode.MESSAGE_TOO_LARGE, error_message=str(error)
@@ -86,6 +132,15 @@ class ProduceApis(KafkaApiBase):
             return m.ProducePartitionResult(
                 index, m.ErrorCode.CORRUPT_MESSAGE, error_message=str(error)
             )
+        return topic, batches
+
+    async def _produce_partition(
+        self,
+        index: int,
+        topic: Topic,
+        batches: list[RecordBatch],
+        transactional_id: str | None,
+    ) -> m.ProducePartitionResult:
         first_offset = -1
         for batch in batches:
             if batch.control:

@@ -26,7 +26,6 @@ LEADER_NOT_AVAILABLE, which admin clients may retry.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 
 from stableline.broker.ownership import TopicUnavailableError
@@ -45,8 +44,6 @@ from stableline.kafka.codec import Reader
 from stableline.partitions import NOT_PARTITIONED, split_partition
 from stableline.topic_name import TopicName
 
-log = logging.getLogger(__name__)
-
 # A topic's copies: its owner's disk, one.
 REPLICATION_FACTOR = 1
 
@@ -57,7 +54,9 @@ class TopicsApis(KafkaApiBase):
     # ------------------------------------------------------------ CreateTopics
 
     async def _create_topics(self, reader: Reader, header: m.RequestHeader) -> bytes:
-        request = mt.read_create_topics(reader, header.api_version)
+        request = mt.read_create_topics(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
         asked = Counter(topic.name for topic in request.topics)
         results = []
         for topic in request.topics:
@@ -70,7 +69,7 @@ class TopicsApis(KafkaApiBase):
             else:
                 result = await self._create_topic(topic, request.validate_only)
             if result.error != m.ErrorCode.NONE:
-                log.info("kafka: CreateTopics %s: %s", topic.name, result.error_message)
+                self._refused(result.error, f"{topic.name}: {result.error_message}")
             results.append(result)
         return mt.write_create_topics(header.api_version, results)
 
@@ -155,12 +154,14 @@ class TopicsApis(KafkaApiBase):
     # ------------------------------------------------------------ DeleteTopics
 
     async def _delete_topics(self, reader: Reader, header: m.RequestHeader) -> bytes:
-        request = mt.read_delete_topics(reader, header.api_version)
+        request = mt.read_delete_topics(
+            reader, header.api_version, self._settings.max_partitions_per_request
+        )
         results = []
         for kafka_name in request.names:
             error, why = await self._delete_topic(kafka_name)
             if error != m.ErrorCode.NONE:
-                log.info("kafka: DeleteTopics %s: %s", kafka_name, why)
+                self._refused(error, f"{kafka_name}: {why}")
             results.append(mt.TopicResult(kafka_name, error, why))
         return mt.write_delete_topics(header.api_version, results)
 

@@ -154,7 +154,9 @@ class TransactionApis(KafkaApiBase):
 
     async def _add_partitions_to_txn(self, reader: Reader, header: m.RequestHeader) -> bytes:
         version = header.api_version
-        request = mt.read_add_partitions_to_txn(reader, version)
+        request = mt.read_add_partitions_to_txn(
+            reader, version, self._settings.max_partitions_per_request
+        )
         topics: dict[str, None] = {}
         refused: dict[tuple[str, int], m.ErrorCode] = {}
         for name, partitions in request.topics:
@@ -201,8 +203,7 @@ class TransactionApis(KafkaApiBase):
             return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         why = self._refusal(Action.PRODUCE, name)
         if why is not None:
-            log.info("kafka: %s", why)
-            return m.ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return self._refused(m.ErrorCode.TOPIC_AUTHORIZATION_FAILED, why)
         return str(name)
 
     # ------------------------------------------------------------ EndTxn
@@ -247,7 +248,9 @@ class TransactionApis(KafkaApiBase):
 
     async def _txn_offset_commit(self, reader: Reader, header: m.RequestHeader) -> bytes:
         version = header.api_version
-        request = mt.read_txn_offset_commit(reader, version)
+        request = mt.read_txn_offset_commit(
+            reader, version, self._settings.max_partitions_per_request
+        )
         error = await self._group_error(request.group_id)
         txn_id: TxnId | None = None
         if error is m.ErrorCode.NONE:

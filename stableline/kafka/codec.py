@@ -29,6 +29,38 @@ class MalformedRequest(ValueError):
     """The bytes do not parse as the schema says: the connection is closed."""
 
 
+class TooManyItems(MalformedRequest):
+    """A request whose arrays name more items together than its bound (a Fetch of
+    more partitions than the broker serves in one request): refused, as a request
+    that does not parse is, before the items are read."""
+
+
+class ItemBudget:
+    """How many items the arrays of one request may still hold together: each array
+    given it takes its length before any item is read, so a request past the bound
+    costs the broker one length, not a decoded list."""
+
+    __slots__ = ("_left", "_limit", "_what")
+
+    def __init__(self, limit: int, what: str) -> None:
+        assert limit >= 0
+        self._left = self._limit = limit
+        self._what = what
+
+    @classmethod
+    def of(cls, limit: int | None, what: str) -> ItemBudget | None:
+        """A budget of `limit` `what`s; None (no bound) when `limit` is None."""
+        return None if limit is None else cls(limit, what)
+
+    def take(self, count: int) -> None:
+        if count > self._left:
+            raise TooManyItems(
+                f"the request names more than {self._limit:,} {self._what}, "
+                f"this broker's bound for one request"
+            )
+        self._left -= count
+
+
 class Reader:
     """Reads one frame's bytes front to back."""
 
@@ -117,16 +149,29 @@ class Reader:
         length = self._length(compact, wide=True)
         return None if length < 0 else self.raw(length)
 
-    def nullable_array(self, item: Callable[[Reader], T], compact: bool = False) -> list[T] | None:
+    def nullable_array(
+        self,
+        item: Callable[[Reader], T],
+        compact: bool = False,
+        budget: ItemBudget | None = None,
+    ) -> list[T] | None:
+        """`budget`: the items the request may still name, taken before any is read."""
         length = self._length(compact, wide=True)
         if length < 0:
             return None
         if length > self.remaining:  # every item takes at least a byte
             raise MalformedRequest(f"array of {length} items in {self.remaining} bytes")
+        if budget is not None:
+            budget.take(length)
         return [item(self) for _ in range(length)]
 
-    def array(self, item: Callable[[Reader], T], compact: bool = False) -> list[T]:
-        value = self.nullable_array(item, compact)
+    def array(
+        self,
+        item: Callable[[Reader], T],
+        compact: bool = False,
+        budget: ItemBudget | None = None,
+    ) -> list[T]:
+        value = self.nullable_array(item, compact, budget)
         if value is None:
             raise MalformedRequest("null where an array is required")
         return value

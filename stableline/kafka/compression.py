@@ -6,6 +6,12 @@ hears UNSUPPORTED_COMPRESSION_TYPE) rather than stored unreadable. Inflation sto
 one byte past `limit` (RecordsTooLarge) instead of trusting the batch: a megabyte
 of any of them can stand for a gigabyte of zeros. Batches are served to fetchers
 uncompressed or gzipped, so only gzip is written.
+
+The bound is per request too: an InflationBudget, one per Produce, is what all its
+batches together may still cost decoded (their bytes, and each record the Python
+objects it becomes); a batch is inflated no further than what is left, so a
+request of many small bombs stops at the first that would pass it, and the rest
+are never inflated.
 """
 
 from __future__ import annotations
@@ -38,6 +44,40 @@ class RecordsTooLarge(ValueError):
 
 class CorruptCompression(ValueError):
     """Compressed records that do not inflate (the batch is corrupt)."""
+
+
+# What one decoded record costs beside its bytes: its Record, timestamp and value
+# objects (about 150 bytes measured for a one-byte value).
+RECORD_COST_BYTES = 160
+
+
+class InflationBudget:
+    """Bytes the decoded records of one request may still cost (RecordsTooLarge
+    past them); `exhausted` once a charge was refused, for good."""
+
+    __slots__ = ("exhausted", "left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        assert limit > 0
+        self.limit = limit
+        self.left = limit
+        self.exhausted = False
+
+    def charge(self, size: int) -> None:
+        if size > self.left:
+            raise self.refusal()
+        self.left -= size
+
+    def refusal(self) -> RecordsTooLarge:
+        """The error of a request past its budget (and the budget marked spent)."""
+        self.exhausted = True
+        self.left = 0
+        return RecordsTooLarge(
+            f"the records of this request decompress to more than {self.limit:,} bytes "
+            f"(kafka_max_produce_inflated_bytes, each record counted as "
+            f"{RECORD_COST_BYTES} bytes more): nothing of it was written; "
+            f"{_TOO_LARGE_ADVICE}, fewer per request (max.request.size)"
+        )
 
 
 def inflate(codec: Compression, data: bytes, limit: int) -> bytes:

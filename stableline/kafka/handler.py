@@ -28,7 +28,8 @@ from stableline.kafka.api_metadata import MetadataApis
 from stableline.kafka.api_produce import ProduceApis
 from stableline.kafka.api_topics import TopicsApis
 from stableline.kafka.api_txn import TransactionApis
-from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.codec import Reader, TooManyItems, Writer
+from stableline.kafka.request_scope import CURRENT_REQUEST, RequestScope
 from stableline.kafka.sasl import SASL_APIS, KafkaSession
 from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 
@@ -77,6 +78,22 @@ class KafkaRequestHandler(
         """A new connection's session: unauthenticated when authentication is on."""
         return KafkaSession(self._guard_for_sessions, peer)
 
+    async def _answer(self, reader: Reader, header: m.RequestHeader) -> bytes | None:
+        """Run one request in a scope of its own: what it reads of the metadata
+        store is read once, and what it is refused makes one log line."""
+        scope = RequestScope(m.ApiKey(header.api_key).name, header.client_id)
+        token = CURRENT_REQUEST.set(scope)
+        try:
+            return await self._handlers[header.api_key](reader, header)
+        except TooManyItems as error:
+            # Refused unread: the listener closes the connection with one line.
+            raise TooManyItems(f"{scope.api}: {error} (kafka_max_partitions_per_request)") from None
+        finally:
+            CURRENT_REQUEST.reset(token)
+            summary = scope.summary()
+            if summary is not None:
+                log.info("%s", summary)
+
     async def handle(self, frame: bytes, session: KafkaSession | None = None) -> bytes | None:
         """The response frame's body (header included); MalformedRequest when the
         request does not parse, ConnectionRefused when the session may not send it
@@ -106,7 +123,7 @@ class KafkaRequestHandler(
         elif header.api_key == m.ApiKey.SASL_AUTHENTICATE:
             body = session.authenticate(reader, header)
         else:
-            body = await self._handlers[header.api_key](reader, header)
+            body = await self._answer(reader, header)
         if body is None:
             return None
         return m.response_header(header) + body

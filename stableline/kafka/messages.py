@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.codec import ItemBudget, Reader, Writer
 
 
 class ApiKey(enum.IntEnum):
@@ -231,8 +231,13 @@ class MetadataRequest:
     allow_auto_topic_creation: bool
 
 
-def read_metadata(reader: Reader, version: int) -> MetadataRequest:
-    topics = reader.nullable_array(lambda r: r.string())
+def read_metadata(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> MetadataRequest:
+    """`max_partitions`: the most topics it may name (TooManyItems past it)."""
+    topics = reader.nullable_array(
+        lambda r: r.string(), budget=ItemBudget.of(max_partitions, "topics")
+    )
     if version == 0 and topics == []:
         topics = None  # v0 asks for all with an empty list
     auto_create = reader.boolean() if version >= 4 else True
@@ -332,14 +337,20 @@ class ProduceRequest:
     topics: list[ProduceTopic]
 
 
-def read_produce(reader: Reader, version: int) -> ProduceRequest:
+def read_produce(reader: Reader, version: int, max_partitions: int | None = None) -> ProduceRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     transactional_id = reader.nullable_string()
     acks, timeout_ms = reader.int16(), reader.int32()
 
     def partition(r: Reader) -> ProducePartition:
         return ProducePartition(r.int32(), r.nullable_bytes())
 
-    topics = reader.array(lambda r: ProduceTopic(r.string(), r.array(partition)))
+    topic_budget = ItemBudget.of(max_partitions, "topics")
+    partition_budget = ItemBudget.of(max_partitions, "partitions")
+    topics = reader.array(
+        lambda r: ProduceTopic(r.string(), r.array(partition, budget=partition_budget)),
+        budget=topic_budget,
+    )
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
 
@@ -392,7 +403,8 @@ class FetchRequest:
     topics: list[FetchTopic]
 
 
-def read_fetch(reader: Reader, version: int) -> FetchRequest:
+def read_fetch(reader: Reader, version: int, max_partitions: int | None = None) -> FetchRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     reader.int32()  # replica id
     max_wait_ms, min_bytes, max_bytes = reader.int32(), reader.int32(), reader.int32()
     level = reader.int8()
@@ -411,9 +423,18 @@ def read_fetch(reader: Reader, version: int) -> FetchRequest:
             r.int64()  # follower's log start offset
         return FetchPartition(index, offset, r.int32())
 
-    topics = reader.array(lambda r: FetchTopic(r.string(), r.array(partition)))
+    topic_budget = ItemBudget.of(max_partitions, "topics")
+    partition_budget = ItemBudget.of(max_partitions, "partitions")
+    topics = reader.array(
+        lambda r: FetchTopic(r.string(), r.array(partition, budget=partition_budget)),
+        budget=topic_budget,
+    )
     if version >= 7:
-        reader.array(lambda r: (r.string(), r.array(Reader.int32)))  # forgotten topics
+        # Forgotten topics: sessions are not kept, but they are read under the bound.
+        reader.array(
+            lambda r: (r.string(), r.array(Reader.int32, budget=partition_budget)),
+            budget=topic_budget,
+        )
     if version >= 11:
         reader.string()  # rack id
     return FetchRequest(max_wait_ms, min_bytes, max_bytes, IsolationLevel(level), topics)
@@ -466,7 +487,10 @@ class ListOffsetsRequest:
     topics: list[tuple[str, list[tuple[int, int]]]]  # name, [(partition, timestamp)]
 
 
-def read_list_offsets(reader: Reader, version: int) -> ListOffsetsRequest:
+def read_list_offsets(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> ListOffsetsRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     reader.int32()  # replica id
     level = reader.int8() if version >= 2 else 0
 
@@ -476,7 +500,11 @@ def read_list_offsets(reader: Reader, version: int) -> ListOffsetsRequest:
             r.int32()  # current leader epoch
         return index, r.int64()
 
-    topics = reader.array(lambda r: (r.string(), r.array(partition)))
+    topic_budget = ItemBudget.of(max_partitions, "topics")
+    partition_budget = ItemBudget.of(max_partitions, "partitions")
+    topics = reader.array(
+        lambda r: (r.string(), r.array(partition, budget=partition_budget)), budget=topic_budget
+    )
     return ListOffsetsRequest(IsolationLevel(1 if level == 1 else 0), topics)
 
 

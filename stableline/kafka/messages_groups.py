@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from stableline.kafka.codec import MalformedRequest, Reader, Writer
+from stableline.kafka.codec import ItemBudget, MalformedRequest, Reader, Writer
 from stableline.kafka.messages import ErrorCode
 
 T = TypeVar("T")
@@ -242,8 +242,12 @@ class OffsetCommitRequest:
     offsets: tuple[PartitionOffset, ...]
 
 
-def read_offset_commit(reader: Reader, version: int) -> OffsetCommitRequest:
+def read_offset_commit(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> OffsetCommitRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     group_id = reader.string()
+    partitions = ItemBudget.of(max_partitions, "partitions")
     generation_id = reader.int32() if version >= 1 else -1
     member_id = reader.string() if version >= 1 else ""
     group_instance_id = reader.nullable_string() if version >= 7 else None
@@ -261,9 +265,9 @@ def read_offset_commit(reader: Reader, version: int) -> OffsetCommitRequest:
                 pr.int64()  # commit timestamp
             return PartitionOffset(name, index, offset, pr.nullable_string())
 
-        return r.array(partition)
+        return r.array(partition, budget=partitions)
 
-    topics = reader.array(topic)
+    topics = reader.array(topic, budget=ItemBudget.of(max_partitions, "topics"))
     offsets = tuple(offset for partitions in topics for offset in partitions)
     return OffsetCommitRequest(group_id, generation_id, member_id, group_instance_id, offsets)
 
@@ -297,14 +301,25 @@ class OffsetFetchRequest:
     partitions: tuple[tuple[str, int], ...] | None  # None: every partition with an offset
 
 
-def read_offset_fetch(reader: Reader, version: int) -> OffsetFetchRequest:
+def read_offset_fetch(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> OffsetFetchRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     group_id = reader.string()
-    topics = reader.nullable_array(lambda r: (r.string(), r.array(Reader.int32)))
+    topics_bound = ItemBudget.of(max_partitions, "topics")
+    bound = ItemBudget.of(max_partitions, "partitions")
+    topics = reader.nullable_array(
+        lambda r: (r.string(), r.array(Reader.int32, budget=bound)), budget=topics_bound
+    )
     if topics is None:
         if version < 2:
             raise MalformedRequest("OffsetFetch asks for every topic (null) only from v2")
         return OffsetFetchRequest(group_id, None)
-    partitions = tuple((name, index) for name, indexes in topics for index in indexes)
+    # Each partition once, in the order first named (a partition named twice is
+    # answered once, as Kafka keys them).
+    partitions = tuple(
+        dict.fromkeys((name, index) for name, indexes in topics for index in indexes)
+    )
     return OffsetFetchRequest(group_id, partitions)
 
 

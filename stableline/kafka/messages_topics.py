@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.codec import ItemBudget, Reader, Writer
 from stableline.kafka.messages import ErrorCode
 
 # ------------------------------------------------------------------ CreateTopics
@@ -31,7 +31,11 @@ class CreateTopicsRequest:
     validate_only: bool
 
 
-def read_create_topics(reader: Reader, version: int) -> CreateTopicsRequest:
+def read_create_topics(
+    reader: Reader, version: int, max_topics: int | None = None
+) -> CreateTopicsRequest:
+    """`max_topics`: the most topics it may name (TooManyItems past it)."""
+
     def assignment(r: Reader) -> tuple[int, list[int]]:
         return r.int32(), r.array(Reader.int32)
 
@@ -43,7 +47,7 @@ def read_create_topics(reader: Reader, version: int) -> CreateTopicsRequest:
             r.string(), r.int32(), r.int16(), r.array(assignment), r.array(config)
         )
 
-    topics = reader.array(topic)
+    topics = reader.array(topic, budget=ItemBudget.of(max_topics, "topics"))
     timeout_ms = reader.int32()
     validate_only = reader.boolean() if version >= 1 else False
     return CreateTopicsRequest(topics, timeout_ms, validate_only)
@@ -79,8 +83,12 @@ class DeleteTopicsRequest:
     timeout_ms: int
 
 
-def read_delete_topics(reader: Reader, version: int) -> DeleteTopicsRequest:
-    return DeleteTopicsRequest(reader.array(lambda r: r.string()), reader.int32())
+def read_delete_topics(
+    reader: Reader, version: int, max_topics: int | None = None
+) -> DeleteTopicsRequest:
+    """`max_topics`: the most topics it may name (TooManyItems past it)."""
+    names = reader.array(lambda r: r.string(), budget=ItemBudget.of(max_topics, "topics"))
+    return DeleteTopicsRequest(names, reader.int32())
 
 
 def write_delete_topics(version: int, results: list[TopicResult]) -> bytes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stableline.kafka.codec import Reader, Writer
+from stableline.kafka.codec import ItemBudget, Reader, Writer
 from stableline.kafka.messages import ErrorCode
 
 # The first version whose clients understand PRODUCER_FENCED, by API (Kafka's
@@ -53,10 +53,17 @@ class AddPartitionsToTxnRequest:
     topics: list[tuple[str, list[int]]]  # (topic, partition indexes)
 
 
-def read_add_partitions_to_txn(reader: Reader, version: int) -> AddPartitionsToTxnRequest:
+def read_add_partitions_to_txn(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> AddPartitionsToTxnRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     transactional_id = reader.string()
     producer_id, producer_epoch = reader.int64(), reader.int16()
-    topics = reader.array(lambda r: (r.string(), r.array(Reader.int32)))
+    partitions = ItemBudget.of(max_partitions, "partitions")
+    topics = reader.array(
+        lambda r: (r.string(), r.array(Reader.int32, budget=partitions)),
+        budget=ItemBudget.of(max_partitions, "topics"),
+    )
     return AddPartitionsToTxnRequest(transactional_id, producer_id, producer_epoch, topics)
 
 
@@ -131,8 +138,12 @@ class TxnOffsetCommitRequest:
     offsets: list[TxnOffset]
 
 
-def read_txn_offset_commit(reader: Reader, version: int) -> TxnOffsetCommitRequest:
+def read_txn_offset_commit(
+    reader: Reader, version: int, max_partitions: int | None = None
+) -> TxnOffsetCommitRequest:
+    """`max_partitions`: the most topics, and partitions, it may name (TooManyItems)."""
     transactional_id, group_id = reader.string(), reader.string()
+    partitions = ItemBudget.of(max_partitions, "partitions")
     producer_id, producer_epoch = reader.int64(), reader.int16()
 
     def topic(r: Reader) -> list[TxnOffset]:
@@ -144,9 +155,10 @@ def read_txn_offset_commit(reader: Reader, version: int) -> TxnOffsetCommitReque
                 pr.int32()  # committed leader epoch: one leader per partition here
             return TxnOffset(name, index, offset, pr.nullable_string())
 
-        return r.array(partition)
+        return r.array(partition, budget=partitions)
 
-    offsets = [offset for each in reader.array(topic) for offset in each]
+    topics = reader.array(topic, budget=ItemBudget.of(max_partitions, "topics"))
+    offsets = [offset for each in topics for offset in each]
     return TxnOffsetCommitRequest(transactional_id, group_id, producer_id, producer_epoch, offsets)
 
 

@@ -18,8 +18,11 @@ import crc32c
 
 from stableline.kafka.codec import MalformedRequest, encode_varint
 from stableline.kafka.compression import (
+    RECORD_COST_BYTES,
     Compression,
     CorruptCompression,
+    InflationBudget,
+    RecordsTooLarge,
     deflate,
     inflate,
 )
@@ -170,11 +173,14 @@ def _decode_records(data: bytes, count: int, base_timestamp: int) -> tuple[Recor
 
 
 def decode_batches(
-    data: bytes, max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES
+    data: bytes,
+    max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES,
+    budget: InflationBudget | None = None,
 ) -> list[RecordBatch]:
     """Every batch of a Produce's records; CorruptBatch, MalformedRequest,
     UnsupportedCompression or RecordsTooLarge (a compressed batch's records
-    decompress past `max_records_bytes`) when one does not decode."""
+    decompress past `max_records_bytes`, or the batches together past what
+    `budget`, the request's, has left) when one does not decode."""
     batches: list[RecordBatch] = []
     at = 0
     view = memoryview(data)
@@ -198,11 +204,21 @@ def decode_batches(
             codec = Compression(attributes & _COMPRESSION_MASK)
         except ValueError:
             raise CorruptBatch(f"unknown compression {attributes & 7}") from None
-        records = _decode_records(
-            _inflate(codec, bytes(view[at + HEADER_SIZE : end]), max_records_bytes),
-            count,
-            first_ts,
-        )
+        limit = max_records_bytes
+        if budget is not None:
+            # The count is known before any byte is inflated: its objects first.
+            budget.charge(count * RECORD_COST_BYTES)
+            limit = min(limit, budget.left)
+        try:
+            raw = _inflate(codec, bytes(view[at + HEADER_SIZE : end]), limit)
+        except RecordsTooLarge:
+            if budget is not None and limit < max_records_bytes:
+                raise budget.refusal() from None
+            raise
+        if budget is not None:
+            budget.charge(len(raw))
+        records = _decode_records(raw, count, first_ts)
+        del raw
         batches.append(
             RecordBatch(
                 base_offset,
