@@ -259,7 +259,9 @@ def test_committed_offsets_come_back_the_same_and_a_new_member_resumes_after_the
 
 def test_a_commit_is_the_subscriptions_ack_and_a_stableline_consumer_moves_it(broker):
     values = [f"entry-{i}".encode() for i in range(10)]
-    confluent_produce(broker.bootstrap, "ledger", values)  # one batch: one entry
+    # One batch, one entry, whatever the load: the linger outlasts the loop and
+    # flush sends what waits.
+    confluent_produce(broker.bootstrap, "ledger", values, **{"linger.ms": 60_000})
     partition = [("ledger", 0)]
     commit_by_kafka_python(broker.bootstrap, "audit", {partition[0]: (6, "")})
     # A commit below the last one moves the acknowledgement back (Kafka replaces it).
