@@ -44,8 +44,9 @@ class BrokerConfig:
     kafka_max_produce_inflated_bytes: int = 0
     # One role's share of those (with authorization on; superusers have none): groups
     # it owns with members, and members in them (stableline/kafka/group_access.py).
-    kafka_max_groups_per_role: int = 1000
-    kafka_max_group_members_per_role: int = 10_000
+    # 0: a tenth of kafka_max_groups, of kafka_max_group_members_total.
+    kafka_max_groups_per_role: int = 0
+    kafka_max_group_members_per_role: int = 0
     # A member's session timeout must lie within these, else INVALID_SESSION_TIMEOUT
     # [group.min.session.timeout.ms, group.max.session.timeout.ms].
     kafka_group_min_session_timeout_ms: int = 1000
@@ -260,6 +261,8 @@ def load_config(
         ("max_topics_per_namespace", config.max_topics_per_namespace),
         ("kafka_group_initial_rebalance_delay_ms", config.kafka_group_initial_rebalance_delay_ms),
         ("kafka_max_produce_inflated_bytes", config.kafka_max_produce_inflated_bytes),
+        ("kafka_max_groups_per_role", config.kafka_max_groups_per_role),
+        ("kafka_max_group_members_per_role", config.kafka_max_group_members_per_role),
     ):
         if value < 0:
             raise ValueError(
@@ -333,8 +336,6 @@ LIMIT_KEYS = (
     "kafka_max_group_members",
     "kafka_max_group_members_total",
     "kafka_max_partitions_per_request",
-    "kafka_max_groups_per_role",
-    "kafka_max_group_members_per_role",
     "kafka_group_min_session_timeout_ms",
     "kafka_group_max_session_timeout_ms",
 )

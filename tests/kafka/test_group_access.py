@@ -146,8 +146,9 @@ def secure(tmp_path_factory) -> Iterator[SecureKafka]:
         extra_args=["--secure"],
         env={
             "STABLELINE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": str(INITIAL_REBALANCE_DELAY_MS),
-            "STABLELINE_KAFKA_MAX_GROUPS_PER_ROLE": str(GROUPS_PER_ROLE),
-            "STABLELINE_KAFKA_MAX_GROUP_MEMBERS_PER_ROLE": str(MEMBERS_PER_ROLE),
+            # Each role's share is a tenth of the totals.
+            "STABLELINE_KAFKA_MAX_GROUPS": str(10 * GROUPS_PER_ROLE),
+            "STABLELINE_KAFKA_MAX_GROUP_MEMBERS_TOTAL": str(10 * MEMBERS_PER_ROLE),
         },
     )
     process.start()
