@@ -134,7 +134,7 @@ class TransactionApis(KafkaApiBase):
         version = header.api_version
         request = m.read_init_producer_id(reader, version)
         if request.transactional_id is None:
-            producer_id = self._producer_ids.allocate()
+            producer_id = self._producer_ids.allocate(self._producer_role())
             return m.write_init_producer_id(version, m.ErrorCode.NONE, producer_id, 0)
         answer = await self._coordinate(
             lambda coordinator: coordinator.init_producer_id(
