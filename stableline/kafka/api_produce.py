@@ -7,8 +7,9 @@ producer "kafka-<id>" ("kafka-<id>.<epoch>" past epoch 0, whose sequences start
 again; "/<role>" after it with authentication on: producer_ids.producer_name),
 and its batches follow Kafka's rule (idempotence.py): an exact retry of one of its
 last five batches is answered with its first copy's offset, a gap or an older
-batch is OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written. An id this broker handed
-to another role is refused UNKNOWN_PRODUCER_ID. A transactional batch is appended into its producer's current
+batch is OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written; a producer's first batch
+on a partition must start at sequence 0, else UNKNOWN_PRODUCER_ID. An id this
+broker handed to another role is refused UNKNOWN_PRODUCER_ID. A transactional batch is appended into its producer's current
 stableline transaction (txn_coordinator.py names it: the transactional id's
 producer id and epoch, for a topic added to the transaction), so its records are
 visible to READ_COMMITTED readers only once that transaction commits; a fenced
@@ -190,6 +191,13 @@ class ProduceApis(KafkaApiBase):
                     if first_offset < 0:
                         first_offset = decision.base_offset
                     continue
+                if decision.verdict is Verdict.UNKNOWN_PRODUCER:
+                    return m.ProducePartitionResult(
+                        index,
+                        m.ErrorCode.UNKNOWN_PRODUCER_ID,
+                        error_message=f"no batch of producer id {batch.producer_id} here: its "
+                        f"first batch has sequence 0, not {batch.base_sequence}",
+                    )
                 if decision.verdict is Verdict.OUT_OF_ORDER:
                     return self._out_of_order(index, decision, batch.base_sequence)
             try:

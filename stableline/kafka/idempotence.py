@@ -10,10 +10,14 @@ Kafka is stricter, and so is this module, before anything is written:
 - a batch identical to one of the producer's last RECENT_BATCHES on the
   partition (same base and last sequence) is a retry: answered with the offset its
   first copy got, nothing written;
-- the next batch (base = last stored + 1) is written; so is any batch of a
-  producer the partition knows nothing of (Kafka's rule too: its state may have
-  been deleted with the log), and a batch of which only the first records were
+- the next batch (base = last stored + 1) is written; so is the first batch of
+  a producer the partition knows nothing of (base 0: a producer's sequences start
+  at 0 on each partition), and a batch of which only the first records were
   stored (an append that failed between its entries): the topic writes the rest;
+- a batch of a producer the partition knows nothing of that does not start at 0
+  is UNKNOWN_PRODUCER_ID (Kafka 2.x's answer; clients reset their sequences, as
+  after retention deleted what the producer wrote): no one can claim a high
+  sequence number under an id before its producer uses it;
 - anything else, a gap or an older batch, is OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 The last batches are kept in memory (`RecentBatches`, bounded). After a restart,
@@ -49,6 +53,7 @@ class Verdict(enum.Enum):
     WRITE = "write"
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out of order"
+    UNKNOWN_PRODUCER = "unknown producer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +98,9 @@ async def decide(
         for sent in batches:
             if (sent.base_sequence, sent.last_sequence) == (base, last):
                 return Decision(Verdict.DUPLICATE, sent.base_offset)
-    if stored < 0 or base == stored + 1 or base <= stored < last:
+    if stored < 0:
+        return Decision(Verdict.WRITE if base == 0 else Verdict.UNKNOWN_PRODUCER, expected=0)
+    if base == stored + 1 or base <= stored < last:
         return Decision(Verdict.WRITE)
     if batches is None and base <= last <= stored:
         offset = await _logged_batch(topic, producer, base, last)

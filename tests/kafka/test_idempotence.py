@@ -125,7 +125,8 @@ def test_ids_the_next_seconds_hand_out_cannot_be_poisoned(secure, producers):
     start_ms = int(window_s * 1000) - _ALLOCATOR_EPOCH_MS
     guesses = [(start_ms + ahead) << 20 | node << 10 for ahead in range(2000)]
     poison = b"".join(batch(guess, 1_000_000, b"poison") for guess in guesses)
-    attacker.produce("ledger", poison)
+    refused, _ = attacker.produce("ledger", poison)
+    assert refused == ErrorCode.UNKNOWN_PRODUCER_ID  # no first batch starts that high
     assert time.time() < window_s, "the poison took longer than the lead it had"
     while time.time() < window_s + 0.1:  # the attack's timing, not a synchronisation
         time.sleep(0.01)
@@ -167,6 +168,13 @@ def test_another_roles_producer_id_is_refused_and_its_owner_unharmed(producers):
     assert victim.produce("bound", batch(producer_id, 0, b"a", b"b")) == (0, 0)
     assert victim.produce("bound", batch(producer_id, 2, b"c")) == (0, 2)
     assert victim.end_offset("bound") == 3
+    # An id nobody was given: its first batch must start at sequence 0; one that
+    # does is the sender's own producer, apart from everyone else's.
+    guessed = producer_id ^ (1 << 30)
+    assert attacker.produce("bound", batch(guessed, 1_000_000, b"x"))[0] == (
+        ErrorCode.UNKNOWN_PRODUCER_ID
+    )
+    assert attacker.produce("bound", batch(guessed, 0, b"own")) == (0, 3)
     # Ids are random, not counted from the clock.
     ids = [victim.producer_id() for _ in range(5)]
     assert len(set(ids)) == 5 and all(0 < each < 2**61 for each in ids)
