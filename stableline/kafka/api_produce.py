@@ -8,7 +8,8 @@ again; "/<role>" after it with authentication on: producer_ids.producer_name),
 and its batches follow Kafka's rule (idempotence.py): an exact retry of one of its
 last five batches is answered with its first copy's offset, a gap or an older
 batch is OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written; a producer's first batch
-on a partition must start at sequence 0, else UNKNOWN_PRODUCER_ID. An id this
+on a partition must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (an id
+this broker gave the sender) or UNKNOWN_PRODUCER_ID (any other). An id this
 broker handed to another role is refused UNKNOWN_PRODUCER_ID. A transactional batch is appended into its producer's current
 stableline transaction (txn_coordinator.py names it: the transactional id's
 producer id and epoch, for a topic added to the transaction), so its records are
@@ -185,7 +186,12 @@ class ProduceApis(KafkaApiBase):
                         "InitProducerId gives one",
                     )
                 decision = await decide(
-                    self._recent_batches, topic, name, batch.base_sequence, last_sequence
+                    self._recent_batches,
+                    topic,
+                    name,
+                    batch.base_sequence,
+                    last_sequence,
+                    issued=issued_to == role,
                 )
                 if decision.verdict is Verdict.DUPLICATE:
                     if first_offset < 0:

@@ -15,9 +15,10 @@ Kafka is stricter, and so is this module, before anything is written:
   at 0 on each partition), and a batch of which only the first records were
   stored (an append that failed between its entries): the topic writes the rest;
 - a batch of a producer the partition knows nothing of that does not start at 0
-  is UNKNOWN_PRODUCER_ID (Kafka 2.x's answer; clients reset their sequences, as
-  after retention deleted what the producer wrote): no one can claim a high
-  sequence number under an id before its producer uses it;
+  is a gap (OUT_OF_ORDER_SEQUENCE_NUMBER) when this broker gave the id to the
+  sender, else UNKNOWN_PRODUCER_ID (Kafka 2.x's answer for a producer whose state
+  is gone; clients reset their sequences): no one can claim a high sequence number
+  under an id before its producer uses it;
 - anything else, a gap or an older batch, is OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 The last batches are kept in memory (`RecentBatches`, bounded). After a restart,
@@ -88,9 +89,10 @@ class RecentBatches:
 
 
 async def decide(
-    recent: RecentBatches, topic: Topic, producer: str, base: int, last: int
+    recent: RecentBatches, topic: Topic, producer: str, base: int, last: int, issued: bool
 ) -> Decision:
-    """What to do with a batch of `producer` numbered base..last (see the module)."""
+    """What to do with a batch of `producer` numbered base..last (see the module).
+    `issued`: this broker handed the producer's id to the sender."""
     await topic.buffer.wait_ready()  # recovery rebuilds the stored sequences
     stored = topic.buffer.producers.last(producer)
     batches = recent.of(str(topic.name), producer)
@@ -99,7 +101,9 @@ async def decide(
             if (sent.base_sequence, sent.last_sequence) == (base, last):
                 return Decision(Verdict.DUPLICATE, sent.base_offset)
     if stored < 0:
-        return Decision(Verdict.WRITE if base == 0 else Verdict.UNKNOWN_PRODUCER, expected=0)
+        if base == 0:
+            return Decision(Verdict.WRITE)
+        return Decision(Verdict.OUT_OF_ORDER if issued else Verdict.UNKNOWN_PRODUCER, expected=0)
     if base == stored + 1 or base <= stored < last:
         return Decision(Verdict.WRITE)
     if batches is None and base <= last <= stored:

@@ -165,6 +165,10 @@ def test_another_roles_producer_id_is_refused_and_its_owner_unharmed(producers):
     refused, _ = attacker.produce("bound", batch(producer_id, 1_000_000, b"poison"))
     assert refused == ErrorCode.UNKNOWN_PRODUCER_ID
     assert victim.end_offset("bound") == 0
+    # Its own id's first batch starting past 0 is a gap.
+    assert victim.produce("bound", batch(producer_id, 4, b"gap"))[0] == (
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    )
     assert victim.produce("bound", batch(producer_id, 0, b"a", b"b")) == (0, 0)
     assert victim.produce("bound", batch(producer_id, 2, b"c")) == (0, 2)
     assert victim.end_offset("bound") == 3
