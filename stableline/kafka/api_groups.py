@@ -86,7 +86,11 @@ class GroupApis(KafkaApiBase):
         return caller.role
 
     def _group_in_use(self, group_id: str) -> bool:
-        return self.group_coordinator.knows(group_id) or self.group_offsets.has_offsets(group_id)
+        return (
+            self.group_coordinator.knows(group_id)
+            or self.group_offsets.has_offsets(group_id)
+            or self._group_owners.claimed_lately(group_id)
+        )
 
     async def _group_access(self, group_id: str, claim: bool) -> m.ErrorCode:
         """GROUP_AUTHORIZATION_FAILED unless the caller may use the group: it owns it,

@@ -11,9 +11,10 @@ and a subscription is its consumers' business, so with authorization on:
   is answered, so it outlives restarts. Every group request of another role is
   refused GROUP_AUTHORIZATION_FAILED (DescribeGroups per group), and ListGroups
   shows a role only its own groups. Superuser roles may use every group and own
-  none. A group that has neither members nor committed offsets is unused: the
-  next role to claim it owns it (nothing of the old owner's is left to protect,
-  and a name is not kept from others for ever).
+  none. A group that has neither members nor committed offsets, nor was claimed
+  in the last CLAIM_HOLD_S (the claimant's join or commit may still be on its
+  way), is unused: the next role to claim it owns it (nothing of the old owner's
+  is left to protect, and a name is not kept from others for ever).
 - Each topic still needs its own grant: OffsetCommit and OffsetFetch answer
   TOPIC_AUTHORIZATION_FAILED per partition without consume on it (api_base's
   `_topic`), and a JoinGroup of the "consumer" protocol is refused
@@ -31,6 +32,7 @@ With authentication off nobody owns anything: every check passes.
 from __future__ import annotations
 
 import logging
+import time
 
 from managed_ledger import MetadataStore
 from stableline.kafka.codec import MalformedRequest, Reader
@@ -41,6 +43,8 @@ _OWNERS_DB = b"broker"
 _OWNER_PREFIX = "kafka-group-owner:"
 # The protocol type of Kafka consumers, whose metadata the broker can read.
 CONSUMER_PROTOCOL_TYPE = "consumer"
+# A claimed group counts as in use this long, whatever else shows it.
+CLAIM_HOLD_S = 30.0
 
 
 def subscribed_topics(metadata: bytes) -> list[str] | None:
@@ -87,15 +91,31 @@ def protocol_topics(protocol_type: str, protocols: tuple[tuple[str, bytes], ...]
 class GroupOwners:
     """The durable owner role of each group (see the module docstring)."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, hold_s: float = CLAIM_HOLD_S) -> None:
         self._store = store
+        self._hold_s = hold_s
+        # Groups claimed lately (monotonic time), oldest first.
+        self._fresh: dict[str, float] = {}
 
     def owner(self, group_id: str) -> str | None:
         raw = self._store.get(_OWNERS_DB, _OWNER_PREFIX + group_id)
         return None if raw is None else raw.decode()
 
+    def claimed_lately(self, group_id: str) -> bool:
+        claimed = self._fresh.get(group_id)
+        return claimed is not None and time.monotonic() - claimed < self._hold_s
+
     async def claim(self, group_id: str, role: str) -> None:
-        """`role` owns the group from now on; durable once this returns."""
+        """`role` owns the group from now on; durable once this returns. Seen by
+        other requests at once (before the fsync), so two roles never both claim."""
+        now = time.monotonic()
+        while self._fresh:
+            oldest, claimed = next(iter(self._fresh.items()))
+            if now - claimed < self._hold_s:
+                break
+            del self._fresh[oldest]
+        self._fresh.pop(group_id, None)
+        self._fresh[group_id] = now
         self._store.put(_OWNERS_DB, _OWNER_PREFIX + group_id, role.encode())
         await self._store.sync_async()
         log.info("kafka: group %r belongs to role %r", group_id, role)

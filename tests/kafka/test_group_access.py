@@ -10,7 +10,9 @@ group or member place."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -250,8 +252,8 @@ def test_a_role_with_no_grant_joins_no_consumer_group_and_a_reader_its_own(secur
     assert "readers" not in clients["victim"].list_groups()
     assert clients["victim"].join("readers", version=4).error_code == refused
     assert reader.leave("readers", first.member_id) == 0
-    # Once nobody uses it, another role may take the name.
-    assert clients["victim"].join("readers", version=4).error_code == (ErrorCode.MEMBER_ID_REQUIRED)
+    # Its last member gone, the group is still held by its claim for a while.
+    assert clients["victim"].join("readers", version=4).error_code == refused
 
 
 def test_one_role_cannot_fill_the_groups_or_members_of_everyone(secure, clients):
@@ -293,3 +295,23 @@ def test_consumer_subscriptions_are_read_and_junk_is_refused():
     assert "empty" in check_protocols("", (("range", subscription("a")),))
     assert "no protocol" in check_protocols("consumer", ())
     assert "not a consumer subscription" in check_protocols("consumer", (("range", b""),))
+
+
+async def test_an_unused_group_is_held_by_its_claim_then_free(tmp_path):
+    from managed_ledger import MetadataStore
+    from stableline.kafka.group_access import GroupOwners
+
+    store = MetadataStore(tmp_path / "store")
+    owners = GroupOwners(store, hold_s=0.2)
+    try:
+        assert owners.owner("g") is None and not owners.claimed_lately("g")
+        await owners.claim("g", "alice")
+        assert owners.owner("g") == "alice" and owners.claimed_lately("g")
+        deadline = time.monotonic() + 5
+        while owners.claimed_lately("g"):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert owners.owner("g") == "alice"  # durable; whether in use is the caller's
+        assert GroupOwners(store).owner("g") == "alice"
+    finally:
+        store.close()
