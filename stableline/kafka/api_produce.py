@@ -10,8 +10,10 @@ last five batches is answered with its first copy's offset, a gap or an older
 batch is OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written; a producer's first batch
 on a partition must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (an id
 this broker gave the sender) or UNKNOWN_PRODUCER_ID (any other). An id this
-broker handed to another role is refused UNKNOWN_PRODUCER_ID. A transactional batch is appended into its producer's current
-stableline transaction (txn_coordinator.py names it: the transactional id's
+broker handed to another role is refused UNKNOWN_PRODUCER_ID.
+
+A transactional batch is appended into its producer's current stableline
+transaction (txn_coordinator.py names it: the transactional id's
 producer id and epoch, for a topic added to the transaction), so its records are
 visible to READ_COMMITTED readers only once that transaction commits; a fenced
 epoch is refused with INVALID_PRODUCER_EPOCH, a topic not added with
