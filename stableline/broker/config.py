@@ -42,6 +42,15 @@ class BrokerConfig:
     # past it the whole Produce is refused (MESSAGE_TOO_LARGE), nothing written, the
     # rest never inflated. 0: 16 x max_message_size, at least 64 MiB.
     kafka_max_produce_inflated_bytes: int = 0
+    # One role's share of those (with authorization on; superusers have none): groups
+    # it owns with members, and members in them (stableline/kafka/group_access.py).
+    # 0: a tenth of kafka_max_groups, of kafka_max_group_members_total.
+    kafka_max_groups_per_role: int = 0
+    kafka_max_group_members_per_role: int = 0
+    # A member's session timeout must lie within these, else INVALID_SESSION_TIMEOUT
+    # [group.min.session.timeout.ms, group.max.session.timeout.ms].
+    kafka_group_min_session_timeout_ms: int = 1000
+    kafka_group_max_session_timeout_ms: int = 300_000
     # Largest message payload a producer may send, and largest batch entry.
     max_message_size: int = 5 * 1024 * 1024
     # Limits and back-pressure (Pulsar's names in brackets); each bounds a queue.
@@ -240,6 +249,11 @@ def load_config(
     for name in LIMIT_KEYS:
         if getattr(config, name) < 1:
             raise ValueError(f"config {name} must be >= 1, got {getattr(config, name)}")
+    if config.kafka_group_min_session_timeout_ms > config.kafka_group_max_session_timeout_ms:
+        raise ValueError(
+            "config kafka_group_min_session_timeout_ms must not exceed "
+            "kafka_group_max_session_timeout_ms"
+        )
     _check_cluster_settings(config)
     for name, value in (
         ("max_open_ledger_files", config.ledger.max_open_ledger_files),
@@ -247,6 +261,8 @@ def load_config(
         ("max_topics_per_namespace", config.max_topics_per_namespace),
         ("kafka_group_initial_rebalance_delay_ms", config.kafka_group_initial_rebalance_delay_ms),
         ("kafka_max_produce_inflated_bytes", config.kafka_max_produce_inflated_bytes),
+        ("kafka_max_groups_per_role", config.kafka_max_groups_per_role),
+        ("kafka_max_group_members_per_role", config.kafka_max_group_members_per_role),
     ):
         if value < 0:
             raise ValueError(
@@ -320,4 +336,6 @@ LIMIT_KEYS = (
     "kafka_max_group_members",
     "kafka_max_group_members_total",
     "kafka_max_partitions_per_request",
+    "kafka_group_min_session_timeout_ms",
+    "kafka_group_max_session_timeout_ms",
 )

@@ -72,6 +72,12 @@ async def start_kafka(
                 max_members_per_group=config.kafka_max_group_members,
                 max_members=config.kafka_max_group_members_total,
                 initial_rebalance_delay_ms=config.kafka_group_initial_rebalance_delay_ms,
+                max_groups_per_role=config.kafka_max_groups_per_role
+                or max(1, config.kafka_max_groups // 10),
+                max_members_per_role=config.kafka_max_group_members_per_role
+                or max(1, config.kafka_max_group_members_total // 10),
+                min_session_timeout_ms=config.kafka_group_min_session_timeout_ms,
+                max_session_timeout_ms=config.kafka_group_max_session_timeout_ms,
             ),
             node_id=node_id,
             max_partitions=config.max_num_partitions_per_partitioned_topic,

@@ -48,6 +48,7 @@ from stableline.broker.topic import Topic
 from stableline.kafka import messages as m
 from stableline.kafka.fetch_levels import ClientIsolationLevels
 from stableline.kafka.group_coordinator import GroupLimits
+from stableline.kafka.idempotence import RecentBatches
 from stableline.kafka.producer_ids import ProducerIdAllocator
 from stableline.kafka.records import DEFAULT_MAX_RECORDS_BYTES
 from stableline.kafka.request_scope import CURRENT_REQUEST
@@ -127,6 +128,7 @@ class KafkaApiBase:
         # Authentication and authorization (None, or disabled, when security is off).
         self._guard = guard if guard is not None and guard.enabled else None
         self._producer_ids = ProducerIdAllocator(settings.node_id)
+        self._recent_batches = RecentBatches()
         # The isolation level of each client id's latest Fetch (for group commits).
         self._fetch_levels = ClientIsolationLevels()
 
@@ -136,6 +138,11 @@ class KafkaApiBase:
     def _caller() -> Caller | None:
         """Who sent the request being answered: None with authentication off."""
         return CURRENT_CALLER.get()
+
+    def _producer_role(self) -> str:
+        """Whose Kafka producer ids the caller's are ("" with authentication off)."""
+        caller = self._caller()
+        return "" if self._guard is None or caller is None else caller.role
 
     def _refusal(self, action: Action, name: TopicName | None) -> str | None:
         """Why the caller may not do `action` (on `name`); None when it may."""

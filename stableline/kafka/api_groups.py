@@ -6,7 +6,9 @@ in memory); committed offsets are the acknowledgements of the group's stableline
 subscriptions (group_offsets.py, durable). FindCoordinator answers the broker
 _coordinator_node names for a group or a transactional id; the group APIs answer
 NOT_COORDINATOR for a group another broker coordinates. A group id must be a
-valid subscription name (stableline/names.py): else INVALID_GROUP_ID.
+valid subscription name (stableline/names.py): else INVALID_GROUP_ID. With
+authorization on, a group is its owner role's (group_access.py): other roles get
+GROUP_AUTHORIZATION_FAILED, ListGroups lists a role's own groups only.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 
 from stableline.broker.coordinators import Coordinators
 from stableline.broker.registry import TopicRegistry
+from stableline.broker.security.permissions import Action
 from stableline.kafka import messages as m
 from stableline.kafka import messages_groups as mg
 from stableline.kafka.api_base import CoordinatorNodeUnavailable, KafkaApiBase, KafkaSettings
 from stableline.kafka.client_address import client_host
 from stableline.kafka.codec import Reader
+from stableline.kafka.group_access import GroupOwners, check_protocols, protocol_topics
 from stableline.kafka.group_coordinator import GroupCoordinator, GroupState, JoinRequest
 from stableline.kafka.group_offsets import GroupOffsets, OffsetToCommit, check_group_id
 
@@ -55,9 +59,12 @@ class GroupApis(KafkaApiBase):
         self.group_coordinator = GroupCoordinator(settings.groups)
         # The internal API of committed offsets (a transactional commit uses it too).
         self.group_offsets = GroupOffsets(self._topic, registry.store)
+        self._group_owners = GroupOwners(registry.store)
 
-    async def _group_error(self, group_id: str) -> m.ErrorCode:
-        """INVALID_GROUP_ID, NOT_COORDINATOR (another broker's group), or NONE."""
+    async def _group_error(self, group_id: str, claim: bool = False) -> m.ErrorCode:
+        """INVALID_GROUP_ID, NOT_COORDINATOR (another broker's group),
+        GROUP_AUTHORIZATION_FAILED (another role's group), or NONE. `claim`: the
+        request makes the group the caller's when nobody uses it (group_access.py)."""
         error = check_group_id(group_id)
         if error is not m.ErrorCode.NONE:
             return error
@@ -68,7 +75,48 @@ class GroupApis(KafkaApiBase):
             return m.ErrorCode.COORDINATOR_NOT_AVAILABLE
         if coordinator.node_id != self._this_node().node_id:
             return m.ErrorCode.NOT_COORDINATOR
+        return await self._group_access(group_id, claim)
+
+    def _group_role(self) -> str | None:
+        """The role whose groups the caller uses: None for every group (a superuser,
+        or authorization off)."""
+        caller = self._caller()
+        if self._guard is None or caller is None or self._guard.is_superuser(caller.role):
+            return None
+        return caller.role
+
+    def _group_in_use(self, group_id: str) -> bool:
+        return (
+            self.group_coordinator.knows(group_id)
+            or self.group_offsets.has_offsets(group_id)
+            or self._group_owners.claimed_lately(group_id)
+        )
+
+    async def _group_access(self, group_id: str, claim: bool) -> m.ErrorCode:
+        """GROUP_AUTHORIZATION_FAILED unless the caller may use the group: it owns it,
+        or nobody uses it (then a claim makes it the caller's), or nobody owns the
+        group in use and the caller claims it (one from before authorization)."""
+        role = self._group_role()
+        if role is None:
+            return m.ErrorCode.NONE
+        owner = self._group_owners.owner(group_id)
+        if owner == role:
+            return m.ErrorCode.NONE
+        if self._group_in_use(group_id) and (owner is not None or not claim):
+            log.info(
+                "kafka: role %r refused group %r: it belongs to %s",
+                role,
+                group_id,
+                "another role" if owner is not None else "no role yet (a member claims it)",
+            )
+            return m.ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if claim:
+            await self._group_owners.claim(group_id, role)
         return m.ErrorCode.NONE
+
+    def _may_see_group(self, group_id: str) -> bool:
+        role = self._group_role()
+        return role is None or self._group_owners.owner(group_id) == role
 
     # ------------------------------------------------------------ FindCoordinator
 
@@ -109,6 +157,10 @@ class GroupApis(KafkaApiBase):
         version = header.api_version
         request = mg.read_join_group(reader, version)
         error = await self._group_error(request.group_id)
+        if error is m.ErrorCode.NONE:
+            error = self._join_refusal(request)
+        if error is m.ErrorCode.NONE:
+            error = await self._group_access(request.group_id, claim=True)
         if error is not m.ErrorCode.NONE:
             return mg.write_join_group(
                 version, mg.JoinGroupResponse(error, member_id=request.member_id)
@@ -125,6 +177,7 @@ class GroupApis(KafkaApiBase):
                 request.protocol_type,
                 request.protocols,
                 require_known_member_id=version >= 4,
+                role=self._group_role(),
             )
         )
         return mg.write_join_group(
@@ -141,6 +194,28 @@ class GroupApis(KafkaApiBase):
                 ),
             ),
         )
+
+    def _join_refusal(self, request: mg.JoinGroupRequest) -> m.ErrorCode:
+        """INCONSISTENT_GROUP_PROTOCOL for protocols no member could use,
+        GROUP_AUTHORIZATION_FAILED for a subscription to a topic the caller may not
+        consume; NONE. Decided before the group is touched."""
+        why = check_protocols(request.protocol_type, request.protocols)
+        if why is not None:
+            log.info("kafka: JoinGroup of group %r refused: %s", request.group_id, why)
+            return m.ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        if self._group_role() is None:
+            return m.ErrorCode.NONE
+        for kafka_name in sorted(protocol_topics(request.protocol_type, request.protocols)):
+            name = self._topic_name(kafka_name)
+            why = (
+                f"{kafka_name!r} is not a topic name"
+                if name is None
+                else self._refusal(Action.CONSUME, name)
+            )
+            if why is not None:
+                log.info("kafka: JoinGroup of group %r refused: %s", request.group_id, why)
+                return m.ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return m.ErrorCode.NONE
 
     # ------------------------------------------------------------ SyncGroup
 
@@ -199,7 +274,7 @@ class GroupApis(KafkaApiBase):
     async def _offset_commit(self, reader: Reader, header: m.RequestHeader) -> bytes:
         version = header.api_version
         request = mg.read_offset_commit(reader, version, self._settings.max_partitions_per_request)
-        error = await self._group_error(request.group_id)
+        error = await self._group_error(request.group_id, claim=True)
         if error is m.ErrorCode.NONE:
             error = self.group_coordinator.check_commit(
                 request.group_id,
@@ -246,6 +321,8 @@ class GroupApis(KafkaApiBase):
         described = []
         for group_id in mg.read_describe_groups(reader, version):
             error = await self._group_error(group_id)
+            if error is m.ErrorCode.NONE and not self._may_see_group(group_id):
+                error = m.ErrorCode.GROUP_AUTHORIZATION_FAILED
             if error is not m.ErrorCode.NONE:
                 described.append(mg.DescribedGroup(error, group_id, ""))
                 continue
@@ -291,4 +368,7 @@ class GroupApis(KafkaApiBase):
         }
         for group_id in self.group_offsets.groups_with_offsets():
             listed.setdefault(group_id, _NO_PROTOCOL)
-        return mg.write_list_groups(version, m.ErrorCode.NONE, sorted(listed.items()))
+        visible = [
+            (group_id, kind) for group_id, kind in listed.items() if self._may_see_group(group_id)
+        ]
+        return mg.write_list_groups(version, m.ErrorCode.NONE, sorted(visible))

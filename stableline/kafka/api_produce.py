@@ -4,9 +4,16 @@ Produce appends through Topic.publish, so Kafka records meet the same
 de-duplication, transaction buffer and subscriptions as SDK messages. An
 idempotent producer (producer id and sequence set) is the named stableline
 producer "kafka-<id>" ("kafka-<id>.<epoch>" past epoch 0, whose sequences start
-again): a retried batch is found as a duplicate and answered with its first
-copy's offset. A transactional batch is appended into its producer's current
-stableline transaction (txn_coordinator.py names it: the transactional id's
+again; "/<role>" after it with authentication on: producer_ids.producer_name),
+and its batches follow Kafka's rule (idempotence.py): an exact retry of one of its
+last five batches is answered with its first copy's offset, a gap or an older
+batch is OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written; a producer's first batch
+on a partition must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (an id
+this broker gave the sender) or UNKNOWN_PRODUCER_ID (any other). An id this
+broker handed to another role is refused UNKNOWN_PRODUCER_ID.
+
+A transactional batch is appended into its producer's current stableline
+transaction (txn_coordinator.py names it: the transactional id's
 producer id and epoch, for a topic added to the transaction), so its records are
 visible to READ_COMMITTED readers only once that transaction commits; a fenced
 epoch is refused with INVALID_PRODUCER_EPOCH, a topic not added with
@@ -40,6 +47,7 @@ from stableline.kafka.api_base import KafkaApiBase
 from stableline.kafka.codec import MalformedRequest, Reader
 from stableline.kafka.compression import InflationBudget, RecordsTooLarge, UnsupportedCompression
 from stableline.kafka.convert import InvalidRecord, batch_to_entries
+from stableline.kafka.idempotence import Decision, RecentBatches, SentBatch, Verdict, decide
 from stableline.kafka.producer_ids import producer_name
 from stableline.kafka.records import CorruptBatch, RecordBatch, decode_batches
 from stableline.kafka.txn_coordinator import TxnRefused, callers_transactional_id
@@ -59,6 +67,8 @@ _decoding = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="kafka-decode
 
 class ProduceApis(KafkaApiBase):
     HANDLES = {m.ApiKey.PRODUCE: "_produce"}
+    # The last batches of each idempotent producer (idempotence.py).
+    _recent_batches: RecentBatches
 
     # ------------------------------------------------------------ Produce
 
@@ -158,16 +168,46 @@ class ProduceApis(KafkaApiBase):
                 except TxnRefused as refused:
                     return m.ProducePartitionResult(index, refused.code, error_message=str(refused))
             idempotent = batch.producer_id >= 0 and batch.base_sequence >= 0
-            name = producer_name(batch.producer_id, batch.producer_epoch) if idempotent else ""
+            role = self._producer_role()
+            name = (
+                producer_name(batch.producer_id, batch.producer_epoch, role) if idempotent else ""
+            )
+            last_sequence = batch.base_sequence + batch.last_offset_delta
             if idempotent:
-                await topic.buffer.wait_ready()
-                last = topic.buffer.producers.last(name)
-                if last >= 0 and batch.base_sequence > last + 1:
+                issued_to = self._producer_ids.issued_to(batch.producer_id)
+                if issued_to is not None and issued_to != role:
+                    log.info(
+                        "kafka: role %r sent a batch under producer id %d, handed to another role",
+                        role,
+                        batch.producer_id,
+                    )
                     return m.ProducePartitionResult(
                         index,
-                        m.ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        error_message=f"expected sequence {last + 1}, got {batch.base_sequence}",
+                        m.ErrorCode.UNKNOWN_PRODUCER_ID,
+                        error_message=f"producer id {batch.producer_id} is not this role's: "
+                        "InitProducerId gives one",
                     )
+                decision = await decide(
+                    self._recent_batches,
+                    topic,
+                    name,
+                    batch.base_sequence,
+                    last_sequence,
+                    issued=issued_to == role,
+                )
+                if decision.verdict is Verdict.DUPLICATE:
+                    if first_offset < 0:
+                        first_offset = decision.base_offset
+                    continue
+                if decision.verdict is Verdict.UNKNOWN_PRODUCER:
+                    return m.ProducePartitionResult(
+                        index,
+                        m.ErrorCode.UNKNOWN_PRODUCER_ID,
+                        error_message=f"no batch of producer id {batch.producer_id} here: its "
+                        f"first batch has sequence 0, not {batch.base_sequence}",
+                    )
+                if decision.verdict is Verdict.OUT_OF_ORDER:
+                    return self._out_of_order(index, decision, batch.base_sequence)
             try:
                 entries = batch_to_entries(batch, name, txn_id)
             except InvalidRecord as error:
@@ -204,10 +244,25 @@ class ProduceApis(KafkaApiBase):
                 return m.ProducePartitionResult(
                     index, m.ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(error)
                 )
+            if idempotent:
+                self._recent_batches.add(
+                    str(topic.name), name, SentBatch(batch.base_sequence, last_sequence, base)
+                )
             if first_offset < 0:
                 first_offset = base
         return m.ProducePartitionResult(
             index, m.ErrorCode.NONE, first_offset, topic.ledger.offsets.start_offset()
+        )
+
+    @staticmethod
+    def _out_of_order(
+        index: int, decision: Decision, base_sequence: int
+    ) -> m.ProducePartitionResult:
+        return m.ProducePartitionResult(
+            index,
+            m.ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            error_message=f"expected sequence {decision.expected}, got {base_sequence} (only "
+            "an exact resend of one of the producer's last 5 batches is a duplicate)",
         )
 
     async def _transaction_of(

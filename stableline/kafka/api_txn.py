@@ -97,7 +97,8 @@ class TransactionApis(KafkaApiBase):
     # The consumer groups' APIs (api_groups.py), beside this group in the handler:
     # their committed offsets, and whether a group is coordinated here.
     group_offsets: GroupOffsets
-    _group_error: Callable[[str], Awaitable[m.ErrorCode]]
+    _group_error: Callable[..., Awaitable[m.ErrorCode]]
+    _group_access: Callable[[str, bool], Awaitable[m.ErrorCode]]
 
     async def _coordinate(
         self,
@@ -133,7 +134,7 @@ class TransactionApis(KafkaApiBase):
         version = header.api_version
         request = m.read_init_producer_id(reader, version)
         if request.transactional_id is None:
-            producer_id = self._producer_ids.allocate()
+            producer_id = self._producer_ids.allocate(self._producer_role())
             return m.write_init_producer_id(version, m.ErrorCode.NONE, producer_id, 0)
         answer = await self._coordinate(
             lambda coordinator: coordinator.init_producer_id(
@@ -230,6 +231,11 @@ class TransactionApis(KafkaApiBase):
         request = mt.read_add_offsets_to_txn(reader, header.api_version)
         if check_group_id(request.group_id) is not m.ErrorCode.NONE:
             return mt.write_add_offsets_to_txn(header.api_version, m.ErrorCode.INVALID_GROUP_ID)
+        # Another role's group is refused before the transaction takes it in (the
+        # claim is TxnOffsetCommit's, on the group's coordinator).
+        refused = await self._group_access(request.group_id, False)
+        if refused is not m.ErrorCode.NONE:
+            return mt.write_add_offsets_to_txn(header.api_version, refused)
         answer = await self._coordinate(
             lambda coordinator: coordinator.add_group(
                 callers_transactional_id(request.transactional_id),
@@ -251,7 +257,7 @@ class TransactionApis(KafkaApiBase):
         request = mt.read_txn_offset_commit(
             reader, version, self._settings.max_partitions_per_request
         )
-        error = await self._group_error(request.group_id)
+        error = await self._group_error(request.group_id, claim=True)
         txn_id: TxnId | None = None
         if error is m.ErrorCode.NONE:
             answer = await self._coordinate(

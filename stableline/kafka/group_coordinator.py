@@ -30,7 +30,11 @@ What is kept: only memory. A group with no member is forgotten at once (its
 committed offsets live in its subscriptions, group_offsets.py), and a restart
 forgets every group: members learn it from UNKNOWN_MEMBER_ID and join again.
 Bounded: at most `max_groups` groups with members, `max_members_per_group`
-members (and members awaiting their id) in each, `max_members` in all.
+members (and members awaiting their id) in each, `max_members` in all. A group
+made by a role (JoinRequest.role: with authorization on, the group's owner,
+group_access.py) counts against that role's shares, `max_groups_per_role` groups
+and `max_members_per_role` members, so one role cannot take every group or member
+place from the others; superusers (role None) count only against the totals.
 
 Every method runs on the event loop; timers are the loop's. No network code.
 """
@@ -75,10 +79,13 @@ class GroupLimits:
     max_members_per_group: int = 1000  # [Kafka: group.max.size]
     max_members: int = 100_000
     initial_rebalance_delay_ms: int = 3000  # [Kafka: group.initial.rebalance.delay.ms]
+    # One role's share of max_groups and max_members.
+    max_groups_per_role: int = 1000
+    max_members_per_role: int = 10_000
     # A member's session timeout must lie within these [group.min/max.session.timeout.ms;
-    # Kafka's minimum is 6 s].
+    # Kafka's are 6 s and 30 min: a member that vanishes holds its partitions that long].
     min_session_timeout_ms: int = 1000
-    max_session_timeout_ms: int = 1_800_000
+    max_session_timeout_ms: int = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,8 @@ class JoinRequest:
     protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), preferred first
     # JoinGroup v4+: a first join is answered MEMBER_ID_REQUIRED with its id.
     require_known_member_id: bool = True
+    # The role whose shares a group it makes counts against (None: only the totals).
+    role: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,8 @@ class _Member:
 @dataclass(slots=True, eq=False)
 class _Group:
     group_id: str
+    # The role whose shares this group and its members count against (None: none).
+    role: str | None = None
     state: GroupState = GroupState.EMPTY
     generation_id: int = 0
     protocol_type: str | None = None
@@ -216,6 +227,9 @@ class GroupCoordinator:
         self.limits = limits or GroupLimits()
         self._groups: dict[str, _Group] = {}
         self._member_count = 0  # members and pending member ids of every group
+        # Groups and members (pending ids included) counted against each role.
+        self._role_groups: dict[str, int] = {}
+        self._role_members: dict[str, int] = {}
 
     # ------------------------------------------------------------ views
 
@@ -249,6 +263,10 @@ class GroupCoordinator:
     def member_count(self) -> int:
         return self._member_count
 
+    def knows(self, group_id: str) -> bool:
+        """Whether the group has members (or member ids handed out) here."""
+        return group_id in self._groups
+
     # ------------------------------------------------------------ JoinGroup
 
     async def join(self, request: JoinRequest) -> JoinResult:
@@ -271,7 +289,19 @@ class GroupCoordinator:
                     len(self._groups),
                 )
                 return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            group = self._groups[request.group_id] = _Group(request.group_id)
+            role = request.role
+            if role is not None and self._role_groups.get(role, 0) >= limits.max_groups_per_role:
+                log.warning(
+                    "kafka: group %r refused: role %r has %d groups with members, the most "
+                    "kafka_max_groups_per_role allows",
+                    request.group_id,
+                    role,
+                    self._role_groups[role],
+                )
+                return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            group = self._groups[request.group_id] = _Group(request.group_id, role)
+            if role is not None:
+                self._role_groups[role] = self._role_groups.get(role, 0) + 1
         outcome = self._join(group, request)
         self._forget_if_empty(group)
         if isinstance(outcome, JoinResult):
@@ -302,12 +332,12 @@ class GroupCoordinator:
                 group.pending[new_id] = loop.call_later(
                     request.session_timeout_ms / 1000, self._expire_pending, group, new_id
                 )
-                self._member_count += 1
+                self._count_members(group, 1)
                 return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
             return self._add_member(group, new_id, request)
         if member_id in group.pending:
             group.pending.pop(member_id).cancel()
-            self._member_count -= 1
+            self._count_members(group, -1)
             return self._add_member(group, member_id, request)
         error = self._check_member(group, member_id, request.group_instance_id)
         if error is not ErrorCode.NONE:
@@ -341,7 +371,26 @@ class GroupCoordinator:
                 self._member_count,
             )
             return False
+        role = group.role
+        if role is not None and self._role_members.get(role, 0) >= limits.max_members_per_role:
+            log.warning(
+                "kafka: a member of group %r refused: role %r has %d members in its groups, "
+                "the most kafka_max_group_members_per_role allows",
+                request.group_id,
+                role,
+                self._role_members[role],
+            )
+            return False
         return True
+
+    def _count_members(self, group: _Group, delta: int) -> None:
+        self._member_count += delta
+        if group.role is not None:
+            count = self._role_members.get(group.role, 0) + delta
+            if count:
+                self._role_members[group.role] = count
+            else:
+                del self._role_members[group.role]
 
     @staticmethod
     def _supports(
@@ -368,7 +417,7 @@ class GroupCoordinator:
         if not group.members:
             group.protocol_type = request.protocol_type
         group.members[member_id] = member
-        self._member_count += 1
+        self._count_members(group, 1)
         if member.group_instance_id is not None:
             group.static_members[member.group_instance_id] = member_id
         if group.leader_id is None:
@@ -695,7 +744,7 @@ class GroupCoordinator:
                 member_id = existing
             elif member_id in group.pending:
                 group.pending.pop(member_id).cancel()
-                self._member_count -= 1
+                self._count_members(group, -1)
                 errors.append(ErrorCode.NONE)
                 continue
             else:
@@ -791,14 +840,14 @@ class GroupCoordinator:
     def _expire_pending(self, group: _Group, member_id: str) -> None:
         if not self._current(group) or group.pending.pop(member_id, None) is None:
             return
-        self._member_count -= 1
+        self._count_members(group, -1)
         if group.state is GroupState.PREPARING_REBALANCE and group.all_joined():
             self._complete_join(group)
         self._forget_if_empty(group)
 
     def _remove(self, group: _Group, member: _Member) -> None:
         del group.members[member.member_id]
-        self._member_count -= 1
+        self._count_members(group, -1)
         if member.expiry is not None:
             member.expiry.cancel()
             member.expiry = None
@@ -826,6 +875,12 @@ class GroupCoordinator:
             if timer is not None:
                 timer.cancel()
         del self._groups[group.group_id]
+        if group.role is not None:
+            left = self._role_groups[group.role] - 1
+            if left:
+                self._role_groups[group.role] = left
+            else:
+                del self._role_groups[group.role]
 
     def close(self) -> None:
         """The broker stops: every waiting request is answered NOT_COORDINATOR (the
@@ -841,3 +896,5 @@ class GroupCoordinator:
                 _answer(member.syncing, SyncResult(ErrorCode.NOT_COORDINATOR))
         self._groups.clear()
         self._member_count = 0
+        self._role_groups.clear()
+        self._role_members.clear()

@@ -224,7 +224,9 @@ class RawClient:
         return response_class.decode(frame[4:], version=version)
 
     def join(self, group: str, member_id: str = "", session_ms: int = 10_000):
-        protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")
+        # A ConsumerProtocolSubscription v0 of topic "ledger", as consumers send.
+        metadata = struct.pack(">hih", 0, 1, 6) + b"ledger" + struct.pack(">i", -1)
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=metadata)
         request = JoinGroupRequest(
             group_id=group,
             session_timeout_ms=session_ms,

@@ -273,3 +273,45 @@ async def test_close_answers_every_waiting_request_not_coordinator():
     await asyncio.sleep(0)
     coordinator.close()
     assert (await waiting).error is ErrorCode.NOT_COORDINATOR
+
+
+async def test_a_roles_share_of_groups_and_members_is_given_back_as_they_go() -> None:
+    from dataclasses import replace
+
+    coordinator = GroupCoordinator(
+        GroupLimits(initial_rebalance_delay_ms=0, max_groups_per_role=2, max_members_per_role=3)
+    )
+
+    def as_role(role: str | None, **kwargs) -> JoinRequest:
+        return replace(join_request(**kwargs), role=role)
+
+    pending = []
+    for group in ("a", "b"):
+        answer = await coordinator.join(as_role("alice", group=group))
+        assert answer.error is ErrorCode.MEMBER_ID_REQUIRED
+        pending.append((group, answer.member_id))
+    # A third group of alice's is refused; bob and superusers (None) are not.
+    assert (await coordinator.join(as_role("alice", group="c"))).error is (
+        ErrorCode.COORDINATOR_NOT_AVAILABLE
+    )
+    assert (await coordinator.join(as_role("bob", group="c"))).error is (
+        ErrorCode.MEMBER_ID_REQUIRED
+    )
+    assert (await coordinator.join(as_role(None, group="d"))).error is (
+        ErrorCode.MEMBER_ID_REQUIRED
+    )
+    # Members: alice has 2, one more fits, then her groups are full.
+    assert (await coordinator.join(as_role("alice", group="a"))).error is (
+        ErrorCode.MEMBER_ID_REQUIRED
+    )
+    assert (await coordinator.join(as_role("alice", group="b"))).error is (
+        ErrorCode.GROUP_MAX_SIZE_REACHED
+    )
+    # Leaving gives the places back: a group and a member.
+    group, member = pending[1]
+    assert coordinator.leave(group, [(member, None)]) == (NONE, [NONE])
+    assert not coordinator.knows("b")
+    assert (await coordinator.join(as_role("alice", group="c"))).error is (
+        ErrorCode.MEMBER_ID_REQUIRED
+    )
+    coordinator.close()

@@ -1,7 +1,12 @@
-"""Kafka producer ids: the three ranges stay apart, and idempotent producer ids handed
-out by two brokers of a cluster never meet."""
+"""Kafka producer ids: the three ranges stay apart, idempotent producer ids are
+random (not guessable) and never meet across the brokers of a cluster, and each is
+bound to the role that got it."""
 
 from __future__ import annotations
+
+import itertools
+
+import pytest
 
 from managed_ledger import TxnId
 from stableline.kafka.producer_ids import (
@@ -10,46 +15,48 @@ from stableline.kafka.producer_ids import (
     sdk_txn_producer_id,
     transactional_producer_id,
 )
+from stableline.names import InvalidNameError, check_name
 
 
-class FrozenClock:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self) -> float:
-        return self.seconds
-
-
-def test_two_brokers_in_the_same_millisecond_hand_out_different_ids() -> None:
-    clock = FrozenClock(1_800_000_000.0)
-    first, second = ProducerIdAllocator(0, clock), ProducerIdAllocator(1, clock)
-    ids_first = [first.allocate() for _ in range(100)]
-    ids_second = [second.allocate() for _ in range(100)]
+def test_ids_are_random_and_two_brokers_never_hand_out_the_same() -> None:
+    first, second = ProducerIdAllocator(0), ProducerIdAllocator(1)
+    ids_first = [first.allocate() for _ in range(1000)]
+    ids_second = [second.allocate() for _ in range(1000)]
     assert not set(ids_first) & set(ids_second)
+    assert len(set(ids_first)) == 1000
+    # Not counted from a clock: consecutive ids are far apart, in no order.
+    assert ids_first != sorted(ids_first)
+    assert min(abs(a - b) for a, b in itertools.pairwise(ids_first)) > 1 << 20
 
 
-def test_ids_increase_past_a_thousand_in_one_millisecond_and_a_clock_going_back() -> None:
-    clock = FrozenClock(1_800_000_000.0)
-    allocator = ProducerIdAllocator(3, clock)
-    ids = [allocator.allocate() for _ in range(3_000)]
-    clock.seconds -= 5.0
-    ids += [allocator.allocate() for _ in range(10)]
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)
-    other = ProducerIdAllocator(4, FrozenClock(1_800_000_000.0))
-    # Borrowing later milliseconds shifts into the time bits, never into the node's.
-    assert not set(ids) & {other.allocate() for _ in range(3_000)}
-
-
-def test_a_restart_later_starts_above_what_was_handed_out() -> None:
-    before = ProducerIdAllocator(2, FrozenClock(1_800_000_000.0))
-    last = [before.allocate() for _ in range(500)][-1]
-    after = ProducerIdAllocator(2, FrozenClock(1_800_000_000.002))
-    assert after.allocate() > last
+def test_an_id_is_bound_to_the_role_that_got_it_while_remembered() -> None:
+    allocator = ProducerIdAllocator(2, max_issued=3)
+    alice = allocator.allocate("alice")
+    assert allocator.issued_to(alice) == "alice"
+    assert allocator.issued_to(alice + 1) is None
+    for _ in range(3):
+        allocator.allocate("bob")
+    assert allocator.issued_to(alice) is None  # forgotten: bounded memory
 
 
 def test_the_three_ranges_do_not_meet() -> None:
-    idempotent = ProducerIdAllocator(1023).allocate()
+    allocator = ProducerIdAllocator(1023)
+    for _ in range(1000):
+        assert 0 < allocator.allocate() < transactional_producer_id(1)
     transactional = transactional_producer_id(1)
     sdk = sdk_txn_producer_id(TxnId(0, 1))
-    assert 0 < idempotent < transactional < sdk < 2**63
-    assert producer_name(idempotent) != producer_name(idempotent, 1)
+    assert transactional < sdk < 2**63
+
+
+def test_each_role_and_epoch_is_a_producer_of_its_own_no_grpc_name_can_take() -> None:
+    names = {
+        producer_name(7),
+        producer_name(7, 1),
+        producer_name(7, 0, "alice"),
+        producer_name(7, 0, "bob"),
+        producer_name(7, 1, "alice"),
+    }
+    assert len(names) == 5
+    assert producer_name(7) == "kafka-7"  # authentication off: as before
+    with pytest.raises(InvalidNameError):  # what a gRPC producer's name must pass
+        check_name("producer", producer_name(7, 0, "alice"))
