@@ -169,6 +169,9 @@ class ManagedLedger:
     def _recover(self) -> None:
         meta = self.store.get_json(LEDGERS_DB, self.name) or {"next_ledger_id": 0, "ledgers": []}
         self._next_ledger_id = meta["next_ledger_id"]
+        # Kept beside the list so that offsets go on from there once retention has
+        # deleted every entry that showed them (absent in lists older than it).
+        self.offsets.floor = meta.get("next_offset", 0)
         damaged_recorded = False
         for data in meta["ledgers"]:
             info = LedgerInfo.from_json(data)
@@ -186,6 +189,9 @@ class ManagedLedger:
                 continue
             self._ledgers[info.ledger_id] = info
             self._corrupt_entries += len(info.damaged)
+        if self._ledgers:
+            # Never at or below an id the list shows: a message id is never reused.
+            self._next_ledger_id = max(self._next_ledger_id, self._ledgers.peekitem(-1)[0] + 1)
         if damaged_recorded:
             self._persist_ledger_list()
         # A file the ledger list does not name was never acknowledged into: either a
@@ -237,11 +243,14 @@ class ManagedLedger:
         self.store.sync()
 
     def _put_ledger_list(self) -> None:
+        """One LMDB write: the ledgers, the next ledger id and the next offset, so a
+        list that retention shortened never lands without what it must not forget."""
         self.store.put_json(
             LEDGERS_DB,
             self.name,
             {
                 "next_ledger_id": self._next_ledger_id,
+                "next_offset": self.offsets.known_end(),
                 "ledgers": [info.to_json() for info in self._ledgers.values()],
             },
         )
@@ -788,6 +797,10 @@ class ManagedLedger:
             deleted.append(ledger_id)
         if not deleted:
             return deleted
+        # The log end is read while the entries that show it are still listed: the
+        # shorter list carries it (offsets.floor), so the next offset never goes
+        # back, even when the whole log is deleted.
+        self.offsets.floor = self.offsets.end_offset
         # The shorter list is durable before any file goes: a crash in between
         # leaves orphan files, which recovery removes, never a listed ledger
         # without its file.
