@@ -9,8 +9,12 @@ ledger reserves its share before it asks), and every writer gives back what it
 took without ever waiting on the budget itself, so no cycle can form.
 
 An append is let in when its bytes fit, or when nothing is queued at all (one
-entry larger than the whole budget still goes through, alone). Runs on one event
-loop (no locking).
+entry larger than the whole budget still goes through, alone). A reader of
+requests (a producer's stream) calls `wait_for_room()` before it reads the next
+one, so that while the budget is spent the requests stay with the client (flow
+control) instead of piling up in memory waiting for it [Pulsar stops reading
+from connections while its publish buffer is full]. Runs on one event loop (no
+locking).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ class PendingWriteBudget:
         self.max_bytes = max_bytes
         self.used_bytes = 0
         self._waiters: deque[tuple[int, asyncio.Future]] = deque()
+        # Readers waiting for the budget to have room again (wait_for_room).
+        self._room_waiters: list[asyncio.Future] = []
         self.waits = 0  # appends that had to wait (a counter)
 
     @property
@@ -57,6 +63,22 @@ class PendingWriteBudget:
                 self._grant()  # those behind it may fit now
             raise
 
+    @property
+    def has_room(self) -> bool:
+        """Bytes left, and nobody in line for them."""
+        return self.used_bytes < self.max_bytes and not self._waiters
+
+    async def wait_for_room(self) -> None:
+        """Until the budget has room (has_room): at once when it has."""
+        while not self.has_room:
+            room = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(room)
+            try:
+                await room
+            finally:
+                if not room.done():
+                    room.cancel()
+
     def give_back(self, size: int) -> None:
         self.used_bytes -= size
         assert self.used_bytes >= 0, self.used_bytes
@@ -77,3 +99,8 @@ class PendingWriteBudget:
             waiters.popleft()
             self.used_bytes += size
             future.set_result(None)
+        if self._room_waiters and self.has_room:
+            rooms, self._room_waiters = self._room_waiters, []
+            for room in rooms:
+                if not room.done():
+                    room.set_result(None)

@@ -87,6 +87,25 @@ async def test_a_waiter_cancelled_as_it_was_let_in_gives_its_bytes_back():
     assert budget.used_bytes == 0
 
 
+async def test_a_reader_waits_for_room_while_the_budget_is_spent_or_has_a_line():
+    budget = PendingWriteBudget(100)
+    await budget.wait_for_room()  # room: at once
+    await budget.take(100)
+    reader = asyncio.create_task(budget.wait_for_room())
+    behind = asyncio.create_task(budget.take(80))
+    await _settle()
+    assert not reader.done()
+    budget.give_back(100)  # the 80 in line take it; 20 left, nobody waits
+    await behind
+    await asyncio.wait_for(reader, timeout=5)
+    await budget.take(20)  # spent again: a reader cancelled while waiting leaves no trace
+    cancelled = asyncio.create_task(budget.wait_for_room())
+    await _settle()
+    cancelled.cancel()
+    budget.give_back(100)
+    assert budget.has_room and budget.used_bytes == 0
+
+
 # ---------------------------------------------------------------- ledgers sharing one
 
 
