@@ -139,8 +139,8 @@ class EntryCache:
         cost = _cost(entry)
         if cost > self.max_bytes:
             return
-        position = entry.position
-        key = (position[0], position[1])
+        # A Position is a tuple: it is its own key, equal to (ledger_id, entry_id).
+        key = entry.position
         if key in self._entries or key in self._read_back:
             self._remove(key)
         shared = self.shared
@@ -162,8 +162,7 @@ class EntryCache:
         cost = _cost(entry)
         if cost > self.read_back_max_bytes:
             return
-        position = entry.position
-        key = (position[0], position[1])
+        key = entry.position
         if key in self._entries or key in self._read_back:
             return
         shared = self.shared
