@@ -8,6 +8,7 @@ would hold everything written here)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import stableline
+from stableline import aio
 from stableline.testing import BrokerProcess
 
 MIB = 1024 * 1024
@@ -37,6 +39,14 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         "STABLELINE_ENTRY_CACHE_SIZE_BYTES": str(CACHE_BUDGET),
         "STABLELINE_MAX_PENDING_WRITE_BYTES": str(PENDING_BUDGET),
     }
+    with BrokerProcess(tmp_path / "data", env=env).running() as process:
+        yield process
+
+
+@pytest.fixture
+def starved_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """Room for one append at a time in the whole broker."""
+    env = {"STABLELINE_MAX_PENDING_WRITE_BYTES": "1"}
     with BrokerProcess(tmp_path / "data", env=env).running() as process:
         yield process
 
@@ -86,3 +96,27 @@ def test_topics_written_past_the_cache_budget_share_it_and_rss_stays_bounded(bro
         f"broker RSS grew {growth / MIB:.0f} MiB writing {TOPICS} x "
         f"{PER_TOPIC_BYTES / MIB:.0f} MiB (bound {MAX_GROWTH_BYTES / MIB:.0f} MiB)"
     )
+
+
+def test_producers_of_many_topics_all_finish_through_one_spent_pending_budget(starved_broker):
+    """Every append waits for the one before it, whatever its topic: they all go
+    through, in each producer's order, and the budget is whole again after."""
+    topics, per_topic = 6, 300
+
+    async def produce(client: aio.Client, topic: str) -> list:
+        producer = await client.create_producer(topic, batching_max_messages=10)
+        receipts = [producer.send_nowait(b"%d" % i + b"." * 2000) for i in range(per_topic)]
+        ids = await asyncio.gather(*receipts)
+        await producer.close()
+        return ids
+
+    async def run() -> list[list]:
+        async with aio.Client(starved_broker.service_url) as client:
+            return await asyncio.wait_for(
+                asyncio.gather(*(produce(client, f"starved-{i}") for i in range(topics))), 60
+            )
+
+    for ids in asyncio.run(run()):
+        assert len(ids) == per_topic and ids == sorted(ids)
+    assert _gauge(starved_broker, "stableline_pending_write_bytes", "max") == 1
+    assert _gauge(starved_broker, "stableline_pending_write_bytes", "used") == 0
