@@ -18,8 +18,9 @@ once, when first needed, by counting messages in log order: backwards from the
 first stamped entry when there is one (so they never change again, whatever
 retention deletes), backwards from the stored log end when it is past their count
 (a log this version trimmed but never wrote to), from 0 at the first retained
-entry otherwise (the first stamped entry then continues that count). That derivation reads every unstamped
-entry once; it costs nothing for logs written by this version.
+entry otherwise (the first stamped entry then continues that count). That
+derivation reads every unstamped entry once; it costs nothing for logs written
+by this version.
 
 The writer stamps offsets before its write reaches the disk; readers see only
 the end offset, which moves when the ledger's last confirmed position does
