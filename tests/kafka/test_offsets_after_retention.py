@@ -1,7 +1,8 @@
 """Offsets and message ids are never given twice, whatever retention deleted.
 
 A real broker whose retention deletes a topic's every ledger once its group has
-committed them all: after a restart (clean or kill -9) the high watermark, the log
+committed them all: after a restart (clean or kill -9) or an idle unload and
+reload, the high watermark, the log
 start and the group's committed offset stay at the old end, a consumer there keeps
 its place, the next record takes the next offset, and the next message id a new
 ledger id."""
@@ -22,11 +23,14 @@ TOPIC = "audit"
 GROUP = "auditors"
 RECORDS = 10
 
-# Small ledgers, and retention that deletes a consumed ledger at once.
+# Small ledgers, retention that deletes a consumed ledger at once, and idle topics
+# unloaded soon.
 RETENTION_ENV = {
     "STABLELINE_MAX_ENTRIES_PER_LEDGER": "2",
     "STABLELINE_RETENTION_TIME_S": "0",
+    "STABLELINE_INACTIVE_TOPIC_UNLOAD_S": "0.5",
 }
+FULL_NAME = f"persistent://public/default/{TOPIC}"
 
 
 @pytest.fixture
@@ -37,6 +41,14 @@ def broker(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 def _internal_stats(broker: KafkaBroker) -> dict:
     return broker.admin(f"/admin/v2/persistent/public/default/{TOPIC}/internalStats")
+
+
+def _loaded(broker: KafkaBroker) -> bool:
+    for bundles in broker.admin("/admin/v2/broker-stats/topics").values():
+        for kinds in bundles.values():
+            if FULL_NAME in kinds.get("persistent", {}):
+                return True
+    return False
 
 
 def _ledger_ids(broker: KafkaBroker) -> list[int]:
@@ -109,7 +121,7 @@ def _read_from_committed(broker: KafkaBroker, count: int) -> list[tuple[int, byt
     return got
 
 
-@pytest.mark.parametrize("stop", ["restart", "kill -9"])
+@pytest.mark.parametrize("stop", ["restart", "kill -9", "unload"])
 def test_offsets_and_message_ids_go_on_after_retention_deleted_every_ledger(broker, stop):
     from confluent_kafka import TopicPartition
 
@@ -123,6 +135,8 @@ def test_offsets_and_message_ids_go_on_after_retention_deleted_every_ledger(brok
     if stop == "kill -9":
         broker.kill()
         broker.start()
+    elif stop == "unload":
+        wait_for(lambda: not _loaded(broker), "the idle topic to unload")
     else:
         broker.restart()
     # Loading the topic seals its last ledger; retention then deletes every one.
