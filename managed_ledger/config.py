@@ -31,7 +31,7 @@ class ManagedLedgerConfig:
     # topic evicted first [Pulsar: managedLedgerCacheSizeMB]; and bytes queued for
     # the writers of all topics, past which appends wait, first come first served
     # [maxMessagePublishBufferSizeInMB]. 0: a share of the memory the process may
-    # use, 1/8 at most 256 MiB and 1/16 at most 128 MiB (managed_ledger/memory.py).
+    # use, 1/8 at most 256 MiB and 1/32 at most 32 MiB (managed_ledger/memory.py).
     entry_cache_size_bytes: int = 0
     max_pending_write_bytes: int = 0
     # Cursor positions are written to the metadata store at most this often.

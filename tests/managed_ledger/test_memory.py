@@ -18,8 +18,8 @@ def test_set_budgets_are_taken_as_they_are():
 @pytest.mark.parametrize(
     ("usable", "cache", "pending"),
     [
-        (512 * MIB, 64 * MIB, 32 * MIB),  # a small machine: a share of it
-        (64 * 1024 * MIB, 256 * MIB, 128 * MIB),  # a big one: the caps
+        (512 * MIB, 64 * MIB, 16 * MIB),  # a small machine: a share of it
+        (64 * 1024 * MIB, 256 * MIB, 32 * MIB),  # a big one: the caps
     ],
 )
 def test_automatic_budgets_are_a_capped_share_of_memory(monkeypatch, usable, cache, pending):
