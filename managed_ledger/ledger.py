@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sortedcontainers import SortedDict
 
-from managed_ledger.cache import EntryCache
+from managed_ledger.cache import SharedEntryCache
 from managed_ledger.config import ManagedLedgerConfig
 from managed_ledger.cursor import ManagedCursor
 from managed_ledger.entry import Entry, EntryHeader, stamp_base_offset, with_base_offset_slot
@@ -46,11 +46,13 @@ from managed_ledger.errors import (
 )
 from managed_ledger.framing import FRAME_SIZE, encode_frame
 from managed_ledger.ledger_files import LedgerFiles, max_open_files
+from managed_ledger.memory import entry_cache_budget, pending_write_budget
 from managed_ledger.metadata import MetadataStore
 from managed_ledger.offsets import LogOffsets
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files
 from managed_ledger.state import LedgerState, check_transition
+from managed_ledger.write_budget import PendingWriteBudget
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,16 @@ CACHED_ENTRY_OVERHEAD_BYTES = 64
 # Bytes of entries past those asked for that a read from the files brings into the
 # cache (bounded by half the cache's read-back region) [BookKeeper: readahead].
 READ_AHEAD_BYTES = 4 * 1024 * 1024
+# What a queued append holds besides its payload and encoded header, charged to the
+# pending bounds: its _PendingAppend, future and EntryHeader (about 250 B and 150 B
+# by tracemalloc on CPython 3.11).
+PENDING_ENTRY_OVERHEAD_BYTES = 400
+
+
+def _pending_charge(payload: bytes, frame_header: bytes) -> int:
+    """What one queued append counts for in the pending bounds: its bytes as they
+    will be written (frame, header, payload) and its objects."""
+    return len(payload) + len(frame_header) + FRAME_SIZE + PENDING_ENTRY_OVERHEAD_BYTES
 
 
 @dataclass(slots=True)
@@ -116,10 +128,19 @@ class ManagedLedger:
         store: MetadataStore,
         config: ManagedLedgerConfig,
         files: LedgerFiles | None = None,
+        entry_cache: SharedEntryCache | None = None,
+        write_budget: PendingWriteBudget | None = None,
     ):
         self.name = name
         # Shared by every ledger of a broker; a ledger opened alone gets its own.
         self.files = files if files is not None else LedgerFiles(max_open_files(config))
+        if entry_cache is None:
+            entry_cache = SharedEntryCache(entry_cache_budget(config))
+        if write_budget is None:
+            write_budget = PendingWriteBudget(pending_write_budget(config))
+        self.write_budget = write_budget
+        # This ledger's shares of the broker's budgets, never more than them.
+        self.max_pending_bytes = min(config.max_pending_bytes, write_budget.max_bytes)
         self.directory = directory
         self.store = store
         self.config = config
@@ -128,7 +149,7 @@ class ManagedLedger:
         self._current: Segment | None = None
         self._next_ledger_id = 0
         self.last_confirmed = EARLIEST
-        self.cache = EntryCache(config.cache_size_bytes)
+        self.cache = entry_cache.view(config.cache_size_bytes)
         self.cursors: dict[str, ManagedCursor] = {}
         self._pending: deque[_PendingAppend] = deque()
         self._pending_bytes = 0
@@ -161,14 +182,29 @@ class ManagedLedger:
         store: MetadataStore,
         config: ManagedLedgerConfig | None = None,
         files: LedgerFiles | None = None,
+        entry_cache: SharedEntryCache | None = None,
+        write_budget: PendingWriteBudget | None = None,
     ) -> ManagedLedger:
-        ledger = cls(name, directory, store, config or ManagedLedgerConfig(), files)
+        """`files`, `entry_cache`, `write_budget`: the broker's, shared by its ledgers;
+        a ledger opened without them gets its own, sized by `config`."""
+        ledger = cls(
+            name,
+            directory,
+            store,
+            config or ManagedLedgerConfig(),
+            files,
+            entry_cache,
+            write_budget,
+        )
         await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
         return ledger
 
     def _recover(self) -> None:
         meta = self.store.get_json(LEDGERS_DB, self.name) or {"next_ledger_id": 0, "ledgers": []}
         self._next_ledger_id = meta["next_ledger_id"]
+        # Kept beside the list so that offsets go on from there once retention has
+        # deleted every entry that showed them (absent in lists older than it).
+        self.offsets.floor = meta.get("next_offset", 0)
         damaged_recorded = False
         for data in meta["ledgers"]:
             info = LedgerInfo.from_json(data)
@@ -186,6 +222,9 @@ class ManagedLedger:
                 continue
             self._ledgers[info.ledger_id] = info
             self._corrupt_entries += len(info.damaged)
+        if self._ledgers:
+            # Never at or below an id the list shows: a message id is never reused.
+            self._next_ledger_id = max(self._next_ledger_id, self._ledgers.peekitem(-1)[0] + 1)
         if damaged_recorded:
             self._persist_ledger_list()
         # A file the ledger list does not name was never acknowledged into: either a
@@ -237,11 +276,14 @@ class ManagedLedger:
         self.store.sync()
 
     def _put_ledger_list(self) -> None:
+        """One LMDB write: the ledgers, the next ledger id and the next offset, so a
+        list that retention shortened never lands without what it must not forget."""
         self.store.put_json(
             LEDGERS_DB,
             self.name,
             {
                 "next_ledger_id": self._next_ledger_id,
+                "next_offset": self.offsets.known_end(),
                 "ledgers": [info.to_json() for info in self._ledgers.values()],
             },
         )
@@ -294,6 +336,8 @@ class ManagedLedger:
                 await self.store.sync_async()
         for segment in self._segments.values():
             segment.release()
+        # Its entries give their room in the broker's cache back at once.
+        self.cache.close()
         self._transition(LedgerState.CLOSED)
 
     async def delete(self) -> None:
@@ -319,16 +363,21 @@ class ManagedLedger:
                 f"entry of {len(payload)} bytes exceeds the limit of "
                 f"{self.config.max_entry_size_bytes} bytes"
             )
-        while self._pending_bytes > self.config.max_pending_bytes:
+        while self._pending_bytes > self.max_pending_bytes:
             self._space_available.clear()
             await self._space_available.wait()
             if not self._state.is_open:
                 raise LedgerClosedError(f"{self.name} is closed")
         # Encoded with room for the base offset, which the writer stamps in place.
         header_bytes = with_base_offset_slot(header.encode())
+        charge = _pending_charge(payload, header_bytes)
+        # Reserved here first, so a topic never waits in the broker's line for more
+        # than its own bound: the line stays fair to the others.
+        self._pending_bytes += charge
+        if not self.write_budget.try_take(charge):
+            await self._wait_for_budget(charge)
         future = asyncio.get_running_loop().create_future()
         self._pending.append(_PendingAppend(header, header_bytes, payload, future))
-        self._pending_bytes += len(payload) + len(header_bytes) + FRAME_SIZE
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_loop(), name=f"writer:{self.name}")
         return await future
@@ -400,6 +449,7 @@ class ManagedLedger:
                 batch.append(pending)
                 frames.append(frame)
                 batch_bytes += len(frame)
+            batch_charge = batch_bytes + len(batch) * PENDING_ENTRY_OVERHEAD_BYTES
             segment = self._current
             first_entry_id = segment.entry_count
             try:
@@ -412,7 +462,7 @@ class ManagedLedger:
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(error)
-                self._release_pending(batch_bytes)
+                self._release_pending(batch_charge)
                 continue
             except OSError as error:
                 # Offsets were not published, so the next write lands on the same
@@ -431,7 +481,7 @@ class ManagedLedger:
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(failure)
-                self._release_pending(batch_bytes)
+                self._release_pending(batch_charge)
                 continue
             segment.commit_offsets([len(frame) for frame in frames])
             if self._state is LedgerState.WRITE_FAILED:
@@ -456,22 +506,38 @@ class ManagedLedger:
                 if not pending.future.done():
                     pending.future.set_result(entry.position)
             self.entries_added += len(batch)
-            self._release_pending(batch_bytes)
+            self._release_pending(batch_charge)
             self._notify()
 
-    def _release_pending(self, batch_bytes: int) -> None:
-        self._pending_bytes -= batch_bytes
-        if self._pending_bytes <= self.config.max_pending_bytes:
+    async def _wait_for_budget(self, charge: int) -> None:
+        """The broker's pending-write budget is spent: wait in line for `charge`."""
+        try:
+            await self.write_budget.take(charge)
+        except BaseException:
+            self._unreserve(charge)
+            raise
+        if not self._state.is_open:
+            self._release_pending(charge)
+            raise LedgerClosedError(f"{self.name} is closed")
+
+    def _unreserve(self, charge: int) -> None:
+        self._pending_bytes -= charge
+        if self._pending_bytes <= self.max_pending_bytes:
             self._space_available.set()
 
+    def _release_pending(self, charge: int) -> None:
+        """Written or failed: back to this ledger's bound and the broker's budget."""
+        self.write_budget.give_back(charge)
+        self._unreserve(charge)
+
     def _fail_pending(self, failure: ManagedLedgerError) -> None:
-        failed_bytes = 0
+        failed = 0
         while self._pending:
             pending = self._pending.popleft()
-            failed_bytes += len(pending.payload) + len(pending.frame) + FRAME_SIZE
+            failed += _pending_charge(pending.payload, pending.frame)
             if not pending.future.done():
                 pending.future.set_exception(failure)
-        self._release_pending(failed_bytes)
+        self._release_pending(failed)
 
     async def _roll_over(self) -> None:
         """Seal the current ledger (if any) and start the next one."""
@@ -788,6 +854,10 @@ class ManagedLedger:
             deleted.append(ledger_id)
         if not deleted:
             return deleted
+        # The log end is read while the entries that show it are still listed: the
+        # shorter list carries it (offsets.floor), so the next offset never goes
+        # back, even when the whole log is deleted.
+        self.offsets.floor = self.offsets.end_offset
         # The shorter list is durable before any file goes: a crash in between
         # leaves orphan files, which recovery removes, never a listed ledger
         # without its file.
@@ -811,9 +881,11 @@ class ManagedLedger:
 
     @property
     def idle(self) -> bool:
-        """Nothing queued or being written and no cursor waiting to be written."""
+        """Nothing queued or being written (nor waiting for the broker's pending-write
+        budget) and no cursor waiting to be written."""
         return (
             not self._pending
+            and self._pending_bytes == 0
             and (self._writer is None or self._writer.done())
             and not self._dirty_cursors
         )

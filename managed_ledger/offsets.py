@@ -6,15 +6,21 @@ The ledger stamps each entry it writes with the offset of its first message
 (EntryHeader.base_offset), so the headers in the segment files are the persisted
 index: offset -> position is a binary search over ledgers (by their first entry's
 base offset, remembered once read) and then over the entries of one ledger, each
-probe one header read. Nothing else is stored, so offsets survive restart and
-kill -9 exactly as the entries do, and MessageIds (positions) are untouched.
+probe one header read. Offsets survive restart and kill -9 exactly as the
+entries do, and MessageIds (positions) are untouched. Beside them only the log
+end is stored, with the ledger list (`floor`, written in the same LMDB write that
+shortens the list): once retention deleted the entries that showed it, the next
+offset still goes on from there, so an offset once told is never given to
+another message, and a consumer at the old end keeps its place.
 
 Entries written before offsets existed have no base offset. Theirs are derived
 once, when first needed, by counting messages in log order: backwards from the
 first stamped entry when there is one (so they never change again, whatever
-retention deletes), from 0 at the first retained entry otherwise (the first
-stamped entry then continues that count). That derivation reads every unstamped
-entry once; it costs nothing for logs written by this version.
+retention deletes), backwards from the stored log end when it is past their count
+(a log this version trimmed but never wrote to), from 0 at the first retained
+entry otherwise (the first stamped entry then continues that count). That
+derivation reads every unstamped entry once; it costs nothing for logs written
+by this version.
 
 The writer stamps offsets before its write reaches the disk; readers see only
 the end offset, which moves when the ledger's last confirmed position does
@@ -54,6 +60,9 @@ class LogOffsets:
         # equal to it otherwise. Both None until first needed.
         self._end: int | None = None
         self._next: int | None = None
+        # A log end reached before (stored with the ledger list): the end is never
+        # below it, whatever retention deleted since.
+        self.floor = 0
         # ledger id -> base offset of its first readable entry (read once).
         self._first_bases: dict[int, int] = {}
         # position -> derived base offset of an unstamped entry; None until derived.
@@ -101,11 +110,16 @@ class LogOffsets:
         assert self._end is None and self._next is None, (self._end, self._next)
         self._end = self._next = self._load_next()
 
+    def known_end(self) -> int:
+        """The log end as far as it is known without reading the log: what the
+        ledger list stores."""
+        return self.floor if self._end is None else max(self.floor, self._end)
+
     def _load_next(self) -> int:
         last = self._last_readable()
         if last is None:
-            return 0
-        return self.base_of(last) + last.header.offset_count
+            return self.floor
+        return max(self.floor, self.base_of(last) + last.header.offset_count)
 
     def _last_readable(self) -> Entry | None:
         ledger = self._ledger
@@ -224,6 +238,11 @@ class LogOffsets:
         derived: dict[Position, int] = {}
         if stamped_base is not None:
             offset = stamped_base
+            for entry in reversed(unstamped):
+                offset -= entry.header.offset_count
+                derived[entry.position] = offset
+        elif self.floor >= sum(entry.header.offset_count for entry in unstamped):
+            offset = self.floor
             for entry in reversed(unstamped):
                 offset -= entry.header.offset_count
                 derived[entry.position] = offset

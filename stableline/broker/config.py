@@ -257,6 +257,8 @@ def load_config(
     _check_cluster_settings(config)
     for name, value in (
         ("max_open_ledger_files", config.ledger.max_open_ledger_files),
+        ("entry_cache_size_bytes", config.ledger.entry_cache_size_bytes),
+        ("max_pending_write_bytes", config.ledger.max_pending_write_bytes),
         ("inactive_topic_unload_s", config.inactive_topic_unload_s),
         ("max_topics_per_namespace", config.max_topics_per_namespace),
         ("kafka_group_initial_rebalance_delay_ms", config.kafka_group_initial_rebalance_delay_ms),

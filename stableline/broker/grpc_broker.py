@@ -279,6 +279,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                             await in_flight.acquire()
                             publisher.pending_publishes += 1
                             start(answer_one(request.send, counted, refused))
+                            # The broker's pending writes are full: read no more
+                            # (gRPC flow control holds the producer meanwhile).
+                            await self.registry.write_budget.wait_for_room()
                         elif kind == "sends":
                             # Each entry appends as a lone send would, in the frame's
                             # order (sequence ids ascend within it).
@@ -290,6 +293,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                 publisher.pending_publishes += 1
                                 appends.append(asyncio.create_task(append(send, counted, refused)))
                             start(answer_frame(appends))
+                            await self.registry.write_budget.wait_for_room()
                         else:
                             out.put_nowait(
                                 invalid(

@@ -141,8 +141,26 @@ class _TopicCollector:
                 consumers.add_metric([name, sub.name], len(sub.consumers))
         topics = GaugeMetricFamily("stableline_topics", "Topics loaded by the broker")
         topics.add_metric([], len(self._registry.loaded()))
+        cache = self._registry.entry_cache
+        cached = GaugeMetricFamily(
+            "stableline_entry_cache_size_bytes",
+            "Bytes charged to the broker's entry cache (all topics; budget in max)",
+            labels=["bound"],
+        )
+        cached.add_metric(["used"], cache.size_bytes)
+        cached.add_metric(["max"], cache.max_bytes)
+        budget = self._registry.write_budget
+        pending = GaugeMetricFamily(
+            "stableline_pending_write_bytes",
+            "Bytes queued for the writers of all topics (budget in max)",
+            labels=["bound"],
+        )
+        pending.add_metric(["used"], budget.used_bytes)
+        pending.add_metric(["max"], budget.max_bytes)
         yield from (
             topics,
+            cached,
+            pending,
             msg_in,
             bytes_in,
             storage,

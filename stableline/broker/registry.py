@@ -58,7 +58,10 @@ from pathlib import Path
 
 from dispatcher import DispatchLimits
 from managed_ledger import LedgerFiles, ManagedLedger, MetadataStore
+from managed_ledger.cache import SharedEntryCache
 from managed_ledger.ledger_files import max_open_files
+from managed_ledger.memory import entry_cache_budget, pending_write_budget
+from managed_ledger.write_budget import PendingWriteBudget
 from stableline.broker.config import BrokerConfig
 from stableline.broker.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.ownership import TopicOwnership
@@ -129,6 +132,9 @@ class TopicRegistry:
         self.write_gate = write_gate or WriteGate()
         self.write_gate.on_close(self._end_streams)
         self.files = LedgerFiles(max_open_files(config.ledger))
+        # One entry cache and one pending-write budget for every topic of the broker.
+        self.entry_cache = SharedEntryCache(entry_cache_budget(config.ledger))
+        self.write_budget = PendingWriteBudget(pending_write_budget(config.ledger))
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Task] = {}
         self._unloading: dict[str, asyncio.Task] = {}
@@ -317,7 +323,13 @@ class TopicRegistry:
     async def _load(self, name: TopicName) -> Topic:
         key = str(name)
         ledger = await ManagedLedger.open(
-            name.storage_name, self._directory(name), self.store, self.config.ledger, self.files
+            name.storage_name,
+            self._directory(name),
+            self.store,
+            self.config.ledger,
+            self.files,
+            self.entry_cache,
+            self.write_budget,
         )
         await self.create(name)
         if key not in self._marked:

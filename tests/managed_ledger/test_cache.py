@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from managed_ledger import Entry, EntryHeader, Position
-from managed_ledger.cache import ENTRY_OVERHEAD_BYTES, EntryCache
+from managed_ledger.cache import ENTRY_OVERHEAD_BYTES, EntryCache, SharedEntryCache
 
 
 def _entry(ledger_id: int, entry_id: int, size: int = 100) -> Entry:
@@ -138,3 +138,121 @@ def test_dropping_a_ledger_drops_its_read_back_entries_too():
     cache.put_read(_entry(1, 0))
     cache.drop_ledger(0)
     assert (len(cache), cache.size_bytes, cache.read_back_bytes) == (1, _cost(100), _cost(100))
+
+
+# ---------------------------------------------------------------- shared across ledgers
+
+
+def _check_shared(shared: SharedEntryCache, views: list[EntryCache]) -> None:
+    """The accounting invariants: the budget's totals are its views' totals, each
+    view's entries are listed in the shared order and nothing else is."""
+    assert shared.size_bytes == sum(view.size_bytes for view in views) <= shared.max_bytes
+    assert shared.read_back_bytes == sum(view.read_back_bytes for view in views)
+    assert shared.read_back_bytes <= shared.read_back_max_bytes
+    assert len(shared) == sum(len(view) for view in views)
+    for view in views:
+        assert view.size_bytes <= view.max_bytes
+        assert view.size_bytes == sum(_cost(e.size) for e in view._entries.values()) + sum(
+            _cost(e.size) for e in view._read_back.values()
+        )
+        for key, entry in view._entries.items():
+            assert shared._appended[(view, *key)] is entry
+        for key, entry in view._read_back.items():
+            assert shared._read_back[(view, *key)] is entry
+
+
+def test_a_view_is_never_bigger_than_the_shared_budget():
+    shared = SharedEntryCache(4 * _cost(100))
+    assert shared.view(64 * 1024 * 1024).max_bytes == 4 * _cost(100)
+    assert shared.view(2 * _cost(100)).max_bytes == 2 * _cost(100)
+
+
+def test_the_budget_evicts_the_oldest_entries_of_any_ledger_first():
+    shared = SharedEntryCache(4 * _cost(100))
+    quiet, busy = shared.view(10**9), shared.view(10**9)
+    quiet.put(_entry(0, 0))
+    quiet.put(_entry(0, 1))
+    for entry_id in range(3):
+        busy.put(_entry(0, entry_id))
+        _check_shared(shared, [quiet, busy])
+    # The quiet topic's entries were the oldest: the first went for the busy one's third.
+    assert [quiet.get(0, i) is not None for i in range(2)] == [False, True]
+    busy.put(_entry(0, 3))
+    assert len(quiet) == 0 and len(busy) == 4
+    assert shared.size_bytes == 4 * _cost(100) and shared.evictions == 2
+    _check_shared(shared, [quiet, busy])
+
+
+def test_each_view_keeps_its_own_bound_inside_the_budget():
+    shared = SharedEntryCache(10 * _cost(100))
+    small, other = shared.view(2 * _cost(100)), shared.view(10**9)
+    for entry_id in range(5):
+        small.put(_entry(0, entry_id))
+    other.put(_entry(0, 0))
+    assert [small.get(0, i) is not None for i in range(5)] == [False] * 3 + [True] * 2
+    assert shared.evictions == 0  # the view's own bound did it, not the budget's
+    _check_shared(shared, [small, other])
+
+
+def test_read_back_entries_of_all_ledgers_share_one_region_of_the_budget():
+    shared = SharedEntryCache(8 * _cost(100))  # a quarter: two entries
+    first, second = shared.view(10**9), shared.view(10**9)
+    first.put(_entry(5, 0))
+    first.put_read(_entry(0, 0))
+    second.put_read(_entry(0, 0))
+    second.put_read(_entry(0, 1))
+    assert first.get(0, 0) is None and first.get(5, 0) is not None  # the tail stays
+    assert shared.read_back_bytes == 2 * _cost(100)
+    _check_shared(shared, [first, second])
+
+
+def test_views_with_the_same_ledger_ids_are_kept_apart():
+    shared = SharedEntryCache(100 * _cost(100))
+    first, second = shared.view(10**9), shared.view(10**9)
+    mine, theirs = _entry(0, 0), _entry(0, 0)
+    first.put(mine)
+    second.put(theirs)
+    second.drop_ledger(0)
+    assert first.get(0, 0) is mine and second.get(0, 0) is None
+    _check_shared(shared, [first, second])
+
+
+def test_closing_every_view_returns_the_budget_to_zero_and_a_closed_view_takes_nothing():
+    shared = SharedEntryCache(50 * _cost(100))
+    views = [shared.view(20 * _cost(100)) for _ in range(3)]
+    for index, view in enumerate(views):
+        for entry_id in range(30):
+            view.put(_entry(index, entry_id))
+            view.put_read(_entry(index + 10, entry_id))
+    _check_shared(shared, views)
+    for view in views:
+        view.close()
+        _check_shared(shared, views)
+    assert (shared.size_bytes, shared.read_back_bytes, len(shared)) == (0, 0, 0)
+    views[0].put(_entry(0, 99))
+    views[0].put_read(_entry(0, 98))
+    assert (len(views[0]), shared.size_bytes) == (0, 0)
+
+
+def test_random_puts_reads_drops_and_closes_keep_the_accounting_exact():
+    import random
+
+    rng = random.Random(7)
+    shared = SharedEntryCache(40_000)
+    views = [shared.view(rng.choice([5_000, 15_000, 10**9])) for _ in range(5)]
+    for _ in range(5_000):
+        view = rng.choice(views)
+        action = rng.random()
+        entry = _entry(rng.randrange(4), rng.randrange(50), size=rng.choice([0, 10, 700, 4000]))
+        if action < 0.5:
+            view.put(entry)
+        elif action < 0.9:
+            view.put_read(entry)
+        elif action < 0.98:
+            view.drop_ledger(rng.randrange(4))
+        else:
+            view.clear()
+        _check_shared(shared, views)
+    for view in views:
+        view.close()
+    assert (shared.size_bytes, shared.read_back_bytes, len(shared)) == (0, 0, 0)

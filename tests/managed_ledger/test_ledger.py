@@ -31,6 +31,7 @@ from managed_ledger import (
     StorageError,
     StorageFullError,
 )
+from managed_ledger.cache import ENTRY_OVERHEAD_BYTES
 from managed_ledger.framing import FRAME
 from managed_ledger.segment import Segment
 from managed_ledger.state import IllegalStateTransition
@@ -280,7 +281,7 @@ async def test_reads_without_a_cache_come_from_disk_and_match_what_was_appended(
 
 async def test_evicted_entries_are_read_from_disk_and_recent_ones_from_the_cache(harness):
     # Room for five entries: the older fifteen have been evicted.
-    cache_bytes = 5 * (len(payload(0)) + 200)
+    cache_bytes = 5 * (len(payload(0)) + ENTRY_OVERHEAD_BYTES)
     ledger = await harness.open(ManagedLedgerConfig(fsync=False, cache_size_bytes=cache_bytes))
     positions = await append_many(ledger, range(20))
     assert len(ledger.cache) == 5

@@ -200,3 +200,79 @@ async def test_retention_moves_the_start_offset_and_keeps_the_others(harness):
     ledger = await harness.reopen(ledger, SMALL_LEDGERS)
     assert ledger.offsets.start_offset() == bases[4]
     assert ledger.offsets.end_offset == bases[-1] + max(SIZES[-1], 1)
+
+
+async def _consume_all_and_trim(harness, ledger, config):
+    """Acknowledge the whole log, reopen (the current ledger is sealed), and let
+    retention delete every ledger."""
+    cursor, _ = ledger.open_cursor("reader", start_at_earliest=True)
+    cursor.ack_cumulative(ledger.last_confirmed)
+    ledger = await harness.reopen(ledger, config)
+    deleted = ledger.trim()
+    assert deleted and not ledger.ledger_ids(), deleted
+    return ledger
+
+
+async def test_offsets_never_go_back_once_retention_deleted_every_ledger(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    await append_sizes(ledger, SIZES)
+    end = ledger.offsets.end_offset
+    last_ledger = ledger.last_confirmed.ledger_id
+    ledger = await _consume_all_and_trim(harness, ledger, SMALL_LEDGERS)
+    # Empty: the log start and the end both stay where the end was.
+    assert ledger.offsets.end_offset == end
+    assert ledger.offsets.start_offset() == end
+    for reopen in (harness.reopen, harness.crash_and_reopen):
+        ledger = await reopen(ledger, SMALL_LEDGERS)
+        assert ledger.offsets.end_offset == end
+        assert ledger.offsets.start_offset() == end
+        assert ledger.offsets.offset_after(ledger.first_position()) == end
+    [position] = await append_sizes(ledger, [2])
+    assert ledger.read(position, 1)[0].header.base_offset == end
+    assert ledger.offsets.position_of(end) == position
+    # A message id is never given again either: the ledger id is a new one.
+    assert position.ledger_id > last_ledger
+
+
+async def test_the_stored_end_lands_with_the_list_retention_shortened(harness):
+    """Crash right after trim(): the list it wrote (one LMDB write) already carries
+    the log end, so no window lets the offsets restart from 0."""
+    ledger = await harness.open(SMALL_LEDGERS)
+    await append_sizes(ledger, SIZES)
+    end = ledger.offsets.end_offset
+    ledger = await _consume_all_and_trim(harness, ledger, SMALL_LEDGERS)
+    stored = harness.store.get_json(ledger_module.LEDGERS_DB, harness.name)
+    assert stored["ledgers"] == [] and stored["next_offset"] == end
+    ledger = await harness.crash_and_reopen(ledger, SMALL_LEDGERS)
+    assert ledger.offsets.end_offset == end
+
+
+async def test_ledger_ids_stay_above_every_id_listed_even_if_the_counter_lags(harness):
+    ledger = await harness.open(SMALL_LEDGERS)
+    positions = await append_sizes(ledger, SIZES)
+    await ledger.close()
+    stored = harness.store.get_json(ledger_module.LEDGERS_DB, harness.name)
+    stored["next_ledger_id"] = 0  # as a list written by a buggy or older writer
+    harness.store.put_json(ledger_module.LEDGERS_DB, harness.name, stored)
+    ledger = await harness.open(SMALL_LEDGERS)
+    [position] = await append_sizes(ledger, [1])
+    assert position.ledger_id > positions[-1].ledger_id
+
+
+async def test_old_entries_trimmed_before_a_stamped_one_keep_their_numbers(harness, monkeypatch):
+    """A log written before offsets, partly trimmed by this version: its entries keep
+    the offsets they were told (counted back from the stored end), not from 0."""
+    with monkeypatch.context() as patch:
+        patch.setattr(ledger_module, "stamp_base_offset", _without_base_offset)
+        ledger = await harness.open(SMALL_LEDGERS)
+        old = await append_sizes(ledger, SIZES)
+    ledger = await harness.reopen(ledger, SMALL_LEDGERS)
+    bases = expected_bases(SIZES)
+    end = ledger.offsets.end_offset
+    cursor, _ = ledger.open_cursor("reader", start_at_earliest=True)
+    cursor.ack_cumulative(old[5])
+    assert ledger.trim() == [old[0].ledger_id]
+    ledger = await harness.reopen(ledger, SMALL_LEDGERS)
+    assert ledger.offsets.end_offset == end
+    assert ledger.offsets.start_offset() == bases[4]
+    assert [ledger.offsets.position_of(base) for base in bases[4:]] == old[4:]
