@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 import stableline
+from tests.stableline.browser import browser_or_skip
 from tests.stableline.test_dashboard import (
-    _browser_or_skip,
     _click,
     _count,
     _screenshot,
@@ -24,7 +24,7 @@ from .conftest import Cluster
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator:
-    browser = _browser_or_skip()
+    browser = browser_or_skip()
     try:
         yield browser
     finally:
