@@ -3,6 +3,7 @@ that has not sent its request's headers within http_request_header_timeout_s."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from stableline.testing import BrokerProcess
+from tests.conftest import wait_until
 
 MAX_HTTP_CONNECTIONS = 4
 HEADER_TIMEOUT_S = 2
@@ -81,3 +83,66 @@ def test_a_request_sent_in_time_is_answered_and_keeps_its_connection(capped):
             assert connection.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         connection.close()
+
+
+PER_ADDRESS = 2
+
+
+@pytest.fixture
+def capped_per_address(tmp_path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path / "data",
+        env={
+            "STABLELINE_MAX_HTTP_CONNECTIONS": "8",
+            "STABLELINE_HTTP_MAX_CONNECTIONS_PER_ADDRESS": str(PER_ADDRESS),
+            "STABLELINE_HTTP_REQUEST_HEADER_TIMEOUT_S": "30",
+        },
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def health_from(broker: BrokerProcess, source: str) -> bytes:
+    """The status line of a health check sent from `source` (127.0.0.2 is loopback too)."""
+    with socket.create_connection(
+        ("127.0.0.1", broker.http_port), timeout=10, source_address=(source, 0)
+    ) as connection:
+        connection.sendall(
+            b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n\r\n"
+        )
+        return connection.recv(4096).split(b"\r\n", 1)[0]
+
+
+def served_from(broker: BrokerProcess, source: str) -> bool:
+    try:
+        return health_from(broker, source) == b"HTTP/1.1 200 OK"
+    except ConnectionError:
+        return False
+
+
+def test_one_address_holding_half_sent_requests_does_not_starve_the_others(capped_per_address):
+    broker = capped_per_address
+    # One client reopening half-sent requests: past its share each new one is
+    # closed at once (the header deadline, 30 s, has nothing to do with it).
+    connections = [half_sent(broker) for _ in range(PER_ADDRESS)]
+    try:
+        for _ in range(3):
+            extra = socket.create_connection(("127.0.0.1", broker.http_port), timeout=5)
+            with contextlib.suppress(ConnectionResetError):  # reset before it was sent
+                extra.sendall(HALF_A_REQUEST)
+            assert closed_by_broker(extra)
+            extra.close()
+        # Another address (the operator's) is answered, again and again.
+        for _ in range(PER_ADDRESS + 3):
+            assert health_from(broker, "127.0.0.2") == b"HTTP/1.1 200 OK"
+    finally:
+        for connection in connections:
+            connection.close()
+    # Its connections closed, the first address is served again.
+    wait_until(lambda: served_from(broker, "127.0.0.1"), 5.0, "127.0.0.1 served again")
+    stats = broker.admin("/admin/v2/broker-stats/http-connections")
+    assert stats["maxHttpConnectionsPerAddress"] == PER_ADDRESS
+    assert stats["refusedHttpConnectionsPerAddress"] >= 3
