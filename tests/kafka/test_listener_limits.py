@@ -6,6 +6,7 @@ max.connections.per.ip]."""
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
@@ -67,8 +69,6 @@ def stats(secure: SecureKafka) -> dict:
     )
     context = ssl.create_default_context(cafile=str(secure.ca_file))
     with urllib.request.urlopen(request, timeout=10, context=context) as response:
-        import json
-
         return json.loads(response.read())
 
 
@@ -93,8 +93,6 @@ def test_connections_that_do_not_authenticate_are_closed_at_the_deadline(limited
     after_handshake = RawKafka(port, limited.ca_file)
     versions = after_handshake.send(ApiVersionsRequest[0](), 0, ApiVersionsResponse[0])
     assert versions is not None and versions.error_code == 0
-    from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
-
     handshake = after_handshake.send(
         SaslHandshakeRequest(mechanism="PLAIN"), 1, SaslHandshakeResponse
     )
