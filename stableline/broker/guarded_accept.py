@@ -222,8 +222,15 @@ class GuardedListener:
                 ssl=self._ssl,
                 ssl_handshake_timeout=self._handshake_timeout_s if self._ssl else None,
             )
-        except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
-            # A failed or stalled TLS handshake: asyncio has closed the socket.
+        except asyncio.CancelledError:  # the port is closing
+            conn.close()
+            release()
+            raise
+        except Exception as error:
+            # A failed or stalled TLS handshake (asyncio has closed the socket), or
+            # the peer gone already: the slot is free again either way.
             self.handshake_failures += 1
             conn.close()
             release()
+            if not isinstance(error, (OSError, TimeoutError)):
+                log.debug("%s: connection from %s not set up: %r", self.name, address, error)
