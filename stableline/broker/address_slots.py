@@ -30,19 +30,26 @@ class AddressSlots:
     def held_by(self, address: str) -> int:
         return self._held.get(address, 0)
 
+    def refusal(self, address: str) -> Refusal | None:
+        """The cap one more connection of `address` would break, or None."""
+        if self._count >= self.caps.total:
+            return Refusal.TOTAL
+        if self._held.get(address, 0) >= self.caps.per_address:
+            return Refusal.ADDRESS
+        return None
+
     def take(self, address: str) -> Refusal | None:
         """Count one more connection of `address`; the cap it would break (nothing
-        counted) or None."""
-        if self._count >= self.caps.total:
+        counted, the refusal counted) or None."""
+        refusal = self.refusal(address)
+        if refusal is Refusal.TOTAL:
             self.refused_total += 1
-            return Refusal.TOTAL
-        held = self._held.get(address, 0)
-        if held >= self.caps.per_address:
+        elif refusal is Refusal.ADDRESS:
             self.refused_address += 1
-            return Refusal.ADDRESS
-        self._held[address] = held + 1
-        self._count += 1
-        return None
+        else:
+            self._held[address] = self._held.get(address, 0) + 1
+            self._count += 1
+        return refusal
 
     def release(self, address: str) -> None:
         held = self._held[address] - 1

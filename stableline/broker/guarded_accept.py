@@ -9,6 +9,15 @@ asyncio (`connect_accepted_socket`, the TLS handshake bounded by
 `handshake_timeout_s`); its slot is given back when the connection is lost or its
 handshake fails.
 
+A connection is *waiting* from its accept until its protocol says it has proven
+itself (`Admission.proven`: a Kafka connection authenticated, an HTTP one sent its
+first request's headers). Past a cap, a new connection takes the slot of the
+longest-waiting connection of its address (past the total: of any address), which
+is closed; only when there is none is the new one refused. Honest clients prove
+themselves within milliseconds, so sockets that sit silent are what goes: a client
+keeps logging in from the address an attacker fills with them, as soon as it
+connects and not once the attacker's time is up.
+
 Out of descriptors (EMFILE and the like) the loop stops accepting for a moment
 (ACCEPT_BACKOFF_S, doubling to ACCEPT_BACKOFF_MAX_S) instead of spinning, and says
 so at most once per LOG_INTERVAL_S with how many accepts failed meanwhile: the
@@ -61,18 +70,54 @@ class ThrottledLog:
         self._log.log(level, message, *args)
 
 
+class Admission:
+    """One accepted connection's slot: given back once, whichever way it ends."""
+
+    __slots__ = ("_listener", "_released", "_waiting", "address", "task", "transport")
+
+    def __init__(self, listener: GuardedListener, address: str) -> None:
+        self.address = address
+        self._listener = listener
+        self._released = False
+        self._waiting = True
+        self.transport: asyncio.BaseTransport | None = None
+        self.task: asyncio.Task | None = None
+
+    def proven(self) -> None:
+        """The connection has shown it is a client (authenticated, a request sent):
+        no newcomer may take its slot from now on."""
+        if self._waiting:
+            self._waiting = False
+            self._listener._stop_waiting(self)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.proven()
+            self._listener.slots.release(self.address)
+
+    def evict(self) -> None:
+        """Give the slot up for a newcomer and close the connection."""
+        self.release()
+        if self.transport is not None:
+            self.transport.abort()
+        elif self.task is not None:
+            self.task.cancel()  # its TLS handshake
+
+
 class _Counted(asyncio.Protocol):
     """Delegates to the real protocol; gives the slot back when the connection ends."""
 
-    def __init__(self, inner: asyncio.BaseProtocol, release: Callable[[], None]) -> None:
+    def __init__(self, inner: asyncio.BaseProtocol, admission: Admission) -> None:
         self._inner = inner
-        self._release = release
+        self._admission = admission
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._admission.transport = transport
         self._inner.connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._release()
+        self._admission.release()
         self._inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -89,13 +134,14 @@ class _Counted(asyncio.Protocol):
 
 
 class GuardedListener:
-    """Listens on (host, port), admitting connections within `slots`' caps."""
+    """Listens on (host, port), admitting connections within `slots`' caps;
+    `protocol_factory(admission)` makes each connection's protocol."""
 
     def __init__(
         self,
         name: str,
         slots: AddressSlots,
-        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        protocol_factory: Callable[[Admission], asyncio.BaseProtocol],
         ssl_context: ssl.SSLContext | None,
         handshake_timeout_s: float,
     ) -> None:
@@ -111,8 +157,12 @@ class GuardedListener:
         self._retry: asyncio.TimerHandle | None = None
         self._log = ThrottledLog(log)
         self._refusal_log = ThrottledLog(log)
+        # Connections not proven yet, oldest first: all, and by address.
+        self._waiting: dict[Admission, None] = {}
+        self._waiting_at: dict[str, dict[Admission, None]] = {}
         self.accept_failures = 0
         self.handshake_failures = 0
+        self.evicted = 0
 
     def start(self, host: str, port: int) -> int:
         """Listen; the bound port (port 0 picks a free one). OSError if it cannot."""
@@ -183,9 +233,30 @@ class GuardedListener:
         if self._sock is not None:
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
+    def _stop_waiting(self, admission: Admission) -> None:
+        self._waiting.pop(admission, None)
+        at = self._waiting_at.get(admission.address)
+        if at is not None:
+            at.pop(admission, None)
+            if not at:
+                del self._waiting_at[admission.address]
+
+    def _take(self, address: str) -> Refusal | None:
+        """A slot for `address`, a waiting connection's if need be (it is closed)."""
+        for _ in range(2):  # past the total, then perhaps past the address's cap
+            refusal = self.slots.refusal(address)
+            if refusal is None:
+                break
+            waiting = self._waiting if refusal is Refusal.TOTAL else self._waiting_at.get(address)
+            if not waiting:
+                break
+            next(iter(waiting)).evict()
+            self.evicted += 1
+        return self.slots.take(address)
+
     def _admit(self, conn: socket.socket, peer: object) -> None:
         address = peer[0] if isinstance(peer, tuple) else str(peer)
-        refusal = self.slots.take(address)
+        refusal = self._take(address)
         if refusal is not None:
             # Closed at once, unread: a reset tells the client, and costs nothing more.
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
@@ -202,22 +273,26 @@ class GuardedListener:
             )
             return
         conn.setblocking(False)
-        task = self._loop.create_task(self._connect(conn, address))
+        admission = Admission(self, address)
+        self._waiting[admission] = None
+        self._waiting_at.setdefault(address, {})[admission] = None
+        task = self._loop.create_task(self._connect(conn, admission))
+        admission.task = task
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        # A task cancelled before it ran (evicted in the batch that accepted it)
+        # never reaches its own clean-up: the socket is closed here. The same socket
+        # object closed twice is harmless.
+        task.add_done_callback(lambda done: conn.close() if done.cancelled() else None)
 
-    async def _connect(self, conn: socket.socket, address: str) -> None:
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.slots.release(address)
-
+    async def _connect(self, conn: socket.socket, admission: Admission) -> None:
+        release, address = admission.release, admission.address
+        if admission._released:  # evicted before this task ran
+            conn.close()
+            return
         try:
             await self._loop.connect_accepted_socket(
-                lambda: _Counted(self._factory(), release),
+                lambda: _Counted(self._factory(admission), admission),
                 conn,
                 ssl=self._ssl,
                 ssl_handshake_timeout=self._handshake_timeout_s if self._ssl else None,

@@ -9,7 +9,8 @@ http_max_connections_per_address from its address, a new one is reset at once, s
 one client reopening half-sent connections fills its own share and not the
 others' (an operator's health checks keep working). A connection must complete
 the headers of its first request within http_request_header_timeout_s of its
-accept (the TLS handshake included), or it is aborted; between requests,
+accept (the TLS handshake included), or it is aborted; until then, a newcomer past
+a cap takes the slot of the longest-waiting such connection (guarded_accept.py); between requests,
 aiohttp's keep-alive timeout closes an idle connection.
 GET /admin/v2/broker-stats/http-connections shows the counts.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,7 +28,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from stableline.broker.address_slots import AddressSlots
 from stableline.broker.connection_caps import PortCaps
-from stableline.broker.guarded_accept import GuardedListener
+from stableline.broker.guarded_accept import Admission, GuardedListener
 
 
 class HttpConnections:
@@ -42,6 +44,8 @@ class HttpConnections:
             weakref.WeakValueDictionary()
         )
         self.timed_out = 0
+        # The port's listener's count of waiting connections closed for newcomers.
+        self.evicted: Callable[[], int] = lambda: 0
 
     @property
     def max_connections(self) -> int:
@@ -53,8 +57,8 @@ class HttpConnections:
     def protocol_factory(self, server: web.Server):
         loop = asyncio.get_running_loop()
 
-        def make() -> asyncio.Protocol:
-            return _Connection(self, server(), loop)
+        def make(admission: Admission) -> asyncio.Protocol:
+            return _Connection(self, server(), loop, admission)
 
         return make
 
@@ -80,15 +84,17 @@ class HttpConnections:
             "refusedHttpConnections": slots.refused_total + slots.refused_address,
             "refusedHttpConnectionsPerAddress": slots.refused_address,
             "httpHeaderTimeouts": self.timed_out,
+            "evictedHttpConnections": self.evicted(),
         }
 
 
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, counted and held to the header deadline."""
 
-    def __init__(self, table: HttpConnections, handler: RequestHandler, loop):
+    def __init__(self, table: HttpConnections, handler: RequestHandler, loop, admission: Admission):
         self._table = table
         self._handler = handler
+        self._admission = admission
         self._transport: asyncio.Transport | None = None
         self._deadline: asyncio.TimerHandle | None = loop.call_later(
             table.header_timeout_s, self._overdue
@@ -96,6 +102,8 @@ class _Connection(asyncio.Protocol):
         table._by_handler[id(handler)] = self
 
     def cancel_deadline(self) -> None:
+        # Its first request's headers are in: a newcomer may no longer take its slot.
+        self._admission.proven()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -164,6 +172,7 @@ class BoundedTCPSite(web.BaseSite):
             self._connections.header_timeout_s,
         )
         self.bound_port = listener.start(self._host, self._port)
+        self._connections.evicted = lambda: listener.evicted
         self._server = listener  # closed by BaseSite.stop
 
 

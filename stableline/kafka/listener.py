@@ -12,12 +12,14 @@ is sent.
 
 Connections are admitted by a GuardedListener: at most `kafka_max_connections`,
 and `kafka_max_connections_per_address` from one address, counted from the accept
-(a TLS handshake in progress included); one more is reset at once. A connection
-must finish its TLS handshake, its SASL authentication and its first request
-within `connection_authentication_timeout_s` of its accept (with authentication
-off: its first request), or it is closed; after that, one that sends no request
-for `kafka_connections_max_idle_ms` is closed [Kafka: connections.max.idle.ms,
-max.connections, max.connections.per.ip].
+(a TLS handshake in progress included); one more takes the slot of the
+longest-waiting connection of its address not authenticated yet (past the total:
+of any address), which is closed, or is reset at once when there is none
+(guarded_accept.py). A connection must finish its TLS handshake, its SASL
+authentication and its first request within `connection_authentication_timeout_s`
+of its accept (with authentication off: its first request), or it is closed;
+after that, one that sends no request for `kafka_connections_max_idle_ms` is
+closed [Kafka: connections.max.idle.ms, max.connections, max.connections.per.ip].
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from aiohttp import web
 
 from stableline.broker.address_slots import AddressSlots
 from stableline.broker.connection_caps import PortCaps
-from stableline.broker.guarded_accept import GuardedListener, ThrottledLog
+from stableline.broker.guarded_accept import Admission, GuardedListener, ThrottledLog
 from stableline.kafka.client_address import client_host, host_of
 from stableline.kafka.codec import MalformedRequest
 from stableline.kafka.handler import KafkaRequestHandler
@@ -90,10 +92,10 @@ class KafkaListener:
         )
         return self._server.start(host, port)
 
-    def _protocol(self) -> asyncio.StreamReaderProtocol:
+    def _protocol(self, admission: Admission) -> asyncio.StreamReaderProtocol:
         # Made at the accept: the authentication deadline counts from here.
         loop = asyncio.get_running_loop()
-        serve = functools.partial(self._serve, accepted_at=loop.time())
+        serve = functools.partial(self._serve, accepted_at=loop.time(), admission=admission)
         reader = asyncio.StreamReader(limit=_STREAM_LIMIT, loop=loop)
         return asyncio.StreamReaderProtocol(reader, serve, loop=loop)
 
@@ -104,6 +106,7 @@ class KafkaListener:
             "idleTimeouts": self.idle_timeouts,
             "handshakeFailures": self._server.handshake_failures if self._server else 0,
             "acceptFailures": self._server.accept_failures if self._server else 0,
+            "evictedConnections": self._server.evicted if self._server else 0,
         }
 
     async def stop(self) -> None:
@@ -117,7 +120,12 @@ class KafkaListener:
         await self._handler.close()
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, accepted_at: float
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        accepted_at: float,
+        admission: Admission,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -125,7 +133,9 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         client_host.set(host_of(peer))  # this connection's task alone sees it
         try:
-            await self._requests(reader, writer, self._handler.new_session(peer), accepted_at)
+            await self._requests(
+                reader, writer, self._handler.new_session(peer), accepted_at, admission
+            )
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass  # the client went away
         except TimeoutError:
@@ -182,6 +192,7 @@ class KafkaListener:
         writer: asyncio.StreamWriter,
         session: KafkaSession,
         accepted_at: float,
+        admission: Admission,
     ) -> None:
         peer = session.peer
         loop = asyncio.get_running_loop()
@@ -193,6 +204,7 @@ class KafkaListener:
                 session.state is SaslState.AUTHENTICATED or session.role is not None
             )
             if proven:
+                admission.proven()  # a newcomer past a cap may no longer take its slot
                 deadline = loop.time() + self.limits.max_idle_s
             else:
                 deadline = accepted_at + self.limits.authentication_timeout_s

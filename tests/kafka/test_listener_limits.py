@@ -122,31 +122,49 @@ def test_an_authenticated_connection_is_closed_once_idle(limited):
         connection.close()
 
 
-def test_one_address_past_its_cap_is_refused_while_another_logs_in(limited):
-    port = limited.process.kafka_port
-    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(PER_ADDRESS)]
+def refused_at_once(port: int) -> bool:
     try:
-        wait_until(lambda: stats(limited)["connections"] >= PER_ADDRESS, 5.0, "held counted")
-        # One more from the same address is reset at once, well before any deadline.
-        try:
-            extra = socket.create_connection(("127.0.0.1", port), timeout=10)
-        except ConnectionResetError:
-            pass  # reset before connect() returned: refused all the same
-        else:
-            waited = closed_within(extra, AUTH_TIMEOUT_S / 2)
-            extra.close()
-            assert waited is not None, "the connection past the per-address cap was kept"
-        # Another address still connects and logs in, and the health check answers.
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+    except ConnectionResetError:
+        return True  # reset before connect() returned
+    with extra:
+        return closed_within(extra, AUTH_TIMEOUT_S / 2) is not None
+
+
+def test_silent_sockets_filling_an_address_cannot_keep_a_client_out(limited):
+    port = limited.process.kafka_port
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(PER_ADDRESS)]
+    logged_in: list[RawKafka] = []
+    try:
+        wait_until(lambda: stats(limited)["connections"] >= PER_ADDRESS, 5.0, "silent counted")
+        # The address is full of sockets that never authenticate: a client from it
+        # logs in at once, in the place of the one that waited longest.
+        started = time.monotonic()
+        client = RawKafka(port, limited.ca_file)
+        logged_in.append(client)
+        assert client.authenticate(limited.token(SUPERUSER)).error_code == 0
+        assert time.monotonic() - started < AUTH_TIMEOUT_S
+        assert closed_within(silent[0], AUTH_TIMEOUT_S / 2) is not None
+        # Another address is not touched by any of it.
         other = RawKafka(port, limited.ca_file, source="127.0.0.2")
         try:
             assert other.authenticate(limited.token(SUPERUSER)).error_code == 0
             assert other.metadata(None) is not None
         finally:
             other.close()
+        # With the address full of authenticated clients, one more is refused.
+        for _ in range(PER_ADDRESS - 1):
+            client = RawKafka(port, limited.ca_file)
+            logged_in.append(client)
+            assert client.authenticate(limited.token(SUPERUSER)).error_code == 0
+        assert refused_at_once(port), "the connection past the per-address cap was kept"
         assert health(limited) == b"HTTP/1.1 200 OK"
         counts = stats(limited)
         assert counts["maxConnectionsPerAddress"] == PER_ADDRESS
+        assert counts["evictedConnections"] >= PER_ADDRESS
         assert counts["refusedPerAddress"] >= 1
     finally:
-        for sock in held:
+        for sock in silent:
             sock.close()
+        for client in logged_in:
+            client.close()

@@ -14,6 +14,7 @@ def test_the_cap_of_an_address_leaves_the_rest_to_the_others():
     assert slots.take("c") is Refusal.TOTAL
     slots.release("a")
     assert slots.take("c") is None
+    assert slots.refusal("c") is Refusal.TOTAL  # asked, not counted
     assert slots.stats()["refusedConnections"] == 2
     assert slots.stats()["refusedPerAddress"] == 1
 

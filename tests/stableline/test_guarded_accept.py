@@ -36,7 +36,7 @@ logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 
 async def main():
     slots = AddressSlots(PortCaps(10_000, 10_000))
-    listener = GuardedListener("test", slots, asyncio.Protocol, None, 5.0)
+    listener = GuardedListener("test", slots, lambda _: asyncio.Protocol(), None, 5.0)
     print(listener.start("127.0.0.1", 0), flush=True)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 5, hard))
