@@ -88,6 +88,16 @@ class ConnectionTable:
             del self._open_calls[peer]
             self.slots.release(peer_address(peer))
 
+    def calling(self) -> set[tuple[str, int]]:
+        """(address, port) of each peer with a call open."""
+        peers = set()
+        for peer in self._open_calls:
+            address = peer_address(peer)
+            port = peer.rpartition(":")[2]
+            if port.isdigit():
+                peers.add((address, int(port)))
+        return peers
+
     def stats(self) -> dict[str, int]:
         return {
             "connections": len(self._open_calls),

@@ -66,6 +66,7 @@ from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.grpc_peer import PeerService
+from stableline.broker.grpc_socket_guard import GrpcSocketGuard
 from stableline.broker.http_admin import make_app
 from stableline.broker.http_brokers import add_routes as add_brokers_routes
 from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
@@ -236,6 +237,7 @@ class Broker:
         self.shared: SharedMetadata | None = None
         self.peers: Peers | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._grpc_guard: GrpcSocketGuard | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
         self._background: set[asyncio.Task] = set()
@@ -471,6 +473,11 @@ class Broker:
                 "gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed (in use?)"
             )
         await self._grpc.start()
+        # One address's sockets past its cap, calls or not, are shut down.
+        self._grpc_guard = GrpcSocketGuard(
+            self.grpc_port, self.caps.grpc.per_address, self.connections.calling
+        )
+        self._grpc_guard.start()
 
         http_app = make_app(
             self.registry, self.coordinators, recovery, self.partitioned, config.cluster_name
@@ -637,6 +644,8 @@ class Broker:
         if self.membership is not None:
             # Out of the cluster's live list before anything else stops.
             await self.membership.close()
+        if self._grpc_guard is not None:
+            await self._grpc_guard.stop()
         if self._grpc is not None:
             calls, clients = self.connections.open_calls(), len(self.connections)
             if calls:
