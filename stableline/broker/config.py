@@ -83,7 +83,9 @@ class BrokerConfig:
     # connections, calls or not (one more is closed at its accept).
     max_connections: int = 4096
     # gRPC connections with a call open from one address; calls of one more
-    # connection from it are refused [Pulsar: maxConnectionsPerIp].
+    # connection from it are refused [Pulsar: maxConnectionsPerIp]. Of an address
+    # with more sockets than this, calls or not, the oldest with no call are shut
+    # down (grpc_socket_guard.py).
     max_connections_per_address: int = 1024
     # The Kafka port: connections at once, and from one address; one more is reset
     # at its accept [Kafka: max.connections, max.connections.per.ip].
