@@ -55,6 +55,9 @@ class ConnectionTable:
         self.max_connections = max_connections
         self.slots = AddressSlots(PortCaps.of(max_connections, max_per_address or max_connections))
         self._open_calls: dict[str, int] = {}
+        # Every call in progress per peer, counted or not (health checks, streams
+        # not opened yet, calls refused later): what makes a socket busy.
+        self._any_calls: dict[str, int] = {}
         self.last_refusal: Refusal | None = None
 
     @property
@@ -90,10 +93,20 @@ class ConnectionTable:
             del self._open_calls[peer]
             self.slots.release(peer_address(peer))
 
+    def call_started(self, peer: str) -> None:
+        self._any_calls[peer] = self._any_calls.get(peer, 0) + 1
+
+    def call_ended(self, peer: str) -> None:
+        calls = self._any_calls[peer] - 1
+        if calls:
+            self._any_calls[peer] = calls
+        else:
+            del self._any_calls[peer]
+
     def calling(self) -> set[tuple[str, int]]:
-        """(address, port) of each peer with a call open."""
+        """(address, port) of each peer with a call of any kind in progress."""
         peers = set()
-        for peer in self._open_calls:
+        for peer in self._any_calls:
             address = peer_address(peer)
             port = peer.rpartition(":")[2]
             if port.isdigit():
@@ -180,6 +193,52 @@ def _streaming(table: ConnectionTable, behavior):
             table.leave(peer)
 
     return counted
+
+
+class CallTrackingInterceptor(grpc.aio.ServerInterceptor):
+    """Notes every call in progress per peer (the first interceptor): a socket with
+    one is busy, and the per-address socket guard leaves it alone."""
+
+    def __init__(self, table: ConnectionTable):
+        self.table = table
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        table = self.table
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=_tracked_unary(table, handler.unary_unary))
+        if handler.stream_stream is not None:
+            return handler._replace(stream_stream=_tracked_stream(table, handler.stream_stream))
+        if handler.unary_stream is not None:
+            return handler._replace(unary_stream=_tracked_stream(table, handler.unary_stream))
+        return handler._replace(stream_unary=_tracked_unary(table, handler.stream_unary))
+
+
+def _tracked_unary(table: ConnectionTable, behavior):
+    async def tracked(request: Any, context) -> Any:
+        peer = context.peer()
+        table.call_started(peer)
+        try:
+            return await behavior(request, context)
+        finally:
+            table.call_ended(peer)
+
+    return tracked
+
+
+def _tracked_stream(table: ConnectionTable, behavior):
+    async def tracked(request: Any, context) -> AsyncIterator[Any]:
+        peer = context.peer()
+        table.call_started(peer)
+        try:
+            async for response in behavior(request, context):
+                yield response
+        finally:
+            table.call_ended(peer)
+
+    return tracked
 
 
 class OpeningDeadlineInterceptor(grpc.aio.ServerInterceptor):

@@ -7,7 +7,8 @@ never call could still fill the port from one address until gRPC's idle timeout
 closed them. This guard looks at the port's established sockets as the kernel
 lists them (/proc/net/tcp and tcp6) every SWEEP_INTERVAL_S; where one address has
 more than its per-address cap, it shuts down the surplus among that address's
-sockets with no call open, oldest first (by inode), as a newcomer past a cap
+sockets with no call open at two sweeps running, oldest first (by inode), as a
+newcomer past a cap
 displaces the longest-waiting connection on the Kafka and HTTP ports. The socket
 is found among this process's descriptors and shut down through a duplicate
 (checked to be the same socket), so gRPC sees its peer gone and closes its own.
@@ -71,10 +72,15 @@ def port_sockets(port: int, tables: Iterable[str] = _TABLES) -> list[PortSocket]
 
 
 def surplus(
-    sockets: list[PortSocket], per_address: int, calling: set[tuple[str, int]]
+    sockets: list[PortSocket],
+    per_address: int,
+    calling: set[tuple[str, int]],
+    idle_before: set[int] | None = None,
 ) -> list[PortSocket]:
     """The sockets to shut down: of each address past `per_address`, the oldest of
-    those with no call open (`calling`: (address, port) of peers with one)."""
+    those with no call open (`calling`: (address, port) of peers with one) and, when
+    `idle_before` is given, idle at the sweep before too (inodes): a connection just
+    made, its first call not in yet, is not taken for a silent one."""
     by_address: dict[str, list[PortSocket]] = {}
     for entry in sockets:
         by_address.setdefault(entry.address, []).append(entry)
@@ -84,7 +90,13 @@ def surplus(
         if over <= 0:
             continue
         idle = sorted(
-            (e for e in entries if (e.address, e.port) not in calling), key=lambda e: e.inode
+            (
+                e
+                for e in entries
+                if (e.address, e.port) not in calling
+                and (idle_before is None or e.inode in idle_before)
+            ),
+            key=lambda e: e.inode,
         )
         chosen.extend(idle[:over])
     return chosen
@@ -139,6 +151,7 @@ class GrpcSocketGuard:
         self._calling = calling
         self._task: asyncio.Task | None = None
         self._log = ThrottledLog(log)
+        self._idle_before: set[int] = set()
         self.shut = 0
 
     def start(self) -> None:
@@ -173,6 +186,8 @@ class GrpcSocketGuard:
     def _sweep(self, calling: set[tuple[str, int]]) -> int:
         sockets = port_sockets(self._port)
         if len(sockets) <= self._per_address:
+            self._idle_before = set()
             return 0
-        chosen = surplus(sockets, self._per_address, calling)
+        chosen = surplus(sockets, self._per_address, calling, self._idle_before)
+        self._idle_before = {e.inode for e in sockets if (e.address, e.port) not in calling}
         return shut_down({entry.inode for entry in chosen}) if chosen else 0

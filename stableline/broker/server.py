@@ -48,6 +48,7 @@ from stableline.broker.cluster_partitions import ClusterPartitions
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connection_caps import RESERVED_FILES, connection_caps
 from stableline.broker.connection_limit import (
+    CallTrackingInterceptor,
     ConnectionLimitInterceptor,
     ConnectionTable,
     OpeningDeadlineInterceptor,
@@ -438,6 +439,7 @@ class Broker:
             # stream that opens with nothing is ended; then the token check, and only
             # an authenticated call takes a connection slot.
             interceptors=[
+                CallTrackingInterceptor(self.connections),
                 MalformedRequestInterceptor(),
                 OpeningDeadlineInterceptor(config.connection_idle_timeout_s),
                 *self.security.grpc_interceptors(),

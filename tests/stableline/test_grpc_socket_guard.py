@@ -34,3 +34,6 @@ def test_the_surplus_is_the_oldest_of_an_address_with_no_call_open():
     chosen = surplus(sockets, per_address=2, calling={("10.0.0.1", 2)})
     assert [entry.inode for entry in chosen] == [3, 5]
     assert surplus(sockets, per_address=4, calling=set()) == []
+    # Idle at this sweep only (just connected, its call not in yet): left alone.
+    chosen = surplus(sockets, per_address=2, calling={("10.0.0.1", 2)}, idle_before={5})
+    assert [entry.inode for entry in chosen] == [5]
