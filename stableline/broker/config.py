@@ -79,8 +79,29 @@ class BrokerConfig:
     txn_ended_retention_s: float = 3600.0
     max_ended_transactions: int = 100_000
     # Client connections (distinct gRPC peers with a call open) served at once; calls
-    # from one more peer are refused [maxConnections].
+    # from one more peer are refused [maxConnections]. It also caps the gRPC port's
+    # connections, calls or not (one more is closed at its accept).
     max_connections: int = 4096
+    # gRPC connections with a call open from one address; calls of one more
+    # connection from it are refused [Pulsar: maxConnectionsPerIp]. Of an address
+    # with more sockets than this, calls or not, the oldest with no call are shut
+    # down (grpc_socket_guard.py).
+    max_connections_per_address: int = 1024
+    # The Kafka port: connections at once, and from one address; one more is reset
+    # at its accept [Kafka: max.connections, max.connections.per.ip].
+    kafka_max_connections: int = 4096
+    kafka_max_connections_per_address: int = 1024
+    # A Kafka connection sending no request this long is closed
+    # [Kafka: connections.max.idle.ms, the same 10 minutes].
+    kafka_connections_max_idle_ms: int = 600_000
+    # A new connection must be through its TLS handshake and authenticated within
+    # this long of its accept or it is closed: on the Kafka port, its SASL
+    # authentication and first request (its first request with authentication
+    # off); on the gRPC port, its HTTP/2 handshake, and a gRPC connection with no
+    # call open this long is closed too (clients reconnect on their next call).
+    # The connection caps of all ports together are cut, at start, to fit the
+    # open-files limit, each per-address cap to half its port's (connection_caps.py).
+    connection_authentication_timeout_s: float = 10.0
     # A request stream (producer, consumer) must send its opening request within
     # this long or it is ended; until then it holds no connection slot
     # [Pulsar: the CONNECT deadline of a new connection].
@@ -91,6 +112,9 @@ class BrokerConfig:
     # an idle keep-alive connection closes after connection_idle_timeout_s.
     max_http_connections: int = 1024
     http_request_header_timeout_s: float = 10.0
+    # HTTP connections from one address: one client cannot crowd out the others,
+    # an operator's health checks included.
+    http_max_connections_per_address: int = 64
     # Entries pushed to one consumer per gRPC frame.
     max_entries_per_frame: int = 500
     # Bytes of entries in one Fetch reply, one Subscribe frame and one peek; the
@@ -333,6 +357,12 @@ LIMIT_KEYS = (
     "max_fetch_bytes",
     "max_http_connections",
     "http_request_header_timeout_s",
+    "max_connections_per_address",
+    "kafka_max_connections",
+    "kafka_max_connections_per_address",
+    "kafka_connections_max_idle_ms",
+    "connection_authentication_timeout_s",
+    "http_max_connections_per_address",
     "metadata_session_timeout_s",
     "kafka_max_groups",
     "kafka_max_group_members",

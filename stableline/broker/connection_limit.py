@@ -7,8 +7,16 @@ connection opens or closes, so a connection counts while it has at least one cal
 open (a producer, a consumer, a unary call in progress); an idle connection counts
 for nothing. A call from a peer that is not counted while max_connections are is
 refused with RESOURCE_EXHAUSTED ("TooManyConnections"); calls of counted peers go
-on. Health checks and reflection are neither counted nor refused: probes must work
-on a full broker. GET /admin/v2/broker-stats/connections shows the count.
+on; so is a call of a new peer whose address already has
+max_connections_per_address counted. Health checks and reflection are neither
+counted nor refused: probes must work on a full broker.
+
+Connections without a call are bounded by gRPC itself (server.py's options): at
+most what the open-files budget leaves the port (connection_caps.py: max_connections
+once the caps are cut; one more is closed at its accept), each through its TLS and
+HTTP/2 handshake and closed after no call for connection_authentication_timeout_s;
+of an address with more than max_connections_per_address sockets, the oldest with
+no call are shut down (grpc_socket_guard.py). GET /admin/v2/broker-stats/connections shows the count.
 
 A call counts only once it is authenticated (the server puts the guard's
 interceptor before this one), so callers without a valid token take no slot. A
@@ -26,6 +34,8 @@ from typing import Any
 import grpc
 from aiohttp import web
 
+from stableline.broker.address_slots import AddressSlots, Refusal
+from stableline.broker.connection_caps import PortCaps
 from stableline.broker.errors import BrokerError, abort
 
 UNCOUNTED_SERVICES = (
@@ -36,14 +46,23 @@ UNCOUNTED_SERVICES = (
 
 
 class ConnectionTable:
-    """Open calls per peer; at most `max_connections` peers at once."""
+    """Open calls per peer; at most `max_connections` peers at once, and at most
+    `max_per_address` of one address (AddressSlots, as the other ports count)."""
 
-    def __init__(self, max_connections: int):
+    def __init__(self, max_connections: int, max_per_address: int | None = None):
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         self.max_connections = max_connections
+        self.slots = AddressSlots(PortCaps.of(max_connections, max_per_address or max_connections))
         self._open_calls: dict[str, int] = {}
-        self.refused = 0
+        # Every call in progress per peer, counted or not (health checks, streams
+        # not opened yet, calls refused later): what makes a socket busy.
+        self._any_calls: dict[str, int] = {}
+        self.last_refusal: Refusal | None = None
+
+    @property
+    def refused(self) -> int:
+        return self.slots.refused_total + self.slots.refused_address
 
     def __len__(self) -> int:
         return len(self._open_calls)
@@ -54,11 +73,12 @@ class ConnectionTable:
 
     def enter(self, peer: str) -> bool:
         """Count one more call of `peer`; False (nothing counted) when it would be one
-        connection too many."""
+        connection too many, in all or from its address (`last_refusal` says which)."""
         calls = self._open_calls.get(peer)
         if calls is None:
-            if len(self._open_calls) >= self.max_connections:
-                self.refused += 1
+            refusal = self.slots.take(peer_address(peer))
+            if refusal is not None:
+                self.last_refusal = refusal
                 return False
             calls = 0
         self._open_calls[peer] = calls + 1
@@ -71,13 +91,45 @@ class ConnectionTable:
             self._open_calls[peer] = calls
         else:
             del self._open_calls[peer]
+            self.slots.release(peer_address(peer))
+
+    def call_started(self, peer: str) -> None:
+        self._any_calls[peer] = self._any_calls.get(peer, 0) + 1
+
+    def call_ended(self, peer: str) -> None:
+        calls = self._any_calls[peer] - 1
+        if calls:
+            self._any_calls[peer] = calls
+        else:
+            del self._any_calls[peer]
+
+    def calling(self) -> set[tuple[str, int]]:
+        """(address, port) of each peer with a call of any kind in progress."""
+        peers = set()
+        for peer in self._any_calls:
+            address = peer_address(peer)
+            port = peer.rpartition(":")[2]
+            if port.isdigit():
+                peers.add((address, int(port)))
+        return peers
 
     def stats(self) -> dict[str, int]:
         return {
             "connections": len(self._open_calls),
             "maxConnections": self.max_connections,
+            "maxConnectionsPerAddress": self.slots.caps.per_address,
             "refusedConnections": self.refused,
+            "refusedPerAddress": self.slots.refused_address,
         }
+
+
+def peer_address(peer: str) -> str:
+    """The address of a gRPC peer name: `ipv4:127.0.0.1:53122` -> `127.0.0.1`,
+    `ipv6:[::1]:53122` -> `::1`; a name of another form is its own address."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return peer
+    return rest.rpartition(":")[0].strip("[]")
 
 
 class ConnectionLimitInterceptor(grpc.aio.ServerInterceptor):
@@ -99,11 +151,20 @@ class ConnectionLimitInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _refusal(table: ConnectionTable) -> BrokerError:
+    if table.last_refusal is Refusal.ADDRESS:
+        detail = (
+            f"its address holds {table.slots.caps.per_address} client connections, the most "
+            f"max_connections_per_address allows"
+        )
+    else:
+        detail = (
+            f"the broker serves {len(table)} client connections, the most max_connections "
+            f"({table.max_connections}) allows"
+        )
     return BrokerError(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         "TooManyConnections",
-        f"the broker serves {len(table)} client connections, the most max_connections "
-        f"({table.max_connections}) allows; retry later or close idle clients",
+        f"{detail}; retry later or close idle clients",
     )
 
 
@@ -132,6 +193,52 @@ def _streaming(table: ConnectionTable, behavior):
             table.leave(peer)
 
     return counted
+
+
+class CallTrackingInterceptor(grpc.aio.ServerInterceptor):
+    """Notes every call in progress per peer (the first interceptor): a socket with
+    one is busy, and the per-address socket guard leaves it alone."""
+
+    def __init__(self, table: ConnectionTable):
+        self.table = table
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        table = self.table
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=_tracked_unary(table, handler.unary_unary))
+        if handler.stream_stream is not None:
+            return handler._replace(stream_stream=_tracked_stream(table, handler.stream_stream))
+        if handler.unary_stream is not None:
+            return handler._replace(unary_stream=_tracked_stream(table, handler.unary_stream))
+        return handler._replace(stream_unary=_tracked_unary(table, handler.stream_unary))
+
+
+def _tracked_unary(table: ConnectionTable, behavior):
+    async def tracked(request: Any, context) -> Any:
+        peer = context.peer()
+        table.call_started(peer)
+        try:
+            return await behavior(request, context)
+        finally:
+            table.call_ended(peer)
+
+    return tracked
+
+
+def _tracked_stream(table: ConnectionTable, behavior):
+    async def tracked(request: Any, context) -> AsyncIterator[Any]:
+        peer = context.peer()
+        table.call_started(peer)
+        try:
+            async for response in behavior(request, context):
+                yield response
+        finally:
+            table.call_ended(peer)
+
+    return tracked
 
 
 class OpeningDeadlineInterceptor(grpc.aio.ServerInterceptor):

@@ -1,14 +1,18 @@
-"""max_http_connections and a request-header deadline for the HTTP admin port.
+"""Connection caps and a request-header deadline for the HTTP admin port.
 
 aiohttp neither caps connections nor bounds how long a client may take to send a
 request's headers, so a client that opens connections and sends half a request
-holds a file descriptor each for as long as it likes. This site wraps each
-connection's protocol: a connection counts from its accept (a TLS handshake in
-progress included) until it closes; past max_http_connections a new one is
-closed at once. A connection must complete the headers of its first request
-within http_request_header_timeout_s of its accept (the TLS handshake included),
-or it is aborted; between requests, aiohttp's keep-alive timeout closes an idle
-connection. GET /admin/v2/broker-stats/http-connections shows the counts.
+holds a file descriptor each for as long as it likes. The port's accept loop is a
+GuardedListener: a connection counts from its accept (a TLS handshake in progress
+included) until it closes; past max_http_connections, or past
+http_max_connections_per_address from its address, a new one is reset at once, so
+one client reopening half-sent connections fills its own share and not the
+others' (an operator's health checks keep working). A connection must complete
+the headers of its first request within http_request_header_timeout_s of its
+accept (the TLS handshake included), or it is aborted; until then, a newcomer past
+a cap takes the slot of the longest-waiting such connection (guarded_accept.py); between requests,
+aiohttp's keep-alive timeout closes an idle connection.
+GET /admin/v2/broker-stats/http-connections shows the counts.
 """
 
 from __future__ import annotations
@@ -16,41 +20,45 @@ from __future__ import annotations
 import asyncio
 import ssl
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from stableline.broker.address_slots import AddressSlots
+from stableline.broker.connection_caps import PortCaps
+from stableline.broker.guarded_accept import Admission, GuardedListener
+
 
 class HttpConnections:
-    """The connections open on the HTTP port, at most `max_connections`."""
+    """The connections open on the HTTP port, within `caps`."""
 
-    def __init__(self, max_connections: int, header_timeout_s: float):
-        if max_connections < 1:
-            raise ValueError(f"max_http_connections must be >= 1, got {max_connections}")
+    def __init__(self, caps: PortCaps, header_timeout_s: float):
         assert header_timeout_s > 0
-        self.max_connections = max_connections
+        self.slots = AddressSlots(caps)
         self.header_timeout_s = header_timeout_s
         # Weak: a TLS connection whose handshake fails is dropped by asyncio without
-        # a connection_lost, and leaves the set when it is collected.
-        self._open: weakref.WeakSet[_Connection] = weakref.WeakSet()
-        self._by_handler: dict[int, _Connection] = {}
-        self.refused = 0
+        # a connection_lost, and leaves the map when its deadline has passed.
+        self._by_handler: weakref.WeakValueDictionary[int, _Connection] = (
+            weakref.WeakValueDictionary()
+        )
         self.timed_out = 0
+        # The port's listener's count of waiting connections closed for newcomers.
+        self.evicted: Callable[[], int] = lambda: 0
+
+    @property
+    def max_connections(self) -> int:
+        return self.slots.caps.total
 
     def __len__(self) -> int:
-        return len(self._open)
+        return len(self.slots)
 
     def protocol_factory(self, server: web.Server):
         loop = asyncio.get_running_loop()
 
-        def make() -> asyncio.Protocol:
-            if len(self._open) >= self.max_connections:
-                self.refused += 1
-                return _Refused()
-            connection = _Connection(self, server(), loop)
-            self._open.add(connection)
-            return connection
+        def make(admission: Admission) -> asyncio.Protocol:
+            return _Connection(self, server(), loop, admission)
 
         return make
 
@@ -68,25 +76,25 @@ class HttpConnections:
         return first_request_arrived
 
     def stats(self) -> dict[str, int]:
+        slots = self.slots
         return {
-            "httpConnections": len(self._open),
-            "maxHttpConnections": self.max_connections,
-            "refusedHttpConnections": self.refused,
+            "httpConnections": len(slots),
+            "maxHttpConnections": slots.caps.total,
+            "maxHttpConnectionsPerAddress": slots.caps.per_address,
+            "refusedHttpConnections": slots.refused_total + slots.refused_address,
+            "refusedHttpConnectionsPerAddress": slots.refused_address,
             "httpHeaderTimeouts": self.timed_out,
+            "evictedHttpConnections": self.evicted(),
         }
-
-
-class _Refused(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.abort()
 
 
 class _Connection(asyncio.Protocol):
     """aiohttp's protocol for one connection, counted and held to the header deadline."""
 
-    def __init__(self, table: HttpConnections, handler: RequestHandler, loop):
+    def __init__(self, table: HttpConnections, handler: RequestHandler, loop, admission: Admission):
         self._table = table
         self._handler = handler
+        self._admission = admission
         self._transport: asyncio.Transport | None = None
         self._deadline: asyncio.TimerHandle | None = loop.call_later(
             table.header_timeout_s, self._overdue
@@ -94,6 +102,8 @@ class _Connection(asyncio.Protocol):
         table._by_handler[id(handler)] = self
 
     def cancel_deadline(self) -> None:
+        # Its first request's headers are in: a newcomer may no longer take its slot.
+        self._admission.proven()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -112,7 +122,6 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.cancel_deadline()
-        self._table._open.discard(self)
         self._table._by_handler.pop(id(self._handler), None)
         self._handler.connection_lost(exc)
 
@@ -155,17 +164,16 @@ class BoundedTCPSite(web.BaseSite):
         await super().start()
         server = self._runner.server
         assert server is not None
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
+        listener = GuardedListener(
+            "http",
+            self._connections.slots,
             self._connections.protocol_factory(server),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            ssl_handshake_timeout=self._connections.header_timeout_s if self._ssl_context else None,
-            backlog=self._backlog,
-            reuse_address=True,
+            self._ssl_context,
+            self._connections.header_timeout_s,
         )
-        self.bound_port = self._server.sockets[0].getsockname()[1]
+        self.bound_port = listener.start(self._host, self._port)
+        self._connections.evicted = lambda: listener.evicted
+        self._server = listener  # closed by BaseSite.stop
 
 
 def add_routes(app: web.Application, table: HttpConnections) -> None:

@@ -46,7 +46,9 @@ from stableline.broker.cluster_metadata import SharedMetadata
 from stableline.broker.cluster_metadata.joining import join_cluster
 from stableline.broker.cluster_partitions import ClusterPartitions
 from stableline.broker.config import BrokerConfig
+from stableline.broker.connection_caps import RESERVED_FILES, connection_caps
 from stableline.broker.connection_limit import (
+    CallTrackingInterceptor,
     ConnectionLimitInterceptor,
     ConnectionTable,
     OpeningDeadlineInterceptor,
@@ -65,6 +67,7 @@ from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc_admin import AdminService
 from stableline.broker.grpc_broker import BrokerService
 from stableline.broker.grpc_peer import PeerService
+from stableline.broker.grpc_socket_guard import GrpcSocketGuard
 from stableline.broker.http_admin import make_app
 from stableline.broker.http_brokers import add_routes as add_brokers_routes
 from stableline.broker.http_connection_limit import BoundedTCPSite, HttpConnections
@@ -97,6 +100,7 @@ from stableline.broker.transactions import (
 )
 from stableline.kafka import KafkaStartupError, start_kafka
 from stableline.kafka.listener import KafkaListener
+from stableline.kafka.listener import add_routes as add_kafka_connection_routes
 from stableline.metadata import MetadataStoreError, kafka_node_id
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
@@ -234,6 +238,7 @@ class Broker:
         self.shared: SharedMetadata | None = None
         self.peers: Peers | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._grpc_guard: GrpcSocketGuard | None = None
         self._http: web.AppRunner | None = None
         self._health = health.aio.HealthServicer()
         self._background: set[asyncio.Task] = set()
@@ -245,9 +250,11 @@ class Broker:
         self.security: BrokerSecurity | None = None
         self.grpc_port = 0
         self.http_port = 0
+        # The configured caps until start() fits them to the open-files limit.
+        self.caps = connection_caps(config, resource.RLIM_INFINITY, 0)
         self.connections = ConnectionTable(config.max_connections)
         self.http_connections = HttpConnections(
-            config.max_http_connections, config.http_request_header_timeout_s
+            self.caps.http, config.http_request_header_timeout_s
         )
         self.open_files_limit = 0
 
@@ -324,6 +331,7 @@ class Broker:
             self.membership.write_gate,
         )
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        self._fit_connection_caps()
         partition_access = None
         if shared is not None:
             # Topics are placed over the cluster's brokers; a partitioned topic's
@@ -410,6 +418,7 @@ class Broker:
         recovery = RecoveryWindow(recover_started_ms, int(time.time() * 1000))
 
         message_limit = config.max_message_size + 1024 * 1024
+        authentication_ms = max(1, int(config.connection_authentication_timeout_s * 1000))
         self._grpc = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", message_limit),
@@ -419,11 +428,18 @@ class Broker:
                 # (one ping per 5 minutes, then GOAWAY "too_many_pings") would drop
                 # an idle consumer after about a minute and a half.
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                # Connections, calls or not, are capped at the accept; one must be
+                # through its TLS and HTTP/2 handshake in time, and one with no call
+                # open is closed (a GOAWAY: clients reconnect for their next call).
+                ("grpc.max_allowed_incoming_connections", self.caps.grpc_sockets),
+                ("grpc.server_handshake_timeout_ms", authentication_ms),
+                ("grpc.max_connection_idle_ms", authentication_ms),
             ],
             # Unparsable requests are refused before anything else looks at them; a
             # stream that opens with nothing is ended; then the token check, and only
             # an authenticated call takes a connection slot.
             interceptors=[
+                CallTrackingInterceptor(self.connections),
                 MalformedRequestInterceptor(),
                 OpeningDeadlineInterceptor(config.connection_idle_timeout_s),
                 *self.security.grpc_interceptors(),
@@ -459,6 +475,11 @@ class Broker:
                 "gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed (in use?)"
             )
         await self._grpc.start()
+        # One address's sockets past its cap, calls or not, are shut down.
+        self._grpc_guard = GrpcSocketGuard(
+            self.grpc_port, self.caps.grpc.per_address, self.connections.calling
+        )
+        self._grpc_guard.start()
 
         http_app = make_app(
             self.registry, self.coordinators, recovery, self.partitioned, config.cluster_name
@@ -474,6 +495,7 @@ class Broker:
         # Before the token check: a browser's cross-site form is refused as such.
         http_app.middlewares.append(state_change_middleware())
         add_http_routes(http_app, self.http_connections)
+        add_kafka_connection_routes(http_app, lambda: self.kafka)
         self.security.attach_http(http_app)
         # An idle keep-alive connection closes as an idle gRPC stream would.
         self._http = web.AppRunner(
@@ -534,6 +556,32 @@ class Broker:
         # topics asks for (TopicRegistry.unload_idle).
         gc.freeze()
 
+    def _fit_connection_caps(self) -> None:
+        """The ports' connection caps, cut to what the open-files limit leaves."""
+        config = self.config
+        self.caps = caps = connection_caps(
+            config, self.open_files_limit, self.registry.files.max_open
+        )
+        self.connections = ConnectionTable(caps.grpc.total, caps.grpc.per_address)
+        self.http_connections = HttpConnections(caps.http, config.http_request_header_timeout_s)
+        if caps.reduced:
+            log.warning(
+                "open files: the limit %d leaves %d descriptors for connections once %d "
+                "ledger files and %d for the broker are set aside; connection caps cut to "
+                "gRPC %d (%d per address), Kafka %d (%d per address), HTTP %d (%d per "
+                "address). Raise the limit (ulimit -n, LimitNOFILE=) for the configured ones",
+                self.open_files_limit,
+                caps.budget,
+                self.registry.files.max_open,
+                RESERVED_FILES,
+                caps.grpc.total,
+                caps.grpc.per_address,
+                caps.kafka.total,
+                caps.kafka.per_address,
+                caps.http.total,
+                caps.http.per_address,
+            )
+
     async def _start_kafka(self, addresses: BrokerAddresses) -> tuple[int, str]:
         """Open the Kafka port as this broker's Kafka node: (its node id, the Kafka
         address advertised), told to clients in Metadata and registered."""
@@ -557,6 +605,7 @@ class Broker:
                 node_id,
                 host.strip("[]"),
                 self.membership.store,
+                self.caps.kafka,
             )
         except KafkaStartupError as error:
             raise StartupError(str(error)) from None
@@ -597,6 +646,8 @@ class Broker:
         if self.membership is not None:
             # Out of the cluster's live list before anything else stops.
             await self.membership.close()
+        if self._grpc_guard is not None:
+            await self._grpc_guard.stop()
         if self._grpc is not None:
             calls, clients = self.connections.open_calls(), len(self.connections)
             if calls:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from stableline.broker.config import BrokerConfig
+    from stableline.broker.connection_caps import PortCaps
     from stableline.broker.coordinators import Coordinators
     from stableline.broker.partitioned import PartitionedTopics
     from stableline.broker.registry import TopicRegistry
@@ -40,15 +41,19 @@ async def start_kafka(
     node_id: int,
     advertised_host: str,
     metadata: MetadataStore,
+    caps: PortCaps | None = None,
 ) -> tuple[KafkaListener, int]:
     """Open the Kafka port at config.kafka_address as Kafka node `node_id`, told to
     clients at `advertised_host`: (the listener, its bound port). With the broker's
     TLS it speaks TLS (SSL, or SASL_SSL); with its token authentication it asks for
     SASL/PLAIN (SASL_PLAINTEXT, or SASL_SSL); an OSError if it cannot listen.
-    `metadata` is the cluster's metadata store, where transactional ids are kept."""
+    `metadata` is the cluster's metadata store, where transactional ids are kept;
+    `caps` the port's connection caps (connection_caps.py; the configured ones when
+    None)."""
+    from stableline.broker.connection_caps import PortCaps
     from stableline.kafka.group_coordinator import GroupLimits
     from stableline.kafka.handler import KafkaRequestHandler, KafkaSettings
-    from stableline.kafka.listener import KafkaListener
+    from stableline.kafka.listener import KafkaConnectionLimits, KafkaListener
     from stableline.kafka.transactional_ids import TransactionalIds
     from stableline.kafka.txn_coordinator import KafkaTransactionCoordinator
 
@@ -93,6 +98,12 @@ async def start_kafka(
         handler,
         config.max_message_size + FRAME_OVERHEAD_BYTES,
         security.http_ssl_context(),  # the same certificate and client CA as HTTPS
+        KafkaConnectionLimits(
+            caps
+            or PortCaps.of(config.kafka_max_connections, config.kafka_max_connections_per_address),
+            config.connection_authentication_timeout_s,
+            config.kafka_connections_max_idle_ms / 1000,
+        ),
     )
     port = await listener.start(host.strip("[]"), int(port_text))  # OSError: the caller's
     handler.advertise_port(port)

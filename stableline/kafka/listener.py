@@ -9,24 +9,54 @@ certificate, and client certificates required when it has a trust file) the port
 speaks TLS only. Each connection has its session (sasl.py): a request it may not
 send closes it unanswered, and a failed authentication closes it once its answer
 is sent.
+
+Connections are admitted by a GuardedListener: at most `kafka_max_connections`,
+and `kafka_max_connections_per_address` from one address, counted from the accept
+(a TLS handshake in progress included); one more takes the slot of the
+longest-waiting connection of its address not authenticated yet (past the total:
+of any address), which is closed, or is reset at once when there is none
+(guarded_accept.py). A connection must finish its TLS handshake, its SASL
+authentication and its first request within `connection_authentication_timeout_s`
+of its accept (with authentication off: its first request), or it is closed;
+after that, one that sends no request for `kafka_connections_max_idle_ms` is
+closed [Kafka: connections.max.idle.ms, max.connections, max.connections.per.ip].
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from aiohttp import web
+
+from stableline.broker.address_slots import AddressSlots
+from stableline.broker.connection_caps import PortCaps
+from stableline.broker.guarded_accept import Admission, GuardedListener, ThrottledLog
 from stableline.kafka.client_address import client_host, host_of
 from stableline.kafka.codec import MalformedRequest
 from stableline.kafka.handler import KafkaRequestHandler
-from stableline.kafka.sasl import ConnectionRefused, KafkaSession
+from stableline.kafka.sasl import ConnectionRefused, KafkaSession, SaslState
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+# asyncio.start_server's read buffer.
+_STREAM_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConnectionLimits:
+    caps: PortCaps
+    # From the accept to the end of SASL authentication and the first request.
+    authentication_timeout_s: float
+    # Between two requests of an authenticated connection.
+    max_idle_s: float
 
 
 class KafkaListener:
@@ -35,20 +65,49 @@ class KafkaListener:
         handler: KafkaRequestHandler,
         max_frame_bytes: int,
         ssl_context: ssl.SSLContext | None = None,
+        limits: KafkaConnectionLimits | None = None,
     ) -> None:
         self._handler = handler
         self._max_frame_bytes = max_frame_bytes
         self._ssl_context = ssl_context
-        self._server: asyncio.Server | None = None
+        self.limits = limits or KafkaConnectionLimits(PortCaps.of(4096, 1024), 10.0, 600.0)
+        self.slots = AddressSlots(self.limits.caps)
+        self._server: GuardedListener | None = None
         self._connections: set[asyncio.Task] = set()
+        self._timeout_log = ThrottledLog(log)
         self.malformed_frames = 0
         self.oversized_frames = 0
         self.refused_connections = 0
+        self.authentication_timeouts = 0
+        self.idle_timeouts = 0
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (port 0 picks a free one)."""
-        self._server = await asyncio.start_server(self._serve, host, port, ssl=self._ssl_context)
-        return self._server.sockets[0].getsockname()[1]
+        self._server = GuardedListener(
+            "kafka",
+            self.slots,
+            self._protocol,
+            self._ssl_context,
+            self.limits.authentication_timeout_s,
+        )
+        return self._server.start(host, port)
+
+    def _protocol(self, admission: Admission) -> asyncio.StreamReaderProtocol:
+        # Made at the accept: the authentication deadline counts from here.
+        loop = asyncio.get_running_loop()
+        serve = functools.partial(self._serve, accepted_at=loop.time(), admission=admission)
+        reader = asyncio.StreamReader(limit=_STREAM_LIMIT, loop=loop)
+        return asyncio.StreamReaderProtocol(reader, serve, loop=loop)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            **self.slots.stats(),
+            "authenticationTimeouts": self.authentication_timeouts,
+            "idleTimeouts": self.idle_timeouts,
+            "handshakeFailures": self._server.handshake_failures if self._server else 0,
+            "acceptFailures": self._server.accept_failures if self._server else 0,
+            "evictedConnections": self._server.evicted if self._server else 0,
+        }
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -58,49 +117,101 @@ class KafkaListener:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._server is not None:
-            await self._server.wait_closed()
         await self._handler.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        accepted_at: float,
+        admission: Admission,
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         client_host.set(host_of(peer))  # this connection's task alone sees it
         try:
-            await self._requests(reader, writer, self._handler.new_session(peer))
+            await self._requests(
+                reader, writer, self._handler.new_session(peer), accepted_at, admission
+            )
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass  # the client went away
+        except TimeoutError:
+            pass  # counted and logged by _read_frame
         finally:
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _read_frame(
+        self, reader: asyncio.StreamReader, session: KafkaSession, deadline: float, proven: bool
+    ) -> bytes | None:
+        """The next frame; None when the connection is to close. Raises TimeoutError
+        past `deadline` (counted and logged here)."""
+        peer = session.peer
+        try:
+            async with asyncio.timeout_at(deadline):
+                try:
+                    (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+                except asyncio.IncompleteReadError as error:
+                    if error.partial:
+                        log.info("kafka: %s sent a torn frame size; closing", peer)
+                    return None
+                limit = session.max_frame_bytes(self._max_frame_bytes)
+                if not 0 < size <= limit:
+                    self.oversized_frames += 1
+                    log.warning(
+                        "kafka: %s sent a frame of %d bytes (limit %d%s); closing the connection",
+                        peer,
+                        size,
+                        limit,
+                        "" if limit == self._max_frame_bytes else " before authentication",
+                    )
+                    return None
+                return await reader.readexactly(size)
+        except TimeoutError:
+            if proven:
+                self.idle_timeouts += 1
+                reason = f"idle for kafka_connections_max_idle_ms ({self.limits.max_idle_s:g} s)"
+            else:
+                self.authentication_timeouts += 1
+                reason = (
+                    "not authenticated within connection_authentication_timeout_s "
+                    f"({self.limits.authentication_timeout_s:g} s)"
+                )
+            # Many at once is what an attack looks like: one line per interval.
+            self._timeout_log(logging.INFO, "kafka: closing %s: %s", peer, reason)
+            raise
+
     async def _requests(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: KafkaSession
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: KafkaSession,
+        accepted_at: float,
+        admission: Admission,
     ) -> None:
         peer = session.peer
+        loop = asyncio.get_running_loop()
+        served = 0
         while not session.closing:
-            try:
-                (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
-            except asyncio.IncompleteReadError as error:
-                if error.partial:
-                    log.info("kafka: %s sent a torn frame size; closing", peer)
+            # Until it has authenticated (with authentication off: sent a request) a
+            # connection has the deadline counted from its accept; then, the idle one.
+            proven = served > 0 and (
+                session.state is SaslState.AUTHENTICATED or session.role is not None
+            )
+            if proven:
+                admission.proven()  # a newcomer past a cap may no longer take its slot
+                deadline = loop.time() + self.limits.max_idle_s
+            else:
+                deadline = accepted_at + self.limits.authentication_timeout_s
+            frame = await self._read_frame(reader, session, deadline, proven)
+            if frame is None:
                 return
-            limit = session.max_frame_bytes(self._max_frame_bytes)
-            if not 0 < size <= limit:
-                self.oversized_frames += 1
-                log.warning(
-                    "kafka: %s sent a frame of %d bytes (limit %d%s); closing the connection",
-                    peer,
-                    size,
-                    limit,
-                    "" if limit == self._max_frame_bytes else " before authentication",
-                )
-                return
-            frame = await reader.readexactly(size)
+            served += 1
             try:
                 response = await self._handler.handle(frame, session)
             except ConnectionRefused as error:
@@ -119,3 +230,16 @@ class KafkaListener:
             if response is not None:
                 writer.write(_SIZE.pack(len(response)) + response)
                 await writer.drain()
+
+
+def add_routes(app: web.Application, listener: Callable[[], KafkaListener | None]) -> None:
+    """GET /admin/v2/broker-stats/kafka-connections: open, caps, refused, timed out
+    (404 with the Kafka port closed)."""
+
+    async def kafka_connections(_request: web.Request) -> web.Response:
+        current = listener()
+        if current is None:
+            raise web.HTTPNotFound(text="the Kafka port is closed")
+        return web.json_response(current.stats())
+
+    app.router.add_get("/admin/v2/broker-stats/kafka-connections", kafka_connections)

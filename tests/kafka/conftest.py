@@ -176,8 +176,11 @@ class RawKafka:
     """One Kafka connection by hand (TLS when given a CA), requests encoded by
     kafka-python's spec classes."""
 
-    def __init__(self, port: int, ca_file: Path | None = None):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    def __init__(self, port: int, ca_file: Path | None = None, source: str | None = None):
+        # `source`: the local address to connect from (127.0.0.2 is loopback too).
+        sock = socket.create_connection(
+            ("127.0.0.1", port), timeout=10, source_address=(source, 0) if source else None
+        )
         if ca_file is not None:
             context = ssl.create_default_context(cafile=str(ca_file))
             sock = context.wrap_socket(sock, server_hostname="127.0.0.1")

@@ -56,7 +56,8 @@ def health(broker: BrokerProcess) -> int:
 def test_half_sent_requests_are_closed_at_the_header_deadline(capped):
     connections = [half_sent(capped) for _ in range(MAX_HTTP_CONNECTIONS)]
     try:
-        # One more is closed at once: the port is full.
+        # One more, the port full, takes the place of the half-sent request that
+        # waited longest (closed at once), and is held to the deadline in its turn.
         extra = socket.create_connection(("127.0.0.1", capped.http_port), timeout=10)
         assert closed_by_broker(extra)
         extra.close()
@@ -69,7 +70,7 @@ def test_half_sent_requests_are_closed_at_the_header_deadline(capped):
     assert health(capped) == 200
     stats = capped.admin("/admin/v2/broker-stats/http-connections")
     assert stats["maxHttpConnections"] == MAX_HTTP_CONNECTIONS
-    assert stats["refusedHttpConnections"] >= 1
+    assert stats["evictedHttpConnections"] >= 1
     assert stats["httpHeaderTimeouts"] >= MAX_HTTP_CONNECTIONS
 
 
@@ -81,3 +82,66 @@ def test_a_request_sent_in_time_is_answered_and_keeps_its_connection(capped):
             assert connection.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         connection.close()
+
+
+PER_ADDRESS = 2
+
+
+@pytest.fixture
+def capped_per_address(tmp_path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path / "data",
+        env={
+            "STABLELINE_MAX_HTTP_CONNECTIONS": "8",
+            "STABLELINE_HTTP_MAX_CONNECTIONS_PER_ADDRESS": str(PER_ADDRESS),
+            "STABLELINE_HTTP_REQUEST_HEADER_TIMEOUT_S": "30",
+        },
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def health_from(broker: BrokerProcess, source: str) -> bytes:
+    """The status line of a health check sent from `source` (127.0.0.2 is loopback too)."""
+    with socket.create_connection(
+        ("127.0.0.1", broker.http_port), timeout=10, source_address=(source, 0)
+    ) as connection:
+        connection.sendall(
+            b"GET /admin/v2/brokers/health HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n\r\n"
+        )
+        return connection.recv(4096).split(b"\r\n", 1)[0]
+
+
+def served_from(broker: BrokerProcess, source: str) -> bool:
+    try:
+        return health_from(broker, source) == b"HTTP/1.1 200 OK"
+    except ConnectionError:
+        return False
+
+
+def test_one_address_holding_half_sent_requests_does_not_starve_the_others(capped_per_address):
+    broker = capped_per_address
+    # One client reopening half-sent requests holds its address's share at most.
+    connections = [half_sent(broker) for _ in range(PER_ADDRESS)]
+    try:
+        # Another address (the operator's) is answered, again and again.
+        for _ in range(PER_ADDRESS + 3):
+            assert health_from(broker, "127.0.0.2") == b"HTTP/1.1 200 OK"
+        # And so is a health check from the client's own address: it takes the place
+        # of the half-sent request that waited longest, which is closed.
+        assert health_from(broker, "127.0.0.1") == b"HTTP/1.1 200 OK"
+        assert closed_by_broker(connections[0])
+        # Past its share, a new half-sent request displaces an older one, never a
+        # connection that has sent its headers.
+        newer = [half_sent(broker) for _ in range(3)]
+        connections.extend(newer)
+        assert all(closed_by_broker(c) for c in connections[:-PER_ADDRESS])
+        stats = broker.admin("/admin/v2/broker-stats/http-connections")
+    finally:
+        for connection in connections:
+            connection.close()
+    assert stats["maxHttpConnectionsPerAddress"] == PER_ADDRESS
+    assert stats["evictedHttpConnections"] >= 4

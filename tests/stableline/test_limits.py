@@ -281,7 +281,13 @@ def test_one_connection_past_max_connections_is_refused_until_one_closes(tmp_pat
         with pytest.raises(stableline.LimitExceeded, match="max_connections"):
             clients[2].get_last_message_id("conn-0")
         stats = broker.admin("/admin/v2/broker-stats/connections")
-        assert stats == {"connections": 2, "maxConnections": 2, "refusedConnections": 1}
+        assert stats == {
+            "connections": 2,
+            "maxConnections": 2,
+            "maxConnectionsPerAddress": 2,
+            "refusedConnections": 1,
+            "refusedPerAddress": 0,
+        }
         # A stream is refused as well. Its client writes the opening request after the
         # call starts, and when the refusal ends the call first, gRPC fails that write
         # and reports INTERNAL in place of the broker's status (a race the client

@@ -1,5 +1,6 @@
 """Many topics on one broker: more topics than open files, loading on first use,
-stable positions across a restart, and running out of files as LimitExceeded."""
+stable positions across a restart, and connections kept off the ledger files'
+descriptors."""
 
 from __future__ import annotations
 
@@ -174,17 +175,18 @@ def test_a_read_committed_read_after_a_restart_never_sees_an_earlier_stable_posi
             assert payloads == before[topic][1], topic
 
 
-def test_running_out_of_open_files_is_limit_exceeded_naming_the_limit_and_the_broker_stays_up(
-    tmp_path,
-):
+def test_connections_cannot_take_the_descriptors_the_ledger_files_need(tmp_path):
+    # Once, connections past what the limit allowed made every ledger open fail
+    # (LimitExceeded naming the limit, still what an open out of descriptors says:
+    # tests/managed_ledger/test_ledger_files.py). Their caps now fit under the limit
+    # (connection_caps.py): the ones past them are refused and the topics work.
     broker = BrokerProcess(tmp_path / "data", interpreter_args=open_files_limited(64))
     broker.start()
     held: list[grpc.Channel] = []
     try:
         with stableline.Client(broker.service_url) as client:
-            # Connected, without a ledger file held open (the cache would give it up).
             client.new_transaction().abort()
-            # Connections take the descriptors the ledger files would need.
+            refused = 0
             for _ in range(80):
                 channel = grpc.insecure_channel(
                     broker.service_url, options=[("grpc.use_local_subchannel_pool", 1)]
@@ -195,20 +197,14 @@ def test_running_out_of_open_files_is_limit_exceeded_naming_the_limit_and_the_br
                         health_pb2.HealthCheckRequest(), timeout=1
                     )
                 except grpc.RpcError:
-                    break  # the broker could not accept it: out of descriptors
-            else:
-                pytest.fail("80 connections were accepted under a limit of 64 files")
-            producer = client.create_producer("after")
-            with pytest.raises(stableline.LimitExceeded, match="open-files limit is 64"):
-                producer.send(b"refused")
-            for channel in held:
-                channel.close()
-            held.clear()
-            # Descriptors back: the same client goes on; the refused send left nothing.
-            producer.send(b"accepted")
-            reader = client.create_reader("after")
+                    refused += 1
+            assert refused >= 70, f"only {refused} of 80 connections refused under 64 files"
+            for index in range(20):
+                client.create_producer(f"after-{index}").send(b"accepted")
+            reader = client.create_reader("after-19")
             assert reader.read_next(timeout_millis=10_000).data() == b"accepted"
         assert "internal error" not in broker.log()
+        assert "Too many open files" not in broker.log()
     finally:
         for channel in held:
             channel.close()
