@@ -6,6 +6,7 @@ import socket
 import ssl
 import struct
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -262,3 +263,15 @@ class RawKafka:
         )
         response = self.send(request, 8, MetadataResponse)
         return {t.name: t.error_code for t in response.topics}
+
+
+def make_partitioned(broker, topic: str, count: int) -> None:
+    """Make `topic` a partitioned topic of `count` partitions (HTTP admin)."""
+    request = urllib.request.Request(
+        f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
+        data=str(count).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 204

@@ -7,13 +7,12 @@ unread, with one log line."""
 from __future__ import annotations
 
 import time
-import urllib.request
 from pathlib import Path
 
 from kafka.protocol.consumer import FetchResponse
 
 from stableline.kafka import messages as m
-from tests.kafka.conftest import KafkaBroker, RawKafka, record_batch
+from tests.kafka.conftest import KafkaBroker, RawKafka, make_partitioned, record_batch
 from tests.kafka.raw_requests import (
     RawConnection,
     Watch,
@@ -23,17 +22,6 @@ from tests.kafka.raw_requests import (
 
 KIB = 1024
 MIB = 1024 * KIB
-
-
-def _partitioned(broker: KafkaBroker, topic: str, count: int) -> None:
-    request = urllib.request.Request(
-        f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
-        data=str(count).encode(),
-        headers={"Content-Type": "application/json"},
-        method="PUT",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 204
 
 
 def _produce(broker: KafkaBroker, topic: str, partition: int, value: bytes, times: int) -> None:
@@ -82,7 +70,7 @@ def test_a_partition_named_many_times_is_answered_once_within_max_bytes(kafka_br
 
 
 def test_once_max_bytes_is_spent_the_other_partitions_get_no_records(kafka_broker):
-    _partitioned(kafka_broker, "spread", 3)
+    make_partitioned(kafka_broker, "spread", 3)
     for partition in range(3):
         _produce(kafka_broker, "spread", partition, bytes(100 * KIB), 2)
     with RawConnection(kafka_broker.kafka_port) as connection:

@@ -8,12 +8,11 @@ meanwhile."""
 from __future__ import annotations
 
 import time
-import urllib.request
 
 import pytest
 from kafka.protocol.producer import ProduceResponse
 
-from tests.kafka.conftest import RawKafka, record_batch
+from tests.kafka.conftest import RawKafka, make_partitioned, record_batch
 from tests.kafka.raw_requests import RawConnection, Watch, produce_body
 
 MIB = 1024 * 1024
@@ -46,14 +45,7 @@ def _end_offset(port: int, topic: str, partition: int = 0) -> int:
 
 def _create(broker, topic: str, partitions: int = 0) -> None:
     if partitions:
-        request = urllib.request.Request(
-            f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
-            data=str(partitions).encode(),
-            headers={"Content-Type": "application/json"},
-            method="PUT",
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            assert response.status == 204
+        make_partitioned(broker, topic, partitions)
         return
     client = RawKafka(broker.kafka_port)
     try:

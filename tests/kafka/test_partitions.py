@@ -5,27 +5,20 @@ same messages through the stableline SDK; where keys land with each client."""
 from __future__ import annotations
 
 import time
-import urllib.request
 
 import pytest
 from kafka.partitioner.default import murmur2
 
 import stableline
 from stableline._routing import key_partition
-from tests.kafka.conftest import CLIENT_TIMEOUT_S, confluent_consume, kafka_python_consume
+from tests.kafka.conftest import (
+    CLIENT_TIMEOUT_S,
+    confluent_consume,
+    kafka_python_consume,
+    make_partitioned,
+)
 
 PARTITIONS = 4
-
-
-def make_partitioned(broker, topic: str, count: int) -> None:
-    request = urllib.request.Request(
-        f"{broker.http_url}/admin/v2/persistent/public/default/{topic}/partitions",
-        data=str(count).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 204
 
 
 def kafka_partition_of(key: bytes, count: int) -> int:
