@@ -73,6 +73,7 @@ class KafkaListener:
         self.limits = limits or KafkaConnectionLimits(PortCaps.of(4096, 1024), 10.0, 600.0)
         self.slots = AddressSlots(self.limits.caps)
         self._server: GuardedListener | None = None
+        self._stopping = False
         self._connections: set[asyncio.Task] = set()
         self._timeout_log = ThrottledLog(log)
         self.malformed_frames = 0
@@ -110,6 +111,7 @@ class KafkaListener:
         }
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -140,6 +142,11 @@ class KafkaListener:
             pass  # the client went away
         except TimeoutError:
             pass  # counted and logged by _read_frame
+        except asyncio.CancelledError:
+            # stop() ends every connection: the task ends quietly, since asyncio's
+            # stream callback (3.11) logs a cancelled connection task as an error.
+            if not self._stopping:
+                raise
         finally:
             self._connections.discard(task)
             writer.close()

@@ -168,3 +168,21 @@ def test_silent_sockets_filling_an_address_cannot_keep_a_client_out(limited):
             sock.close()
         for client in logged_in:
             client.close()
+
+
+def test_a_stop_ends_open_connections_quietly(tmp_path):
+    """A broker stopped with Kafka clients still connected ends their connections
+    without an error in its log (a cancelled connection task is the stop's doing)."""
+    broker = BrokerProcess(tmp_path / "data", kafka_port=0)
+    broker.start()
+    clients = [RawKafka(broker.kafka_port) for _ in range(3)]
+    try:
+        for client in clients:
+            assert client.metadata(["quiet-stop"], auto_create=True) == {"quiet-stop": 0}
+        assert broker.stop() == 0
+    finally:
+        for client in clients:
+            client.close()
+        broker.stop()
+    assert "Exception in callback" not in broker.log()
+    assert " ERROR " not in broker.log()
