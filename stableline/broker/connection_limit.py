@@ -140,14 +140,19 @@ class ConnectionLimitInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(UNCOUNTED_SERVICES):
             return handler
-        table = self.table
-        if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_unary(table, handler.unary_unary))
-        if handler.stream_stream is not None:
-            return handler._replace(stream_stream=_streaming(table, handler.stream_stream))
-        if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_streaming(table, handler.unary_stream))
-        return handler._replace(stream_unary=_unary(table, handler.stream_unary))
+        return _wrapped(handler, self.table, _unary, _streaming)
+
+
+def _wrapped(handler, table: ConnectionTable, one_answer, many_answers):
+    """`handler` with its behaviour wrapped by `one_answer(table, behaviour)` when the
+    call answers once, `many_answers(table, behaviour)` when it streams answers."""
+    if handler.unary_unary is not None:
+        return handler._replace(unary_unary=one_answer(table, handler.unary_unary))
+    if handler.stream_stream is not None:
+        return handler._replace(stream_stream=many_answers(table, handler.stream_stream))
+    if handler.unary_stream is not None:
+        return handler._replace(unary_stream=many_answers(table, handler.unary_stream))
+    return handler._replace(stream_unary=one_answer(table, handler.stream_unary))
 
 
 def _refusal(table: ConnectionTable) -> BrokerError:
@@ -206,14 +211,7 @@ class CallTrackingInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        table = self.table
-        if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_tracked_unary(table, handler.unary_unary))
-        if handler.stream_stream is not None:
-            return handler._replace(stream_stream=_tracked_stream(table, handler.stream_stream))
-        if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_tracked_stream(table, handler.unary_stream))
-        return handler._replace(stream_unary=_tracked_unary(table, handler.stream_unary))
+        return _wrapped(handler, self.table, _tracked_unary, _tracked_stream)
 
 
 def _tracked_unary(table: ConnectionTable, behavior):
