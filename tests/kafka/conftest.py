@@ -100,6 +100,12 @@ def confluent_consume(
         }
     )
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    return poll_records(consumer, count)
+
+
+def poll_records(consumer, count: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of up to `count` records a confluent-kafka consumer polls within
+    CLIENT_TIMEOUT_S; fails on any error. Closes the consumer."""
     got: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     try:

@@ -9,14 +9,13 @@ ledger id."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stableline
-from tests.kafka.conftest import CLIENT_TIMEOUT_S, KafkaBroker, confluent_produce
+from tests.kafka.conftest import CLIENT_TIMEOUT_S, KafkaBroker, confluent_produce, poll_records
 from tests.kafka.group_clients import wait_for
 
 TOPIC = "audit"
@@ -107,18 +106,7 @@ def _read_from_committed(broker: KafkaBroker, count: int) -> list[tuple[int, byt
 
     consumer = _consumer(broker)
     consumer.assign([TopicPartition(TOPIC, 0, _committed(broker))])
-    got: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            got.append((message.offset(), message.value()))
-    finally:
-        consumer.close()
-    return got
+    return poll_records(consumer, count)
 
 
 @pytest.mark.parametrize("stop", ["restart", "kill -9", "unload"])
