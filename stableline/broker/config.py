@@ -85,7 +85,7 @@ class BrokerConfig:
     # gRPC connections with a call open from one address; calls of one more
     # connection from it are refused [Pulsar: maxConnectionsPerIp]. Of an address
     # with more sockets than this, calls or not, the oldest with no call are shut
-    # down (grpc_socket_guard.py).
+    # down (grpc/socket_guard.py).
     max_connections_per_address: int = 1024
     # The Kafka port: connections at once, and from one address; one more is reset
     # at its accept [Kafka: max.connections, max.connections.per.ip].
@@ -100,7 +100,7 @@ class BrokerConfig:
     # off); on the gRPC port, its HTTP/2 handshake, and a gRPC connection with no
     # call open this long is closed too (clients reconnect on their next call).
     # The connection caps of all ports together are cut, at start, to fit the
-    # open-files limit, each per-address cap to half its port's (connection_caps.py).
+    # open-files limit, each per-address cap to half its port's (connections/caps.py).
     connection_authentication_timeout_s: float = 10.0
     # A request stream (producer, consumer) must send its opening request within
     # this long or it is ended; until then it holds no connection slot

@@ -73,7 +73,7 @@ def admin_request(admin_url: str, path: str, method: str = "GET", body: Any = No
     A redirect to the topic's owner (a cluster's brokers answer 307 for the topics
     others own) is followed with the same method, body and token."""
     meta = click.get_current_context().meta
-    # Every call says it is no browser form (http_csrf.py); a body is JSON.
+    # Every call says it is no browser form (http/csrf.py); a body is JSON.
     headers = {"X-Stableline-Request": "cli"}
     if body is not None:
         headers["Content-Type"] = "application/json"

@@ -60,7 +60,7 @@ def test_one_transactional_id_across_brokers_fences_and_commits_through_either(k
     assert end_offset(at_leader, TOPIC, "read_committed") == 1
 
     record = kafka_cluster.read_record(
-        f"/stableline/broker/kafka/{kafka_cluster.name}/transactional-ids/ledger-writer@"
+        f"/stableline/kafka/{kafka_cluster.name}/transactional-ids/ledger-writer@"
     )
     shard = int(record["txn"].split(":")[0])
     # Opened on a shard the first broker leads: the other ends it through that one.

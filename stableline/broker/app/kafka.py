@@ -48,7 +48,7 @@ async def start_kafka(
     TLS it speaks TLS (SSL, or SASL_SSL); with its token authentication it asks for
     SASL/PLAIN (SASL_PLAINTEXT, or SASL_SSL); an OSError if it cannot listen.
     `metadata` is the cluster's metadata store, where transactional ids are kept;
-    `caps` the port's connection caps (connection_caps.py; the configured ones when
+    `caps` the port's connection caps (connections/caps.py; the configured ones when
     None)."""
     from stableline.broker.connections.caps import PortCaps
     from stableline.broker.kafka.coordinator.group_coordinator import GroupLimits

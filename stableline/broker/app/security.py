@@ -69,7 +69,7 @@ class BrokerSecurity:
             )
 
     def peer_credentials(self, config: BrokerConfig) -> PeerCredentials:
-        """How this broker calls its cluster's other brokers (peer_credentials.py)."""
+        """How this broker calls its cluster's other brokers (cluster/peer_credentials.py)."""
         return peer_credentials(config, self.settings)
 
     def http_ssl_context(self) -> ssl.SSLContext | None:

@@ -7,7 +7,7 @@ load every LOAD_REPORT_INTERVAL_S, and unregisters first thing when it stops. Wi
 no `metadata_store_url` the store is the embedded one in the data dir and the
 cluster is this one broker.
 
-The write gate (write_gate.py) is this module's alone to close and open. In a
+The write gate (topics/write_gate.py) is this module's alone to close and open. In a
 cluster it is closed until the broker is registered, closed when the metadata
 session is LOST (on the event, before anything else runs; the store declares LOST a
 sixth of the lease before etcd could expire it) and when the broker stops, and

@@ -29,7 +29,7 @@ Promises:
   OwnershipUnavailableError, a TopicUnavailableError: a placement is refused without
   asking the store unless the session is CONNECTED (a SUSPENDED or LOST broker takes
   no new ownership), a record it cannot read is refused as the store failed.
-  Whether this broker may write to what it owns is the write gate's (write_gate.py).
+  Whether this broker may write to what it owns is the write gate's (topics/write_gate.py).
 """
 
 from __future__ import annotations

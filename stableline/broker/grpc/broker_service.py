@@ -3,7 +3,7 @@ and Lookup (which broker serves a topic: lookup.py).
 
 Wire handling only: requests are turned into engine values by convert.py and
 answered from them; what a call does lives with the engines (transactional acks in
-transactional_acks.py, ends in the coordinator).
+txn/transactional_acks.py, ends in the coordinator).
 
 Ownership: a transaction belongs to the role that opened it (anonymous with
 authentication off), and only that role or a superuser may end it, send or ack in it,
@@ -14,13 +14,13 @@ authentication is off, where every caller is the same anonymous role). A produce
 name is held by its connected producer (Topic.add_publisher).
 
 Creation on first use: Produce or Subscribe naming an unknown topic creates it when
-its namespace's auto topic creation policy (namespace_policies.py) allows it and the
+its namespace's auto topic creation policy (topics/namespace_policies.py) allows it and the
 caller may create it (Guard.may_create_topic: produce on it, with authorization on);
 a namespace without the policy creates it for such a caller, or for any caller
 allowed the call when `allow_auto_topic_creation` is set. Otherwise the call fails
 TopicNotFound.
 
-Fenced writes (write_gate.py): a send, an ack or a seek the write gate refuses is
+Fenced writes (topics/write_gate.py): a send, an ack or a seek the write gate refuses is
 not answered on its own; its stream ends with BrokerFenced (UNAVAILABLE), so the
 client reconnects and sends it again, as after a broken connection, and the
 application sees nothing unless the broker stays fenced past its operation timeout."""

@@ -12,11 +12,11 @@ max_connections_per_address counted. Health checks and reflection are neither
 counted nor refused: probes must work on a full broker.
 
 Connections without a call are bounded by gRPC itself (server.py's options): at
-most what the open-files budget leaves the port (connection_caps.py: max_connections
+most what the open-files budget leaves the port (connections/caps.py: max_connections
 once the caps are cut; one more is closed at its accept), each through its TLS and
 HTTP/2 handshake and closed after no call for connection_authentication_timeout_s;
 of an address with more than max_connections_per_address sockets, the oldest with
-no call are shut down (grpc_socket_guard.py). GET /admin/v2/broker-stats/connections shows the count.
+no call are shut down (grpc/socket_guard.py). GET /admin/v2/broker-stats/connections shows the count.
 
 A call counts only once it is authenticated (the server puts the guard's
 interceptor before this one), so callers without a valid token take no slot. A

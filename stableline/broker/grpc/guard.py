@@ -11,7 +11,7 @@ before the service sees the request (for a stream, before its first message
 reaches the service), so a refused call writes nothing and creates no topic.
 An allowed call runs with its caller in `CURRENT_CALLER` (caller.py): the service
 checks what the role owns (a transaction is its opener's) against it. An allowed
-Produce or Subscribe stream stays watched while open (open_streams.py): a revoked
+Produce or Subscribe stream stays watched while open (grpc/open_streams.py): a revoked
 grant or an expired token ends it with PERMISSION_DENIED or UNAUTHENTICATED.
 Health and reflection stay open: probes and tools need no token.
 """

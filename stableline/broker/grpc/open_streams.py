@@ -10,7 +10,7 @@ PERMISSION_DENIED (`AuthorizationError`) or UNAUTHENTICATED (`AuthenticationErro
 Ending a stream is asked from outside its task: `OpenStream.end` records why and
 cancels the task only while it runs the service's handler (never while gRPC
 writes a response, where a cancel would end the call without a status); the
-guard (grpc_guard.py) then ends the call with the recorded error.
+guard (grpc/guard.py) then ends the call with the recorded error.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ one client reopening half-sent connections fills its own share and not the
 others' (an operator's health checks keep working). A connection must complete
 the headers of its first request within http_request_header_timeout_s of its
 accept (the TLS handshake included), or it is aborted; until then, a newcomer past
-a cap takes the slot of the longest-waiting such connection (guarded_accept.py); between requests,
+a cap takes the slot of the longest-waiting such connection (connections/guarded_accept.py); between requests,
 aiohttp's keep-alive timeout closes an idle connection.
 GET /admin/v2/broker-stats/http-connections shows the counts.
 """

@@ -13,7 +13,7 @@ The URLs are in the form the client's service URL takes. One port serves either
 plaintext or TLS, so of brokerUrl / brokerUrlTls (and httpUrl / httpUrlTls) the one
 the broker does not serve is null, as Pulsar leaves a listener it does not have;
 nativeUrl is the binary protocol's URL that does serve. The right needed is
-produce or consume on the topic (http_guard.py), and the caller's role decides
+produce or consume on the topic (http/guard.py), and the caller's role decides
 whether a missing topic would be created (REQUEST_CALLER_KEY).
 """
 

@@ -8,7 +8,7 @@ stableline_txn_aborted_total counts every abort, those by timeout included;
 stableline_txn_timed_out_total counts the timeouts alone.
 
 stableline_writes_fenced is 1 while the broker's write gate is closed (in a cluster:
-not registered yet, its metadata session lost, or stopping; write_gate.py), 0 else.
+not registered yet, its metadata session lost, or stopping; topics/write_gate.py), 0 else.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Promises:
   that made it returns, and is read back at start; an in-memory copy answers, so
   asking costs one dict look-up.
 - A namespace without the policy follows the broker's default (config
-  `allow_auto_topic_creation`, see grpc_broker.py). Set, it decides for its
+  `allow_auto_topic_creation`, see grpc/broker_service.py). Set, it decides for its
   namespace: enabled, topics are created on first use (with authorization on, only
   by a role with `produce` on the topic); disabled, never on first use, whoever
   asks (an admin still creates topics explicitly).

@@ -5,7 +5,7 @@ topics `T-partition-0 .. T-partition-{N-1}` (stableline.partitions), each create
 in the registry like any topic and loaded on first use, so each could be owned by
 any broker. What is asked of one partition (its stats, whether it is in use, its
 deletion) goes through `PartitionAccess`: here, this broker's registry
-(`LocalPartitions`); in a cluster, the partition's owner (cluster_partitions.py).
+(`LocalPartitions`); in a cluster, the partition's owner (cluster/partitions.py).
 With the cluster's metadata store the count is shared by the brokers, so the
 partitioned topic made through one broker is served through all.
 

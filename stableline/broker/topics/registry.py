@@ -24,7 +24,7 @@ Promises:
   `max_open_ledger_files` descriptors.
 
 Namespaces and their policies are the registry's `namespace_policies`
-(namespace_policies.py): a topic's creation makes its namespace exist there. In a
+(topics/namespace_policies.py): a topic's creation makes its namespace exist there. In a
 cluster they are the cluster's, shared by its brokers.
 
 In a cluster (`ownership` set) the broker that places a topic on first use or by
@@ -34,7 +34,7 @@ without checking again. A topic whose files are on this broker and that has no
 record (made before the broker joined the cluster) is placed on this broker. A
 deleted topic's record is deleted with it, so the name can be placed afresh.
 
-Every topic loaded shares the broker's write gate (write_gate.py); when it closes,
+Every topic loaded shares the broker's write gate (topics/write_gate.py); when it closes,
 the producer and consumer streams of every loaded topic are ended.
 
 A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as

@@ -5,7 +5,7 @@ transaction buffer's snapshot (the buffer is READY): the snapshot's stable posit
 can be earlier than what readers saw before a crash, so until then subscriptions
 deliver nothing at that level and request/response reads wait (wait_stable).
 
-Every write goes through the broker's write gate (write_gate.py): publish, markers
+Every write goes through the broker's write gate (topics/write_gate.py): publish, markers
 (end_transaction), producers and consumers attaching, subscriptions created and
 deleted, the topic deleted; the broker's faces admit acks and seeks through it too.
 Closing the gate ends every producer and consumer stream (end_streams).

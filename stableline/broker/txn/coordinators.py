@@ -2,7 +2,7 @@
 opens, joins, reads and ends transactions wherever their shard is led.
 
 This broker runs a TransactionCoordinator for each shard it leads (all of them with
-the embedded store; coordinator_shards.py says which in a cluster), each keeping its
+the embedded store; txn/coordinator_shards.py says which in a cluster), each keeping its
 log in this broker's metadata store under a key prefix of its own. A call for a
 transaction of a shard led by another broker goes to that broker (peers.py) with the
 client's role, and is checked there as if the client had called.
@@ -134,7 +134,7 @@ class Coordinators:
         # What subscriptions here hold for transactions of shards led elsewhere.
         self.remote_acks: RemoteAcks | None = None
         self.broker_id = ""
-        # Whether this broker may write (the registry's gate: write_gate.py); new
+        # Whether this broker may write (the registry's gate: topics/write_gate.py); new
         # transactions, joins and ends are refused while it is fenced.
         self.write_gate = WriteGate()
         # Run for each coordinator once it has recovered (the broker restores held acks).

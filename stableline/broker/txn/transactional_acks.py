@@ -108,7 +108,7 @@ async def ack_in_any_transaction(
     except BaseException:
         subscription.unhold_for_transaction(txn_id, taken)
         raise
-    # Held again after a restart of this broker (remote_acks.py); the leader has it.
+    # Held again after a restart of this broker (txn/remote_acks.py); the leader has it.
     assert coordinators.remote_acks is not None
     coordinators.remote_acks.record(subscription.topic, subscription.name, txn_id, ids)
 

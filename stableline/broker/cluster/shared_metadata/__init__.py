@@ -2,7 +2,7 @@
 and partitioned topics' counts, kept in the cluster's metadata store.
 
 Standalone (the embedded store, `make run`) each kind lives in the broker's data
-dir (namespace_policies.py, security/permissions.py, partitioned_metadata.py). With
+dir (topics/namespace_policies.py, security/permissions.py, topics/partition_counts.py). With
 `--metadata-store etcd://...` the broker uses the implementations here instead,
 behind the same interfaces, so what is set through one broker holds on all:
 

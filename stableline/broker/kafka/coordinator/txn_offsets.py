@@ -4,7 +4,7 @@ A Kafka group's committed offset is its stableline subscription's acknowledgemen
 (group_offsets.py). Committed in a transaction (TxnOffsetCommit), offset O
 acknowledges the messages from where the subscription's acknowledgement stands (or
 from the offset this transaction held before on that partition) up to O: held by the
-stableline transaction (transactional_acks.py), applied if it commits, handed back
+stableline transaction (txn/transactional_acks.py), applied if it commits, handed back
 if it aborts.
 
 `messages_between(topic, subscription, start, end)` lists them as message ids

@@ -19,7 +19,7 @@ visible to READ_COMMITTED readers only once that transaction commits; a fenced
 epoch is refused with INVALID_PRODUCER_EPOCH, a topic not added with
 INVALID_TXN_STATE, and a batch claiming to be a control batch with INVALID_RECORD
 (markers are written by transaction ends alone). A Produce the broker's write
-gate refuses (a cluster broker fenced: write_gate.py) answers
+gate refuses (a cluster broker fenced: topics/write_gate.py) answers
 NOT_LEADER_OR_FOLLOWER, which Kafka producers retry.
 
 A Produce is decoded whole before any of it is written, under one

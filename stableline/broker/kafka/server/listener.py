@@ -15,7 +15,7 @@ and `kafka_max_connections_per_address` from one address, counted from the accep
 (a TLS handshake in progress included); one more takes the slot of the
 longest-waiting connection of its address not authenticated yet (past the total:
 of any address), which is closed, or is reset at once when there is none
-(guarded_accept.py). A connection must finish its TLS handshake, its SASL
+(connections/guarded_accept.py). A connection must finish its TLS handshake, its SASL
 authentication and its first request within `connection_authentication_timeout_s`
 of its accept (with authentication off: its first request), or it is closed;
 after that, one that sends no request for `kafka_connections_max_idle_ms` is
