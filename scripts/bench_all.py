@@ -1216,7 +1216,7 @@ def markdown(rows: list[Row], header: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-RESULTS_BEGIN = "<!-- results: written by `make bench` (scripts/bench_all.py) -->"
+RESULTS_BEGIN = "<!-- results: written by `make bench` -->"
 RESULTS_END = "<!-- end of results -->"
 
 
