@@ -9,7 +9,9 @@ write (tests/test_docs.py runs the same comparison).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,9 +24,12 @@ CONFIG_PAGE = REPO / "docs" / "reference" / "configuration.md"
 
 
 def serve_flags() -> dict[str, str]:
-    """Each config key that `stableline serve` takes as a flag, with the flag."""
-    from stableline.cli import serve
-
+    """Each config key that `stableline serve` takes as a flag, with the flag. The
+    command is found as the console script names it in pyproject.toml."""
+    with open(REPO / "pyproject.toml", "rb") as handle:
+        target = tomllib.load(handle)["project"]["scripts"]["stableline"]
+    module_name, _, attribute = target.partition(":")
+    serve = getattr(importlib.import_module(module_name), attribute).commands["serve"]
     keys = set(config_reference.all_key_names())
     return {param.name: param.opts[0] for param in serve.params if param.name in keys}
 
