@@ -34,20 +34,23 @@ cluster: $(VENV)/.base-installed
 # brokers are started once): tests spend most of their time waiting on brokers, so
 # two workers halve the run on two cores. TEST_WORKERS=0 runs everything in one.
 TEST_WORKERS ?= 2
+# The lint runs first: a suite that is green but not clean is not green.
 test: $(VENV)/.all-installed
-	bash scripts/install_test_servers.sh
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	bash scripts/dev/install_test_servers.sh
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min),
 # and the results section of docs/benchmarks.md.
 bench: $(VENV)/.all-installed
-	$(PY) scripts/bench_all.py --out bench-results --docs-page docs/benchmarks.md
+	$(PY) scripts/bench/bench_all.py --out bench-results --docs-page docs/benchmarks.md
 
 # 100,000 topics on one broker at 1,024 open files (about 10 min): creation, memory
 # and files per idle topic, restart to healthy, first read after the restart.
 bench-topics: $(VENV)/.all-installed
 	mkdir -p bench-results
-	$(PY) scripts/bench_topics.py --topics 100000 --json bench-results/topics-100k.json
+	$(PY) scripts/bench/bench_topics.py --topics 100000 --json bench-results/topics-100k.json
 
 demo: $(VENV)/.all-installed
 	$(PY) -m stableline demo bank
@@ -61,7 +64,7 @@ format: $(VENV)/.all-installed
 	$(VENV)/bin/ruff format .
 
 proto: $(VENV)/.all-installed
-	$(PY) scripts/gen_proto.py
+	$(PY) scripts/dev/gen_proto.py
 
 # The generated pages of docs/ (the configuration reference, from config.py).
 docs: $(VENV)/.base-installed

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from managed_ledger.entry import Entry
 
 # What a cached entry costs beyond its payload's bytes, measured with tracemalloc
-# (scripts/measure_entry_cost.py, CPython 3.11): the Entry, its Position and
+# (scripts/bench/measure_entry_cost.py, CPython 3.11): the Entry, its Position and
 # EntryHeader, their ints, the payload's bytes object header, the keys and slots
 # of the view's and the shared cache's ordered dicts. 620-670 B for a written
 # entry (the writer's header), 690-730 B for one read back (a header decoded from

@@ -1,3 +1,3 @@
-from stableline.cli import main
+from stableline.cli.main import main
 
 main()

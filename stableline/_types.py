@@ -11,7 +11,7 @@ from itertools import repeat
 from typing import ClassVar
 
 from stableline._proto import broker_pb2 as pb
-from stableline._wire import plain_layout
+from stableline.wire import plain_layout
 
 _MAX = 2**63 - 1
 
@@ -63,7 +63,7 @@ class IdPart(int):
     `msg_id.ledger_id` is the number (`== 5`, `+ 1`, prints as `5`) and
     `msg_id.ledger_id()`, pulsar-client's spelling, returns it as a plain int. Made
     only when a part is read, so a MessageId holds plain ints and costs nothing more
-    to make (scripts/bench_message_id.py measures both).
+    to make (scripts/bench/bench_message_id.py measures both).
     """
 
     __slots__ = ()

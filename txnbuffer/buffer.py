@@ -55,7 +55,7 @@ class SnapshotPolicy:
     A snapshot holds every open transaction, so with more open than every_changes
     it waits for as many changes as there are open: each change then pays for at
     most one open transaction's record, however many are open (otherwise the cost
-    per commit grows with the open count: see scripts/bench_open_txns.py). The
+    per commit grows with the open count: see scripts/bench/bench_open_txns.py). The
     interval still bounds the log a recovery replays."""
 
     every_changes: int = 1000

@@ -30,17 +30,17 @@ from stableline._errors import (
 from stableline._keys import BatchingType
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId, TransactionState
-from stableline._wire import (
+from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
+from stableline.aio._connection import Connection, rpc_failure
+from stableline.aio._options import ProducerOptions
+from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, read_until_gone
+from stableline.wire import (
     encode_message,
     key_fields,
     keyed_prefix,
     known_plain_prefix,
     plain_prefix,
 )
-from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
-from stableline.aio._connection import Connection, rpc_failure
-from stableline.aio._options import ProducerOptions
-from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, read_until_gone
 
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024

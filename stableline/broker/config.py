@@ -19,11 +19,11 @@ class BrokerConfig:
     data_dir: Path = Path("./stableline-data")
     grpc_address: str = "127.0.0.1:6650"
     http_address: str = "127.0.0.1:8080"
-    # The Kafka protocol port (stableline/kafka), Kafka's own 9092 by default: ""
+    # The Kafka protocol port (stableline/broker/kafka), Kafka's own 9092 by default: ""
     # keeps it closed. Kafka topics are the topics of kafka_namespace.
     kafka_address: str = "127.0.0.1:9092"
     kafka_namespace: str = "public/default"
-    # Kafka consumer groups (stableline/kafka/group_coordinator.py): groups with
+    # Kafka consumer groups (stableline/broker/kafka/coordinator/group_coordinator.py): groups with
     # members at once, members of one group and of all groups; one more is refused
     # (COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED) [Kafka: group.max.size].
     # A new group's first generation waits this long for more members
@@ -43,7 +43,7 @@ class BrokerConfig:
     # rest never inflated. 0: 16 x max_message_size, at least 64 MiB.
     kafka_max_produce_inflated_bytes: int = 0
     # One role's share of those (with authorization on; superusers have none): groups
-    # it owns with members, and members in them (stableline/kafka/group_access.py).
+    # it owns with members, and members in them (stableline/broker/kafka/coordinator/group_access.py).
     # 0: a tenth of kafka_max_groups, of kafka_max_group_members_total.
     kafka_max_groups_per_role: int = 0
     kafka_max_group_members_per_role: int = 0

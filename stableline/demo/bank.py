@@ -175,7 +175,7 @@ def run(service: str | None, count: int, accounts: int, seed: int, out=print) ->
         )
         stack.callback(spark.stop)
         if service is None:
-            from stableline.testing import temporary_broker
+            from stableline.local_cluster.broker_process import temporary_broker
 
             broker = stack.enter_context(temporary_broker(work, "broker-"))
             service = broker.service_url

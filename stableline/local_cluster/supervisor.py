@@ -39,9 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stableline.local_cluster import etcd_auth, etcd_tls
+from stableline.local_cluster.broker_process import BrokerExited, BrokerProcess
 from stableline.local_cluster.etcd import EtcdNotReady, EtcdProcess
 from stableline.local_cluster.layout import ClusterLayout, save
-from stableline.testing import BrokerExited, BrokerProcess
 
 READY_TIMEOUT_S = 60.0  # three brokers recovering at once on two busy cores
 STOP_TIMEOUT_S = 20.0

@@ -15,7 +15,7 @@ Key layout. Everything lives under `/stableline`; names are those of topics
         A live broker (brokers.py): advertised gRPC, HTTP and Kafka addresses, its
         Kafka node id, version, start time, host, pid, load. Gone when its session
         lapses.
-    /stableline/kafka/{cluster}/node-ids
+    /stableline/broker/kafka/{cluster}/node-ids
         {broker id: Kafka node id} (kafka_nodes.py): each broker's int32 id for
         Kafka clients, recorded once and kept, the same on every broker.
     /stableline/namespaces/{tenant}/{namespace}
@@ -44,9 +44,9 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
     /stableline/ownership/{cluster}/coordinators/{shard}
         The same record for coordinator shard `shard` (0..K-1): a transaction id's
         high half names its shard, whose leader decides and ends the transaction.
-    /stableline/kafka/{cluster}/transactional-ids/{id}@{role}
+    /stableline/broker/kafka/{cluster}/transactional-ids/{id}@{role}
         A Kafka transactional.id of a role ("" with authentication off), each
-        percent-encoded (stableline/kafka/transactional_ids.py): its producer id,
+        percent-encoded (stableline/broker/kafka/coordinator/transactional_ids.py): its producer id,
         epoch, transaction timeout, and the stableline transaction it has open with
         the topics and groups added to it. Changed only by compare-and-set; deleted
         once idle for 7 days (Kafka's transactional.id.expiration.ms).

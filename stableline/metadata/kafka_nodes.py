@@ -4,7 +4,7 @@ Kafka names brokers by integer ids (Metadata's brokers, each partition's leader,
 FindCoordinator's answer), and a client keeps one connection per id, so every broker
 of a cluster must tell every client the same id for the same broker. A broker's id
 here is its advertised gRPC address; its Kafka node id is recorded once, in
-`/stableline/kafka/{cluster}/node-ids` (`{"broker id": node id, ...}`), and kept for
+`/stableline/broker/kafka/{cluster}/node-ids` (`{"broker id": node id, ...}`), and kept for
 good: a broker restarted on the same address is the same Kafka node.
 
 Promises:

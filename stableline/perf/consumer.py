@@ -32,7 +32,7 @@ ACKS_IN_FLIGHT = 16
 # Lists received are acknowledged together, once they hold this many messages or
 # the oldest is this old: one ack request per five lists instead of per list cuts
 # the consumer's and the broker's CPU per message (the CPU us/msg this tool
-# reports, and scripts/bench_all.py's E2E row, measure it). Pulsar's client
+# reports, and scripts/bench/bench_all.py's E2E row, measure it). Pulsar's client
 # groups acks the same way (up to 1,000 ids or 100 ms by default).
 ACK_GROUP_MESSAGES = 5000
 ACK_GROUP_S = 0.01

@@ -35,9 +35,9 @@ from stableline._types import (
     position_text,
     txn_id_text,
 )
-from stableline._wire import plain_layout
 from stableline.spark._connection import RPC_TIMEOUT_S, Connection, result
 from stableline.spark._options import EARLIEST, LATEST, SourceOptions
+from stableline.wire import plain_layout
 
 # Each column and its Spark type, in the order of the default schema.
 COLUMN_TYPES = {

@@ -33,11 +33,11 @@ from stableline._errors import StableLineError, from_code, from_rpc_error
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._routing import key_partition
-from stableline._wire import encode_message, plain_prefix
 from stableline.partitions import partition_topic
 from stableline.spark._connection import Connection
 from stableline.spark._options import OptionError, parse_connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
+from stableline.wire import encode_message, plain_prefix
 
 DEFAULT_ROWS_PER_BATCH = 1000
 DEFAULT_TXN_TIMEOUT_MS = 600_000

@@ -13,7 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import stableline
-from stableline.cli import main
+from stableline.cli.main import main
 
 from .conftest import Cluster
 

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import stableline
-from tests.stableline.browser import browser_or_skip
-from tests.stableline.test_dashboard import (
+from tests.stableline.broker.http.test_dashboard import (
     _click,
     _count,
     _screenshot,
@@ -18,6 +17,7 @@ from tests.stableline.test_dashboard import (
     _text,
     _wait,
 )
+from tests.stableline.browser import browser_or_skip
 
 from .conftest import Cluster
 

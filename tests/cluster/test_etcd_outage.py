@@ -21,8 +21,8 @@ from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_
 from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
-from tests.kafka.conftest import RawKafka
 from tests.metadata.conftest import EtcdServer
+from tests.stableline.broker.kafka.conftest import RawKafka
 
 from .conftest import Cluster, cluster_brokers, etcd_binary_or_skip, new_cluster_name
 

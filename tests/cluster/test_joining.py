@@ -1,4 +1,4 @@
-"""A broker that ran standalone joins a cluster (stableline/broker/cluster_metadata/
+"""A broker that ran standalone joins a cluster (stableline/broker/cluster/shared_metadata/
 joining.py): its partitioned topics are imported and served from its data through
 any broker; its grants and namespace policies are left out, and it says so."""
 

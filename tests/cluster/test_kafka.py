@@ -13,13 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from stableline.testing import BrokerProcess
-from tests.kafka.conftest import (
+from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
+from tests.stableline.broker.kafka.conftest import (
     CLIENT_TIMEOUT_S,
     RawKafka,
     confluent_consume,
     kafka_python_consume,
 )
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 
 from .conftest import Cluster, cluster_brokers, new_cluster_name
 
@@ -165,7 +165,7 @@ def test_a_topic_made_by_a_kafka_producers_first_use_is_placed_over_the_brokers(
 
 def test_a_restarted_broker_is_the_same_kafka_node(kafka_cluster):
     before = _node_ids(kafka_cluster)
-    recorded = kafka_cluster.read_record(f"/stableline/kafka/{kafka_cluster.name}/node-ids")
+    recorded = kafka_cluster.read_record(f"/stableline/broker/kafka/{kafka_cluster.name}/node-ids")
     assert recorded == before
     kafka_cluster.brokers[1].restart()
     assert _node_ids(kafka_cluster) == before

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from stableline.kafka import messages as m
+from stableline.broker.kafka.protocol import messages as m
 from stableline.testing import BrokerProcess
-from tests.kafka.conftest import RawKafka
-from tests.kafka.raw_requests import RawConnection, fetch_body
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
+from tests.stableline.broker.kafka.conftest import RawKafka
+from tests.stableline.broker.kafka.raw_requests import RawConnection, fetch_body
 
 from .conftest import cluster_brokers, new_cluster_name
 

@@ -4,7 +4,7 @@ A transactional id's record is the cluster's, so a producer initialised through 
 broker fences one initialised through the other and aborts its transaction wherever
 that transaction's shard is led; AddPartitionsToTxn and EndTxn through one broker,
 the batches through the partition's owner, which reads the id's record to admit
-them (raw frames, tests/kafka/test_api_txn.py's TxnWire, so each broker is asked
+them (raw frames, tests/stableline/broker/kafka/test_api_txn.py's TxnWire, so each broker is asked
 exactly). And a real transactional producer over a partitioned topic whose
 partitions both brokers own: an aborted transaction shows nothing, a committed one
 all, to Kafka read_committed consumers and an SDK READ_COMMITTED subscription."""
@@ -18,9 +18,9 @@ import pytest
 
 import stableline
 from tests.cluster.conftest import Cluster, cluster_brokers, new_cluster_name
-from tests.kafka.conftest import confluent_consume, end_offset
-from tests.kafka.test_api_txn import FENCED, OLD_EPOCH, TxnWire
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
+from tests.stableline.broker.kafka.conftest import confluent_consume, end_offset
+from tests.stableline.broker.kafka.test_api_txn import FENCED, OLD_EPOCH, TxnWire
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_one_transactional_id_across_brokers_fences_and_commits_through_either(k
     assert end_offset(at_leader, TOPIC, "read_committed") == 1
 
     record = kafka_cluster.read_record(
-        f"/stableline/kafka/{kafka_cluster.name}/transactional-ids/ledger-writer@"
+        f"/stableline/broker/kafka/{kafka_cluster.name}/transactional-ids/ledger-writer@"
     )
     shard = int(record["txn"].split(":")[0])
     # Opened on a shard the first broker leads: the other ends it through that one.
@@ -91,7 +91,7 @@ def test_one_transactional_id_across_brokers_fences_and_commits_through_either(k
 def test_a_kafka_transaction_over_partitions_on_both_brokers_is_all_or_nothing(kafka_cluster):
     from confluent_kafka import Producer
 
-    from tests.kafka.conftest import CLIENT_TIMEOUT_S
+    from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
     topic, partitions = "spread", 4
     first = kafka_cluster.brokers[0]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from stableline.broker.ownership import (
+from stableline.broker.cluster.ownership import (
     NotOwnerError,
     OwnershipUnavailableError,
     TopicOwnership,

@@ -21,7 +21,7 @@ from stableline.broker.security.certificates import CertificateAuthority
 from stableline.broker.security.tokens import create_secret_key, create_token
 from stableline.testing import BrokerProcess
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer
-from tests.stableline.security.conftest import http
+from tests.stableline.broker.security.conftest import http
 
 from .conftest import Cluster
 

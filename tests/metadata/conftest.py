@@ -2,7 +2,7 @@
 
 `etcd` is found on PATH (Debian's `etcd-server` puts it at /usr/bin/etcd); when it is
 missing and we are root, `apt-get install etcd-server` installs it (as `make test`
-does through scripts/install_test_servers.sh); otherwise the etcd tests skip and say
+does through scripts/dev/install_test_servers.sh); otherwise the etcd tests skip and say
 why. Each server listens on free 127.0.0.1 ports with a temporary data dir and is
 ready once its /health says so.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stableline.cli import main
+from stableline.cli.main import main
 from stableline.testing import BrokerExited, BrokerProcess
 
 from .conftest import SHORT_SESSION_TIMEOUT_S, _free_port

@@ -24,6 +24,6 @@ def _run(name: str, *args: object, timeout: float) -> subprocess.CompletedProces
 
 @pytest.fixture
 def run_script():
-    """`run_script("chaos.py", "--cycles", 10, timeout=600)`: the finished run, which
+    """`run_script("faults/chaos.py", "--cycles", 10, timeout=600)`: the finished run, which
     must have exited 0 (else the assertion shows the end of its output)."""
     return _run

@@ -110,7 +110,7 @@ def test_a_subscription_receives_entries_larger_than_a_frame(bounded):
 def test_frames_are_cut_by_entries_and_by_bytes_with_at_least_one_entry():
     from types import SimpleNamespace
 
-    from stableline.broker.grpc_broker import _frames
+    from stableline.broker.grpc.broker_service import _frames
 
     def deliveries(*sizes: int) -> list:
         return [SimpleNamespace(entry=SimpleNamespace(payload=bytes(n))) for n in sizes]

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stableline._proto import broker_pb2 as pb
-from stableline._wire import encode_message, key_fields, keyed_prefix, plain_layout, plain_prefix
+from stableline.wire import encode_message, key_fields, keyed_prefix, plain_layout, plain_prefix
 
 payloads = st.binary(max_size=70_000)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from stableline.broker.namespace_policies import AutoTopicCreation
+from stableline.broker.topics.namespace_policies import AutoTopicCreation
 from stableline.topic_name import TopicName
 
 

@@ -7,7 +7,7 @@ the superuser roles of the config. `PermissionStore` is the one interface: check
 answer from an in-memory copy, and a grant or revocation is durable (written
 through and fsynced) before it is acknowledged, so it survives a restart or a
 crash. Two implementations: `EmbeddedPermissionStore` here (one broker: its data
-dir) and the cluster's (stableline.broker.cluster_metadata.permissions: the
+dir) and the cluster's (stableline.broker.cluster.shared_metadata.permissions: the
 metadata store shared by the brokers, so a grant made through one is enforced by
 all).
 """

@@ -6,8 +6,8 @@ import asyncio
 
 from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId
-from stableline._wire import plain_prefix
 from stableline.aio._batch import Batch, SendReceipt, frames
+from stableline.wire import plain_prefix
 
 
 def test_a_batch_sends_its_parts_as_one_payload_with_its_count_and_txn():

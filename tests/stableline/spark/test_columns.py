@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stableline._proto import broker_pb2 as pb
-from stableline._wire import plain_layout
 from stableline.spark._read import _Columns
+from stableline.wire import plain_layout
 
 pytest.importorskip("pyarrow")
 

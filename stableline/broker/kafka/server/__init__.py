@@ -1,0 +1,1 @@
+"""The Kafka port: the listener, each connection's authentication, request dispatch and the APIs by group."""

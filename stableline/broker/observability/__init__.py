@@ -1,0 +1,1 @@
+"""What the broker tells about itself: Prometheus metrics and why readers wait."""

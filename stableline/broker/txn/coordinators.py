@@ -1,0 +1,499 @@
+"""The transaction coordinators as the rest of the broker sees them: one object that
+opens, joins, reads and ends transactions wherever their shard is led.
+
+This broker runs a TransactionCoordinator for each shard it leads (all of them with
+the embedded store; coordinator_shards.py says which in a cluster), each keeping its
+log in this broker's metadata store under a key prefix of its own. A call for a
+transaction of a shard led by another broker goes to that broker (peers.py) with the
+client's role, and is checked there as if the client had called.
+
+Promises:
+- One path in for each operation, local or remote: `add_topic`, `check_ack`,
+  `add_ack`, `state_of` raise the coordinator's own errors (TransactionEndedError,
+  TransactionNotFoundError, TransactionNotOwnedError, TooManyTransactionsError,
+  TransactionTooLargeError) whichever broker refused.
+- `open` uses a shard this broker leads (round robin); leading none, it takes a
+  shard nobody leads yet, and only when every shard is led elsewhere does it ask a
+  live leader to open the transaction. A named transaction always lives on the shard
+  its (owner, name) hashes to, so asking again through any broker finds it.
+- A transaction is ended, and read by its client, only on its shard's leader: any
+  other broker answers NotOwner naming the leader (CoordinatorUnavailable when the
+  leader is down).
+- A topic joined to a remote transaction is remembered here (at most
+  MAX_REMEMBERED_JOINS, oldest forgotten first), so a producer's later batches in it
+  cost no call; its end still reaches the topic, which refuses anything after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import zlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from managed_ledger import MetadataStore, TxnId
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import cluster_pb2 as cpb
+from stableline.broker.cluster.ownership import TopicOwnership
+from stableline.broker.cluster.peers import Peers
+from stableline.broker.grpc.convert import TXN_STATES_FROM_PROTO
+from stableline.broker.grpc.errors import BrokerError
+from stableline.broker.topics.write_gate import WriteGate
+from stableline.broker.txn.coordinator_errors import (
+    CoordinatorNotLeaderError,
+    CoordinatorUnavailableError,
+    ShardLogConflictError,
+)
+from stableline.broker.txn.coordinator_shards import ShardRecords
+from stableline.broker.txn.remote_acks import RemoteAcks
+from stableline.metadata import BrokerInfo
+from txnbuffer import (
+    TooManyTransactionsError,
+    TransactionCoordinator,
+    TransactionEndedError,
+    TransactionLimits,
+    TransactionNotFoundError,
+    TransactionNotOwnedError,
+    TransactionParticipant,
+    TransactionTooLargeError,
+    TxnMetadata,
+    TxnState,
+)
+from txnbuffer.coordinator import COORDINATOR_DB
+from txnbuffer.failpoint import Failpoint
+
+log = logging.getLogger(__name__)
+
+MAX_REMEMBERED_JOINS = 100_000
+
+# A peer's refusal, raised here as the coordinator's own error.
+_ENGINE_ERRORS = {
+    "TransactionEnded": TransactionEndedError,
+    "TransactionNotFound": TransactionNotFoundError,
+    "NotAuthorized": TransactionNotOwnedError,
+    "TooManyTransactions": TooManyTransactionsError,
+    "TooManyTransactionAcks": TransactionTooLargeError,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedTransaction:
+    txn_id: TxnId
+    state: TxnState
+    # The gRPC address of the shard's leader; "" when it is this broker.
+    coordinator_address: str
+
+
+def shard_key_prefix(shard: int) -> str:
+    """Shard 0's records keep the keys of a single coordinator (a broker that ran
+    alone keeps its log); the others' start with their shard."""
+    return "" if shard == 0 else f"shard-{shard}/"
+
+
+def named_shard(owner: str, name: str, count: int) -> int:
+    """The shard of a named transaction: the same wherever it is asked for."""
+    return zlib.crc32(f"{owner}\0{name}".encode()) % count
+
+
+def _caller(checked_as: str | None) -> cpb.OnBehalfOf:
+    return cpb.OnBehalfOf(checked=checked_as is not None, role=checked_as or "")
+
+
+def _proto_id(txn_id: TxnId) -> pb.TxnId:
+    return pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits)
+
+
+def engine_error(error: BrokerError) -> Exception:
+    kind = _ENGINE_ERRORS.get(error.code)
+    return error if kind is None else kind(str(error))
+
+
+class Coordinators:
+    def __init__(
+        self,
+        store: MetadataStore,
+        participant: TransactionParticipant,
+        limits: TransactionLimits,
+        shard_count: int = 1,
+    ):
+        self.store = store
+        self.participant = participant
+        self.limits = limits
+        self.shard_count = shard_count
+        self.local: dict[int, TransactionCoordinator] = {}
+        self.failpoint: Failpoint | None = None
+        # Set once the shards this broker leads have recovered (start()).
+        self.ready = asyncio.Event()
+        # In a cluster (attach_cluster): the shard records, liveness, and the peers.
+        self.records: ShardRecords | None = None
+        self.ownership: TopicOwnership | None = None
+        self.peers: Peers | None = None
+        # What subscriptions here hold for transactions of shards led elsewhere.
+        self.remote_acks: RemoteAcks | None = None
+        self.broker_id = ""
+        # Whether this broker may write (the registry's gate: write_gate.py); new
+        # transactions, joins and ends are refused while it is fenced.
+        self.write_gate = WriteGate()
+        # Run for each coordinator once it has recovered (the broker restores held acks).
+        self.on_started: Callable[[TransactionCoordinator], None] | None = None
+        self._round_robin = itertools.count()
+        self._starting: dict[int, asyncio.Task] = {}
+        self._taking = asyncio.Lock()
+        self._joined: OrderedDict[tuple[TxnId, str, str | None], None] = OrderedDict()
+
+    # ------------------------------------------------------------ life
+
+    def attach_cluster(
+        self, records: ShardRecords, ownership: TopicOwnership, peers: Peers
+    ) -> None:
+        """Lead only the shards whose records name this broker (known at start())."""
+        self.records = records
+        self.ownership = ownership
+        self.peers = peers
+        self.remote_acks = RemoteAcks(self.store)
+        self.shard_count = records.count
+
+    async def start(self, broker_id: str = "") -> None:
+        """Recover the coordinators of the shards this broker leads: every shard with
+        the embedded store, those whose records name `broker_id` in a cluster."""
+        self.broker_id = broker_id
+        if self.records is None:
+            shards = range(self.shard_count)
+        else:
+            await self._claim_logs_here(broker_id)
+            records = await self.records.all()
+            shards = [s for s, record in records.items() if record.leader == broker_id]
+        for shard in shards:
+            await self._start_local(shard)
+        self.ready.set()
+
+    async def _claim_logs_here(self, broker_id: str) -> None:
+        """A shard whose log is in this data dir (a standalone run's shard 0, or a data
+        dir that led shards before) is this broker's: taken if nobody leads it, and a
+        ShardLogConflictError if another broker does, since two logs of one shard would
+        give two transactions one id."""
+        assert self.records is not None
+        for key, _ in self.store.scan_prefix(COORDINATOR_DB, "sequence:"):
+            shard = int(key.removeprefix("sequence:"))
+            if shard >= self.records.count:
+                raise ShardLogConflictError(
+                    f"this data dir holds the log of transaction coordinator shard {shard}, "
+                    f"but cluster {self.records.cluster} has {self.records.count} shards; "
+                    "start this broker in its own cluster or with a new data dir"
+                )
+            record = await self.records.place_on_self(shard, broker_id)
+            if record.leader != broker_id:
+                raise ShardLogConflictError(
+                    f"this data dir holds the log of transaction coordinator shard {shard} "
+                    f"(transactions this broker coordinated before it joined cluster "
+                    f"{self.records.cluster}), and broker {record.leader} leads that shard "
+                    "there: two logs of one shard would give two transactions one id. "
+                    "Start this broker with a new data dir, or in its own cluster"
+                )
+
+    async def _start_local(self, shard: int) -> TransactionCoordinator:
+        coordinator = self.local.get(shard)
+        if coordinator is not None:
+            return coordinator
+        task = self._starting.get(shard)
+        if task is None:
+            task = self._starting[shard] = asyncio.create_task(self._recover(shard))
+        return await asyncio.shield(task)
+
+    async def _recover(self, shard: int) -> TransactionCoordinator:
+        coordinator = TransactionCoordinator(
+            shard, self.store, self.participant, self.limits, key_prefix=shard_key_prefix(shard)
+        )
+        coordinator.failpoint = self.failpoint
+        await coordinator.recover()
+        self.local[shard] = coordinator
+        self._starting.pop(shard, None)
+        if self.on_started is not None:
+            self.on_started(coordinator)
+        return coordinator
+
+    async def close(self) -> None:
+        for coordinator in self.local.values():
+            await coordinator.close()
+
+    # ------------------------------------------------------------ where
+
+    def coordinator_of(self, txn_id: TxnId) -> TransactionCoordinator | None:
+        """The local coordinator of the transaction's shard, None if not led here."""
+        return self.local.get(txn_id.most_bits)
+
+    async def leader_address(self, shard: int) -> str:
+        """The gRPC address of the live leader of a shard led elsewhere ("" when it is
+        led here); raises TransactionNotFoundError for a shard that does not exist or
+        nobody leads, CoordinatorUnavailableError when its leader is down."""
+        leader = await self._live_leader(shard)
+        return "" if leader is None else leader.grpc_address
+
+    async def _live_leader(self, shard: int) -> BrokerInfo | None:
+        """leader_address's broker (None: this one)."""
+        records, ownership = self.records, self.ownership
+        if records is None or ownership is None or not 0 <= shard < records.count:
+            raise TransactionNotFoundError(
+                f"coordinator shard {shard} does not exist: this cluster has "
+                f"{self.shard_count} (0..{self.shard_count - 1})"
+            )
+        record = await records.record(shard)
+        if record is None:
+            raise TransactionNotFoundError(f"coordinator shard {shard} has no transactions")
+        if record.leader == self.broker_id:
+            # Led here but not started yet: only a broker that placed it starts it.
+            await self._start_local(shard)
+            return None
+        owner = ownership.live_broker(record.leader)
+        if owner is None:
+            raise CoordinatorUnavailableError(shard, record.leader)
+        return owner
+
+    async def shard_leader(self, shard: int) -> BrokerInfo | None:
+        """The live leader of `shard`, None when it is this broker. A shard nobody
+        leads yet is taken by this broker, as a named transaction's first open here
+        would take it, so every broker answers the same leader from then on (Kafka's
+        FindCoordinator). CoordinatorUnavailableError when its leader is down."""
+        await self.ready.wait()
+        if self.records is None or shard in self.local:
+            return None
+        assert self.ownership is not None
+        record = await self.records.place_on_self(shard, self.broker_id)
+        if record.leader == self.broker_id:
+            await self._start_local(shard)
+            return None
+        owner = self.ownership.live_broker(record.leader)
+        if owner is None:
+            raise CoordinatorUnavailableError(shard, record.leader)
+        return owner
+
+    async def deciding(self, txn_id: TxnId) -> TransactionCoordinator:
+        """leading(), for a call that changes the transaction (an end, a join): refused
+        while this broker is fenced."""
+        coordinator = await self.leading(txn_id)
+        self.write_gate.admit(f"coordinator shard {txn_id.most_bits}")
+        return coordinator
+
+    async def leading(self, txn_id: TxnId) -> TransactionCoordinator:
+        """The coordinator of the transaction, which must be led here; otherwise
+        CoordinatorNotLeaderError naming its leader (or why there is none)."""
+        await self.ready.wait()
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            return coordinator
+        if self.records is None:
+            raise TransactionNotFoundError(
+                f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
+                f"does not exist on this broker"
+            )
+        leader = await self._live_leader(txn_id.most_bits)
+        if leader is None:
+            return self.local[txn_id.most_bits]
+        raise CoordinatorNotLeaderError(txn_id.most_bits, leader.grpc_address, leader.http_url)
+
+    async def _call(self, shard: int, method: Callable, request) -> object:
+        address = await self.leader_address(shard)
+        assert address, f"shard {shard} is led here"
+        assert self.peers is not None
+        try:
+            return await self.peers.call(address, method, request)
+        except BrokerError as error:
+            raise engine_error(error) from None
+
+    # ------------------------------------------------------------ opening
+
+    async def open(self, timeout_ms: int, name: str, owner: str, client: str) -> OpenedTransaction:
+        """A new transaction (or the named one; see the module docstring)."""
+        await self.ready.wait()
+        self.write_gate.admit("the transaction coordinator")
+        if name:
+            shard = named_shard(owner, name, self.shard_count)
+        else:
+            shard = await self._shard_for_new()
+        coordinator = self.local.get(shard)
+        if coordinator is None and self.records is not None:
+            record = await self.records.place_on_self(shard, self.broker_id)
+            if record.leader == self.broker_id:
+                coordinator = await self._start_local(shard)
+        if coordinator is not None:
+            return self._open_here(coordinator, timeout_ms, name, owner, client)
+        request = cpb.OpenTransactionRequest(
+            coordinator_shard=shard, timeout_ms=timeout_ms, name=name, owner=owner, client=client
+        )
+        address = await self.leader_address(shard)
+        assert self.peers is not None
+        try:
+            response = await self.peers.call(address, lambda s: s.OpenTransaction, request)
+        except BrokerError as error:
+            raise engine_error(error) from None
+        txn_id = TxnId(response.txn_id.most_bits, response.txn_id.least_bits)
+        return OpenedTransaction(txn_id, TxnState(response.state), address)
+
+    def open_on_shard(
+        self, shard: int, timeout_ms: int, name: str, owner: str, client: str
+    ) -> OpenedTransaction:
+        """Open on a shard led here (a peer's OpenTransaction)."""
+        self.write_gate.admit(f"coordinator shard {shard}")
+        coordinator = self.local.get(shard)
+        if coordinator is None:
+            raise TransactionNotFoundError(f"coordinator shard {shard} is not led here")
+        return self._open_here(coordinator, timeout_ms, name, owner, client)
+
+    @staticmethod
+    def _open_here(
+        coordinator: TransactionCoordinator, timeout_ms: int, name: str, owner: str, client: str
+    ) -> OpenedTransaction:
+        if name:
+            meta = coordinator.named_transaction(name, timeout_ms, owner, client)
+            return OpenedTransaction(meta.txn_id, meta.state, "")
+        txn_id = coordinator.new_transaction(timeout_ms, owner, client)
+        return OpenedTransaction(txn_id, TxnState.OPEN, "")
+
+    async def _shard_for_new(self) -> int:
+        """A shard led here, in turn; leading none, one nobody leads (taken), else one
+        led elsewhere, in turn."""
+        if not self.local:
+            assert self.records is not None, "the embedded store leads every shard"
+            # One at a time: concurrent first asks take one shard, not one each.
+            async with self._taking:
+                if not self.local:
+                    placed = await self.records.all()
+                    for shard in range(self.shard_count):
+                        if shard not in placed:
+                            record = await self.records.place_on_self(shard, self.broker_id)
+                            if record.leader == self.broker_id:
+                                await self._start_local(shard)
+                                return shard
+                            placed[shard] = record  # another broker took it meanwhile
+                    shards = sorted(placed)
+                    return shards[next(self._round_robin) % len(shards)]
+        shards = sorted(self.local)
+        return shards[next(self._round_robin) % len(shards)]
+
+    # ------------------------------------------------------------ joining
+
+    async def add_topic(self, txn_id: TxnId, topic: str, caller: str | None) -> None:
+        """Record that the transaction writes to `topic` (before the write)."""
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            coordinator.add_topic(txn_id, topic, caller)
+            return
+        await self.ready.wait()
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            coordinator.add_topic(txn_id, topic, caller)
+            return
+        key = (txn_id, topic, caller)
+        if key in self._joined:
+            self._joined.move_to_end(key)
+            return
+        request = cpb.AddTopicToTransactionRequest(
+            txn_id=_proto_id(txn_id), topic=topic, caller=_caller(caller)
+        )
+        await self._call_or_local(txn_id, lambda s: s.AddTopicToTransaction, request)
+        self._joined[key] = None
+        if len(self._joined) > MAX_REMEMBERED_JOINS:
+            self._joined.popitem(last=False)
+
+    async def _call_or_local(self, txn_id: TxnId, method: Callable, request) -> object:
+        if self.records is None:
+            raise TransactionNotFoundError(
+                f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
+                f"does not exist"
+            )
+        return await self._call(txn_id.most_bits, method, request)
+
+    async def check_ack(self, txn_id: TxnId, caller: str | None, count: int) -> None:
+        """Raise what add_ack would refuse, recording nothing."""
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            coordinator.check_ack(txn_id, caller, count)
+            return
+        await self.ready.wait()
+        if self.coordinator_of(txn_id) is not None:
+            return await self.check_ack(txn_id, caller, count)
+        request = cpb.AddAckToTransactionRequest(
+            txn_id=_proto_id(txn_id),
+            caller=_caller(caller),
+            check_only=True,
+            check_count=count,
+        )
+        await self._call_or_local(txn_id, lambda s: s.AddAckToTransaction, request)
+
+    async def add_ack(
+        self,
+        txn_id: TxnId,
+        topic: str,
+        subscription: str,
+        message_ids: list[tuple[int, int, int]],
+        caller: str | None,
+    ) -> None:
+        """Record a transactional ack with the transaction's coordinator."""
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            coordinator.add_ack(txn_id, topic, subscription, message_ids, caller)
+            return
+        request = cpb.AddAckToTransactionRequest(
+            txn_id=_proto_id(txn_id),
+            topic=topic,
+            subscription=subscription,
+            messages=[
+                cpb.AckedMessage(ledger_id=ledger, entry_id=entry, batch_index=batch)
+                for ledger, entry, batch in message_ids
+            ],
+            caller=_caller(caller),
+        )
+        await self._call_or_local(txn_id, lambda s: s.AddAckToTransaction, request)
+
+    async def state_of(self, txn_id: TxnId) -> tuple[TxnState, int]:
+        """(the transaction's state, its shard's low watermark) from its coordinator;
+        TransactionNotFoundError if it does not know it."""
+        await self.ready.wait()
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            return coordinator.get(txn_id).state, coordinator.low_watermark
+        response = await self._call_or_local(
+            txn_id,
+            lambda s: s.GetTransactionState,
+            pb.GetTransactionRequest(txn_id=_proto_id(txn_id)),
+        )
+        return TXN_STATES_FROM_PROTO[response.state], response.coordinator_low_watermark
+
+    # ------------------------------------------------------------ reading
+
+    def list_open(self) -> list[TxnMetadata]:
+        """The transactions not yet ended of every shard led here."""
+        return [meta for shard in sorted(self.local) for meta in self.local[shard].list_open()]
+
+    def get(self, txn_id: TxnId) -> TxnMetadata:
+        """A transaction of a shard led here (TransactionNotFoundError otherwise)."""
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is None:
+            raise TransactionNotFoundError(
+                f"transaction {txn_id} is not known to this broker: its coordinator shard "
+                f"{txn_id.most_bits} is not led here"
+            )
+        return coordinator.get(txn_id)
+
+    def low_watermarks(self) -> dict[int, int]:
+        return {shard: self.local[shard].low_watermark for shard in sorted(self.local)}
+
+    def stats(self) -> dict:
+        """The coordinators' figures summed, each shard's own under `shards`."""
+        shards = {str(shard): self.local[shard].stats() for shard in sorted(self.local)}
+        summed = ("openTxns", "endedTxns", "committedCount", "abortedCount", "timedOutCount")
+        return {
+            "shardCount": self.shard_count,
+            "ledShards": sorted(self.local),
+            **{key: sum(s[key] for s in shards.values()) for key in summed},
+            "shards": shards,
+        }
+
+    async def for_each_local(
+        self, action: Callable[[TransactionCoordinator], Awaitable[None]]
+    ) -> None:
+        for shard in sorted(self.local):
+            await action(self.local[shard])

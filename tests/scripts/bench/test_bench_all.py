@@ -1,0 +1,132 @@
+"""scripts/bench/bench_all.py --quick: every figure of the suite runs (toy sizes) and lands in
+one markdown table and one JSON file, each row with its same-run baseline."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.metadata.conftest import _find_etcd
+
+SCRIPTS = Path(__file__).resolve().parents[3] / "scripts" / "bench"
+
+GROUPS = (
+    "E2E publish",
+    "Publish latency",
+    "Transactions",
+    "RC vs RU",
+    "Many subscriptions",
+    "Scaling: producer processes",
+    "Scaling: open transactions, each committed after 1 s",
+    "Scaling: open transactions at a fixed commit rate",
+    "Scaling: aborted-set size",
+    "Ledger append",
+    "Recovery",
+    "Publish latency histogram",
+    "MessageId parts",
+    "Partitioned topic producer",
+    "Reloaded topic's drain",
+    "Kafka port",
+    "Metadata store",
+)
+# bench_cluster's rows, made only where an etcd can be started.
+CLUSTER_GROUPS = (
+    "Cluster on one machine: e2e",
+    "Cluster: 1-message transactions",
+    "Cluster: finding a topic's owner",
+)
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
+    tmp_path, run_script, bench_all
+):
+    run = run_script("bench/bench_all.py", "--quick", "--out", tmp_path, timeout=600)
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = results["rows"]
+    for group in GROUPS + (CLUSTER_GROUPS if _find_etcd() else ()):
+        assert any(row["figure"].startswith(group) for row in rows), group
+    for row in rows:
+        assert row["value"] is not None, row
+        assert row["signed"] or row["value"] >= 0, row
+        assert row["baseline_label"] and row["baseline"] is not None, row
+        if row["goal"]:
+            assert row["met"] in (True, False), row
+    assert results["quick"] is True
+    assert set(results["seconds_per_figure"]) == set(bench_all.FIGURES)
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert table.count("\n| ") == len(rows) + 1  # the header and a line per row
+    assert "| figure | metric | value | baseline (same run) | ratio | goal | met |" in table
+    assert "=== e2e" in run.stderr  # progress while it runs
+    for produced in (
+        "aborted-set.json",
+        "open-txns.json",
+        "rpc-cost.json",
+        "recovery.json",
+        "ledger-100b-entries.json",
+        "message-id.json",
+        "partitioned.json",
+        "reload.json",
+        "kafka.json",
+        "metadata.json",
+        "cluster.json",
+    ):
+        assert (tmp_path / produced).exists(), produced
+
+
+@pytest.fixture
+def bench_all(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # as a script sees its neighbours
+    return importlib.import_module("bench_all")
+
+
+def test_a_rows_goal_text_and_its_met_check_come_from_the_same_bounds(bench_all):
+    Row, Bound = bench_all.Row, bench_all.Bound
+    goal = (Bound("value", "<", 1), Bound("ratio", "<=", 0.05))
+    fast = Row("Recovery", "to READY", 0.4, "s", "full replay", 10.0, goal=goal)
+    slow = Row("Recovery", "to READY", 0.8, "s", "full replay", 10.0, goal=goal)
+    assert fast.goal_text == slow.goal_text == "< 1 s, ratio <= 0.05"
+    assert fast.met is True and slow.met is False  # 0.08 of the baseline: not 20x faster
+    record = slow.record()
+    assert record["goal"] == "< 1 s, ratio <= 0.05" and record["met"] is False
+    assert record["ratio"] == 0.08 and record["note"] == ""
+
+
+def test_a_row_without_a_goal_is_neither_met_nor_missed(bench_all):
+    row = bench_all.Row("Scaling", "2 processes", 1200.0, "msgs/s", "1 process", 1000.0)
+    assert row.goal_text == "" and row.met is None
+    assert row.record()["ratio"] == 1.2
+
+
+def test_a_bound_on_the_ratio_without_a_baseline_is_not_met(bench_all):
+    Row, Bound = bench_all.Row, bench_all.Bound
+    row = Row("Ledger", "appends/s", 5.0, "appends/s", goal=(Bound("ratio", ">=", 0.7),))
+    assert row.met is False
+
+
+def test_the_docs_page_gets_the_run_s_table_and_keeps_the_rest(bench_all, tmp_path):
+    committed = (SCRIPTS.parents[1] / "docs" / "benchmarks.md").read_text()
+    page = tmp_path / "benchmarks.md"
+    page.write_text(committed)
+    row = bench_all.Row("E2E publish", "1 topic", 1_500_000.0, "msgs/s", "raw stream", 9e6)
+    header = {"cores": 2, "python": "3.11", "grpcio": "1", "date": "today", "total_seconds": 9}
+    table = bench_all.markdown([row], header)
+    bench_all.refresh_docs_page(page, table)
+    refreshed = page.read_text()
+    before, _, after = committed.partition(bench_all.RESULTS_BEGIN)
+    assert refreshed.startswith(before + bench_all.RESULTS_BEGIN)
+    assert refreshed.endswith(after[after.index(bench_all.RESULTS_END) :])
+    assert "| E2E publish | 1 topic | 1,500,000 msgs/s |" in refreshed
+    assert "# stableline benchmark results" not in refreshed  # the page keeps its own title
+    bench_all.refresh_docs_page(page, table)  # again: the same page
+    assert page.read_text() == refreshed
+
+
+def test_a_page_without_the_results_markers_is_refused(bench_all, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# no results section\n")
+    with pytest.raises(ValueError, match="results"):
+        bench_all.refresh_docs_page(page, "table\n")
