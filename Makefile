@@ -9,7 +9,7 @@ DATA_DIR ?= ./stableline-data
 CLUSTER_DIR ?= ./stableline-cluster
 BROKERS ?= 3
 
-.PHONY: run cluster test bench bench-topics demo lint format proto clean
+.PHONY: run cluster test bench bench-topics demo lint format proto docs clean
 
 $(VENV)/.base-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +41,10 @@ test: $(VENV)/.all-installed
 	bash scripts/dev/install_test_servers.sh
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-# The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min).
+# The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min),
+# and the results section of docs/benchmarks.md.
 bench: $(VENV)/.all-installed
-	$(PY) scripts/bench/bench_all.py --out bench-results
+	$(PY) scripts/bench/bench_all.py --out bench-results --docs-page docs/benchmarks.md
 
 # 100,000 topics on one broker at 1,024 open files (about 10 min): creation, memory
 # and files per idle topic, restart to healthy, first read after the restart.
@@ -64,6 +65,10 @@ format: $(VENV)/.all-installed
 
 proto: $(VENV)/.all-installed
 	$(PY) scripts/dev/gen_proto.py
+
+# The generated pages of docs/ (the configuration reference, from config.py).
+docs: $(VENV)/.base-installed
+	$(PY) scripts/dev/gen_docs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

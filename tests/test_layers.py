@@ -25,6 +25,7 @@ PACKAGES = ("managed_ledger", "txnbuffer", "dispatcher", "stableline")
 # any package below it, never one above or beside it on the same rank.
 BROKER_RANKS: dict[str, int] = {
     "config": 0,
+    "config_reference": 1,  # the configuration reference page, made from config
     "errors": 0,
     "failpoints": 0,
     "topics": 1,

@@ -5,9 +5,13 @@ its goal. Figures from the load generator (`stableline.perf`) run against fresh
 broker processes (temporary data dirs, default config: fsync on); the other
 scripts under scripts/ run as subprocesses with --json and their figures are
 read back. Writes bench-results/RESULTS.md (markdown) and
-bench-results/results.json; progress goes to stderr as it runs.
+bench-results/results.json; progress goes to stderr as it runs. With --docs-page
+(`make bench` gives docs/benchmarks.md) the same table replaces that page's results
+section, between its RESULTS_BEGIN and RESULTS_END lines; the rest of the page is
+left as it is.
 
     python scripts/bench/bench_all.py [--quick] [--only e2e,latency,...] [--skip spark] [--out DIR]
+        [--docs-page docs/benchmarks.md]
 
 --quick runs every figure at toy sizes (seconds, not minutes; a smoke test of the
 suite's wiring whose figures mean nothing) and leaves Spark out.
@@ -1212,12 +1216,29 @@ def markdown(rows: list[Row], header: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+RESULTS_BEGIN = "<!-- results: written by `make bench` -->"
+RESULTS_END = "<!-- end of results -->"
+
+
+def refresh_docs_page(page: Path, table: str) -> None:
+    """Put `table` (the run's markdown) between the page's results markers; the page's
+    own title is dropped from it and its heading levels pushed down one."""
+    text = page.read_text()
+    begin, end = text.find(RESULTS_BEGIN), text.find(RESULTS_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{page} has no {RESULTS_BEGIN!r} ... {RESULTS_END!r} section")
+    body = [line for line in table.splitlines() if not line.startswith("# ")]
+    section = "\n".join(body).strip("\n")
+    page.write_text(text[: begin + len(RESULTS_BEGIN)] + "\n\n" + section + "\n\n" + text[end:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="toy sizes: a smoke test")
     parser.add_argument("--only", help=f"comma-separated figures of {', '.join(FIGURES)}")
     parser.add_argument("--skip", default="", help="comma-separated: figures, or 'spark'")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results")
+    parser.add_argument("--docs-page", type=Path, help="also refresh this page's results section")
     args = parser.parse_args()
     sizes = QUICK if args.quick else Sizes()
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
@@ -1253,6 +1274,9 @@ def main() -> int:
     (args.out / "results.json").write_text(json.dumps({**header, "rows": records}, indent=2) + "\n")
     print(table)
     progress(f"wrote {args.out / 'RESULTS.md'} and {args.out / 'results.json'}")
+    if args.docs_page is not None and not args.quick:
+        refresh_docs_page(args.docs_page, table)
+        progress(f"refreshed the results of {args.docs_page}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Screenshot of the dashboard for the README (docs/dashboard.png).
+"""Screenshot of the dashboard for its docs page (docs/dashboard.png).
 
 Starts a broker on a temporary data dir, runs a small payments load (a producer,
 a READ_COMMITTED and a READ_UNCOMMITTED subscription consuming), opens a

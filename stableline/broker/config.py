@@ -216,6 +216,192 @@ class BrokerConfig:
         return self.data_dir / "metadata"
 
 
+# What each key does, for people: the configuration reference
+# (docs/reference/configuration.md) is generated from these and the defaults above
+# (`make docs`; stableline/broker/config_reference.py), and a test fails when a key has
+# none. Pulsar's or Kafka's name for the same setting in brackets.
+KEY_DESCRIPTIONS: dict[str, str] = {
+    "data_dir": "Where the broker keeps its ledgers and metadata. One broker owns a data "
+    "dir: a second broker on it stops at once (exit code 2).",
+    "grpc_address": "Where the gRPC data plane and admin service listen (clients' service URL).",
+    "http_address": "Where the HTTP admin API, `/metrics` and the dashboard listen.",
+    "kafka_address": 'Where the Kafka protocol port listens; "" keeps it closed.',
+    "kafka_namespace": "The namespace whose topics Kafka clients see: Kafka topic `T` is "
+    "`persistent://{kafka_namespace}/T`.",
+    "kafka_max_groups": "Kafka consumer groups with members at once; a new group's JoinGroup "
+    "past it is refused with COORDINATOR_NOT_AVAILABLE, which clients retry.",
+    "kafka_max_group_members": "Members of one Kafka consumer group; one more is refused "
+    "with GROUP_MAX_SIZE_REACHED [Kafka: group.max.size].",
+    "kafka_max_group_members_total": "Members of all Kafka consumer groups together.",
+    "kafka_group_initial_rebalance_delay_ms": "A new group's first generation waits this "
+    "long for more members, longer while they keep coming, within the rebalance timeout "
+    "[group.initial.rebalance.delay.ms].",
+    "kafka_max_partitions_per_request": "Topics, and partitions, one Kafka request may "
+    "name; one naming more is refused unread and its connection closed.",
+    "kafka_max_produce_inflated_bytes": "Bytes the records of one Kafka Produce may "
+    "decode to (compressed batches inflated, 160 bytes a record for its objects, all "
+    "partitions together); past it the whole Produce is refused with MESSAGE_TOO_LARGE "
+    "and nothing is written. 0: 16 x `max_message_size`, at least 64 MiB.",
+    "kafka_max_groups_per_role": "With authorization on, the Kafka groups with members "
+    "one role may own (superusers count only against the totals). 0: a tenth of "
+    "`kafka_max_groups`.",
+    "kafka_max_group_members_per_role": "With authorization on, the members in one role's "
+    "Kafka groups. 0: a tenth of `kafka_max_group_members_total`.",
+    "kafka_group_min_session_timeout_ms": "The shortest session timeout a Kafka group "
+    "member may ask for; shorter is INVALID_SESSION_TIMEOUT [group.min.session.timeout.ms].",
+    "kafka_group_max_session_timeout_ms": "The longest session timeout a Kafka group "
+    "member may ask for (Kafka's maximum is 30 min) [group.max.session.timeout.ms].",
+    "max_message_size": "The largest message or batch a producer may send; bigger is "
+    "refused with `MessageTooBig` (the client checks before sending) [maxMessageSize].",
+    "max_pending_publishes_per_producer": "Sends of one producer being appended at once; "
+    "past it the broker stops reading the producer's stream and gRPC flow control holds "
+    "the producer. Stats: `publishers[].pendingPublishes` "
+    "[maxPendingPublishRequestsPerConnection].",
+    "max_unacked_messages_per_consumer": "Messages delivered to one consumer and not "
+    "acknowledged before the broker stops dispatching to it; it resumes at half. Stats: "
+    "`consumers[].blockedConsumerOnUnackedMsgs` [maxUnackedMessagesPerConsumer].",
+    "max_unacked_messages_per_subscription": "The same for all consumers of a "
+    "subscription together. Stats: `blockedSubscriptionOnUnackedMsgs` "
+    "[maxUnackedMessagesPerSubscription].",
+    "max_consumers_per_subscription": "Consumers one subscription takes; one more is "
+    "refused [maxConsumersPerSubscription].",
+    "max_open_transactions": "Open transactions in the coordinator; a new one past it is "
+    "refused. `coordinatorStats`: `openTxns`, `maxOpenTxns`.",
+    "max_open_transactions_per_client": "Open transactions of one client: of one role "
+    "with authentication on (whatever its connections), of one connection with it off.",
+    "max_acks_per_transaction": "Messages one transaction may acknowledge (held in memory "
+    "until it ends); an ack past it is refused and holds nothing. `coordinatorStats`: "
+    "`maxAcksPerTxn`.",
+    "txn_ended_retention_s": "How long after its end the coordinator remembers a "
+    "transaction (a repeated end answers as before, `transactionMetadata` finds it, a "
+    "committed name is joined); then `TransactionNotFound`, and its name opens a new "
+    "transaction [Kafka: transactional.id.expiration.ms].",
+    "max_ended_transactions": "Ended transactions remembered at most; past it the oldest "
+    "is forgotten. `coordinatorStats`: `endedTxns`, `maxEndedTxns`.",
+    "max_connections": "Client connections (gRPC peers with an authenticated call open) "
+    "served at once; calls from one more are refused. Also caps the gRPC port's "
+    "connections at the accept. `GET /admin/v2/broker-stats/connections` [maxConnections].",
+    "max_connections_per_address": "gRPC connections with a call open from one address; "
+    "calls of one more are refused (`TooManyConnections`). Of an address past it, the "
+    "oldest sockets with no call are shut down [maxConnectionsPerIp].",
+    "kafka_max_connections": "Connections to the Kafka port at once; one more takes the "
+    "place of the longest-waiting unauthenticated one, or is reset at its accept "
+    "[Kafka: max.connections].",
+    "kafka_max_connections_per_address": "The same from one address "
+    "[Kafka: max.connections.per.ip].",
+    "kafka_connections_max_idle_ms": "An authenticated Kafka connection that sends no "
+    "request this long is closed [Kafka: connections.max.idle.ms].",
+    "connection_authentication_timeout_s": "A new Kafka connection must be through its "
+    "TLS handshake, SASL authentication and first request, and a gRPC connection through "
+    "its TLS and HTTP/2 handshake, this long after its accept, or it is closed; a gRPC "
+    "connection with no call open this long is closed too (clients reconnect).",
+    "connection_idle_timeout_s": "A producer or consumer stream must send its opening "
+    "request within this long or it is ended (`DEADLINE_EXCEEDED`, code `IdleStream`); "
+    "an idle HTTP keep-alive connection closes after it too.",
+    "max_http_connections": "Connections open on the HTTP admin port (TLS handshakes in "
+    "progress included); one more is closed at once. "
+    "`GET /admin/v2/broker-stats/http-connections`.",
+    "http_request_header_timeout_s": "An HTTP connection that has not finished its TLS "
+    "handshake and its first request's headers this long after its accept is closed.",
+    "http_max_connections_per_address": "HTTP connections from one address, so one client "
+    "cannot crowd out the others (health checks included).",
+    "max_entries_per_frame": "Entries pushed to one consumer per gRPC frame.",
+    "max_fetch_bytes": "Bytes of entries in one Fetch reply, one Subscribe frame and one "
+    "peek step; the first entry goes out whatever its size, so readers move on "
+    "[Kafka: fetch.max.bytes].",
+    "metadata_sync_interval_s": "How often the metadata store (cursor positions) is fsynced.",
+    "txn_snapshot_every_changes": "A topic's transaction buffer snapshots after this many "
+    "changes (transactions begun or ended there), or as many as are open if more.",
+    "txn_snapshot_interval_s": "A topic's transaction buffer also snapshots this long "
+    "after the first change since its last snapshot.",
+    "inactive_topic_unload_s": "A topic with no producer, consumer, open transaction or "
+    "write in flight, unused this long, is unloaded (the next use loads it again). "
+    "0: never.",
+    "topic_recovery_wait_s": "A READ_COMMITTED read of a topic still replaying its log "
+    "after a restart waits this long, then fails with `NotReady` (retryable; Kafka: "
+    "NOT_LEADER_OR_FOLLOWER).",
+    "max_topics_per_namespace": "Topics one namespace holds; one more (on first use or by "
+    "an admin) is refused with `TooManyTopics` (HTTP 412). 0: unlimited "
+    "[maxTopicsPerNamespace].",
+    "max_num_partitions_per_partitioned_topic": "Partitions of one partitioned topic; "
+    "more, at creation or growth, is refused (HTTP 400). 0: unlimited "
+    "[maxNumPartitionsPerPartitionedTopic].",
+    "failpoints": "Crash tests only: failpoints where the broker pauses or fails "
+    "(also `STABLELINE_FAILPOINTS`); see operations/recovery.",
+    "tls_cert_file": "The broker's certificate (PEM); with `tls_key_file`, TLS on every port.",
+    "tls_key_file": "The broker certificate's private key (PEM).",
+    "tls_trust_certs_file": "Clients must present a certificate this CA signed.",
+    "authentication_enabled": "Require a token on every call (set by the token key flags).",
+    "token_secret_key": "HS256 secret key file (at least 32 bytes) tokens are checked with.",
+    "token_public_key": "RS256 public key file tokens are checked with.",
+    "authorization_enabled": "Check each role's grants; superusers pass.",
+    "allow_auto_topic_creation": "With authorization on, any role allowed the call may "
+    "create a topic by its first use; false: only a role with produce on it.",
+    "superuser_roles": "Roles that may do anything, the admin API included "
+    "(comma-separated in a flag or variable).",
+    "authenticate_metrics_endpoint": "`/metrics` needs a valid token of any role "
+    "(authentication must be on); false: it is open, as in Pulsar.",
+    "authentication_refresh_check_seconds": "How often open producer and consumer streams "
+    "are checked for an expired token [authenticationRefreshCheckSeconds].",
+    "metadata_store_url": 'The cluster\'s metadata store: "" keeps it in the data dir (a '
+    "cluster of one); `etcd://[USER@]HOST:PORT[,HOST:PORT...][?tls_trust_certs_file=CA"
+    "&tls_cert_file=C&tls_key_file=K]` shares an etcd [metadataStoreUrl].",
+    "metadata_store_password_file": "A file whose first line is the etcd password of the "
+    "URL's user.",
+    "metadata_store_password": "The etcd password itself, from the config file or "
+    "`STABLELINE_METADATA_STORE_PASSWORD` (never a flag); give this or the file.",
+    "metadata_store_require_authentication": "Refuse to start when etcd answers a client "
+    "that gives no credentials (`--secure` sets it); false: a WARNING.",
+    "cluster_name": "The cluster this broker registers in [clusterName].",
+    "metadata_session_timeout_s": "The etcd lease of the broker's session: a killed "
+    "broker leaves the live list this long after its last keep-alive; a broker cut off "
+    "from etcd declares its session lost a sixth of it earlier "
+    "[metadataStoreSessionTimeoutMillis].",
+    "advertised_address": "HOST or HOST:PORT clients reach this broker's gRPC at, and its "
+    'id in the cluster; "": the `grpc_address` host and bound port (a wildcard host '
+    "advertises the machine's name) [advertisedAddress].",
+    "transaction_coordinator_shards": "Transaction coordinator shards. 0: 1 with the "
+    "embedded store; in a cluster, what its first broker chose (4 unless set). Fixed per "
+    "cluster once written: a broker naming another count refuses to start "
+    "[transactionCoordinatorCount].",
+    "broker_client_token_file": "With security on, the superuser token this broker calls "
+    "the others with (default: one made with `token_secret_key` for the first superuser "
+    "role) [brokerClientAuthenticationParameters].",
+    "broker_client_trust_certs_file": "The CA of the other brokers' certificates (default: "
+    "`tls_trust_certs_file`, or `--secure`'s ca.pem) [brokerClientTrustCertsFilePath].",
+}
+
+# The ledger's keys (managed_ledger/config.py), set at the top level or under [ledger].
+LEDGER_KEY_DESCRIPTIONS: dict[str, str] = {
+    "max_entries_per_ledger": "A ledger rolls over past this many entries.",
+    "max_ledger_size_bytes": "A ledger rolls over past this many bytes.",
+    "max_ledger_age_s": "A ledger rolls over this long after it was opened.",
+    "fsync": "An append is acknowledged only after fdatasync; false trades durability for speed.",
+    "max_entry_size_bytes": "The largest entry (a client batch) a ledger takes.",
+    "max_group_commit_bytes": "Bytes that share one write + fsync (group commit).",
+    "max_pending_bytes": "Bytes queued for one topic's writer; past it appends wait. "
+    "One topic's share of `max_pending_write_bytes`, never more.",
+    "cache_size_bytes": "Recent entries one topic keeps in memory for tailing readers; "
+    "its share of `entry_cache_size_bytes`, never more.",
+    "entry_cache_size_bytes": "Cached entries of all topics together, each charged its "
+    "payload + 720 B; past it the oldest of any topic go first. 0: 1/8 of the memory "
+    "the process may use, at most 256 MiB [managedLedgerCacheSizeMB].",
+    "max_pending_write_bytes": "Bytes queued for the writers of all topics (each append "
+    "charged its bytes + 400 B); past it appends wait, first come first served. 0: 1/32 "
+    "of the memory, at most 32 MiB [maxMessagePublishBufferSizeInMB].",
+    "cursor_flush_interval_s": "Cursor positions are written to the metadata store at "
+    "most this often.",
+    "max_persisted_acked_positions": "Individually acknowledged positions above the "
+    "mark-delete position that are persisted; past it a crash redelivers the rest "
+    "(at-least-once holds).",
+    "max_open_ledger_files": "Ledger files open at once over all topics; the least "
+    "recently used is closed past it. 0: half the open-files soft limit.",
+    "retention_time_s": "A closed ledger that every cursor has consumed, below the stable "
+    "position, is deleted once this long has passed since it was created (0, Pulsar's "
+    "default: at once); the current ledger and topics without cursors keep everything.",
+}
+
+
 _LEDGER_FIELDS = {f.name: f for f in dataclasses.fields(ManagedLedgerConfig)}
 _BROKER_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "ledger"}
 

@@ -105,3 +105,28 @@ def test_a_bound_on_the_ratio_without_a_baseline_is_not_met(bench_all):
     Row, Bound = bench_all.Row, bench_all.Bound
     row = Row("Ledger", "appends/s", 5.0, "appends/s", goal=(Bound("ratio", ">=", 0.7),))
     assert row.met is False
+
+
+def test_the_docs_page_gets_the_run_s_table_and_keeps_the_rest(bench_all, tmp_path):
+    committed = (SCRIPTS.parents[1] / "docs" / "benchmarks.md").read_text()
+    page = tmp_path / "benchmarks.md"
+    page.write_text(committed)
+    row = bench_all.Row("E2E publish", "1 topic", 1_500_000.0, "msgs/s", "raw stream", 9e6)
+    header = {"cores": 2, "python": "3.11", "grpcio": "1", "date": "today", "total_seconds": 9}
+    table = bench_all.markdown([row], header)
+    bench_all.refresh_docs_page(page, table)
+    refreshed = page.read_text()
+    before, _, after = committed.partition(bench_all.RESULTS_BEGIN)
+    assert refreshed.startswith(before + bench_all.RESULTS_BEGIN)
+    assert refreshed.endswith(after[after.index(bench_all.RESULTS_END) :])
+    assert "| E2E publish | 1 topic | 1,500,000 msgs/s |" in refreshed
+    assert "# stableline benchmark results" not in refreshed  # the page keeps its own title
+    bench_all.refresh_docs_page(page, table)  # again: the same page
+    assert page.read_text() == refreshed
+
+
+def test_a_page_without_the_results_markers_is_refused(bench_all, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# no results section\n")
+    with pytest.raises(ValueError, match="results"):
+        bench_all.refresh_docs_page(page, "table\n")

@@ -1,5 +1,5 @@
 """scripts/bench/load_test.py, tiny: 20 topics, 100 subscriptions, 10 clients, 10 s (the full
-run is 1,000 topics, 10,000 subscriptions, 200 clients; its figures are in README)."""
+run is 1,000 topics, 10,000 subscriptions, 200 clients; its figures are in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
