@@ -3,11 +3,20 @@ byte, and plain batches are recognised exactly."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from stableline._proto import broker_pb2 as pb
-from stableline.wire import encode_message, key_fields, keyed_prefix, plain_layout, plain_prefix
+from stableline.wire import (
+    BatchMessage,
+    batch_messages,
+    encode_message,
+    key_fields,
+    keyed_prefix,
+    plain_layout,
+    plain_prefix,
+)
 
 payloads = st.binary(max_size=70_000)
 
@@ -77,3 +86,23 @@ def test_plain_layout_accepts_exactly_the_batches_of_one_plain_length(messages, 
         prefix_length, stride = layout
         sliced = [payload[i + prefix_length : i + stride] for i in range(0, len(payload), stride)]
         assert sliced == [m.payload for m in messages]
+
+
+def test_batch_messages_reads_back_what_was_written_up_to_the_limit():
+    payload = b"".join(
+        [
+            encode_message(b"first", {"k": "v"}, "key-1", 7),
+            plain_prefix(len(b"second")) + b"second",
+            encode_message(b"third", {}, None, 0),
+        ]
+    )
+    assert batch_messages(payload) == [
+        BatchMessage(b"first", "key-1", {"k": "v"}, 7),
+        BatchMessage(b"second", None, {}, 0),
+        BatchMessage(b"third", None, {}, 0),
+    ]
+    assert batch_messages(payload, 1) == [BatchMessage(b"first", "key-1", {"k": "v"}, 7)]
+    with pytest.raises(ValueError, match="not a message batch"):
+        batch_messages(b"\x01not a batch")
+    # A batch damaged further on ends where the damage starts.
+    assert batch_messages(payload + b"\x0a\xff") == batch_messages(payload)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dispatcher import (
@@ -179,67 +177,3 @@ def entry_to_proto(
 
 def delivery_to_proto(delivery: Delivery) -> pb.EntryDelivery:
     return entry_to_proto(delivery.entry, delivery.redelivery_count, delivery.acked_batch_indexes)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMessage:
-    """One message of a client-encoded batch, for tools that look inside entries."""
-
-    payload: bytes
-    partition_key: str | None
-    properties: dict[str, str]
-    event_time_ms: int
-
-
-def batch_messages(payload: bytes, limit: int | None = None) -> list[BatchMessage]:
-    """The first `limit` (default: all) messages of an entry's payload, decoded one by
-    one as the batch is walked: the work is bounded by `limit`, not by the batch.
-    Raises ValueError when the payload is not a batch (its first record does not
-    parse); a batch damaged further on ends where the damage starts."""
-    messages: list[BatchMessage] = []
-    for message in _walk_batch(payload):
-        if message is None:
-            if not messages and payload:
-                raise ValueError("entry payload is not a message batch")
-            break
-        if limit is not None and len(messages) >= limit:
-            break
-        messages.append(message)
-    return messages
-
-
-def _walk_batch(payload: bytes) -> Iterator[BatchMessage | None]:
-    """Each message of the MessageBatch in turn; None where a record does not parse."""
-    end = len(payload)
-    at = 0
-    while at < end:
-        if payload[at] != 0x0A:  # only field 1 (messages), length-delimited
-            yield None
-            return
-        at += 1
-        length, shift = 0, 0
-        while True:
-            if at >= end or shift > 35:
-                yield None
-                return
-            byte = payload[at]
-            at += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        if at + length > end:
-            yield None
-            return
-        try:
-            m = pb.SingleMessage.FromString(payload[at : at + length])
-        except Exception:  # protobuf's DecodeError, kept inside this module
-            yield None
-            return
-        at += length
-        yield BatchMessage(
-            m.payload,
-            m.partition_key if m.has_partition_key else None,
-            dict(m.properties),
-            m.event_time_ms,
-        )

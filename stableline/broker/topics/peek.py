@@ -22,8 +22,8 @@ from typing import Any
 
 from dispatcher import IsolationLevel, Subscription
 from managed_ledger import Entry
-from stableline.broker.grpc.convert import BatchMessage, batch_messages
 from stableline.broker.topics.topic import Topic
+from stableline.wire import BatchMessage, batch_messages
 from txnbuffer import BufferState, TransactionBuffer
 
 MAX_PEEK_MESSAGES = 100
