@@ -28,27 +28,17 @@ from pathlib import Path
 
 import grpc
 from aiohttp import web
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
 from managed_ledger import MetadataStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
-from stableline._proto import (
-    admin_pb2,
-    admin_pb2_grpc,
-    broker_pb2,
-    broker_pb2_grpc,
-    cluster_pb2,
-    cluster_pb2_grpc,
-)
 from stableline.broker.app.kafka import KafkaStartupError, start_kafka
 from stableline.broker.app.security import BrokerSecurity
 from stableline.broker.cluster.lookup import BrokerAddresses, TopicLookup, advertised_host
 from stableline.broker.cluster.membership import Membership, with_advertised_address
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
-from stableline.broker.cluster.peer_admin import PeerAdmin
-from stableline.broker.cluster.peers import Peers
+from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.cluster.shared_metadata.joining import join_cluster
 from stableline.broker.config import BrokerConfig
@@ -64,7 +54,9 @@ from stableline.broker.grpc.connection_limit import (
     add_routes,
 )
 from stableline.broker.grpc.malformed_requests import MalformedRequestInterceptor
+from stableline.broker.grpc.peer_client import GrpcPeerClient
 from stableline.broker.grpc.peer_service import PeerService
+from stableline.broker.grpc.services import CLIENT_SERVICES, add_services
 from stableline.broker.grpc.socket_guard import GrpcSocketGuard
 from stableline.broker.http import cluster as http_cluster
 from stableline.broker.http import lookup as http_lookup
@@ -237,7 +229,7 @@ class Broker:
         # In a cluster: namespaces, grants and partition counts shared by the brokers,
         # and the calls to the brokers owning partitions.
         self.shared: SharedMetadata | None = None
-        self.peers: Peers | None = None
+        self.peers: PeerClient | None = None
         self._grpc: grpc.aio.Server | None = None
         self._grpc_guard: GrpcSocketGuard | None = None
         self._http: web.AppRunner | None = None
@@ -339,12 +331,10 @@ class Broker:
             # partitions are asked of their owners.
             self.registry.ownership = TopicOwnership(self.membership.store, config.cluster_name)
             try:
-                self.peers = Peers(self.security.peer_credentials(config))
+                self.peers = GrpcPeerClient(self.security.peer_credentials(config))
             except (ValueError, OSError) as error:
                 raise StartupError(f"cannot call the cluster's other brokers: {error}") from None
-            partition_access = ClusterPartitions(
-                self.registry, self.registry.ownership, PeerAdmin(self.peers)
-            )
+            partition_access = ClusterPartitions(self.registry, self.registry.ownership, self.peers)
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.partitioned = PartitionedTopics(
             config,
@@ -447,25 +437,12 @@ class Broker:
                 ConnectionLimitInterceptor(self.connections),
             ],
         )
-        broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(self.registry, config, self.coordinators, self.lookup), self._grpc
-        )
-        admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.registry, self.coordinators, self.partitioned), self._grpc
-        )
-        cluster_pb2_grpc.add_PeerServicer_to_server(
-            PeerService(self.coordinators, participant), self._grpc
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
-        reflection.enable_server_reflection(
-            (
-                broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
-                admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
-                cluster_pb2.DESCRIPTOR.services_by_name["Peer"].full_name,
-                health.SERVICE_NAME,
-                reflection.SERVICE_NAME,
-            ),
+        add_services(
             self._grpc,
+            BrokerService(self.registry, config, self.coordinators, self.lookup),
+            AdminService(self.registry, self.coordinators, self.partitioned),
+            PeerService(self.coordinators, participant),
+            self._health,
         )
         try:
             self.grpc_port = self.security.add_grpc_port(self._grpc, config.grpc_address)
@@ -548,7 +525,7 @@ class Broker:
         except (MetadataStoreError, ShardLogConflictError) as error:
             raise StartupError(str(error)) from None
 
-        for service in ("", "stableline.v1.Broker", "stableline.v1.Admin"):
+        for service in ("", *CLIENT_SERVICES):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._sync_task = asyncio.create_task(self._sync_metadata())
         self._tighten_task = asyncio.create_task(self._tighten_data_dir())

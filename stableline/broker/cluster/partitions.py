@@ -3,7 +3,7 @@
 A partitioned topic's partitions are placed over the cluster's brokers, so its
 stats, the check that none is in use, and its deletion reach every owner: a
 partition this broker owns (or that has no ownership record but files here) is
-asked of the registry, any other of its owner over gRPC Admin (peer_admin.py).
+asked of the registry, any other of its owner (the PeerClient, peers.py).
 
 Promises:
 - Each partition's stats come from its owner, so partitioned-stats sums every
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from stableline.broker.cluster.ownership import TopicOwnership
-from stableline.broker.cluster.peer_admin import PeerAdmin
+from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.topics.partitioned import LocalPartitions, in_use_from_stats
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.metadata import BrokerInfo
@@ -30,7 +30,7 @@ from stableline.topic_name import TopicName
 
 
 class ClusterPartitions:
-    def __init__(self, registry: TopicRegistry, ownership: TopicOwnership, peers: PeerAdmin):
+    def __init__(self, registry: TopicRegistry, ownership: TopicOwnership, peers: PeerClient):
         self.local = LocalPartitions(registry)
         self.registry = registry
         self.ownership = ownership

@@ -1,36 +1,41 @@
-"""Calls from this broker to the other brokers of its cluster (the Peer service).
+"""What this broker asks of the other brokers of its cluster, in the broker's own values.
 
-One gRPC channel per peer, made on first use and kept; TLS and a bearer token when
-the cluster's security asks for them (PeerCredentials: the brokers' own role, a
-superuser, as Pulsar's brokerClientAuthentication). A failed call raises a
-BrokerError carrying the peer's own status and error code, so a refusal made by the
-peer (TransactionEnded, NotAuthorized, ...) reaches this broker's client unchanged;
-a peer that cannot be reached raises UNAVAILABLE naming it.
+`PeerClient` is the one way the core (txn/, cluster/) reaches another broker: each
+method takes and returns transaction ids, states, topic names and stats documents,
+never a wire message. The gRPC face implements it (grpc/peer_client.py: the Peer
+service for transactions, the Admin service for a partition's stats and deletion,
+Broker.EndTransaction as a client would call it); the app builds that one and hands
+it to what needs it.
+
+Promises of an implementation:
+- A call has a deadline (`timeout_s`); callers that must get through (a decided
+  transaction's end) retry with their own backoff.
+- It goes with this broker's credentials (PeerCredentials: TLS and the brokers' own
+  token where security is on, as Pulsar's brokerClientAuthentication).
+- A refusal the transaction engine names comes back as the engine's own error
+  (TransactionEndedError, TransactionNotFoundError, TransactionNotOwnedError,
+  TooManyTransactionsError, TransactionTooLargeError), whichever broker refused; any
+  other refusal as this broker's error with the peer's own status and code, so it
+  reaches this broker's client unchanged; a peer that cannot be reached as UNAVAILABLE
+  (BrokerUnavailable) naming it.
+- The admin calls (`topic_stats`, `delete_topic`) raise TopicNotFoundError for a
+  topic the owner does not have, and PeerCallError (peer_admin.py: retry later) for
+  anything else, naming the owner and what it said.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-import grpc
-
-from stableline._proto import cluster_pb2_grpc
-from stableline.broker.grpc.errors import ERROR_METADATA_KEY, BrokerError
+from managed_ledger import TxnId
+from stableline.metadata import BrokerInfo
+from stableline.topic_name import TopicName
+from txnbuffer import TxnAck, TxnState
 
 # A peer call waits this long; callers that must get through (a decided transaction's
 # end) retry with their own backoff.
 PEER_CALL_TIMEOUT_S = 10.0
-
-_CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.max_receive_message_length", -1),
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,88 +50,77 @@ class PeerCredentials:
     private_key: bytes | None = None
 
 
-class Peers:
-    """This broker's channels to the other brokers, by their gRPC address."""
+@dataclass(frozen=True, slots=True)
+class PeerTransaction:
+    """A transaction as the leader of its shard answers for it."""
 
-    def __init__(self, credentials: PeerCredentials | None = None):
-        self._credentials = credentials or PeerCredentials()
-        self.timeout_s = PEER_CALL_TIMEOUT_S
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, cluster_pb2_grpc.PeerStub] = {}
+    txn_id: TxnId
+    state: TxnState
 
-    def channel(self, address: str) -> grpc.aio.Channel:
-        """The channel to the broker at `address` (made on first use, then kept)."""
-        channel = self._channels.get(address)
-        if channel is None:
-            credentials = self._credentials
-            if credentials.trust_certs is not None:
-                channel = grpc.aio.secure_channel(
-                    address,
-                    grpc.ssl_channel_credentials(
-                        credentials.trust_certs,
-                        credentials.private_key,
-                        credentials.cert_chain,
-                    ),
-                    options=_CHANNEL_OPTIONS,
-                )
-            else:
-                channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        return channel
 
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        """What every call to a peer sends: this broker's bearer token, if any."""
-        token = self._credentials.token
-        return (("authorization", f"Bearer {token}"),) if token else ()
+@dataclass(frozen=True, slots=True)
+class PeerTransactionState:
+    """A transaction's state, and its shard's low watermark, from the shard's leader."""
 
-    def _stub(self, address: str) -> cluster_pb2_grpc.PeerStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            stub = self._stubs[address] = cluster_pb2_grpc.PeerStub(self.channel(address))
-        return stub
+    state: TxnState
+    low_watermark: int
 
-    async def call(
-        self,
-        address: str,
-        method: Callable[[cluster_pb2_grpc.PeerStub], Any],
-        request: Any,
-        timeout_s: float = PEER_CALL_TIMEOUT_S,
-    ) -> Any:
-        """`method(stub)(request)` on the peer at `address`; BrokerError on failure."""
-        try:
-            return await method(self._stub(address))(
-                request, timeout=timeout_s, metadata=self.metadata
-            )
-        except grpc.aio.AioRpcError as error:
-            raise peer_error(address, error) from None
+
+class PeerClient(Protocol):
+    """Calls to the broker at a gRPC `address` (a shard's leader, a topic's owner).
+
+    `caller` is the role a client's call was made with, which the peer checks as if
+    the client had called it; None: this broker's own call, checked by nobody."""
+
+    timeout_s: float
+
+    async def open_transaction(
+        self, address: str, shard: int, timeout_ms: int, name: str, owner: str, client: str
+    ) -> PeerTransaction:
+        """A new (or the named) transaction on `shard`, which the peer leads."""
+        ...
+
+    async def add_topic(self, address: str, txn_id: TxnId, topic: str, caller: str | None) -> None:
+        """Record that the transaction writes to `topic`."""
+        ...
+
+    async def check_ack(self, address: str, txn_id: TxnId, caller: str | None, count: int) -> None:
+        """Raise what add_ack of `count` messages would refuse, recording nothing."""
+        ...
+
+    async def add_ack(self, address: str, txn_id: TxnId, ack: TxnAck, caller: str | None) -> None:
+        """Record a transactional ack with the transaction's coordinator."""
+        ...
+
+    async def transaction_state(self, address: str, txn_id: TxnId) -> PeerTransactionState:
+        """The transaction's state on its shard's leader (TransactionNotFoundError if
+        it does not know it)."""
+        ...
+
+    async def end_on_topic(
+        self, address: str, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None:
+        """Write the transaction's end marker into `topic`, which the peer owns."""
+        ...
+
+    async def end_acks(self, address: str, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
+        """Apply (commit) or release (abort) the transaction's acks on a subscription of
+        a topic the peer owns."""
+        ...
+
+    async def end_transaction(self, address: str, txn_id: TxnId, commit: bool) -> TxnState:
+        """End the transaction as its client would (Broker.EndTransaction, with this
+        broker's own credentials): its state after the call."""
+        ...
+
+    async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:
+        """The topic's stats document, as its owner's GET .../stats answers it."""
+        ...
+
+    async def delete_topic(self, owner: BrokerInfo, topic: TopicName) -> None:
+        """Delete the topic at its owner (its files and its ownership record)."""
+        ...
 
     async def close(self) -> None:
-        channels = list(self._channels.values())
-        self._channels.clear()
-        self._stubs.clear()
-        for channel in channels:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(channel.close())
-
-
-def peer_error(address: str, error: grpc.aio.AioRpcError) -> BrokerError:
-    """The peer's refusal as this broker's own error: same status, same code."""
-    code = ""
-    for key, value in error.trailing_metadata() or ():
-        if key == ERROR_METADATA_KEY:
-            code = value
-    if code:
-        return BrokerError(error.code(), code, error.details() or code)
-    if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return BrokerError(
-            grpc.StatusCode.UNAVAILABLE,
-            "BrokerUnavailable",
-            f"broker {address} did not answer ({error.code().name}: {error.details()}); "
-            "retry once it is back",
-        )
-    return BrokerError(
-        grpc.StatusCode.INTERNAL,
-        "Internal",
-        f"broker {address} failed the call ({error.code().name}: {error.details()})",
-    )
+        """Close every connection to a peer (after the last call)."""
+        ...

@@ -17,6 +17,8 @@ from dispatcher import (
 from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
 from managed_ledger.ledger import LedgerInfo
 from stableline._proto import broker_pb2 as pb
+from stableline._proto import cluster_pb2 as cpb
+from stableline.broker.cluster.peers import PeerTransaction, PeerTransactionState
 from txnbuffer import TxnMetadata, TxnState
 
 if TYPE_CHECKING:
@@ -111,6 +113,56 @@ def transaction_to_proto(meta: TxnMetadata) -> pb.GetTransactionResponse:
         timeout_at_ms=meta.opened_ms + meta.timeout_ms,
         ended_timestamp_ms=meta.ended_ms,
         name=meta.name,
+    )
+
+
+def txn_action(commit: bool) -> int:
+    return pb.TXN_ACTION_COMMIT if commit else pb.TXN_ACTION_ABORT
+
+
+# ------------------------------------------------------------ the Peer service
+
+
+def on_behalf_of(caller: str | None) -> cpb.OnBehalfOf:
+    """The role a client's call was made with (None: the broker's own, unchecked)."""
+    return cpb.OnBehalfOf(checked=caller is not None, role=caller or "")
+
+
+def checked_as(message: cpb.OnBehalfOf) -> str | None:
+    """on_behalf_of's caller back."""
+    return message.role if message.checked else None
+
+
+def acked_messages_to_proto(message_ids: list[tuple[int, int, int]]) -> list[cpb.AckedMessage]:
+    """(ledger id, entry id, batch index) of each acknowledged message."""
+    return [
+        cpb.AckedMessage(ledger_id=ledger, entry_id=entry, batch_index=batch)
+        for ledger, entry, batch in message_ids
+    ]
+
+
+def acked_messages(messages) -> list[tuple[int, int, int]]:
+    """acked_messages_to_proto's message ids back."""
+    return [(m.ledger_id, m.entry_id, m.batch_index) for m in messages]
+
+
+def new_transaction_response(
+    txn_id: TxnId, state: TxnState, coordinator_address: str = ""
+) -> pb.NewTransactionResponse:
+    return pb.NewTransactionResponse(
+        txn_id=txn_id_to_proto(txn_id), state=state.value, coordinator_address=coordinator_address
+    )
+
+
+def peer_transaction(message: pb.NewTransactionResponse) -> PeerTransaction:
+    """A peer's answer to OpenTransaction."""
+    return PeerTransaction(txn_id(message.txn_id), TxnState(message.state))
+
+
+def peer_transaction_state(message: pb.GetTransactionResponse) -> PeerTransactionState:
+    """A peer's answer to GetTransactionState."""
+    return PeerTransactionState(
+        TXN_STATES_FROM_PROTO[message.state], message.coordinator_low_watermark
     )
 
 

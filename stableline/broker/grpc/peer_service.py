@@ -10,22 +10,12 @@ a shard or topic not led here is refused NotOwner, and the caller looks again.
 
 from __future__ import annotations
 
-from managed_ledger import TxnId
-from stableline._proto import broker_pb2 as pb
 from stableline._proto import cluster_pb2 as cpb
 from stableline._proto import cluster_pb2_grpc
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import abort
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.ending import BrokerParticipant
-
-
-def _txn_id(message) -> TxnId:
-    return TxnId(message.most_bits, message.least_bits)
-
-
-def _checked_as(caller: cpb.OnBehalfOf) -> str | None:
-    return caller.role if caller.checked else None
 
 
 class PeerService(cluster_pb2_grpc.PeerServicer):
@@ -45,24 +35,22 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
             )
         except Exception as error:
             await abort(context, error)
-        return pb.NewTransactionResponse(
-            txn_id=convert.txn_id_to_proto(opened.txn_id), state=opened.state.value
-        )
+        return convert.new_transaction_response(opened.txn_id, opened.state)
 
     async def AddTopicToTransaction(self, request, context):
         try:
-            txn_id = _txn_id(request.txn_id)
+            txn_id = convert.txn_id(request.txn_id)
             coordinator = await self.coordinators.deciding(txn_id)
-            coordinator.add_topic(txn_id, request.topic, _checked_as(request.caller))
+            coordinator.add_topic(txn_id, request.topic, convert.checked_as(request.caller))
         except Exception as error:
             await abort(context, error)
         return cpb.AddTopicToTransactionResponse()
 
     async def AddAckToTransaction(self, request, context):
         try:
-            txn_id = _txn_id(request.txn_id)
+            txn_id = convert.txn_id(request.txn_id)
             coordinator = await self.coordinators.deciding(txn_id)
-            caller = _checked_as(request.caller)
+            caller = convert.checked_as(request.caller)
             if request.check_only:
                 coordinator.check_ack(txn_id, caller, request.check_count)
             else:
@@ -70,7 +58,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
                     txn_id,
                     request.topic,
                     request.subscription,
-                    [(m.ledger_id, m.entry_id, m.batch_index) for m in request.messages],
+                    convert.acked_messages(request.messages),
                     caller,
                 )
         except Exception as error:
@@ -79,7 +67,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
 
     async def GetTransactionState(self, request, context):
         try:
-            txn_id = _txn_id(request.txn_id)
+            txn_id = convert.txn_id(request.txn_id)
             coordinator = await self.coordinators.leading(txn_id)
             response = convert.transaction_to_proto(coordinator.get(txn_id))
             response.coordinator_low_watermark = coordinator.low_watermark
@@ -90,7 +78,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
     async def EndTransactionOnTopic(self, request, context):
         try:
             await self.participant.end_here(
-                request.topic, _txn_id(request.txn_id), request.commit, request.low_watermark
+                request.topic, convert.txn_id(request.txn_id), request.commit, request.low_watermark
             )
         except Exception as error:
             await abort(context, error)
@@ -101,8 +89,8 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
             await self.participant.end_acks_here(
                 request.topic,
                 request.subscription,
-                _txn_id(request.txn_id),
-                [(m.ledger_id, m.entry_id, m.batch_index) for m in request.messages],
+                convert.txn_id(request.txn_id),
+                convert.acked_messages(request.messages),
                 request.commit,
             )
         except Exception as error:

@@ -35,12 +35,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from managed_ledger import MetadataStore, TxnId
-from stableline._proto import broker_pb2 as pb
-from stableline._proto import cluster_pb2 as cpb
 from stableline.broker.cluster.ownership import TopicOwnership
-from stableline.broker.cluster.peers import Peers
-from stableline.broker.grpc.convert import TXN_STATES_FROM_PROTO
-from stableline.broker.grpc.errors import BrokerError
+from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.topics.write_gate import WriteGate
 from stableline.broker.txn.coordinator_errors import (
     CoordinatorNotLeaderError,
@@ -51,14 +47,11 @@ from stableline.broker.txn.coordinator_shards import ShardRecords
 from stableline.broker.txn.remote_acks import RemoteAcks
 from stableline.metadata import BrokerInfo
 from txnbuffer import (
-    TooManyTransactionsError,
     TransactionCoordinator,
-    TransactionEndedError,
     TransactionLimits,
     TransactionNotFoundError,
-    TransactionNotOwnedError,
     TransactionParticipant,
-    TransactionTooLargeError,
+    TxnAck,
     TxnMetadata,
     TxnState,
 )
@@ -68,15 +61,6 @@ from txnbuffer.failpoint import Failpoint
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED_JOINS = 100_000
-
-# A peer's refusal, raised here as the coordinator's own error.
-_ENGINE_ERRORS = {
-    "TransactionEnded": TransactionEndedError,
-    "TransactionNotFound": TransactionNotFoundError,
-    "NotAuthorized": TransactionNotOwnedError,
-    "TooManyTransactions": TooManyTransactionsError,
-    "TooManyTransactionAcks": TransactionTooLargeError,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +82,6 @@ def named_shard(owner: str, name: str, count: int) -> int:
     return zlib.crc32(f"{owner}\0{name}".encode()) % count
 
 
-def _caller(checked_as: str | None) -> cpb.OnBehalfOf:
-    return cpb.OnBehalfOf(checked=checked_as is not None, role=checked_as or "")
-
-
-def _proto_id(txn_id: TxnId) -> pb.TxnId:
-    return pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits)
-
-
-def engine_error(error: BrokerError) -> Exception:
-    kind = _ENGINE_ERRORS.get(error.code)
-    return error if kind is None else kind(str(error))
-
-
 class Coordinators:
     def __init__(
         self,
@@ -130,7 +101,7 @@ class Coordinators:
         # In a cluster (attach_cluster): the shard records, liveness, and the peers.
         self.records: ShardRecords | None = None
         self.ownership: TopicOwnership | None = None
-        self.peers: Peers | None = None
+        self.peers: PeerClient | None = None
         # What subscriptions here hold for transactions of shards led elsewhere.
         self.remote_acks: RemoteAcks | None = None
         self.broker_id = ""
@@ -147,7 +118,7 @@ class Coordinators:
     # ------------------------------------------------------------ life
 
     def attach_cluster(
-        self, records: ShardRecords, ownership: TopicOwnership, peers: Peers
+        self, records: ShardRecords, ownership: TopicOwnership, peers: PeerClient
     ) -> None:
         """Lead only the shards whose records name this broker (known at start())."""
         self.records = records
@@ -294,14 +265,18 @@ class Coordinators:
             return self.local[txn_id.most_bits]
         raise CoordinatorNotLeaderError(txn_id.most_bits, leader.grpc_address, leader.http_url)
 
-    async def _call(self, shard: int, method: Callable, request) -> object:
-        address = await self.leader_address(shard)
-        assert address, f"shard {shard} is led here"
+    async def _leader_elsewhere(self, txn_id: TxnId) -> tuple[PeerClient, str]:
+        """The peers and the address of the leader of the transaction's shard, which
+        is another broker (TransactionNotFoundError without a cluster)."""
+        if self.records is None:
+            raise TransactionNotFoundError(
+                f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
+                f"does not exist"
+            )
+        address = await self.leader_address(txn_id.most_bits)
+        assert address, f"shard {txn_id.most_bits} is led here"
         assert self.peers is not None
-        try:
-            return await self.peers.call(address, method, request)
-        except BrokerError as error:
-            raise engine_error(error) from None
+        return self.peers, address
 
     # ------------------------------------------------------------ opening
 
@@ -320,17 +295,10 @@ class Coordinators:
                 coordinator = await self._start_local(shard)
         if coordinator is not None:
             return self._open_here(coordinator, timeout_ms, name, owner, client)
-        request = cpb.OpenTransactionRequest(
-            coordinator_shard=shard, timeout_ms=timeout_ms, name=name, owner=owner, client=client
-        )
         address = await self.leader_address(shard)
         assert self.peers is not None
-        try:
-            response = await self.peers.call(address, lambda s: s.OpenTransaction, request)
-        except BrokerError as error:
-            raise engine_error(error) from None
-        txn_id = TxnId(response.txn_id.most_bits, response.txn_id.least_bits)
-        return OpenedTransaction(txn_id, TxnState(response.state), address)
+        opened = await self.peers.open_transaction(address, shard, timeout_ms, name, owner, client)
+        return OpenedTransaction(opened.txn_id, opened.state, address)
 
     def open_on_shard(
         self, shard: int, timeout_ms: int, name: str, owner: str, client: str
@@ -390,21 +358,11 @@ class Coordinators:
         if key in self._joined:
             self._joined.move_to_end(key)
             return
-        request = cpb.AddTopicToTransactionRequest(
-            txn_id=_proto_id(txn_id), topic=topic, caller=_caller(caller)
-        )
-        await self._call_or_local(txn_id, lambda s: s.AddTopicToTransaction, request)
+        peers, address = await self._leader_elsewhere(txn_id)
+        await peers.add_topic(address, txn_id, topic, caller)
         self._joined[key] = None
         if len(self._joined) > MAX_REMEMBERED_JOINS:
             self._joined.popitem(last=False)
-
-    async def _call_or_local(self, txn_id: TxnId, method: Callable, request) -> object:
-        if self.records is None:
-            raise TransactionNotFoundError(
-                f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
-                f"does not exist"
-            )
-        return await self._call(txn_id.most_bits, method, request)
 
     async def check_ack(self, txn_id: TxnId, caller: str | None, count: int) -> None:
         """Raise what add_ack would refuse, recording nothing."""
@@ -415,13 +373,8 @@ class Coordinators:
         await self.ready.wait()
         if self.coordinator_of(txn_id) is not None:
             return await self.check_ack(txn_id, caller, count)
-        request = cpb.AddAckToTransactionRequest(
-            txn_id=_proto_id(txn_id),
-            caller=_caller(caller),
-            check_only=True,
-            check_count=count,
-        )
-        await self._call_or_local(txn_id, lambda s: s.AddAckToTransaction, request)
+        peers, address = await self._leader_elsewhere(txn_id)
+        await peers.check_ack(address, txn_id, caller, count)
 
     async def add_ack(
         self,
@@ -436,17 +389,8 @@ class Coordinators:
         if coordinator is not None:
             coordinator.add_ack(txn_id, topic, subscription, message_ids, caller)
             return
-        request = cpb.AddAckToTransactionRequest(
-            txn_id=_proto_id(txn_id),
-            topic=topic,
-            subscription=subscription,
-            messages=[
-                cpb.AckedMessage(ledger_id=ledger, entry_id=entry, batch_index=batch)
-                for ledger, entry, batch in message_ids
-            ],
-            caller=_caller(caller),
-        )
-        await self._call_or_local(txn_id, lambda s: s.AddAckToTransaction, request)
+        peers, address = await self._leader_elsewhere(txn_id)
+        await peers.add_ack(address, txn_id, TxnAck(topic, subscription, message_ids), caller)
 
     async def state_of(self, txn_id: TxnId) -> tuple[TxnState, int]:
         """(the transaction's state, its shard's low watermark) from its coordinator;
@@ -455,12 +399,9 @@ class Coordinators:
         coordinator = self.coordinator_of(txn_id)
         if coordinator is not None:
             return coordinator.get(txn_id).state, coordinator.low_watermark
-        response = await self._call_or_local(
-            txn_id,
-            lambda s: s.GetTransactionState,
-            pb.GetTransactionRequest(txn_id=_proto_id(txn_id)),
-        )
-        return TXN_STATES_FROM_PROTO[response.state], response.coordinator_low_watermark
+        peers, address = await self._leader_elsewhere(txn_id)
+        answer = await peers.transaction_state(address, txn_id)
+        return answer.state, answer.low_watermark
 
     # ------------------------------------------------------------ reading
 

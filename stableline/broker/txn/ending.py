@@ -8,10 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from managed_ledger import Position, TxnId
-from stableline._proto import cluster_pb2 as cpb
 from stableline.broker.cluster.ownership import NotOwnerError
-from stableline.broker.cluster.peers import Peers
-from stableline.broker.grpc import convert
+from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.grpc.errors import BrokerError
 from stableline.broker.topics.latency import commit_timer
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
@@ -33,7 +31,7 @@ class BrokerParticipant:
     (its NotOwner answer names the owner; TopicUnavailable when it is down, and the
     coordinator's driver retries until it is back)."""
 
-    def __init__(self, registry: TopicRegistry, peers: Peers | None = None):
+    def __init__(self, registry: TopicRegistry, peers: PeerClient | None = None):
         self.registry = registry
         self.peers = peers
         self.remote_acks: RemoteAcks | None = None
@@ -46,14 +44,8 @@ class BrokerParticipant:
         except NotOwnerError as error:
             if self.peers is None:
                 raise
-            request = cpb.EndTransactionOnTopicRequest(
-                topic=topic,
-                txn_id=convert.txn_id_to_proto(txn_id),
-                commit=commit,
-                low_watermark=low_watermark,
-            )
-            await self.peers.call(
-                error.owner.grpc_address, lambda s: s.EndTransactionOnTopic, request
+            await self.peers.end_on_topic(
+                error.owner.grpc_address, topic, txn_id, commit, low_watermark
             )
 
     async def end_here(self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int) -> None:
@@ -74,17 +66,7 @@ class BrokerParticipant:
         except NotOwnerError as error:
             if self.peers is None:
                 raise
-            request = cpb.EndTransactionAcksRequest(
-                topic=ack.topic,
-                subscription=ack.subscription,
-                txn_id=convert.txn_id_to_proto(txn_id),
-                commit=commit,
-                messages=[
-                    cpb.AckedMessage(ledger_id=ledger, entry_id=entry, batch_index=batch)
-                    for ledger, entry, batch in ack.message_ids
-                ],
-            )
-            await self.peers.call(error.owner.grpc_address, lambda s: s.EndTransactionAcks, request)
+            await self.peers.end_acks(error.owner.grpc_address, ack, txn_id, commit)
 
     async def end_acks_here(
         self,

@@ -51,12 +51,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
-import grpc
-
 from managed_ledger import TxnId
-from stableline._proto import broker_pb2 as pb
-from stableline._proto import broker_pb2_grpc
-from stableline.broker.cluster.peers import peer_error
 from stableline.broker.kafka.coordinator.producer_ids import transactional_producer_id
 from stableline.broker.kafka.coordinator.transactional_ids import (
     MAX_EPOCH,
@@ -539,22 +534,11 @@ class KafkaTransactionCoordinator:
             return None
         if state.terminal:
             return state
-        request = pb.EndTransactionRequest(
-            txn_id=pb.TxnId(most_bits=txn_id.most_bits, least_bits=txn_id.least_bits),
-            action=pb.TXN_ACTION_COMMIT
-            if (commit if state is TxnState.OPEN else state.commits)
-            else pb.TXN_ACTION_ABORT,
-        )
-        stub = broker_pb2_grpc.BrokerStub(peers.channel(address))
         try:
-            response = await stub.EndTransaction(
-                request, timeout=peers.timeout_s, metadata=peers.metadata
+            return await peers.end_transaction(
+                address, txn_id, commit if state is TxnState.OPEN else state.commits
             )
-        except grpc.aio.AioRpcError as error:
-            refusal = peer_error(address, error)
-            if refusal.code != "TransactionEnded":
-                raise refusal from None
+        except TransactionEndedError:
             # It ended meanwhile (its timeout): as it ended.
             state, _ = await self._coordinators.state_of(txn_id)
             return state
-        return TxnState(response.state)

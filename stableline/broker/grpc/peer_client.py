@@ -1,0 +1,272 @@
+"""The cluster's PeerClient over gRPC: this broker's calls to the other brokers.
+
+One channel per peer, made on first use and kept while this broker runs; TLS and
+a bearer token when the cluster's security asks for them (PeerCredentials). Each
+call turns the broker's values into the peer's request and its answer back
+(convert.py), so nothing past this module sees a protobuf message, and turns a
+failed call into the error cluster/peers.py promises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from managed_ledger import TxnId
+from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc, cluster_pb2_grpc
+from stableline._proto import broker_pb2 as pb
+from stableline._proto import cluster_pb2 as cpb
+from stableline.broker.cluster.peer_admin import PeerCallError
+from stableline.broker.cluster.peers import (
+    PEER_CALL_TIMEOUT_S,
+    PeerCredentials,
+    PeerTransaction,
+    PeerTransactionState,
+)
+from stableline.broker.grpc import convert
+from stableline.broker.grpc.errors import ERROR_METADATA_KEY, BrokerError
+from stableline.broker.topics.registry import TopicNotFoundError
+from stableline.metadata import BrokerInfo
+from stableline.topic_name import TopicName
+from txnbuffer import (
+    TooManyTransactionsError,
+    TransactionEndedError,
+    TransactionNotFoundError,
+    TransactionNotOwnedError,
+    TransactionTooLargeError,
+    TxnAck,
+    TxnState,
+)
+
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", -1),
+]
+
+# A peer's refusal that the transaction engine names, raised here as the engine's error.
+ENGINE_ERRORS: dict[str, type[Exception]] = {
+    "TransactionEnded": TransactionEndedError,
+    "TransactionNotFound": TransactionNotFoundError,
+    "NotAuthorized": TransactionNotOwnedError,
+    "TooManyTransactions": TooManyTransactionsError,
+    "TooManyTransactionAcks": TransactionTooLargeError,
+}
+
+Stub = TypeVar("Stub")
+
+
+class GrpcPeerClient:
+    """Implements cluster.peers.PeerClient over the peers' gRPC services."""
+
+    def __init__(self, credentials: PeerCredentials | None = None):
+        self._credentials = credentials or PeerCredentials()
+        self.timeout_s = PEER_CALL_TIMEOUT_S
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[tuple[str, type], Any] = {}
+
+    # ------------------------------------------------------------ channels
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        """The channel to the broker at `address` (made on first use, then kept)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            credentials = self._credentials
+            if credentials.trust_certs is not None:
+                channel = grpc.aio.secure_channel(
+                    address,
+                    grpc.ssl_channel_credentials(
+                        credentials.trust_certs,
+                        credentials.private_key,
+                        credentials.cert_chain,
+                    ),
+                    options=_CHANNEL_OPTIONS,
+                )
+            else:
+                channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every call to a peer sends: this broker's bearer token, if any."""
+        token = self._credentials.token
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
+    def _stub(self, address: str, kind: Callable[[grpc.aio.Channel], Stub]) -> Stub:
+        key = (address, kind)
+        stub = self._stubs.get(key)
+        if stub is None:
+            stub = self._stubs[key] = kind(self._channel(address))
+        return stub
+
+    async def _call(
+        self, address: str, method: Callable[[Any], Callable[..., Awaitable[Any]]], request: Any
+    ) -> Any:
+        """`method(peer stub)(request)` on the Peer service at `address`."""
+        try:
+            return await method(self._stub(address, cluster_pb2_grpc.PeerStub))(
+                request, timeout=self.timeout_s, metadata=self.metadata
+            )
+        except grpc.aio.AioRpcError as error:
+            raise peer_refusal(address, error) from None
+
+    async def close(self) -> None:
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        for channel in channels:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(channel.close())
+
+    # ------------------------------------------------------------ transactions
+
+    async def open_transaction(
+        self, address: str, shard: int, timeout_ms: int, name: str, owner: str, client: str
+    ) -> PeerTransaction:
+        request = cpb.OpenTransactionRequest(
+            coordinator_shard=shard, timeout_ms=timeout_ms, name=name, owner=owner, client=client
+        )
+        response = await self._call(address, lambda s: s.OpenTransaction, request)
+        return convert.peer_transaction(response)
+
+    async def add_topic(self, address: str, txn_id: TxnId, topic: str, caller: str | None) -> None:
+        request = cpb.AddTopicToTransactionRequest(
+            txn_id=convert.txn_id_to_proto(txn_id),
+            topic=topic,
+            caller=convert.on_behalf_of(caller),
+        )
+        await self._call(address, lambda s: s.AddTopicToTransaction, request)
+
+    async def check_ack(self, address: str, txn_id: TxnId, caller: str | None, count: int) -> None:
+        request = cpb.AddAckToTransactionRequest(
+            txn_id=convert.txn_id_to_proto(txn_id),
+            caller=convert.on_behalf_of(caller),
+            check_only=True,
+            check_count=count,
+        )
+        await self._call(address, lambda s: s.AddAckToTransaction, request)
+
+    async def add_ack(self, address: str, txn_id: TxnId, ack: TxnAck, caller: str | None) -> None:
+        request = cpb.AddAckToTransactionRequest(
+            txn_id=convert.txn_id_to_proto(txn_id),
+            topic=ack.topic,
+            subscription=ack.subscription,
+            messages=convert.acked_messages_to_proto(ack.message_ids),
+            caller=convert.on_behalf_of(caller),
+        )
+        await self._call(address, lambda s: s.AddAckToTransaction, request)
+
+    async def transaction_state(self, address: str, txn_id: TxnId) -> PeerTransactionState:
+        request = pb.GetTransactionRequest(txn_id=convert.txn_id_to_proto(txn_id))
+        response = await self._call(address, lambda s: s.GetTransactionState, request)
+        return convert.peer_transaction_state(response)
+
+    async def end_on_topic(
+        self, address: str, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None:
+        request = cpb.EndTransactionOnTopicRequest(
+            topic=topic,
+            txn_id=convert.txn_id_to_proto(txn_id),
+            commit=commit,
+            low_watermark=low_watermark,
+        )
+        await self._call(address, lambda s: s.EndTransactionOnTopic, request)
+
+    async def end_acks(self, address: str, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
+        request = cpb.EndTransactionAcksRequest(
+            topic=ack.topic,
+            subscription=ack.subscription,
+            txn_id=convert.txn_id_to_proto(txn_id),
+            commit=commit,
+            messages=convert.acked_messages_to_proto(ack.message_ids),
+        )
+        await self._call(address, lambda s: s.EndTransactionAcks, request)
+
+    async def end_transaction(self, address: str, txn_id: TxnId, commit: bool) -> TxnState:
+        request = pb.EndTransactionRequest(
+            txn_id=convert.txn_id_to_proto(txn_id), action=convert.txn_action(commit)
+        )
+        stub = self._stub(address, broker_pb2_grpc.BrokerStub)
+        try:
+            response = await stub.EndTransaction(
+                request, timeout=self.timeout_s, metadata=self.metadata
+            )
+        except grpc.aio.AioRpcError as error:
+            raise peer_refusal(address, error) from None
+        return TxnState(response.state)
+
+    # ------------------------------------------------------------ admin
+
+    async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:
+        stub = self._stub(owner.grpc_address, admin_pb2_grpc.AdminStub)
+        try:
+            reply = await stub.GetStats(
+                admin_pb2.TopicRequest(topic=str(topic)),
+                timeout=self.timeout_s,
+                metadata=self.metadata,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise admin_refusal(owner, topic, "stats", error) from None
+        return json.loads(reply.json)
+
+    async def delete_topic(self, owner: BrokerInfo, topic: TopicName) -> None:
+        stub = self._stub(owner.grpc_address, admin_pb2_grpc.AdminStub)
+        try:
+            await stub.DeleteTopic(
+                admin_pb2.TopicRequest(topic=str(topic)),
+                timeout=self.timeout_s,
+                metadata=self.metadata,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise admin_refusal(owner, topic, "deletion", error) from None
+
+
+def _error_code(error: grpc.aio.AioRpcError) -> str:
+    """The peer's own error code (trailing metadata), "" when it sent none."""
+    for key, value in error.trailing_metadata() or ():
+        if key == ERROR_METADATA_KEY:
+            return value
+    return ""
+
+
+def peer_refusal(address: str, error: grpc.aio.AioRpcError) -> Exception:
+    """The peer's refusal as this broker's own error: the engine's for a code the
+    engine names, else a BrokerError with the peer's status and code."""
+    code = _error_code(error)
+    if code:
+        message = error.details() or code
+        kind = ENGINE_ERRORS.get(code)
+        return BrokerError(error.code(), code, message) if kind is None else kind(message)
+    if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return BrokerError(
+            grpc.StatusCode.UNAVAILABLE,
+            "BrokerUnavailable",
+            f"broker {address} did not answer ({error.code().name}: {error.details()}); "
+            "retry once it is back",
+        )
+    return BrokerError(
+        grpc.StatusCode.INTERNAL,
+        "Internal",
+        f"broker {address} failed the call ({error.code().name}: {error.details()})",
+    )
+
+
+def admin_refusal(
+    owner: BrokerInfo, topic: TopicName, what: str, error: grpc.aio.AioRpcError
+) -> Exception:
+    """TopicNotFoundError when the owner has no such topic; PeerCallError otherwise."""
+    details = error.details() or error.code().name
+    if error.code() is grpc.StatusCode.NOT_FOUND:
+        return TopicNotFoundError(details)
+    code = _error_code(error) or error.code().name
+    return PeerCallError(
+        f"broker {owner.grpc_address}, which owns {topic}, did not answer its {what}: "
+        f"{code}: {details}; retry later"
+    )
