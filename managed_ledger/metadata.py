@@ -1,7 +1,9 @@
 """The metadata store: one LMDB environment for every topic of a broker.
 
-It holds ledger lists, cursors and (for the other engines) transaction-buffer
-snapshots and the coordinator log, each in its own named database. Writes are
+It holds ledger lists and cursors (ledger.py), and whatever its callers keep beside
+them (transaction-buffer snapshots, the coordinator's log, the broker's own
+records), each in a named database its owner names: the store opens a database on
+its first use and knows none of their names. Writes are
 not fsynced one by one: callers that need durability (a new ledger in the list)
 ask for `sync()`; cursor positions are synced in the background, so a crash may
 redeliver the last acknowledgements but never loses data. One process at a time
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ import lmdb
 
 from managed_ledger.data_dir_lock import DataDirLock
 
-DATABASES = (b"ledgers", b"cursors", b"snapshots", b"coordinator", b"broker")
+# Named databases one store can hold (LMDB fixes the number when it opens).
+MAX_DATABASES = 16
 
 
 class MetadataStore:
@@ -31,7 +35,7 @@ class MetadataStore:
             self._env = lmdb.open(
                 str(path),
                 map_size=map_size,
-                max_dbs=len(DATABASES) + 4,
+                max_dbs=MAX_DATABASES,
                 sync=False,
                 metasync=False,
                 writemap=False,
@@ -41,13 +45,21 @@ class MetadataStore:
         except BaseException:
             self._lock.release()
             raise
-        self._dbs = {name: self._env.open_db(name) for name in DATABASES}
+        self._dbs: dict[bytes, Any] = {}
+        self._opening = threading.Lock()  # reads run in worker threads too
         # Group sync: callers waiting for durability share one fsync, run off the loop.
         self._sync_waiters: asyncio.Future | None = None
         self._sync_task: asyncio.Task | None = None
 
     def _db(self, name: bytes) -> Any:
-        return self._dbs[name]
+        """The named database, opened (made, the first time) on its first use."""
+        db = self._dbs.get(name)
+        if db is None:
+            with self._opening:
+                db = self._dbs.get(name)
+                if db is None:
+                    db = self._dbs[name] = self._env.open_db(name)
+        return db
 
     def get(self, db: bytes, key: str) -> bytes | None:
         with self._env.begin(db=self._db(db)) as txn:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import MetadataStore, metadata
 
 
 def test_get_of_missing_key_is_none(store):
@@ -85,3 +87,24 @@ def test_values_survive_close_and_reopen(tmp_path):
         assert second.get_json(b"coordinator", "log") == [1, 2, 3]
     finally:
         second.close()
+
+
+def test_a_database_its_caller_names_opens_on_first_use_and_survives_reopen(tmp_path):
+    first = MetadataStore(tmp_path / "m")
+    assert first.get(b"a-callers-own", "k") is None
+    assert list(first.scan_prefix(b"another", "")) == []
+    first.put(b"a-callers-own", "k", b"v")
+    first.close()
+    second = MetadataStore(tmp_path / "m")
+    try:
+        assert second.get(b"a-callers-own", "k") == b"v"
+        assert second.get(b"ledgers", "k") is None
+    finally:
+        second.close()
+
+
+def test_the_store_names_none_of_its_callers_databases():
+    """The engines above it and the broker each name their own (one owner apiece)."""
+    source = inspect.getsource(metadata)
+    for name in (b"snapshots", b"coordinator", b"broker"):
+        assert repr(name) not in source, name

@@ -20,10 +20,10 @@ import json
 from collections.abc import Callable, Iterable
 
 from managed_ledger import MetadataStore
+from stableline.broker.topics.database import BROKER_DB
 from stableline.partitions import split_partition
 from stableline.topic_name import InvalidTopicNameError, TopicName
 
-PERMISSIONS_DB = b"broker"
 _PREFIX = "permission:"
 _NAMESPACE_PREFIX = _PREFIX + "namespace:"
 _TOPIC_PREFIX = _PREFIX + "topic:"
@@ -199,7 +199,7 @@ class EmbeddedPermissionStore(PermissionStore):
     def __init__(self, store: MetadataStore):
         super().__init__()
         self._store = store
-        for key, raw in store.scan_prefix(PERMISSIONS_DB, _PREFIX):
+        for key, raw in store.scan_prefix(BROKER_DB, _PREFIX):
             if key.startswith(_NAMESPACE_PREFIX):
                 self._namespaces[key[len(_NAMESPACE_PREFIX) :]] = decode_grants(raw)
             elif key.startswith(_TOPIC_PREFIX):
@@ -208,7 +208,7 @@ class EmbeddedPermissionStore(PermissionStore):
     async def forget_topic(self, topic: TopicName) -> None:
         if self._topics.pop(str(topic), None) is None:
             return
-        self._store.delete(PERMISSIONS_DB, _TOPIC_PREFIX + str(topic))
+        self._store.delete(BROKER_DB, _TOPIC_PREFIX + str(topic))
         await self._store.sync_async()
         self._changed()
 
@@ -221,10 +221,10 @@ class EmbeddedPermissionStore(PermissionStore):
             return False
         prefix = _NAMESPACE_PREFIX if scope is Scope.NAMESPACE else _TOPIC_PREFIX
         if grants:
-            self._store.put(PERMISSIONS_DB, prefix + resource, encode_grants(grants))
+            self._store.put(BROKER_DB, prefix + resource, encode_grants(grants))
             table[resource] = grants
         else:
-            self._store.delete(PERMISSIONS_DB, prefix + resource)
+            self._store.delete(BROKER_DB, prefix + resource)
             table.pop(resource, None)
         # A grant or revocation is acknowledged only once it would survive a crash.
         await self._store.sync_async()

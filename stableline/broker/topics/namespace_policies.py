@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from managed_ledger import MetadataStore
+from stableline.broker.topics.database import BROKER_DB
 
-POLICIES_DB = b"broker"
 _PREFIX = "namespace-policy:auto-topic-creation:"
 # A namespace made by its first topic (the registry's keys live in the same database).
 _NAMESPACE_PREFIX = "namespace:"
@@ -107,12 +107,12 @@ class EmbeddedNamespacePolicies:
         self._store = store
         self._auto_topic_creation: dict[str, AutoTopicCreation] = {
             key[len(_PREFIX) :]: AutoTopicCreation(**json.loads(raw))
-            for key, raw in store.scan_prefix(POLICIES_DB, _PREFIX)
+            for key, raw in store.scan_prefix(BROKER_DB, _PREFIX)
         }
         self._namespaces: set[str] = {DEFAULT_NAMESPACE, *topic_namespaces}
         self._namespaces.update(
             key[len(_NAMESPACE_PREFIX) :]
-            for key, _ in store.scan_prefix(POLICIES_DB, _NAMESPACE_PREFIX)
+            for key, _ in store.scan_prefix(BROKER_DB, _NAMESPACE_PREFIX)
         )
 
     def exists(self, namespace: str) -> bool:
@@ -129,7 +129,7 @@ class EmbeddedNamespacePolicies:
     async def add(self, namespace: str) -> None:
         if namespace in self._namespaces:
             return
-        self._store.put(POLICIES_DB, _NAMESPACE_PREFIX + namespace, b"")
+        self._store.put(BROKER_DB, _NAMESPACE_PREFIX + namespace, b"")
         await self._store.sync_async()
         self._namespaces.add(namespace)
 
@@ -138,14 +138,14 @@ class EmbeddedNamespacePolicies:
 
     async def set_auto_topic_creation(self, namespace: str, policy: AutoTopicCreation) -> None:
         document = {"allowed": policy.allowed, "topic_type": policy.topic_type}
-        self._store.put(POLICIES_DB, _PREFIX + namespace, json.dumps(document).encode())
+        self._store.put(BROKER_DB, _PREFIX + namespace, json.dumps(document).encode())
         await self._store.sync_async()
         self._auto_topic_creation[namespace] = policy
 
     async def remove_auto_topic_creation(self, namespace: str) -> bool:
         if namespace not in self._auto_topic_creation:
             return False
-        self._store.delete(POLICIES_DB, _PREFIX + namespace)
+        self._store.delete(BROKER_DB, _PREFIX + namespace)
         await self._store.sync_async()
         del self._auto_topic_creation[namespace]
         return True

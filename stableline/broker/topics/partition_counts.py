@@ -26,11 +26,11 @@ import json
 from typing import Protocol
 
 from managed_ledger import MetadataStore
+from stableline.broker.topics.database import BROKER_DB
 from stableline.partitions import NOT_PARTITIONED
 from stableline.topic_name import TopicName
 
 # The broker's own database in the metadata store (the registry's topic names live there).
-_DB = b"broker"
 _PREFIX = "partitioned:"
 
 
@@ -84,7 +84,7 @@ class EmbeddedPartitionedMetadata:
         self._store = store
         self._counts: dict[str, int] = {}
         self._deleting: set[str] = set()
-        for key, value in store.scan_prefix(_DB, _PREFIX):
+        for key, value in store.scan_prefix(BROKER_DB, _PREFIX):
             count = json.loads(value)["partitions"]
             assert isinstance(count, int) and count > 0, (key, value)
             self._counts[key[len(_PREFIX) :]] = count
@@ -120,7 +120,7 @@ class EmbeddedPartitionedMetadata:
 
     async def _write(self, name: TopicName, count: int) -> None:
         assert count > 0, count
-        self._store.put(_DB, _PREFIX + str(name), json.dumps({"partitions": count}).encode())
+        self._store.put(BROKER_DB, _PREFIX + str(name), json.dumps({"partitions": count}).encode())
         await self._store.sync_async()
         self._counts[str(name)] = count
 
@@ -128,7 +128,7 @@ class EmbeddedPartitionedMetadata:
         self._deleting.add(str(name))
 
     async def delete(self, name: TopicName) -> None:
-        self._store.delete(_DB, _PREFIX + str(name))
+        self._store.delete(BROKER_DB, _PREFIX + str(name))
         await self._store.sync_async()
         self._counts.pop(str(name), None)
         self._deleting.discard(str(name))

@@ -64,6 +64,7 @@ from managed_ledger.memory import entry_cache_budget, pending_write_budget
 from managed_ledger.write_budget import PendingWriteBudget
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.config import BrokerConfig
+from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
@@ -73,7 +74,6 @@ from txnbuffer.failpoint import Failpoint
 
 log = logging.getLogger(__name__)
 
-TOPICS_DB = b"broker"
 _TOPIC_PREFIX = "topic:"
 # Loaded by a run and not (yet) closed idle: load at the next start (see above).
 _RECOVER_PREFIX = "recover:"
@@ -159,7 +159,7 @@ class TopicRegistry:
             max_consumers=config.max_consumers_per_subscription,
         )
         self._known: set[str] = {
-            key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _TOPIC_PREFIX)
+            key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(BROKER_DB, _TOPIC_PREFIX)
         }
         # Topics per namespace, counting creations under way (see create()).
         self._topics_in: dict[str, int] = {}
@@ -172,7 +172,7 @@ class TopicRegistry:
             namespace_policies = EmbeddedNamespacePolicies(store, self._topics_in)
         self.namespace_policies = namespace_policies
         self._marked: set[str] = {
-            key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(TOPICS_DB, _RECOVER_PREFIX)
+            key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(BROKER_DB, _RECOVER_PREFIX)
         }
         self._background: list[asyncio.Task] = []
         self.unloaded_total = 0
@@ -268,7 +268,7 @@ class TopicRegistry:
             # The namespace first: a crash before the topic's key leaves it existing
             # and empty, never a topic in a namespace that does not exist.
             await self.namespace_policies.add(name.namespace_path)
-            self.store.put(TOPICS_DB, _TOPIC_PREFIX + key, b"")
+            self.store.put(BROKER_DB, _TOPIC_PREFIX + key, b"")
             await self.store.sync_async()  # concurrent creations share one fsync
         except BaseException:
             self._topics_in[name.namespace_path] -= 1
@@ -335,7 +335,7 @@ class TopicRegistry:
         if key not in self._marked:
             # Durable before this run appends to the topic: the append's new ledger
             # file is listed with an fsync of the store first (ManagedLedger).
-            self.store.put(TOPICS_DB, _RECOVER_PREFIX + key, b"")
+            self.store.put(BROKER_DB, _RECOVER_PREFIX + key, b"")
             self._marked.add(key)
         topic = Topic(
             name,
@@ -456,7 +456,7 @@ class TopicRegistry:
         await topic.close()
         if clean and key in self._marked:
             # Closed with its snapshot and nothing open: the next start need not load it.
-            self.store.delete(TOPICS_DB, _RECOVER_PREFIX + key)
+            self.store.delete(BROKER_DB, _RECOVER_PREFIX + key)
             self._marked.discard(key)
 
     async def delete(self, name: TopicName) -> None:
@@ -469,7 +469,7 @@ class TopicRegistry:
             self._known.discard(key)
             self._topics_in[name.namespace_path] -= 1
         self._marked.discard(key)
-        self.store.write_many(TOPICS_DB, {}, [_TOPIC_PREFIX + key, _RECOVER_PREFIX + key])
+        self.store.write_many(BROKER_DB, {}, [_TOPIC_PREFIX + key, _RECOVER_PREFIX + key])
         if self.ownership is not None:
             await self.ownership.forget(name)
         for forget in self.on_deleted:

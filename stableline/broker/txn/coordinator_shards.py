@@ -25,6 +25,7 @@ import time
 
 from managed_ledger import MetadataStore as LocalStore
 from stableline.broker.cluster.ownership import OwnershipRecord
+from stableline.broker.topics.database import BROKER_DB
 from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, MetadataStoreError
 from stableline.metadata.layout import ROOT, check_cluster_name, cluster_path
 
@@ -89,9 +90,8 @@ class ShardCountError(MetadataStoreError):
     """The cluster's shard count is unreadable, or not the one this broker runs with."""
 
 
-# In the broker's own store (db "broker"): the count this broker first ran with in a
+# In the broker's own store (BROKER_DB): the count this broker first ran with in a
 # cluster, so a count changed in the shared store is caught rather than adopted.
-_LOCAL_DB = b"broker"
 _LOCAL_PREFIX = "coordinator-shards:"
 
 
@@ -99,7 +99,7 @@ def recorded_shard_count(local: LocalStore, cluster: str) -> int | None:
     """The count this broker first ran with in `cluster` (None: it never ran there):
     what it asks for when its config leaves the count to the cluster, so a broker
     that finds the cluster's record gone writes back the count it ran with."""
-    raw = local.get(_LOCAL_DB, _LOCAL_PREFIX + cluster)
+    raw = local.get(BROKER_DB, _LOCAL_PREFIX + cluster)
     return None if raw is None else int(raw)
 
 
@@ -110,7 +110,7 @@ def check_shard_count(local: LocalStore, cluster: str, count: int, configured: i
     shard, and each shard's log is kept by the broker that leads it; a count changed
     under running brokers would send transactions to shards that do not hold them."""
     key = _LOCAL_PREFIX + cluster
-    raw = local.get(_LOCAL_DB, key)
+    raw = local.get(BROKER_DB, key)
     if raw is not None and int(raw) != count:
         raise ShardCountError(
             f"cluster {cluster} now says {count} transaction coordinator shards, but this "
@@ -127,7 +127,7 @@ def check_shard_count(local: LocalStore, cluster: str, count: int, configured: i
             f"cluster's), or start a new cluster"
         )
     if raw is None:
-        local.put(_LOCAL_DB, key, str(count).encode())
+        local.put(BROKER_DB, key, str(count).encode())
         local.sync()
 
 

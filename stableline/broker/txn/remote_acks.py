@@ -27,8 +27,8 @@ from collections.abc import Mapping
 
 from dispatcher import Subscription
 from managed_ledger import MetadataStore, Position, TxnId
+from stableline.broker.topics.database import BROKER_DB
 
-_DB = b"broker"
 _PREFIX = "remote-ack:"
 
 
@@ -49,15 +49,18 @@ class RemoteAcks:
     ) -> None:
         # Unique across restarts: a transaction's acks before and after one never collide.
         key = f"{_txn_prefix(topic, subscription, txn_id)}{time.time_ns():020d}"
-        self._store.put(_DB, key, json.dumps(message_ids).encode())
+        self._store.put(BROKER_DB, key, json.dumps(message_ids).encode())
 
     def forget(self, topic: str, subscription: str, txn_id: TxnId) -> None:
         """Delete what was recorded for the transaction on this subscription."""
         keys = [
-            key for key, _ in self._store.scan_prefix(_DB, _txn_prefix(topic, subscription, txn_id))
+            key
+            for key, _ in self._store.scan_prefix(
+                BROKER_DB, _txn_prefix(topic, subscription, txn_id)
+            )
         ]
         if keys:
-            self._store.write_many(_DB, {}, keys)
+            self._store.write_many(BROKER_DB, {}, keys)
 
     def restore(
         self, topic: str, subscriptions: Mapping[str, Subscription]
@@ -65,7 +68,7 @@ class RemoteAcks:
         """Hold again what is recorded for `topic`; (subscription, txn, ids) of each."""
         restored = []
         prefix = _topic_prefix(topic)
-        for key, raw in self._store.scan_prefix(_DB, prefix):
+        for key, raw in self._store.scan_prefix(BROKER_DB, prefix):
             subscription_name, txn_text = key[len(prefix) :].split("\0")
             most, least, _sequence = txn_text.split(":")
             txn_id = TxnId(int(most), int(least))

@@ -28,6 +28,7 @@ from managed_ledger import MetadataStore as LocalStore
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.security.permissions import EmbeddedPermissionStore
+from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import DEFAULT_NAMESPACE, EmbeddedNamespacePolicies
 from stableline.broker.topics.partition_counts import CountChanged, EmbeddedPartitionedMetadata
 from stableline.broker.topics.registry import TopicRegistry
@@ -36,7 +37,6 @@ from stableline.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
-_DB = b"broker"
 _JOINED_PREFIX = "joined-cluster:"
 
 
@@ -48,7 +48,7 @@ async def join_cluster(
     cluster: str,
 ) -> None:
     """Import this broker's own metadata into `cluster`'s, once (see the module docstring)."""
-    if local.get(_DB, _JOINED_PREFIX + cluster) is not None:
+    if local.get(BROKER_DB, _JOINED_PREFIX + cluster) is not None:
         return
     counts = EmbeddedPartitionedMetadata(local)
     for key in counts.names():
@@ -70,7 +70,7 @@ async def join_cluster(
             policies,
             grants,
         )
-    local.put(_DB, _JOINED_PREFIX + cluster, b"")
+    local.put(BROKER_DB, _JOINED_PREFIX + cluster, b"")
     await local.sync_async()
     log.info(
         "joined cluster %s: %d partitioned topics and %d namespaces of this broker imported",

@@ -36,10 +36,10 @@ import time
 
 from managed_ledger import MetadataStore
 from stableline.broker.kafka.protocol.codec import MalformedRequest, Reader
+from stableline.broker.topics.database import BROKER_DB
 
 log = logging.getLogger(__name__)
 
-_OWNERS_DB = b"broker"
 _OWNER_PREFIX = "kafka-group-owner:"
 # The protocol type of Kafka consumers, whose metadata the broker can read.
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -98,7 +98,7 @@ class GroupOwners:
         self._fresh: dict[str, float] = {}
 
     def owner(self, group_id: str) -> str | None:
-        raw = self._store.get(_OWNERS_DB, _OWNER_PREFIX + group_id)
+        raw = self._store.get(BROKER_DB, _OWNER_PREFIX + group_id)
         return None if raw is None else raw.decode()
 
     def claimed_lately(self, group_id: str) -> bool:
@@ -116,6 +116,6 @@ class GroupOwners:
             del self._fresh[oldest]
         self._fresh.pop(group_id, None)
         self._fresh[group_id] = now
-        self._store.put(_OWNERS_DB, _OWNER_PREFIX + group_id, role.encode())
+        self._store.put(BROKER_DB, _OWNER_PREFIX + group_id, role.encode())
         await self._store.sync_async()
         log.info("kafka: group %r belongs to role %r", group_id, role)

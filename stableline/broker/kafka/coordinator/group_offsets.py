@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from dispatcher import IsolationLevel, Subscription, SubscriptionType
 from managed_ledger import MetadataStore, Position
 from stableline.broker.kafka.protocol.messages import ErrorCode
+from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.write_gate import BrokerFencedError
 from stableline.names import InvalidNameError, check_name
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 # Kafka's offset.metadata.max.bytes.
 MAX_METADATA_BYTES = 4096
 
-_INDEX_DB = b"broker"
 _INDEX_PREFIX = "kafka-group:"
 # Cursor properties of a commit: the offset, its metadata, and the first
 # unacknowledged offset it left (while it still is, OffsetFetch answers the offset).
@@ -265,8 +265,8 @@ class GroupOffsets:
         else:
             properties.pop(METADATA_PROPERTY, None)
         key = _index_key(group_id, commit.topic, commit.partition)
-        if self._store.get(_INDEX_DB, key) is None:
-            self._store.put(_INDEX_DB, key, str(topic.name).encode())
+        if self._store.get(BROKER_DB, key) is None:
+            self._store.put(BROKER_DB, key, str(topic.name).encode())
 
     @staticmethod
     async def _persist(topic: Topic, ticket: int, subscription: Subscription) -> ErrorCode:
@@ -321,25 +321,25 @@ class GroupOffsets:
     def _forget(self, group_id: str, kafka_topic: str, partition: int) -> None:
         """The subscription (or its topic) was deleted: the index forgets it."""
         key = _index_key(group_id, kafka_topic, partition)
-        if self._store.get(_INDEX_DB, key) is not None:
-            self._store.delete(_INDEX_DB, key)
+        if self._store.get(BROKER_DB, key) is not None:
+            self._store.delete(BROKER_DB, key)
 
     def committed_partitions(self, group_id: str) -> list[tuple[str, int]]:
         prefix = f"{_INDEX_PREFIX}{group_id}\x00"
         found = []
-        for key, _value in self._store.scan_prefix(_INDEX_DB, prefix):
+        for key, _value in self._store.scan_prefix(BROKER_DB, prefix):
             kafka_topic, _, partition = key[len(prefix) :].partition("\x00")
             found.append((kafka_topic, int(partition)))
         return found
 
     def has_offsets(self, group_id: str) -> bool:
         prefix = f"{_INDEX_PREFIX}{group_id}\x00"
-        return next(self._store.scan_prefix(_INDEX_DB, prefix), None) is not None
+        return next(self._store.scan_prefix(BROKER_DB, prefix), None) is not None
 
     def groups_with_offsets(self) -> list[str]:
         """Every group that has committed on this broker, in name order."""
         groups: list[str] = []
-        for key, _value in self._store.scan_prefix(_INDEX_DB, _INDEX_PREFIX):
+        for key, _value in self._store.scan_prefix(BROKER_DB, _INDEX_PREFIX):
             group_id = key[len(_INDEX_PREFIX) :].split("\x00", 1)[0]
             if not groups or groups[-1] != group_id:
                 groups.append(group_id)
