@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-ERROR_METADATA_KEY = "stableline-error"
+from stableline.error_codes import ERROR_METADATA_KEY
 
 
 class StableLineError(Exception):
@@ -78,6 +78,10 @@ class LimitExceeded(StableLineError):
     subscription, open transactions, or connections. Nothing was done; retry later."""
 
 
+class TooManyTopics(LimitExceeded):
+    """The namespace holds max_topics_per_namespace topics; the topic was not created."""
+
+
 class ProducerQueueIsFull(LimitExceeded):
     """The producer already holds max_pending_messages unacknowledged messages and was
     created with block_if_queue_full=False. The message was not queued."""
@@ -90,6 +94,21 @@ class ProducerBusy(StableLineError):
 
 class BrokerUnavailable(StableLineError):
     """The broker cannot be reached or the connection broke."""
+
+
+class MetadataUnavailable(BrokerUnavailable):
+    """The cluster's metadata store (etcd) cannot answer a change of shared metadata
+    (code MetadataStoreUnavailable); nothing was changed. Retry later."""
+
+
+class IdleStream(Timeout):
+    """The broker closed a stream that sent no opening request within its
+    connection_idle_timeout_s."""
+
+
+class InternalError(StableLineError):
+    """The broker failed unexpectedly; the message holds an id under which the broker's
+    log has the details."""
 
 
 class AuthenticationError(StableLineError):
@@ -146,10 +165,15 @@ CODES: dict[str, type[StableLineError]] = {
     "InvalidAck": InvalidMessageId,
     "TransactionConflict": TransactionConflict,
     "NotReady": NotReady,
+    "BrokerUnavailable": BrokerUnavailable,
+    "MetadataStoreUnavailable": MetadataUnavailable,
+    "IdleStream": IdleStream,
+    "Internal": InternalError,
     "BrokerFenced": NotReady,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,
     "TooManyConsumers": LimitExceeded,
+    "TooManyTopics": TooManyTopics,
     "TooManyTransactions": LimitExceeded,
     "TooManyTransactionAcks": LimitExceeded,
     "ProducerBusy": ProducerBusy,

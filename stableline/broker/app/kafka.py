@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from stableline.broker.errors import BrokerError
+
 if TYPE_CHECKING:
     from stableline.broker.app.security import BrokerSecurity
     from stableline.broker.config import BrokerConfig
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
 FRAME_OVERHEAD_BYTES = 1024 * 1024
 
 
-class KafkaStartupError(Exception):
+class KafkaStartupError(BrokerError):
     """The Kafka port cannot be opened as configured (one line, for the operator)."""
+
+    code = "Internal"
 
 
 async def start_kafka(

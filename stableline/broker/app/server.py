@@ -43,6 +43,7 @@ from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.cluster.shared_metadata.joining import join_cluster
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connections.caps import RESERVED_FILES, connection_caps
+from stableline.broker.errors import BrokerError
 from stableline.broker.failpoints import Failpoints
 from stableline.broker.grpc.admin_service import AdminService
 from stableline.broker.grpc.broker_service import BrokerService
@@ -108,8 +109,10 @@ LOW_OPEN_FILES_LIMIT = 65_536
 KAFKA_FLAG = "--kafka HOST:PORT, or --kafka '' to turn the Kafka port off"
 
 
-class StartupError(Exception):
+class StartupError(BrokerError):
     """The broker cannot start; the text is one line naming the cause and the fix."""
+
+    code = "Internal"
 
 
 def lock_data_dir(config: BrokerConfig) -> DataDirLock:

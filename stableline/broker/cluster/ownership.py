@@ -41,6 +41,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from stableline.broker.errors import BrokerError
 from stableline.metadata import (
     AlreadyExists,
     BrokerInfo,
@@ -98,8 +99,10 @@ class OwnershipRecord:
         return cls(value["leader"], value["epoch"], tuple(value["ensemble"]), value["since_ms"])
 
 
-class NotOwnerError(Exception):
+class NotOwnerError(BrokerError):
     """Another live broker owns the topic; the client asks it instead."""
+
+    code = "NotOwner"
 
     def __init__(self, topic: TopicName, owner: BrokerInfo):
         self.owner = owner
@@ -109,8 +112,10 @@ class NotOwnerError(Exception):
         )
 
 
-class TopicUnavailableError(Exception):
+class TopicUnavailableError(BrokerError):
     """The topic's owner is not live; retry once it is back."""
+
+    code = "TopicUnavailable"
 
     def __init__(self, topic: TopicName, owner: str, gone_since_ms: int | None):
         self.owner = owner

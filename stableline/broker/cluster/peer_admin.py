@@ -11,6 +11,10 @@ and what it said.
 
 from __future__ import annotations
 
+from stableline.broker.errors import BrokerError
 
-class PeerCallError(Exception):
+
+class PeerCallError(BrokerError):
     """Another broker did not answer a call made for one of its topics; retry later."""
+
+    code = "TopicUnavailable"

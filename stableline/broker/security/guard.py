@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import functools
 
+from stableline.broker.errors import BrokerError
 from stableline.broker.security.caller import Caller
 from stableline.broker.security.permissions import Action, Authorizer
 from stableline.broker.security.tokens import AuthenticationFailed, TokenVerifier, bearer_token
 from stableline.topic_name import TopicName
 
 
-class NotPermitted(Exception):
+class NotPermitted(BrokerError):
     """The role is known but may not do this; the message says how to allow it."""
+
+    code = "NotAuthorized"
 
 
 class Guard:

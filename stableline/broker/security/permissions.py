@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from managed_ledger import MetadataStore
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.partitions import split_partition
 from stableline.topic_name import InvalidTopicNameError, TopicName
@@ -47,8 +48,10 @@ class Action(enum.Enum):
 GRANTABLE = (Action.PRODUCE, Action.CONSUME)
 
 
-class InvalidPermissionError(ValueError):
+class InvalidPermissionError(BrokerError, ValueError):
     """A grant names an unknown action, an empty role, or a bad namespace."""
+
+    code = "InvalidArgument"
 
 
 def parse_actions(values: object) -> frozenset[Action]:

@@ -19,6 +19,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from stableline.broker.errors import BrokerError
+
 SECRET_KEY_BYTES = 32
 # RFC 7518 section 3.2: an HS256 key must be at least as long as the hash output.
 MIN_SECRET_KEY_BYTES = 32
@@ -27,8 +29,10 @@ RSA_KEY_BITS = 2048
 MAX_CACHED_TOKENS = 1024
 
 
-class AuthenticationFailed(Exception):
+class AuthenticationFailed(BrokerError):
     """The credentials were missing or did not verify; the message says which."""
+
+    code = "AuthenticationFailed"
 
 
 def read_secret_key(path: Path | str) -> bytes:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from managed_ledger import MetadataStore
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 
 _PREFIX = "namespace-policy:auto-topic-creation:"
@@ -39,8 +40,10 @@ NON_PARTITIONED = "non-partitioned"
 DEFAULT_NAMESPACE = "public/default"
 
 
-class InvalidPolicyError(ValueError):
+class InvalidPolicyError(BrokerError, ValueError):
     """A policy body that is not what the path takes."""
+
+    code = "InvalidArgument"
 
 
 @dataclass(frozen=True, slots=True)

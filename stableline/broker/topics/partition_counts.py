@@ -26,6 +26,7 @@ import json
 from typing import Protocol
 
 from managed_ledger import MetadataStore
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.partitions import NOT_PARTITIONED
 from stableline.topic_name import TopicName
@@ -34,9 +35,11 @@ from stableline.topic_name import TopicName
 _PREFIX = "partitioned:"
 
 
-class CountChanged(Exception):
+class CountChanged(BrokerError):
     """The partitioned topic was created, grown or deleted meanwhile (by another
     broker): the message says what it is now."""
+
+    code = "TopicConflict"
 
 
 class PartitionedMetadata(Protocol):

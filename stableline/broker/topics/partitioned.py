@@ -45,6 +45,7 @@ import logging
 from typing import Any, Protocol
 
 from stableline.broker.config import BrokerConfig
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics import stats
 from stableline.broker.topics.partition_counts import CountChanged, PartitionedMetadata
 from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
@@ -54,20 +55,26 @@ from stableline.topic_name import TopicName
 log = logging.getLogger(__name__)
 
 
-class TopicConflictError(Exception):
+class TopicConflictError(BrokerError):
     """The name is taken: by a topic of the other kind, or a partitioned topic exists."""
 
+    code = "TopicConflict"
 
-class TopicBusyError(Exception):
+
+class TopicBusyError(BrokerError):
     """A partition has connected producers or consumers; delete with force to go on."""
+
+    code = "TopicBusy"
 
 
 class PartitionedTopicNotFoundError(TopicNotFoundError):
     """No partitioned topic has that name."""
 
 
-class InvalidPartitionCountError(ValueError):
+class InvalidPartitionCountError(BrokerError, ValueError):
     """The partition count is out of range; the message says the range."""
+
+    code = "InvalidArgument"
 
 
 # Summed from each partition's stats into the partitioned topic's.

@@ -64,6 +64,7 @@ from managed_ledger.memory import entry_cache_budget, pending_write_budget
 from managed_ledger.write_budget import PendingWriteBudget
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.config import BrokerConfig
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.topics.topic import Topic
@@ -108,12 +109,14 @@ def _namespace_of(stored_name: str) -> str:
     return tenant_namespace
 
 
-class TopicNotFoundError(LookupError):
-    pass
+class TopicNotFoundError(BrokerError, LookupError):
+    code = "TopicNotFound"
 
 
-class TooManyTopicsError(Exception):
+class TooManyTopicsError(BrokerError):
     """The namespace holds `max_topics_per_namespace` topics already."""
+
+    code = "TooManyTopics"
 
 
 class TopicRegistry:

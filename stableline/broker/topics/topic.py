@@ -31,6 +31,7 @@ from dispatcher import (
 )
 from managed_ledger import EntryHeader, ManagedLedger, Position, TxnId
 from managed_ledger.position import EARLIEST
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.latency import PUBLISH_LATENCY
 from stableline.broker.topics.sent_positions import find_sent_positions
 from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
@@ -111,9 +112,11 @@ class TotalsRate:
             self._sampled_at = time.monotonic()
 
 
-class ProducerBusyError(Exception):
+class ProducerBusyError(BrokerError):
     """A producer of that name is connected to the topic under another role, or this
     one was replaced by a newer producer of its name."""
+
+    code = "ProducerBusy"
 
 
 @dataclass(slots=True)

@@ -36,12 +36,16 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from stableline.broker.errors import BrokerError
+
 log = logging.getLogger(__name__)
 
 
-class BrokerFencedError(Exception):
+class BrokerFencedError(BrokerError):
     """This broker takes no writes now; retry (they resume once it is back in its
     cluster)."""
+
+    code = "BrokerFenced"
 
 
 _RESUME = "writes resume by themselves once the broker is back in its cluster: retry"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from stableline.broker.errors import BrokerError
 
-class CoordinatorNotLeaderError(Exception):
+
+class CoordinatorNotLeaderError(BrokerError):
     """Another broker leads the transaction's shard: the client asks it instead."""
+
+    code = "NotOwner"
 
     def __init__(self, shard: int, leader_address: str, leader_http_url: str = ""):
         self.leader_address = leader_address
@@ -15,8 +19,10 @@ class CoordinatorNotLeaderError(Exception):
         )
 
 
-class CoordinatorUnavailableError(Exception):
+class CoordinatorUnavailableError(BrokerError):
     """The shard's leader is down; its transactions wait on its disk. Retry later."""
+
+    code = "CoordinatorUnavailable"
 
     def __init__(self, shard: int, leader: str):
         super().__init__(
@@ -25,5 +31,7 @@ class CoordinatorUnavailableError(Exception):
         )
 
 
-class ShardLogConflictError(Exception):
+class ShardLogConflictError(BrokerError):
     """This data dir holds a coordinator shard's log that another broker leads."""
+
+    code = "Internal"

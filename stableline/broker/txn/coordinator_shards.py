@@ -25,6 +25,7 @@ import time
 
 from managed_ledger import MetadataStore as LocalStore
 from stableline.broker.cluster.ownership import OwnershipRecord
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, MetadataStoreError
 from stableline.metadata.layout import ROOT, check_cluster_name, cluster_path
@@ -86,8 +87,10 @@ async def cluster_shard_count(store: MetadataStore, cluster: str, wanted: int) -
             continue
 
 
-class ShardCountError(MetadataStoreError):
+class ShardCountError(BrokerError, MetadataStoreError):
     """The cluster's shard count is unreadable, or not the one this broker runs with."""
+
+    code = "Internal"
 
 
 # In the broker's own store (BROKER_DB): the count this broker first ran with in a

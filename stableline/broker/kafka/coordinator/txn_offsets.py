@@ -21,14 +21,17 @@ from __future__ import annotations
 
 from dispatcher import Subscription
 from managed_ledger import Position
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.topic import Topic
 
 # Entries read from the log at a time.
 _READ_STEP = 1_000
 
 
-class TooManyToAcknowledge(ValueError):
+class TooManyToAcknowledge(BrokerError, ValueError):
     """More messages than one transaction may acknowledge."""
+
+    code = "TooManyTransactionAcks"
 
 
 def messages_between(

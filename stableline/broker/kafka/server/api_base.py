@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from stableline.broker.cluster.ownership import NotOwnerError, TopicUnavailableError
+from stableline.broker.errors import BrokerError
 from stableline.broker.kafka.coordinator.group_coordinator import GroupLimits
 from stableline.broker.kafka.coordinator.idempotence import RecentBatches
 from stableline.broker.kafka.coordinator.producer_ids import ProducerIdAllocator
@@ -97,9 +98,11 @@ class KafkaSettings:
         return self.max_produce_inflated_bytes or self.max_records_bytes
 
 
-class CoordinatorNodeUnavailable(Exception):
+class CoordinatorNodeUnavailable(BrokerError):
     """The broker that coordinates a key is down, or has no Kafka port: answer
     COORDINATOR_NOT_AVAILABLE (clients look the coordinator up again)."""
+
+    code = "CoordinatorUnavailable"
 
 
 class KafkaApiBase:

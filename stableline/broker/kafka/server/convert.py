@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from dispatcher import key_hash
 from managed_ledger import Entry, EntryHeader, EntryType, TxnId
 from stableline._proto import broker_pb2 as pb
+from stableline.broker.errors import BrokerError
 from stableline.broker.kafka.coordinator.producer_ids import SDK_TXN_EPOCH, sdk_txn_producer_id
 from stableline.broker.kafka.protocol.codec import encode_uvarint
 from stableline.broker.kafka.protocol.records import (
@@ -32,8 +33,10 @@ from stableline.broker.kafka.protocol.records import (
 from stableline.wire import plain_layout
 
 
-class InvalidRecord(ValueError):
+class InvalidRecord(BrokerError, ValueError):
     """A record stableline cannot store as it is (INVALID_RECORD)."""
+
+    code = "InvalidArgument"
 
 
 @dataclass(frozen=True, slots=True)
