@@ -36,7 +36,7 @@ from aiohttp import web
 
 from stableline.broker.connections.address_slots import AddressSlots, Refusal
 from stableline.broker.connections.caps import PortCaps
-from stableline.broker.grpc.errors import BrokerError, abort
+from stableline.broker.grpc.errors import RpcRefusal, abort
 
 UNCOUNTED_SERVICES = (
     "/grpc.health.v1.Health/",
@@ -155,7 +155,7 @@ def _wrapped(handler, table: ConnectionTable, one_answer, many_answers):
     return handler._replace(stream_unary=one_answer(table, handler.stream_unary))
 
 
-def _refusal(table: ConnectionTable) -> BrokerError:
+def _refusal(table: ConnectionTable) -> RpcRefusal:
     if table.last_refusal is Refusal.ADDRESS:
         detail = (
             f"its address holds {table.slots.caps.per_address} client connections, the most "
@@ -166,8 +166,7 @@ def _refusal(table: ConnectionTable) -> BrokerError:
             f"the broker serves {len(table)} client connections, the most max_connections "
             f"({table.max_connections}) allows"
         )
-    return BrokerError(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    return RpcRefusal(
         "TooManyConnections",
         f"{detail}; retry later or close idle clients",
     )
@@ -264,8 +263,7 @@ class OpeningDeadlineInterceptor(grpc.aio.ServerInterceptor):
         except TimeoutError:
             await abort(
                 context,
-                BrokerError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                RpcRefusal(
                     "IdleStream",
                     f"the stream sent no opening message within connection_idle_timeout_s "
                     f"({self.timeout_s:g} s); open it with its first request at once",

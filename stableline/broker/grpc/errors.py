@@ -1,147 +1,65 @@
-"""How the broker reports errors: a gRPC status plus a stable error code.
+"""How the gRPC face reports errors: the status the error table gives the error's
+stable code, and the code itself.
 
 The code travels in the trailing metadata key `stableline-error` (and in the
 error fields of stream responses) so clients raise a typed exception without
-parsing messages meant for people.
+parsing messages meant for people. Which code an exception has is the broker's
+(stableline/broker/errors.py); which status a code has is the table's
+(stableline/error_codes.py).
 """
 
 from __future__ import annotations
 
-import errno
-import logging
 import resource
-import secrets
 
 import grpc
 
-from dispatcher import (
-    ConsumerAssignError,
-    InvalidAckError,
-    IsolationLevelMismatchError,
-    SubscriptionBusyError,
-    SubscriptionClosedError,
-    TooManyConsumersError,
-    TransactionConflictError,
-)
-from managed_ledger import (
-    EntryTooLargeError,
-    LedgerClosedError,
-    StorageError,
-    StorageFullError,
-    TooManyOpenFilesError,
-)
-from stableline.broker.cluster.ownership import NotOwnerError, TopicUnavailableError
-from stableline.broker.cluster.peer_admin import PeerCallError
-from stableline.broker.topics.partitioned import TopicBusyError, TopicConflictError
-from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError
-from stableline.broker.topics.topic import ProducerBusyError
-from stableline.broker.topics.write_gate import BrokerFencedError
-from stableline.broker.txn.coordinator_errors import (
-    CoordinatorNotLeaderError,
-    CoordinatorUnavailableError,
-)
-from stableline.metadata import MetadataStoreUnavailable
-from stableline.topic_name import InvalidTopicNameError
-from txnbuffer import (
-    TooManyTransactionsError,
-    TransactionBufferNotReadyError,
-    TransactionEndedError,
-    TransactionNotFoundError,
-    TransactionNotOwnedError,
-    TransactionTooLargeError,
-)
+from stableline.broker.errors import INTERNAL, Refusal, code_of, internal_error_message
+from stableline.error_codes import ERROR_METADATA_KEY, row_of
 
-ERROR_METADATA_KEY = "stableline-error"
-
-log = logging.getLogger(__name__)
+__all__ = ["ERROR_METADATA_KEY", "RpcRefusal", "abort", "classify", "grpc_status", "invalid"]
 
 
-class BrokerError(Exception):
-    """An error raised by the broker's faces, with its status and code."""
-
-    def __init__(self, status: grpc.StatusCode, code: str, message: str):
-        super().__init__(message)
-        self.status = status
-        self.code = code
+def grpc_status(code: str) -> grpc.StatusCode:
+    return row_of(code).grpc_status
 
 
-_MAPPING: list[tuple[type[BaseException], grpc.StatusCode, str]] = [
-    (InvalidTopicNameError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidTopicName"),
-    (TopicNotFoundError, grpc.StatusCode.NOT_FOUND, "TopicNotFound"),
-    (NotOwnerError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
-    (TopicUnavailableError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
-    (CoordinatorNotLeaderError, grpc.StatusCode.FAILED_PRECONDITION, "NotOwner"),
-    (CoordinatorUnavailableError, grpc.StatusCode.UNAVAILABLE, "CoordinatorUnavailable"),
-    (PeerCallError, grpc.StatusCode.UNAVAILABLE, "TopicUnavailable"),
-    # The cluster's etcd cannot answer: a change of shared metadata waits for it.
-    (MetadataStoreUnavailable, grpc.StatusCode.UNAVAILABLE, "MetadataStoreUnavailable"),
-    # Retryable: the client's NotReady, which reconnecting producers and consumers wait out.
-    (BrokerFencedError, grpc.StatusCode.UNAVAILABLE, "BrokerFenced"),
-    (TopicConflictError, grpc.StatusCode.ALREADY_EXISTS, "TopicConflict"),
-    (TopicBusyError, grpc.StatusCode.FAILED_PRECONDITION, "TopicBusy"),
-    (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionBusy"),
-    (IsolationLevelMismatchError, grpc.StatusCode.FAILED_PRECONDITION, "IsolationLevelMismatch"),
-    # Before InvalidAckError, its base: the application should abort, not fix an id.
-    (TransactionConflictError, grpc.StatusCode.ABORTED, "TransactionConflict"),
-    (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidAck"),
-    (SubscriptionClosedError, grpc.StatusCode.FAILED_PRECONDITION, "SubscriptionClosed"),
-    (TooManyConsumersError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyConsumers"),
-    (TooManyTopicsError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTopics"),
-    (ConsumerAssignError, grpc.StatusCode.FAILED_PRECONDITION, "ConsumerAssignError"),
-    (EntryTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "MessageTooBig"),
-    (LedgerClosedError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
-    # Before StorageError, its base: a full disk is a quota the operator can lift.
-    (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED, "StorageFull"),
-    (TooManyOpenFilesError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyOpenFiles"),
-    (StorageError, grpc.StatusCode.UNAVAILABLE, "StorageError"),
-    (TransactionEndedError, grpc.StatusCode.FAILED_PRECONDITION, "TransactionEnded"),
-    (TransactionNotFoundError, grpc.StatusCode.NOT_FOUND, "TransactionNotFound"),
-    (TooManyTransactionsError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTransactions"),
-    (TransactionTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED, "TooManyTransactionAcks"),
-    # The same code as the guard's refusals: the client raises AuthorizationError.
-    (TransactionNotOwnedError, grpc.StatusCode.PERMISSION_DENIED, "NotAuthorized"),
-    (ProducerBusyError, grpc.StatusCode.FAILED_PRECONDITION, "ProducerBusy"),
-    (TransactionBufferNotReadyError, grpc.StatusCode.UNAVAILABLE, "NotReady"),
-    # Last: any other malformed value in a request.
-    (ValueError, grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument"),
-]
+class RpcRefusal(Refusal):
+    """A refusal as this face sends it: the code, and the table's status for it."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(code, message)
+        self.status = grpc_status(code)
 
 
-def classify(error: BaseException) -> BrokerError:
-    if isinstance(error, BrokerError):
+def classify(error: BaseException) -> RpcRefusal:
+    if isinstance(error, RpcRefusal):
         return error
-    for kind, status, code in _MAPPING:
-        if isinstance(error, kind):
-            return BrokerError(status, code, str(error))
-    if isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE):
+    code = code_of(error)
+    if isinstance(error, Refusal):  # made with its message (a guard's, a peer's)
+        return RpcRefusal(code, str(error))
+    if code == INTERNAL:
+        return RpcRefusal(code, internal_error_message(error))
+    if code == "TooManyOpenFiles" and isinstance(error, OSError):
         # Out of descriptors outside the ledger files (a snapshot, an index file).
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        return BrokerError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            "TooManyOpenFiles",
+        return RpcRefusal(
+            code,
             f"too many open files ({error}); the broker's open-files limit is {soft} "
             f"(hard limit {hard}): raise it (ulimit -n) or lower max_open_ledger_files",
         )
-    return BrokerError(grpc.StatusCode.INTERNAL, "Internal", internal_error_message(error))
+    return RpcRefusal(code, str(error))
 
 
-def internal_error_message(error: BaseException) -> str:
-    """Log an unexpected error with a fresh id; what the client gets is the id only.
-    The error's own text (a storage library's message, a path) stays in the log."""
-    incident = secrets.token_hex(4)
-    log.error("internal error (id %s): %r", incident, error, exc_info=error)
-    return f"internal error (id {incident}); see the broker log"
-
-
-def invalid(message: str, code: str = "InvalidArgument") -> BrokerError:
-    return BrokerError(grpc.StatusCode.INVALID_ARGUMENT, code, message)
+def invalid(message: str, code: str = "InvalidArgument") -> RpcRefusal:
+    return RpcRefusal(code, message)
 
 
 async def abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
     """End the RPC with the error's status; raises, as grpc.aio's abort does."""
-    broker_error = classify(error)
+    refusal = classify(error)
     await context.abort(
-        broker_error.status,
-        str(broker_error),
-        trailing_metadata=((ERROR_METADATA_KEY, broker_error.code),),
+        refusal.status,
+        str(refusal),
+        trailing_metadata=((ERROR_METADATA_KEY, refusal.code),),
     )

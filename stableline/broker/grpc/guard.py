@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from stableline.broker.grpc.errors import BrokerError, abort, invalid
+from stableline.broker.grpc.errors import RpcRefusal, abort, invalid
 from stableline.broker.grpc.open_streams import OpenStreams
 from stableline.broker.security.caller import CURRENT_CALLER
 from stableline.broker.security.guard import AuthenticationFailed, Guard, NotPermitted
@@ -100,14 +100,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         expires_at = None
         try:
             role: str | None = self._guard.authenticate(header)
-            failure: BrokerError | None = None
+            failure: RpcRefusal | None = None
             if handler.stream_stream is not None:
                 expires_at = self._guard.token_expiry(header)
         except AuthenticationFailed as error:
             role = None
-            failure = BrokerError(
-                grpc.StatusCode.UNAUTHENTICATED, "AuthenticationFailed", str(error)
-            )
+            failure = RpcRefusal("AuthenticationFailed", str(error))
         check = _Check(
             self._guard, rule, role, failure, method.rsplit("/", 1)[1], self._streams, expires_at
         )
@@ -125,7 +123,7 @@ class _Check:
     guard: Guard
     rule: Rule
     role: str | None
-    failure: BrokerError | None
+    failure: RpcRefusal | None
     method_name: str
     streams: OpenStreams | None = None
     expires_at: float | None = None
@@ -154,9 +152,7 @@ class _Check:
             if self.rule.action is not None:
                 self.guard.authorize(self.role, self.rule.action, topic)
         except NotPermitted as error:
-            await abort(
-                context, BrokerError(grpc.StatusCode.PERMISSION_DENIED, "NotAuthorized", str(error))
-            )
+            await abort(context, RpcRefusal("NotAuthorized", str(error)))
         assert self.role is not None
         # In the RPC's own task, before the handler runs: the handler and its tasks see it.
         CURRENT_CALLER.set(self.guard.caller(self.role))

@@ -20,9 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-import grpc
-
-from stableline.broker.grpc.errors import BrokerError
+from stableline.broker.grpc.errors import RpcRefusal
 from stableline.broker.security.guard import Guard, NotPermitted
 from stableline.broker.security.permissions import Action
 from stableline.topic_name import TopicName
@@ -41,9 +39,9 @@ class OpenStream:
     task: asyncio.Task
     # True while the task runs the service's handler (where a cancel may land).
     in_handler: bool = False
-    ended_by: BrokerError | None = None
+    ended_by: RpcRefusal | None = None
 
-    def end(self, error: BrokerError) -> None:
+    def end(self, error: RpcRefusal) -> None:
         if self.ended_by is not None:
             return
         self.ended_by = error
@@ -90,8 +88,7 @@ class OpenStreams:
                     stream.topic,
                 )
                 stream.end(
-                    BrokerError(
-                        grpc.StatusCode.PERMISSION_DENIED,
+                    RpcRefusal(
                         "NotAuthorized",
                         f"{error} (the grant was revoked while the stream was open)",
                     )
@@ -109,8 +106,7 @@ class OpenStreams:
                     stream.topic,
                 )
                 stream.end(
-                    BrokerError(
-                        grpc.StatusCode.UNAUTHENTICATED,
+                    RpcRefusal(
                         "AuthenticationFailed",
                         "the token has expired; open the stream again with a fresh token",
                     )

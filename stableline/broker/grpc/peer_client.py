@@ -29,7 +29,7 @@ from stableline.broker.cluster.peers import (
     PeerTransactionState,
 )
 from stableline.broker.grpc import convert
-from stableline.broker.grpc.errors import ERROR_METADATA_KEY, BrokerError
+from stableline.broker.grpc.errors import ERROR_METADATA_KEY, RpcRefusal
 from stableline.broker.topics.registry import TopicNotFoundError
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
@@ -238,21 +238,19 @@ def _error_code(error: grpc.aio.AioRpcError) -> str:
 
 def peer_refusal(address: str, error: grpc.aio.AioRpcError) -> Exception:
     """The peer's refusal as this broker's own error: the engine's for a code the
-    engine names, else a BrokerError with the peer's status and code."""
+    engine names, else a refusal with the peer's code (so the table's status for it)."""
     code = _error_code(error)
     if code:
         message = error.details() or code
         kind = ENGINE_ERRORS.get(code)
-        return BrokerError(error.code(), code, message) if kind is None else kind(message)
+        return RpcRefusal(code, message) if kind is None else kind(message)
     if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return BrokerError(
-            grpc.StatusCode.UNAVAILABLE,
+        return RpcRefusal(
             "BrokerUnavailable",
             f"broker {address} did not answer ({error.code().name}: {error.details()}); "
             "retry once it is back",
         )
-    return BrokerError(
-        grpc.StatusCode.INTERNAL,
+    return RpcRefusal(
         "Internal",
         f"broker {address} failed the call ({error.code().name}: {error.details()})",
     )

@@ -9,78 +9,24 @@ from importlib.metadata import PackageNotFoundError, version
 from aiohttp import web
 
 from managed_ledger import TxnId
-from stableline.broker.cluster.ownership import NotOwnerError, TopicUnavailableError
-from stableline.broker.cluster.peer_admin import PeerCallError
-from stableline.broker.grpc.errors import internal_error_message
 from stableline.broker.http import dashboard
 from stableline.broker.http import diagnostics as http_diagnostics
+from stableline.broker.http import errors as http_errors
 from stableline.broker.http import messages as http_messages
 from stableline.broker.http import namespaces as http_namespaces
 from stableline.broker.http import partitioned as http_partitioned
 from stableline.broker.http import subscriptions as http_subscriptions
 from stableline.broker.http import transactions as http_transactions
+from stableline.broker.http.errors import error_response
 from stableline.broker.http.paths import namespace_path, topic_name
 from stableline.broker.observability.metrics import make_registry, render
 from stableline.broker.topics import stats
-from stableline.broker.topics.partitioned import (
-    InvalidPartitionCountError,
-    PartitionedTopics,
-    TopicBusyError,
-    TopicConflictError,
-)
-from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
-from stableline.broker.topics.write_gate import BrokerFencedError
+from stableline.broker.topics.partitioned import PartitionedTopics
+from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.txn import stats as txn_stats
-from stableline.broker.txn.coordinator_errors import (
-    CoordinatorNotLeaderError,
-    CoordinatorUnavailableError,
-)
 from stableline.broker.txn.coordinators import Coordinators
-from stableline.metadata import MetadataStoreUnavailable
-from stableline.topic_name import InvalidTopicNameError
-from txnbuffer import (
-    TransactionBufferNotReadyError,
-    TransactionNotFoundError,
-)
 
 log = logging.getLogger(__name__)
-
-
-def _error(status: int, reason: str) -> web.Response:
-    return web.json_response({"reason": reason}, status=status)
-
-
-@web.middleware
-async def _errors(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except (InvalidTopicNameError, InvalidPartitionCountError) as error:
-        return _error(400, str(error))
-    except (TopicConflictError, TopicBusyError) as error:
-        return _error(409, str(error))
-    except (TopicNotFoundError, TransactionNotFoundError) as error:
-        return _error(404, str(error))
-    except TooManyTopicsError as error:  # Pulsar answers 412 to a full namespace too
-        return _error(412, str(error))
-    except TransactionBufferNotReadyError as error:  # still recovering: retry
-        return _error(503, str(error))
-    except NotOwnerError as error:  # Pulsar's answer too: the same request, at the owner
-        raise web.HTTPTemporaryRedirect(error.owner.http_url + request.path_qs) from None
-    except (TopicUnavailableError, PeerCallError) as error:  # its owner is down: retry later
-        return _error(503, str(error))
-    except MetadataStoreUnavailable as error:  # the cluster's etcd is away: retry later
-        return _error(503, str(error))
-    except CoordinatorNotLeaderError as error:  # a transaction of a shard led elsewhere
-        raise web.HTTPTemporaryRedirect(error.leader_http_url + request.path_qs) from None
-    except CoordinatorUnavailableError as error:
-        return _error(503, str(error))
-    except BrokerFencedError as error:  # out of its cluster for now: retry later
-        return _error(503, str(error))
-    except web.HTTPException:
-        raise
-    except Exception as error:  # the broker stays up; the caller gets an id to look for
-        log.error("admin request %s failed", request.path)
-        return _error(500, internal_error_message(error))
 
 
 def make_app(
@@ -92,7 +38,7 @@ def make_app(
 ) -> web.Application:
     recovery = recovery or txn_stats.RecoveryWindow()
     metrics_registry = make_registry(registry, coordinators)
-    app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[http_errors.errors], client_max_size=1024 * 1024)
 
     started_at_ms = int(time.time() * 1000)
     try:
@@ -120,7 +66,7 @@ def make_app(
     async def list_topics(request: web.Request) -> web.Response:
         namespace = namespace_path(request)
         if not registry.namespace_exists(namespace):
-            return _error(
+            return error_response(
                 404,
                 f"namespace {namespace} does not exist: a namespace exists once a topic "
                 f"is created in it (public/default always does)",
@@ -130,7 +76,7 @@ def make_app(
     async def create_topic(request: web.Request) -> web.Response:
         name = topic_name(request)
         if registry.exists(name):
-            return _error(409, f"topic {name} already exists")
+            return error_response(409, f"topic {name} already exists")
         await registry.get(name)
         return web.Response(status=204)
 
@@ -154,7 +100,7 @@ def make_app(
         try:
             txn_id = TxnId.parse(request.query.get("txnId", ""))
         except ValueError as error:
-            return _error(400, f"txnId: {error}")
+            return error_response(400, f"txnId: {error}")
         return web.json_response((await coordinators.leading(txn_id)).get(txn_id).describe())
 
     async def coordinator_stats(request: web.Request) -> web.Response:
@@ -162,10 +108,10 @@ def make_app(
         if text is None:
             return web.json_response(txn_stats.coordinators_stats(coordinators, recovery))
         if not text.isascii() or not text.isdigit():
-            return _error(400, f"coordinatorId must be a whole number >= 0, got {text!r}")
+            return error_response(400, f"coordinatorId must be a whole number >= 0, got {text!r}")
         coordinator = coordinators.local.get(int(text))
         if coordinator is None:
-            return _error(
+            return error_response(
                 404,
                 f"transaction coordinator {text} is not led by this broker (it leads "
                 f"{sorted(coordinators.local)} of {coordinators.shard_count} shards)",

@@ -10,7 +10,7 @@ from typing import TypeVar
 from managed_ledger import Position, TxnId
 from stableline.broker.cluster.ownership import NotOwnerError
 from stableline.broker.cluster.peers import PeerClient
-from stableline.broker.grpc.errors import BrokerError
+from stableline.broker.errors import Refusal
 from stableline.broker.topics.latency import commit_timer
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topics.topic import Topic
@@ -130,7 +130,7 @@ async def _until_answered(ask: Callable[[], Awaitable[T]], what: str) -> T:
     while True:
         try:
             return await ask()
-        except (BrokerError, CoordinatorUnavailableError) as error:
+        except (Refusal, CoordinatorUnavailableError) as error:
             log.warning("%s (%s); asking again in %.1f s", what, error, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _SETTLE_BACKOFF_S[1])
