@@ -44,6 +44,7 @@ from stableline.broker.kafka.coordinator.producer_ids import ProducerIdAllocator
 from stableline.broker.kafka.coordinator.txn_coordinator import KafkaTransactionCoordinator
 from stableline.broker.kafka.protocol import messages as m
 from stableline.broker.kafka.protocol.records import DEFAULT_MAX_RECORDS_BYTES
+from stableline.broker.kafka.server.errors import kafka_error
 from stableline.broker.kafka.server.fetch_levels import ClientIsolationLevels
 from stableline.broker.kafka.server.request_scope import CURRENT_REQUEST
 from stableline.broker.security.caller import CURRENT_CALLER, Caller
@@ -276,17 +277,17 @@ class KafkaApiBase:
             if stable:
                 return await self._registry.get_stable(name)
             return await self._registry.get(name, create=False)
-        except TopicNotFoundError:
-            return m.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        except TopicNotFoundError as error:
+            return kafka_error(error)  # UNKNOWN_TOPIC_OR_PARTITION
         except (NotOwnerError, TopicUnavailableError) as error:
             # Another broker leads it (or its leader is down): clients refresh their
-            # metadata, find the leader there and retry.
+            # metadata, find the leader there and retry (NOT_LEADER_OR_FOLLOWER).
             log.debug("kafka: %s", error)
-            return m.ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return kafka_error(error)
         except TransactionBufferNotReadyError as error:
             # What Kafka answers for a partition this broker cannot serve yet (its log
             # still loading): clients refresh metadata, back off and retry.
-            return self._refused(m.ErrorCode.NOT_LEADER_OR_FOLLOWER, str(error))
+            return self._refused(kafka_error(error), str(error))
 
     @staticmethod
     def _refused(code: m.ErrorCode, why: str) -> m.ErrorCode:

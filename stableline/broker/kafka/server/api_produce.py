@@ -58,6 +58,7 @@ from stableline.broker.kafka.protocol.compression import (
 from stableline.broker.kafka.protocol.records import CorruptBatch, RecordBatch, decode_batches
 from stableline.broker.kafka.server.api_base import KafkaApiBase
 from stableline.broker.kafka.server.convert import InvalidRecord, batch_to_entries
+from stableline.broker.kafka.server.errors import kafka_error
 from stableline.broker.security.permissions import Action
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.write_gate import BrokerFencedError
@@ -237,19 +238,10 @@ class ProduceApis(KafkaApiBase):
                     base = await self._append(topic, entries)
             except TxnRefused as refused:
                 return m.ProducePartitionResult(index, refused.code, error_message=str(refused))
-            except TransactionEndedError as error:
-                return m.ProducePartitionResult(
-                    index, m.ErrorCode.INVALID_PRODUCER_EPOCH, error_message=str(error)
-                )
-            except EntryTooLargeError as error:
-                return m.ProducePartitionResult(
-                    index, m.ErrorCode.MESSAGE_TOO_LARGE, error_message=str(error)
-                )
-            except BrokerFencedError as error:
-                return m.ProducePartitionResult(
-                    index, m.ErrorCode.NOT_LEADER_OR_FOLLOWER, error_message=str(error)
-                )
-            except ManagedLedgerError as error:
+            except (TransactionEndedError, EntryTooLargeError, BrokerFencedError) as error:
+                # INVALID_PRODUCER_EPOCH, MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER
+                return m.ProducePartitionResult(index, kafka_error(error), error_message=str(error))
+            except ManagedLedgerError as error:  # any other failure of the write: storage
                 log.warning("kafka: produce to %s failed: %s", topic.name, error)
                 return m.ProducePartitionResult(
                     index, m.ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(error)

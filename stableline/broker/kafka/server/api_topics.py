@@ -34,6 +34,7 @@ from stableline.broker.kafka.protocol import messages as m
 from stableline.broker.kafka.protocol import messages_topics as mt
 from stableline.broker.kafka.protocol.codec import Reader
 from stableline.broker.kafka.server.api_base import KafkaApiBase
+from stableline.broker.kafka.server.errors import kafka_error
 from stableline.broker.security.permissions import Action
 from stableline.broker.topics.partitioned import (
     InvalidPartitionCountError,
@@ -126,12 +127,10 @@ class TopicsApis(KafkaApiBase):
             if validate_only:
                 return mt.TopicResult(topic.name, m.ErrorCode.NONE)
             await self._make(name, count)
-        except TopicConflictError as error:
-            return refused(m.ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
+        except (TopicConflictError, TooManyTopicsError) as error:
+            return refused(kafka_error(error), str(error))  # TOPIC_ALREADY_EXISTS, POLICY_VIOLATION
         except InvalidPartitionCountError as error:
             return refused(m.ErrorCode.INVALID_PARTITIONS, str(error))
-        except TooManyTopicsError as error:
-            return refused(m.ErrorCode.POLICY_VIOLATION, str(error))
         except TopicNotFoundError as error:  # a creation check refused the name
             return refused(m.ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
         except (TopicUnavailableError, PeerCallError, BrokerFencedError) as error:
