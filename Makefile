@@ -66,7 +66,8 @@ format: $(VENV)/.all-installed
 proto: $(VENV)/.all-installed
 	$(PY) scripts/dev/gen_proto.py
 
-# The generated pages of docs/ (the configuration reference, from config.py).
+# The generated pages of docs/ (the configuration reference, from config.py; the
+# error codes, from stableline/error_codes.py).
 docs: $(VENV)/.base-installed
 	$(PY) scripts/dev/gen_docs.py
 

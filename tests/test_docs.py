@@ -1,6 +1,7 @@
 """The docs hold: every Python example in README.md and docs/ runs against a real
 broker, every link to a page or a repository file resolves, and the generated
-configuration reference is current and names every key.
+pages (the configuration reference, naming every key, and the error codes)
+are current.
 
 Examples are written for a broker on its default addresses (gRPC 127.0.0.1:6650, HTTP
 127.0.0.1:8080, Kafka 127.0.0.1:9092); each runs as a program of its own in a
@@ -175,11 +176,13 @@ def _generator():
     return module
 
 
-def test_the_configuration_reference_is_current():
+def test_the_generated_pages_are_current():
+    """The configuration reference (from config.py) and the error codes (from
+    stableline/error_codes.py)."""
     for path, text in _generator().pages().items():
         assert path.exists(), f"{path.relative_to(ROOT)} is missing: run `make docs`"
         assert path.read_text() == text, (
-            f"{path.relative_to(ROOT)} differs from the config's definitions: "
+            f"{path.relative_to(ROOT)} differs from its source's definitions: "
             "run `make docs` and commit the result"
         )
 
