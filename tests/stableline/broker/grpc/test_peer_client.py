@@ -21,7 +21,7 @@ from stableline._proto import cluster_pb2 as cpb
 from stableline.broker.cluster.peer_admin import PeerCallError
 from stableline.broker.cluster.peers import PeerClient, PeerTransaction, PeerTransactionState
 from stableline.broker.grpc import convert
-from stableline.broker.grpc.errors import BrokerError, abort
+from stableline.broker.grpc.errors import RpcRefusal, abort
 from stableline.broker.grpc.peer_client import ENGINE_ERRORS, GrpcPeerClient
 from stableline.broker.topics.registry import TopicNotFoundError
 from stableline.metadata import BrokerInfo
@@ -250,7 +250,7 @@ async def test_a_refusal_the_engine_names_is_the_engines_error(peer, code):
 async def test_any_other_refusal_keeps_the_peers_status_and_code(peer):
     fake, client, address = peer
     fake.refuse = TopicNotFoundError("no such topic there")
-    with pytest.raises(BrokerError) as raised:
+    with pytest.raises(RpcRefusal) as raised:
         await client.end_on_topic(address, "persistent://t/n/a", TXN, True, 0)
     assert (raised.value.status, raised.value.code) == (grpc.StatusCode.NOT_FOUND, "TopicNotFound")
     assert str(raised.value) == "no such topic there"
@@ -260,7 +260,7 @@ async def test_a_peer_that_does_not_answer_is_unavailable_naming_it():
     client = GrpcPeerClient()
     client.timeout_s = 0.5
     try:
-        with pytest.raises(BrokerError) as raised:
+        with pytest.raises(RpcRefusal) as raised:
             await client.transaction_state("127.0.0.1:1", TXN)
     finally:
         await client.close()
