@@ -15,7 +15,7 @@ Promises of an implementation:
 - A refusal the transaction engine names comes back as the engine's own error
   (TransactionEndedError, TransactionNotFoundError, TransactionNotOwnedError,
   TooManyTransactionsError, TransactionTooLargeError), whichever broker refused; any
-  other refusal as this broker's error with the peer's own status and code, so it
+  other refusal as a Refusal (broker/errors.py) with the peer's own code, so it
   reaches this broker's client unchanged; a peer that cannot be reached as UNAVAILABLE
   (BrokerUnavailable) naming it.
 - The admin calls (`topic_stats`, `delete_topic`) raise TopicNotFoundError for a
