@@ -50,7 +50,7 @@ from stableline._types import (
     Messages,
     TransactionState,
 )
-from stableline.aio._options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
+from stableline.aio.options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
 
 __all__ = [
     "AuthenticationError",

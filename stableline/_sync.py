@@ -13,26 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import itertools
-import logging
 import re
-import sys
 import threading
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from itertools import chain, groupby, islice, repeat, starmap
+from itertools import chain, islice, repeat
 from pathlib import Path
 from typing import Any, TypeVar
 
 from stableline import aio
 from stableline._auth import AuthenticationToken
 from stableline._errors import (
-    InvalidMessageId,
-    ProducerQueueIsFull,
     StableLineError,
     Timeout,
-    from_code,
 )
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._routing import MessageRoutingMode, RoutedMessage
@@ -44,11 +36,9 @@ from stableline._types import (
     Message,
     MessageId,
     Messages,
-    PartitionedMessageId,
     TransactionState,
 )
-from stableline.aio._multi_consumer import MultiTopicConsumer
-from stableline.aio._options import (
+from stableline.aio.options import (
     BATCH_RECEIVE_MAX_MESSAGES,
     BATCH_RECEIVE_TIMEOUT_MS,
     CLIENT_DEFAULTS,
@@ -68,6 +58,7 @@ T = TypeVar("T")
 # receiver_queue_size); a receive without a timeout waits in turns of this long.
 RECEIVE_BATCH_MAX = 1000
 _WAIT_FOREVER_MS = 3_600_000
+_new_tuple = tuple.__new__  # makes a Message in C, skipping its __new__ in Python
 
 
 def _messages_of(runs: list) -> Iterator[Message]:
@@ -79,26 +70,6 @@ def _messages_of(runs: list) -> Iterator[Message]:
     entries = [entry for entry, _indexes in runs]
     pairs = chain.from_iterable(map(zip, map(repeat, entries), [i for _e, i in runs]))
     return map(_new_tuple, repeat(Message), pairs)
-
-
-def _runs_of(flat: list) -> Messages:
-    """Acknowledged messages, kept as entry, index, entry, index... (their Messages
-    are not held), as runs of one entry each, as batch_receive gives them, so the
-    ack costs per entry (a run that is a whole entry goes as one id). Grouped in C
-    (groupby by identity, slices): the loop thread spends no Python step per
-    message. A run that counts as many indexes as its entry has is made of distinct
-    ones, or the ack would name the whole entry for a message acknowledged twice."""
-    entries, indexes = flat[::2], flat[1::2]
-    runs = []
-    start = 0
-    for entry, same in groupby(entries):
-        end = start + len(list(same))
-        run = indexes[start:end]
-        if len(run) == entry.num_messages and len(set(run)) != len(run):
-            run = sorted(set(run))
-        runs.append((entry, run))
-        start = end
-    return Messages(runs)
 
 
 def _buffer_key(item: Message | MessageId, whole_entry: bool) -> tuple:
@@ -137,10 +108,6 @@ def _without(messages: Iterable[Message], keys: Iterable[tuple]) -> list[Message
         ):
             kept.append(message)
     return kept
-
-
-def _id_text(item: Message | MessageId) -> str:
-    return str(item.message_id() if isinstance(item, Message) else item)
 
 
 class _LoopThread:
@@ -190,42 +157,22 @@ async def _end_tasks() -> None:
     await asyncio.get_running_loop().shutdown_asyncgens()
 
 
-_log = logging.getLogger("stableline")
-_new_tuple = tuple.__new__  # makes a MessageId in C, skipping its __new__ in Python
-
-
-def _call(callback, error, message_id) -> None:
-    try:
-        callback(error, message_id)
-    except Exception:
-        _log.exception("send_async callback %r raised", callback)
-
-
 class Producer:
     """Sends through the asyncio producer on the client's loop.
 
-    send_async costs the calling thread an append: the messages wait in a deque and
-    the loop is woken once for all that arrive before it runs (one wake-up a batch,
-    not one a message). Callbacks are kept a list per producer batch and run there
-    when the batch's entry is durable, in send order.
+    send_async hands the message to the producer's ThreadSender (stableline.aio),
+    which admits it with back-pressure and wakes the loop once a batch of them.
     """
 
-    def __init__(self, inner: aio.Producer, loop: _LoopThread):
+    def __init__(self, inner: aio.Producer | aio.PartitionedProducer, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
-        options = inner.options
-        # Messages handed over by send_async, not yet given to the asyncio producer:
-        # (content, callback, properties, partition_key, txn); content None stands
-        # for a message refused at once (the queue was full), its callback to be told.
-        self._handed: deque[tuple] = deque()
-        self._wake_pending = False  # a _drain is scheduled and has not started
-        # Sends through send_async are numbered; those whose callback has run are
-        # counted. The difference is the queue, at most max_pending_messages.
-        self._max_pending = options.max_pending_messages
-        self._block = options.block_if_queue_full
-        self._admitted = itertools.count(1)
-        self._settled = 0  # written on the loop thread only
-        self._room = threading.Condition(threading.Lock())
+
+        async def make() -> aio.ThreadSender:
+            return aio.ThreadSender(inner)  # on the loop: the sender belongs to it
+
+        self._sender = loop.run(make())
+        self._send_from_thread = self._sender.send
 
     def topic(self) -> str:
         return self._inner.topic
@@ -243,7 +190,7 @@ class Producer:
         return self._loop.run(self._send(content, properties, partition_key, _inner_txn(txn)))
 
     async def _send(self, content, properties, partition_key, txn) -> MessageId:
-        self._drain()  # what send_async handed over goes first
+        self._sender.hand_over()  # what send_async handed over goes first
         return await self._inner.send(content, properties, partition_key, txn)
 
     def send_async(
@@ -260,116 +207,24 @@ class Producer:
         (block_if_queue_full) or the callback gets ProducerQueueIsFull; with no
         callback to tell, the call itself raises it (as a Kafka producer's
         produce() does), so a refused message is never lost unseen."""
-        if callback is not None and not callable(callback):
-            raise TypeError(f"callback must be callable or None, not {type(callback).__name__}")
-        number = next(self._admitted)
-        refused = False
-        if number - self._settled > self._max_pending:
-            if not self._block or self._loop.on_loop_thread():
-                refused = True
-                content = None  # the loop counts it settled and tells the callback
-            else:
-                self._wait_for_room(number)
-        self._handed.append((content, callback, properties, partition_key, txn))
-        if not self._wake_pending:
-            self._wake_pending = True
-            self._loop.call_soon(self._drain)
-        if refused and callback is None:
-            raise ProducerQueueIsFull(
-                f"producer for {self._inner.topic} holds {self._max_pending} messages not "
-                "yet acknowledged, its max_pending_messages, and this send has no callback "
-                "to tell: create it with block_if_queue_full=True, or flush() now and then"
-            )
-
-    def _wait_for_room(self, number: int) -> None:
-        """Block the calling thread until send `number` is within max_pending_messages
-        of the sends whose callbacks have run."""
-        with self._room:
-            while number - self._settled > self._max_pending:
-                if self._loop.loop.is_closed():
-                    raise StableLineError(f"producer for {self._inner.topic} is closed")
-                self._room.wait(timeout=1.0)
-
-    def _drain(self) -> None:
-        """On the loop: give the asyncio producer every message handed over."""
-        self._wake_pending = False  # before taking: a later append wakes the loop again
-        handed = self._handed
-        inner = self._inner
-        send = inner._send_admitted if self._block else inner.send_nowait
-        current = None
-        waiting: list = []
-        append = waiting.append
-        take = handed.popleft
-        while handed:
-            content, callback, properties, partition_key, txn = take()
-            try:
-                if content is None:
-                    raise inner._queue_full_error()
-                if txn is not None:
-                    txn = _inner_txn(txn)
-                receipt = send(content, properties, partition_key, txn)
-                batch_future, index = receipt
-            except (StableLineError, TypeError, ValueError) as error:
-                self._count_settled(1)
-                if callback is not None:
-                    _call(callback, error, None)
-                continue
-            if batch_future is not current:
-                current = batch_future
-                waiting = []
-                append = waiting.append
-                # A partitioned topic's receipt names its partition; the ids carry it.
-                partition = getattr(receipt, "partition", -1)
-                batch_future.add_done_callback(functools.partial(self._settle, waiting, partition))
-            append((callback, index))
-
-    def _count_settled(self, count: int) -> None:
-        """`count` more sends are settled (durable or failed): wake senders waiting for room."""
-        self._settled += count
-        if self._block:
-            with self._room:
-                self._room.notify_all()
-
-    def _settle(self, waiting: list, partition: int, batch_future: asyncio.Future) -> None:
-        """A batch is durable or failed: run its messages' callbacks in send order."""
-        if batch_future.cancelled():
-            error = StableLineError("send cancelled")
-        else:
-            error = batch_future.exception()
-        if error is None:
-            ledger_id, entry_id = batch_future.result()
-            for callback, index in waiting:
-                if callback is not None:
-                    try:
-                        callback(
-                            None,
-                            _new_tuple(MessageId, (ledger_id, entry_id, index))
-                            if partition < 0
-                            else PartitionedMessageId(ledger_id, entry_id, index, partition),
-                        )
-                    except Exception:
-                        _log.exception("send_async callback %r raised", callback)
-        else:
-            for callback, _index in waiting:
-                if callback is not None:
-                    _call(callback, error, None)
-        self._count_settled(len(waiting))
+        if txn is not None:
+            txn = _inner_txn(txn)
+        self._send_from_thread(content, callback, properties, partition_key, txn)
 
     def flush(self) -> None:
         """Wait until every message sent so far is durable (or failed) and its
         callback has run."""
-        self._loop.run(self._flush())
-
-    async def _flush(self) -> None:
-        self._drain()
-        await self._inner.flush()
+        self._loop.run(self._sender.flush())
 
     def close(self) -> None:
         self._loop.run(self._close())
 
     async def _close(self) -> None:
-        self._drain()
-        await self._inner.close()
+        await self._sender.close()
+
+    def _hand_over(self) -> None:
+        """On the loop, after the client shut down: what was handed over fails at once."""
+        self._sender.hand_over()
 
 
 class Consumer:
@@ -381,16 +236,17 @@ class Consumer:
     The caller crosses to the loop only to refill; a refill returns as soon as the
     messages are taken (the permits' write is not waited for).
 
-    acknowledge() groups as Pulsar's acknowledgment grouping does: the ids wait
-    ack_grouping_time_ms (or until ack_grouping_max_size of them) and go as one
-    request, so acknowledge returns before the broker has the ack. A grouped ack is
-    confirmed (fsynced by the broker) when close(), unsubscribe(), seek(),
-    redeliver_unacknowledged_messages(), a cumulative, negative or transactional ack
-    returns; with ack_grouping_time_ms=0 every acknowledge waits for its answer and
-    raises on a refusal. A refused grouped ack is logged.
+    acknowledge() is the asyncio consumer's acknowledge_nowait, which groups as
+    Pulsar's acknowledgment grouping does: the ids wait ack_grouping_time_ms (or until
+    ack_grouping_max_size of them) and go as one request, so acknowledge returns
+    before the broker has the ack. A grouped ack is confirmed (fsynced by the broker)
+    when close(), unsubscribe(), seek(), redeliver_unacknowledged_messages(), a
+    cumulative, negative or transactional ack returns; with ack_grouping_time_ms=0
+    every acknowledge waits for its answer and raises on a refusal. A refused grouped
+    ack is logged.
     """
 
-    def __init__(self, inner: aio.Consumer | MultiTopicConsumer, loop: _LoopThread):
+    def __init__(self, inner: aio.Consumer | aio.MultiTopicConsumer, loop: _LoopThread):
         self._inner = inner
         self._loop = loop
         options = inner.options
@@ -404,32 +260,11 @@ class Consumer:
         self._refill_size = (
             1 if options.ack_timeout_ms else min(options.receiver_queue_size, RECEIVE_BATCH_MAX)
         )
-        # Grouped acks, appended by the caller and taken on the loop thread: received
-        # Messages (the usual case) as two items each, entry and index (one extend:
-        # atomic, so the pairs stay whole whatever threads ack), and anything else.
-        self._acks: deque = deque()
-        self._acked_others: deque[Message | MessageId] = deque()
-        self._ack_group_s = options.ack_grouping_time_ms / 1000
-        self._ack_group_max = options.ack_grouping_max_size
-        # acknowledge() stays an append until _acks holds _ack_wake_at items (two a
-        # message): 1 while no timer is armed (the first ack arms it), room for
-        # ack_grouping_max_size acks while one is, past any size while a full group
-        # waits to be taken. Written under _ack_lock; read by the caller without it
-        # (the loop resets it before it takes the acks, so an ack appended after a
-        # take always sees the reset: no group is left without a timer).
-        self._ack_lock = threading.Lock()
-        self._ack_wake_at = 1
-        self._ack_timer_armed = False
-        self._ack_full_pending = False
-        self._ack_requests: set[asyncio.Task] = set()
-        self._several = isinstance(inner, MultiTopicConsumer)
+        self._several = isinstance(inner, aio.MultiTopicConsumer)
         # Plain acks are grouped: ack_grouping_time_ms > 0 and neither close() nor
         # unsubscribe() called (then acks wait for their answer, and raise).
-        self._grouped = self._ack_group_s > 0
-        # Groups taken from _acks whose request is not yet made (token -> group): a
-        # reopen sends them ahead of the redelivery instead.
-        self._unsent_groups: dict[int, Messages | list] = {}
-        self._group_tokens = itertools.count()
+        self._grouped = options.ack_grouping_time_ms > 0
+        self._ack_nowait = inner.acknowledge_nowait
         # The topic of every stream reopened so far, in order (appended under
         # _buffer_lock): a refill taken before the n-th reopen drops what it holds
         # of the topics reopened since (see _on_reopen).
@@ -489,9 +324,8 @@ class Consumer:
     def _on_reopen(self, topic: str) -> None:
         """On the loop, when a stream is replaced (before the broker redelivers):
         buffered messages of its topic are dropped, as its receiver queue was, so
-        the redelivery is the only copy; grouped acks not yet sent go with the
-        reopen, ahead of the redelivery, so what was acknowledged is not given out
-        again."""
+        the redelivery is the only copy (the asyncio consumer sends the grouped acks
+        ahead of it)."""
         with self._buffer_lock:
             self._reopened.append(topic)
             if self._several:
@@ -499,35 +333,6 @@ class Consumer:
                 self._set_buffered(iter(kept))
             else:
                 self._set_buffered(iter(()))
-        groups = [*self._unsent_groups.values(), self._take_group()]
-        self._unsent_groups.clear()
-        consumer = self._inner._consumers.get(topic) if self._several else self._inner
-        for group in groups:
-            if not group:
-                continue
-            if consumer is None:
-                self._start_group(group)
-                continue
-            mine: Messages | list = group
-            if self._several:
-                items = list(group)
-                mine = [i for i in items if self._inner._consumer_of(i) is consumer]
-                if len(mine) != len(items):
-                    others = [i for i in items if self._inner._consumer_of(i) is not consumer]
-                    self._start_group(others)
-            if mine:
-                task = self._loop.loop.create_task(
-                    self._answered(consumer._ack_with_reopen(mine), len(mine))
-                )
-                self._ack_requests.add(task)
-                task.add_done_callback(self._ack_requests.discard)
-
-    @staticmethod
-    async def _answered(answer: asyncio.Future, count: int) -> None:
-        done = await answer
-        if done.error_code:
-            error = from_code(done.error_code, done.error_message)
-            _log.warning("acknowledgment of %d messages failed: %s", count, error)
 
     async def _take(self, max_messages: int, timeout_millis: int | None) -> Messages:
         """At least one message, up to max_messages; Timeout after timeout_millis."""
@@ -551,123 +356,22 @@ class Consumer:
             raise ValueError("max_num_messages must be >= 1")
         buffered = list(islice(self._buffered, max_num_messages))
         if buffered:
-            return Messages([(m._entry, (m._index,)) for m in buffered])
+            return Messages([(m[0], (m[1],)) for m in buffered])
         return self._loop.run(self._inner.batch_receive(max_num_messages, timeout_millis))
 
     def acknowledge(self, message: Message | MessageId | list | Messages, txn=None) -> None:
         """Acknowledge; grouped unless in a transaction or ack_grouping_time_ms is 0
         (then it returns once the broker has the ack, and raises if refused)."""
-        if txn is None and type(message) is Message and self._grouped:
-            acks = self._acks
-            acks.extend(message)  # entry, index: the Message itself is not kept
-            if len(acks) >= self._ack_wake_at:
-                self._ack_group_grew()
+        if txn is None and self._grouped:
+            self._ack_nowait(message)
             return
-        if txn is not None or not self._grouped:
-            self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
-            if isinstance(txn, Transaction):
-                txn._held_by(self, message)
-            return
-        others = self._acked_others
-        if isinstance(message, MessageId | Message):
-            if self._several:
-                self._inner._consumer_of(message)  # a MessageId names no topic: raises
-            others.append(message)
-        elif isinstance(message, list | Messages):
-            for item in message:
-                if not isinstance(item, Message | MessageId):
-                    raise TypeError(f"expected a Message or MessageId, not {type(item).__name__}")
-                if self._several and type(item) is not Message:
-                    self._inner._consumer_of(item)
-            others.extend(message)
-        else:
-            raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
-        self._ack_group_grew()
-
-    def _ack_group_grew(self) -> None:
-        """The group reached _ack_wake_at, or took other acks than Messages: arm the
-        timer, or have a full group sent; the next wake-up comes when the Messages
-        and the others together make ack_grouping_max_size."""
-        with self._ack_lock:
-            others = len(self._acked_others)
-            if not self._ack_timer_armed:
-                self._ack_timer_armed = True
-                self._loop.call_soon(self._arm_ack_timer)
-            if self._ack_full_pending:
-                return  # the wake-up is past any size until the loop takes the group
-            if len(self._acks) // 2 + others >= self._ack_group_max:
-                self._ack_full_pending = True
-                self._ack_wake_at = sys.maxsize
-                self._loop.call_soon(self._send_full_group)
-            else:
-                self._ack_wake_at = 2 * (self._ack_group_max - others)
-
-    def _arm_ack_timer(self) -> None:
-        self._loop.loop.call_later(self._ack_group_s, self._send_timed_group)
-
-    def _send_timed_group(self) -> None:
-        with self._ack_lock:  # before taking: a later ack arms a new timer
-            self._ack_timer_armed = False
-            self._ack_wake_at = 1
-        self._send_acks()
-
-    def _send_full_group(self) -> None:
-        with self._ack_lock:
-            self._ack_full_pending = False
-            self._ack_wake_at = 2 * self._ack_group_max if self._ack_timer_armed else 1
-        self._send_acks()
-
-    def _send_acks(self) -> None:
-        """On the loop: send every grouped ack as one request. Appends that come
-        after a deque's len() was read wait for the next group."""
-        group = self._take_group()
-        if group:
-            self._start_group(group)
-
-    def _take_group(self) -> Messages | list:
-        """On the loop: every grouped ack, taken."""
-        acks = self._acks
-        flat = list(starmap(acks.popleft, repeat((), len(acks))))
-        assert len(flat) % 2 == 0, "an ack is appended as entry and index in one extend"
-        group: Messages | list = _runs_of(flat)
-        others = self._acked_others
-        if others:
-            group = [*group, *starmap(others.popleft, repeat((), len(others)))]
-        return group
-
-    def _start_group(self, group: Messages | list) -> None:
-        token = next(self._group_tokens)
-        self._unsent_groups[token] = group
-        task = self._loop.loop.create_task(self._send_group(token))
-        self._ack_requests.add(task)
-        task.add_done_callback(self._ack_requests.discard)
-
-    async def _send_group(self, token: int) -> None:
-        group = self._unsent_groups.pop(token, None)
-        if group is None:
-            return  # a reopen sent it first
-        try:
-            await self._inner.acknowledge(group)
-        except InvalidMessageId:
-            # The request is all or nothing: ack one by one so that one bad id in the
-            # group refuses only itself.
-            for item in group:
-                try:
-                    await self._inner.acknowledge(item)
-                except StableLineError as error:
-                    _log.warning("acknowledgment of %s refused: %s", _id_text(item), error)
-        except StableLineError as error:
-            _log.warning("acknowledgment of %d messages failed: %s", len(group), error)
-
-    async def _confirm_acks(self) -> None:
-        """Send the grouped acks now and wait for the broker's answers."""
-        self._send_acks()
-        if self._ack_requests:
-            await asyncio.gather(*self._ack_requests, return_exceptions=True)
+        self._loop.run(self._confirmed(self._inner.acknowledge, message, _inner_txn(txn)))
+        if isinstance(txn, Transaction):
+            txn._held_by(self, message)
 
     async def _confirmed(self, method: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """`method(*args)` once the grouped acks before it are confirmed."""
-        await self._confirm_acks()
+        await self._inner.flush_acknowledgments()
         return await method(*args)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
@@ -709,9 +413,7 @@ class Consumer:
 
     async def _close(self) -> None:
         self._grouped = False
-        with contextlib.suppress(StableLineError):
-            await self._confirm_acks()
-        await self._inner.close()
+        await self._inner.close()  # confirms the grouped acks first
 
     @property
     def is_active(self) -> bool:
@@ -977,7 +679,7 @@ class Client:
         await self._inner.shutdown()
         for closeable in opened:
             if isinstance(closeable, Producer):
-                closeable._drain()  # the producer is closed: each fails at once
+                closeable._hand_over()  # the producer is closed: each fails at once
 
     async def _close(self) -> None:
         opened, self._opened = self._opened, []

@@ -13,15 +13,17 @@ from stableline._types import (
     MessageId,
     TransactionState,
 )
+from stableline.aio._admission import ThreadSender
 from stableline.aio._batch import SendReceipt
 from stableline.aio._client import Client
 from stableline.aio._consumer import Consumer
-from stableline.aio._options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
+from stableline.aio._multi_consumer import MultiTopicConsumer
 from stableline.aio._partitioned_producer import PartitionedProducer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
+from stableline.aio.options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
 
 __all__ = [
     "AuthenticationToken",
@@ -40,12 +42,14 @@ __all__ = [
     "Message",
     "MessageId",
     "MessageRoutingMode",
+    "MultiTopicConsumer",
     "PartitionedProducer",
     "Producer",
     "ProducerOptions",
     "Reader",
     "ReaderOptions",
     "SendReceipt",
+    "ThreadSender",
     "Transaction",
     "TransactionState",
 ]

@@ -2,7 +2,7 @@
 and transactions, each handed the connection it runs on.
 
 Every factory takes its options as keyword arguments with the defaults of
-stableline.aio._options, builds the options value and opens with it; the blocking
+stableline.aio.options, builds the options value and opens with it; the blocking
 client builds the same value and calls the same `open_*` method.
 """
 
@@ -42,7 +42,12 @@ from stableline.aio._multi_consumer import (
     list_namespace,
     pattern_namespace,
 )
-from stableline.aio._options import (
+from stableline.aio._partitioned_producer import PartitionedProducer
+from stableline.aio._producer import Producer
+from stableline.aio._reader import Reader
+from stableline.aio._reconnect import Backoff
+from stableline.aio._transaction import Transaction
+from stableline.aio.options import (
     CLIENT_DEFAULTS,
     CONSUMER_DEFAULTS,
     PRODUCER_DEFAULTS,
@@ -53,11 +58,6 @@ from stableline.aio._options import (
     ProducerOptions,
     ReaderOptions,
 )
-from stableline.aio._partitioned_producer import PartitionedProducer
-from stableline.aio._producer import Producer
-from stableline.aio._reader import Reader
-from stableline.aio._reconnect import Backoff
-from stableline.aio._transaction import Transaction
 from stableline.partitions import partition_topic, partition_topics, split_partition
 from stableline.topic_name import TopicName
 

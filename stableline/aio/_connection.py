@@ -39,8 +39,8 @@ from stableline._errors import (
 from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import service_addresses
-from stableline.aio._options import ClientOptions
 from stableline.aio._reconnect import with_retries, within
+from stableline.aio.options import ClientOptions
 
 T = TypeVar("T")
 

@@ -38,13 +38,14 @@ from stableline._types import (
     Messages,
     message_indexes,
 )
+from stableline.aio._ack_grouping import AckGrouping
 from stableline.aio._connection import Connection, rpc_failure
-from stableline.aio._options import (
+from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, is_transient, read_until_gone
+from stableline.aio.options import (
     BATCH_RECEIVE_MAX_MESSAGES,
     BATCH_RECEIVE_TIMEOUT_MS,
     ConsumerOptions,
 )
-from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, is_transient, read_until_gone
 
 MessageOrId = Message | MessageId
 
@@ -148,6 +149,9 @@ class Consumer:
         # gets permits: whoever took messages from the queue and holds them for a
         # caller drops them, as the queue does (add_reopen_listener).
         self._reopen_listeners: list[Callable[[str], None]] = []
+        self._ack_grouping = AckGrouping(
+            self, options.ack_grouping_time_ms, options.ack_grouping_max_size, several=False
+        )
 
     # ------------------------------------------------------------ open
 
@@ -486,6 +490,17 @@ class Consumer:
         )
         self._forget(wire)
 
+    def acknowledge_nowait(self, message: MessageOrId | list[MessageOrId] | Messages) -> None:
+        """Acknowledge without waiting, from any thread: the ack is grouped with others
+        for ack_grouping_time_ms (or until ack_grouping_max_size of them) and sent as
+        one request. It is confirmed once flush_acknowledgments() or close() returns; a
+        refused grouped ack is logged."""
+        self._ack_grouping.add(message)
+
+    async def flush_acknowledgments(self) -> None:
+        """Send the acks acknowledge_nowait grouped, and wait for the broker's answers."""
+        await self._ack_grouping.confirm()
+
     def _ack_with_reopen(self, items: list[MessageOrId] | Messages) -> asyncio.Future:
         """From a reopen listener only: an ack the reopen writes itself, before the
         permits, so the broker has it before it redelivers; the answer (a RequestDone)
@@ -628,8 +643,11 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        """Close after the grouped acks (acknowledge_nowait) are confirmed."""
         if self._closed:
             return
+        with contextlib.suppress(StableLineError):
+            await self._ack_grouping.confirm()
         self._closed = True
         self._timer_wakeup.set()
         for task in (self._timer, self._flow_writer):

@@ -24,8 +24,9 @@ from collections.abc import Awaitable, Callable
 from stableline._errors import StableLineError, Timeout
 from stableline._proto import admin_pb2 as admin_pb
 from stableline._types import Message, MessageId, Messages
+from stableline.aio._ack_grouping import AckGrouping
 from stableline.aio._consumer import Consumer
-from stableline.aio._options import (
+from stableline.aio.options import (
     BATCH_RECEIVE_MAX_MESSAGES,
     BATCH_RECEIVE_TIMEOUT_MS,
     ConsumerOptions,
@@ -96,6 +97,9 @@ class MultiTopicConsumer:
         self._open_new_partition = open_new_partition
         self._closed = False
         self._reopen_listeners: list[Callable[[str], None]] = []
+        self._ack_grouping = AckGrouping(
+            self, options.ack_grouping_time_ms, options.ack_grouping_max_size, several=True
+        )
 
     async def _open(self, topics: list[str]) -> None:
         for topic in topics:
@@ -279,6 +283,15 @@ class MultiTopicConsumer:
         for consumer, group in by_topic.items():
             await consumer.acknowledge(group, txn)
 
+    def acknowledge_nowait(self, message) -> None:
+        """Consumer.acknowledge_nowait: grouped, from any thread; a bare MessageId
+        that names no topic raises TypeError here."""
+        self._ack_grouping.add(message)
+
+    async def flush_acknowledgments(self) -> None:
+        """Send the grouped acks and wait for the broker's answers."""
+        await self._ack_grouping.confirm()
+
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         await self._consumer_of(message).acknowledge_cumulative(message)
 
@@ -303,8 +316,11 @@ class MultiTopicConsumer:
         await self.close()
 
     async def close(self) -> None:
+        """Close after the grouped acks are confirmed."""
         if self._closed:
             return
+        with contextlib.suppress(StableLineError):
+            await self._ack_grouping.confirm()
         self._closed = True
         for task in [*self._pumps, *([self._discovery] if self._discovery else [])]:
             task.cancel()

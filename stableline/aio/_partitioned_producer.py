@@ -26,8 +26,8 @@ from stableline._errors import StableLineError
 from stableline._routing import MessageRoutingMode, RoutedMessage, key_partition
 from stableline._types import MessageId, PartitionedMessageId
 from stableline.aio._batch import SendReceipt
-from stableline.aio._options import ProducerOptions
 from stableline.aio._producer import Producer, send_with_callback
+from stableline.aio.options import ProducerOptions
 
 log = logging.getLogger(__name__)
 

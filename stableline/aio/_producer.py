@@ -32,8 +32,8 @@ from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId, TransactionState
 from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
 from stableline.aio._connection import Connection, rpc_failure
-from stableline.aio._options import ProducerOptions
 from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, read_until_gone
+from stableline.aio.options import ProducerOptions
 from stableline.wire import (
     encode_message,
     key_fields,

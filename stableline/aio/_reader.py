@@ -16,7 +16,7 @@ from stableline._errors import NotOwner, Timeout, TopicNotFound
 from stableline._proto import broker_pb2 as pb
 from stableline._types import Message, MessageId, messages_of
 from stableline.aio._connection import Connection
-from stableline.aio._options import ReaderOptions
+from stableline.aio.options import ReaderOptions
 
 FETCH_MAX_ENTRIES = 500
 # A single Fetch waits at most this long; read_next loops until its own deadline.

@@ -604,43 +604,6 @@ def test_an_ack_after_close_raises(client):
         consumer.acknowledge(message)
 
 
-def test_a_group_of_received_messages_acks_whole_entries_as_one_id_and_nothing_more():
-    from stableline._proto import broker_pb2 as pb
-    from stableline._sync import _runs_of
-    from stableline._types import messages_of
-    from stableline.aio._consumer import _ack_ids
-
-    def delivered(entry_id: int, count: int) -> list:
-        batch = pb.MessageBatch(messages=[pb.SingleMessage(payload=b"m")] * count)
-        entry = pb.EntryDelivery(
-            ledger_id=1,
-            entry_id=entry_id,
-            metadata=pb.EntryMetadata(num_messages=count),
-            payload=batch.SerializeToString(),
-        )
-        return messages_of("persistent://public/default/t", entry)
-
-    def acked(group: list) -> list:
-        # As acknowledge keeps them: entry, index, entry, index...
-        return sorted(_ack_ids(_runs_of([part for message in group for part in message])))
-
-    whole, part = delivered(0, 3), delivered(1, 3)
-    MessageId = stableline.MessageId
-    # A message acked twice is not the entry, even when the run counts as many.
-    assert acked([*whole, part[0], part[0], part[1]]) == [
-        MessageId(1, 0, -1),
-        MessageId(1, 1, 0),
-        MessageId(1, 1, 1),
-    ]
-    assert acked([part[1], part[0], part[0]]) == [MessageId(1, 1, 0), MessageId(1, 1, 1)]
-    # Entries interleaved and out of order: an entry acked whole goes as one id.
-    assert acked([whole[2], part[1], whole[0], whole[1]]) == [
-        MessageId(1, 0, -1),
-        MessageId(1, 1, 1),
-    ]
-    assert acked([]) == []
-
-
 def test_an_abort_drops_only_the_buffered_messages_acked_in_it(client):
     producer = client.create_producer("abort-buffer", batching_max_messages=5)
     for i in range(5):

@@ -24,8 +24,8 @@ from stableline._errors import (
 )
 from stableline._proto import broker_pb2 as pb
 from stableline.aio._connection import Connection, ConnectionPool, rpc_failure
-from stableline.aio._options import ClientOptions
 from stableline.aio._reconnect import Backoff
+from stableline.aio.options import ClientOptions
 
 
 def _rpc_error(code: grpc.StatusCode, details: str, broker_code: str | None = None):

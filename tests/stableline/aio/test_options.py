@@ -10,7 +10,7 @@ import pytest
 
 import stableline
 from stableline import aio
-from stableline.aio._options import (
+from stableline.aio.options import (
     ClientOptions,
     ConsumerOptions,
     ProducerOptions,
