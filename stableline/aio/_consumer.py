@@ -41,6 +41,7 @@ from stableline._types import (
 from stableline.aio._ack_grouping import AckGrouping
 from stableline.aio._connection import Connection, rpc_failure
 from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, is_transient, read_until_gone
+from stableline.aio._state import StreamState, check_transition
 from stableline.aio.options import (
     BATCH_RECEIVE_MAX_MESSAGES,
     BATCH_RECEIVE_TIMEOUT_MS,
@@ -139,8 +140,10 @@ class Consumer:
         self._watch = AnswerWatch(connection.timeout_s, self._on_silent)
         self._stream_token: str | None = None  # the token _call was opened with
         self._receiver: asyncio.Task | None = None
+        self._state = StreamState.CONNECTING
+        # Why the stream ended for good: set as the consumer moves to FAILED (or,
+        # once CLOSED, when its receiver stops).
         self._failure: StableLineError | None = None
-        self._closed = False
         self.is_active = True
         # One write at a time on the stream: the redelivery timer, acks, flows and a
         # reopen may all want to write, and gRPC takes one write at a time.
@@ -152,11 +155,25 @@ class Consumer:
         self._ack_grouping = AckGrouping(
             self, options.ack_grouping_time_ms, options.ack_grouping_max_size, several=False
         )
+        # acknowledge_nowait is the grouping's add itself: one call per ack, no frame
+        # in between (the blocking client's acknowledge is this, per message).
+        self.acknowledge_nowait = self._ack_grouping.add
 
     # ------------------------------------------------------------ open
 
+    def _move(self, new: StreamState) -> None:
+        check_transition(f"consumer of {self._subscription}", self._state, new)
+        self._state = new
+
+    def _give_up(self, reason: StableLineError) -> None:
+        """The stream ended for good: FAILED with `reason`, unless already CLOSED."""
+        self._failure = reason
+        if self._state is not StreamState.CLOSED:
+            self._move(StreamState.FAILED)
+
     async def _open(self) -> None:
         await self._open_stream()
+        self._move(StreamState.READY)
         self._receiver = asyncio.create_task(self._receive())
         async with self._write_lock:
             await self._call.write(pb.SubscribeRequest(flow=pb.Flow(permits=self._queue_size)))
@@ -243,7 +260,7 @@ class Consumer:
 
     def is_connected(self) -> bool:
         """Open, and not given up on the broker (it reconnects on its own until then)."""
-        return not self._closed and self._failure is None
+        return self._state is StreamState.READY
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the topic's last confirmed entry (batch index -1)."""
@@ -253,17 +270,18 @@ class Consumer:
     async def _receive(self) -> None:
         """Deliveries and answers, until closed or the broker stays away too long."""
         try:
-            self._failure = await read_until_gone(
+            reason = await read_until_gone(
                 self._connection,
                 self._read_stream,
                 self._reopen_once,
-                lambda: self._closed,
+                lambda: self._state is StreamState.CLOSED,
                 f"consumer of {self._subscription} on {self._topic}",
                 lambda: self._stream_token,
                 lambda: self._watch.silent,
             )
+            self._give_up(reason)
         except asyncio.CancelledError:
-            self._failure = StableLineError("consumer closed")
+            self._give_up(StableLineError("consumer closed"))
             raise
         finally:
             self._watch.stop()
@@ -336,12 +354,12 @@ class Consumer:
             )
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state is StreamState.CLOSED:
             raise StableLineError(f"consumer of {self._subscription} is closed")
 
     async def _write(self, request: pb.SubscribeRequest) -> None:
         self._check_open()
-        if self._failure is not None:
+        if self._state is StreamState.FAILED:
             raise self._failure
         try:
             async with self._write_lock:
@@ -352,7 +370,7 @@ class Consumer:
                 if isinstance(error, grpc.aio.AioRpcError)
                 else BrokerUnavailable(f"subscribe stream to {self._topic} is closed: {error}")
             )
-            if self._closed or not is_transient(failure):
+            if self._state is StreamState.CLOSED or not is_transient(failure):
                 raise failure from None
             # The stream broke: the receiver subscribes again, resends what waits for
             # an answer and gives fresh permits; a lost nack is redelivered anyway.
@@ -403,7 +421,7 @@ class Consumer:
     def _refill(self) -> None:
         """Pulsar's rule: give the broker permits back once half the queue is
         consumed. The write is the flow writer's, so the caller does not wait for it."""
-        if self._flow_due() and self._flow_writer is None and not self._closed:
+        if self._flow_due() and self._flow_writer is None and self._state is not StreamState.CLOSED:
             self._flow_writer = asyncio.create_task(self._write_flows())
 
     def _flow_due(self) -> bool:
@@ -426,7 +444,7 @@ class Consumer:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._queue:
             self._check_open()
-            if self._failure is not None:
+            if self._state is StreamState.FAILED:
                 raise self._failure
             self._arrived.clear()
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -588,7 +606,7 @@ class Consumer:
 
     async def _redelivery_timer(self) -> None:
         """Redeliver nacked entries after their delay and unacked ones after ack timeout."""
-        while not self._closed:
+        while self._state is not StreamState.CLOSED:
             now = time.monotonic()
             due: dict[tuple[int, int], int | None] = {}
             for pending in (self._unacked, self._nacked):
@@ -644,18 +662,19 @@ class Consumer:
 
     async def close(self) -> None:
         """Close after the grouped acks (acknowledge_nowait) are confirmed."""
-        if self._closed:
+        if self._state is StreamState.CLOSED:
             return
         with contextlib.suppress(StableLineError):
             await self._ack_grouping.confirm()
-        self._closed = True
+        ending_from = self._state
+        self._move(StreamState.CLOSED)
         self._timer_wakeup.set()
         for task in (self._timer, self._flow_writer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        await self._end_stream()
+        await self._end_stream(ending_from)
         if self._receiver is not None:
             self._receiver.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -664,13 +683,13 @@ class Consumer:
             self._call.cancel()
         self._arrived.set()
 
-    async def _end_stream(self) -> None:
+    async def _end_stream(self, ending_from: StreamState) -> None:
         """Half-close the stream and wait (at most _CLOSE_WAIT_S) for the broker to
         end it: by then the broker has let go of this consumer, so an Exclusive or
         Failover subscription can be taken again at once, as after Pulsar's
         CloseConsumer. A bare cancel raced the next subscribe (SubscriptionBusy)."""
         call = self._call
-        if call is None or call.done() or self._failure is not None:
+        if ending_from is not StreamState.READY or call.done():
             return
         with contextlib.suppress(Exception):
             async with asyncio.timeout(_CLOSE_WAIT_S):

@@ -100,6 +100,9 @@ class MultiTopicConsumer:
         self._ack_grouping = AckGrouping(
             self, options.ack_grouping_time_ms, options.ack_grouping_max_size, several=True
         )
+        # acknowledge_nowait is the grouping's add itself: one call per ack, no frame
+        # in between (the blocking client's acknowledge is this, per message).
+        self.acknowledge_nowait = self._ack_grouping.add
 
     async def _open(self, topics: list[str]) -> None:
         for topic in topics:

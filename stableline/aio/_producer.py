@@ -33,6 +33,7 @@ from stableline._types import MessageId, TransactionState
 from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
 from stableline.aio._connection import Connection, rpc_failure
 from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, read_until_gone
+from stableline.aio._state import StreamState, check_transition
 from stableline.aio.options import ProducerOptions
 from stableline.wire import (
     encode_message,
@@ -45,6 +46,7 @@ from stableline.wire import (
 # A batch is sent once its payloads reach this many bytes.
 BATCHING_MAX_BYTES = 128 * 1024
 _OPEN = TransactionState.OPEN
+_READY = StreamState.READY
 # Where a keyed message's batch is found: its key, or (transaction id, key).
 Slot = str | tuple[tuple[int, int], str]
 _LOST_POSITION = (
@@ -113,8 +115,10 @@ class Producer:
         self._call = None
         self._stream_token: str | None = None  # the token _call was opened with
         self._receiver: asyncio.Task | None = None
+        self._state = StreamState.CONNECTING
+        # Why the stream ended for good: set as the producer moves to FAILED (or,
+        # once CLOSED, when its receiver stops).
         self._failure: StableLineError | None = None
-        self._closed = False
         self.topic = topic
         self.max_message_size = 5 * 1024 * 1024
         # (stream generation, sequence ids, request): a reconnect starts a generation.
@@ -128,8 +132,19 @@ class Producer:
         if self._call is not None:
             self._call.cancel()
 
+    def _move(self, new: StreamState) -> None:
+        check_transition(f"producer for {self.topic}", self._state, new)
+        self._state = new
+
+    def _give_up(self, reason: StableLineError) -> None:
+        """The stream ended for good: FAILED with `reason`, unless already CLOSED."""
+        self._failure = reason
+        if self._state is not StreamState.CLOSED:
+            self._move(StreamState.FAILED)
+
     async def _open(self) -> None:
         opened = await self._open_stream()
+        self._move(StreamState.READY)
         self.topic = opened.topic
         self.max_message_size = opened.max_message_size
         # A named producer continues after what the topic already holds of it.
@@ -184,21 +199,22 @@ class Producer:
     async def _receive(self) -> None:
         """Receipts, until the producer closes or the broker stays away too long."""
         try:
-            self._failure = await read_until_gone(
+            reason = await read_until_gone(
                 self._connection,
                 self._read_receipts,
                 self._reopen,
-                lambda: self._closed,
+                lambda: self._state is StreamState.CLOSED,
                 f"producer {self._name} on {self.topic}",
                 lambda: self._stream_token,
                 lambda: self._watch.silent,
             )
+            self._give_up(reason)
         except asyncio.CancelledError:
-            self._failure = BrokerUnavailable("producer closed")
+            self._give_up(BrokerUnavailable("producer closed"))
             raise
         finally:
             self._watch.stop()
-            failure = self._failure or BrokerUnavailable("producer closed")
+            failure = self._ended()
             for batch in self._pending.values():
                 _fail(batch, failure)
             self._pending.clear()
@@ -248,9 +264,10 @@ class Producer:
             batch.future.set_result((receipt.ledger_id, receipt.entry_id))
 
     def _check_open(self) -> None:
-        if self._closed:
+        state = self._state
+        if state is StreamState.CLOSED:
             raise StableLineError(f"producer for {self.topic} is closed")
-        if self._failure is not None:
+        if state is StreamState.FAILED:
             raise self._failure
 
     def send_nowait(
@@ -272,8 +289,7 @@ class Producer:
             and type(content) is bytes
             and not (properties or event_time_ms)
             and partition_key is None
-            and self._failure is None
-            and not self._closed
+            and self._state is _READY
             and (batch.txn is None if txn is None else batch.txn == txn.id and txn._state is _OPEN)
         ):
             # The usual send, a plain payload into an open batch (of its transaction,
@@ -298,8 +314,7 @@ class Producer:
             and self._key_based
             and type(content) is bytes
             and not (properties or event_time_ms)
-            and self._failure is None
-            and not self._closed
+            and self._state is _READY
         ):
             # KeyBased's usual send: a plain payload into its key's open batch. The
             # key's fields were encoded when the batch opened; the queue is counted
@@ -468,7 +483,7 @@ class Producer:
         """Send one message and wait for its MessageId. With max_pending_messages
         unacknowledged: waits for room if block_if_queue_full, else raises
         ProducerQueueIsFull."""
-        while self.queue_full() and self._failure is None and not self._closed:
+        while self.queue_full() and self._state is _READY:
             if not self.options.block_if_queue_full:
                 raise self._queue_full_error()
             self._space.clear()
@@ -520,10 +535,10 @@ class Producer:
 
     def _enqueue(self, batch: Batch) -> None:
         """Give the batch its sequence id and queue it for the stream writer."""
-        if self._failure is not None:
+        if self._state is not _READY:
             # The stream ended for good while this batch was open (a revoked grant, an
             # expired token, ...): no receiver is left to settle it.
-            _fail(batch, self._failure)
+            _fail(batch, self._ended())
             return
         sequence_id = next(self._sequence)
         self._pending[sequence_id] = batch
@@ -535,9 +550,9 @@ class Producer:
 
     def _enqueue_all(self, batches: list[Batch]) -> None:
         """_enqueue for several batches: a sequence id each, in order, sent together."""
-        if self._failure is not None:
+        if self._state is not _READY:
             for batch in batches:
-                _fail(batch, self._failure)
+                _fail(batch, self._ended())
             return
         numbered = []
         for batch in batches:
@@ -570,12 +585,15 @@ class Producer:
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
+    def _ended(self) -> StableLineError:
+        return self._failure or BrokerUnavailable("producer closed")
+
     async def close(self) -> None:
-        if self._closed:
+        if self._state is StreamState.CLOSED:
             return
         with contextlib.suppress(StableLineError):
             await self.flush()
-        self._closed = True
+        self._move(StreamState.CLOSED)
         if self._call is not None:
             with contextlib.suppress(Exception):
                 await self._call.done_writing()
