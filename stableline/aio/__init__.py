@@ -23,12 +23,14 @@ from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
+from stableline.aio._transport import ChannelFactory
 from stableline.aio.options import ClientOptions, ConsumerOptions, ProducerOptions, ReaderOptions
 
 __all__ = [
     "AuthenticationToken",
     "Backoff",
     "BatchingType",
+    "ChannelFactory",
     "Client",
     "ClientOptions",
     "Consumer",

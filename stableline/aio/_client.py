@@ -18,12 +18,11 @@ from typing import TypeVar
 from stableline._auth import AuthenticationToken
 from stableline._errors import (
     AuthorizationError,
-    BrokerUnavailable,
-    NotOwner,
     OperationNotSupported,
     StableLineError,
 )
 from stableline._keys import BatchingType, KeySharedPolicy
+from stableline._owners import MAX_REDIRECTS, RedirectPolicy, first_answer_async, on_owner_async
 from stableline._proto import admin_pb2 as admin_pb
 from stableline._proto import broker_pb2 as pb
 from stableline._routing import MessageRoutingMode, RoutedMessage
@@ -47,6 +46,7 @@ from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
 from stableline.aio._reconnect import Backoff
 from stableline.aio._transaction import Transaction
+from stableline.aio._transport import ChannelFactory, grpc_channel
 from stableline.aio.options import (
     CLIENT_DEFAULTS,
     CONSUMER_DEFAULTS,
@@ -63,9 +63,8 @@ from stableline.topic_name import TopicName
 
 T = TypeVar("T")
 
-# Lookups a topic's open follows before it gives up with NotOwner: an owner changes
-# rarely, so more than a couple of NotOwner answers in a row means the brokers disagree.
-MAX_REDIRECTS = 3
+# How a topic's open follows NotOwner answers (stableline._owners).
+REDIRECTS = RedirectPolicy(max_redirects=MAX_REDIRECTS)
 
 
 class Client:
@@ -99,15 +98,27 @@ class Client:
         )
 
     @classmethod
-    def with_options(cls, service_url: str, options: ClientOptions) -> Client:
-        """A client made from an options value (what the keyword arguments build)."""
+    def with_options(
+        cls,
+        service_url: str,
+        options: ClientOptions,
+        channel_factory: ChannelFactory = grpc_channel,
+    ) -> Client:
+        """A client made from an options value (what the keyword arguments build).
+        `channel_factory(address, tls, options)` makes every channel it opens: a real
+        gRPC channel unless a test hands it one that answers in process."""
         client = cls.__new__(cls)
-        client._start(service_url, options)
+        client._start(service_url, options, channel_factory)
         return client
 
-    def _start(self, service_url: str, options: ClientOptions) -> None:
+    def _start(
+        self,
+        service_url: str,
+        options: ClientOptions,
+        channel_factory: ChannelFactory = grpc_channel,
+    ) -> None:
         self.options = options
-        self._connections = ConnectionPool(service_url, options)
+        self._connections = ConnectionPool(service_url, options, channel_factory)
         # Topic -> the connection of the broker a lookup named as its owner. A topic
         # not here is opened on the service connection: standalone, that is the
         # owner of every topic and no lookup is ever made.
@@ -409,38 +420,27 @@ class Client:
         before, else the service connection; answered NotOwner, looks the topic up
         and tries the owner named (at most MAX_REDIRECTS times)."""
         key = str(TopicName.parse(topic))
-        connection = self._owners.get(key, self._connections.service)
-        for _ in range(MAX_REDIRECTS):
-            try:
-                return await open_on(connection)
-            except NotOwner:
-                self._owners.pop(key, None)
-                connection = await self._owner_connection(key)
-            except BrokerUnavailable:
-                if len(self._connections.seeds) == 1 or key in self._owners:
-                    raise
-                # The service broker is away: another seed names the owner.
-                connection = await self._owner_connection(key)
-        return await open_on(connection)  # a last NotOwner is the caller's
+        return await on_owner_async(
+            REDIRECTS.redirects(several_seeds=len(self._connections.seeds) > 1),
+            self._owners.get(key, self._connections.service),
+            open_on,
+            lambda: self._owner_connection(key),
+            owner_known=key in self._owners,
+            forget=lambda: self._owners.pop(key, None),
+        )
 
     async def _owner_connection(self, topic: str) -> Connection:
         """The connection to `topic`'s owner, by a lookup on the first seed broker
         that answers; cached for the topic."""
-        failure: StableLineError | None = None
-        for seed in self._connections.seeds:
+
+        async def ask(seed: str) -> pb.LookupResponse:
             connection = self._connections.get(seed)
-            try:
-                response = await connection.unary(
-                    connection.broker.Lookup, pb.LookupRequest(topic=topic)
-                )
-            except BrokerUnavailable as error:
-                failure = error
-                continue
-            owner = self._connections.get(LookupResult.from_proto(response).grpc_address)
-            self._owners[topic] = owner
-            return owner
-        assert failure is not None
-        raise failure
+            return await connection.unary(connection.broker.Lookup, pb.LookupRequest(topic=topic))
+
+        response = await first_answer_async(self._connections.seeds, ask)
+        owner = self._connections.get(LookupResult.from_proto(response).grpc_address)
+        self._owners[topic] = owner
+        return owner
 
     async def shutdown(self) -> None:
         """Close at once, waiting for nothing: the connections go first, so sends

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from stableline._auth import bearer_metadata, channel_credentials
+from stableline._auth import bearer_metadata
 from stableline._errors import (
     ERROR_METADATA_KEY,
     AuthenticationError,
@@ -40,26 +40,10 @@ from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import service_addresses
 from stableline.aio._reconnect import with_retries, within
+from stableline.aio._transport import ChannelFactory, grpc_channel
 from stableline.aio.options import ClientOptions
 
 T = TypeVar("T")
-
-_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 30_000),
-    # A connection of its own per Client, as Pulsar clients have: gRPC would otherwise
-    # share one between channels to the same broker, and the broker's per-connection
-    # limits (max_connections, open transactions per client) would lump clients together.
-    ("grpc.use_local_subchannel_pool", 1),
-    # gRPC's own reconnect backoff grows to minutes by default; a restarted broker
-    # should be found within about a second. Not grpc.min_reconnect_backoff_ms: gRPC
-    # core takes it as the connection attempt's timeout as well (20 s by default), and
-    # at 100 ms a broker on a busy machine that answers the handshake late was given
-    # up on ("timed out before receiving SETTINGS frame").
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 _PLAINTEXT_HINT = (
     "if the broker serves TLS, connect with a stableline+ssl:// URL and tls_trust_certs_file_path"
@@ -90,25 +74,19 @@ def rpc_failure(error: grpc.aio.AioRpcError) -> StableLineError:
 class Connection:
     """One broker: its channel, stubs, call metadata, retries and error mapping."""
 
-    def __init__(self, address: str, tls: bool, options: ClientOptions):
+    def __init__(
+        self,
+        address: str,
+        tls: bool,
+        options: ClientOptions,
+        open_channel: ChannelFactory = grpc_channel,
+    ):
         self.address = address
         self.tls = tls
         self.timeout_s = options.operation_timeout_seconds
         self._authentication = options.authentication
         self._backoff = options.backoff
-        self._channel = (
-            grpc.aio.secure_channel(
-                address,
-                channel_credentials(
-                    options.tls_trust_certs_file_path,
-                    options.tls_certificate_file_path,
-                    options.tls_private_key_file_path,
-                ),
-                options=_CHANNEL_OPTIONS,
-            )
-            if tls
-            else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-        )
+        self._channel = open_channel(address, tls, options)
         self.broker = broker_pb2_grpc.BrokerStub(self._channel)
         self.admin = admin_pb2_grpc.AdminStub(self._channel)  # a pattern's topic list
         self._reached = False  # the broker answered once: later outages are waited out
@@ -253,8 +231,11 @@ class ConnectionPool:
     brokers of one cluster are reached alike.
     """
 
-    def __init__(self, service_url: str, options: ClientOptions):
+    def __init__(
+        self, service_url: str, options: ClientOptions, open_channel: ChannelFactory = grpc_channel
+    ):
         seeds, tls = service_addresses(service_url)
+        self._open_channel = open_channel
         self.seeds = list(seeds)
         self._tls = tls or options.wants_tls
         self._options = options
@@ -297,7 +278,9 @@ class ConnectionPool:
         """The connection to the broker at `address`, made on first use."""
         connection = self._connections.get(address)
         if connection is None:
-            connection = self._connections[address] = Connection(address, self._tls, self._options)
+            connection = self._connections[address] = Connection(
+                address, self._tls, self._options, self._open_channel
+            )
         return connection
 
     def __len__(self) -> int:

@@ -20,12 +20,15 @@ from typing import TypeVar
 import grpc
 
 from stableline._auth import channel_credentials
-from stableline._errors import BrokerUnavailable, NotOwner, from_rpc_error
+from stableline._errors import from_rpc_error
+from stableline._owners import RedirectPolicy, first_answer, on_owner
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._types import LookupResult
 
 RPC_TIMEOUT_S = 30.0
+# One redirect: a second NotOwner (the owner moved again meanwhile) is the caller's.
+REDIRECTS = RedirectPolicy(max_redirects=1, past_unavailable=False)
 T = TypeVar("T")
 
 
@@ -62,29 +65,23 @@ class Connection:
     def lookup(self, topic: str) -> Connection:
         """The connection to `topic`'s owner, asked of the named brokers in turn (the
         first that answers); a broker not reached is skipped."""
-        failure: BrokerUnavailable | None = None
-        for seed in self.seeds or (self.target,):
+
+        def ask(seed: str) -> pb.LookupResponse:
             broker = self.to(seed)
-            try:
-                with broker.channel() as channel:
-                    stub = broker_pb2_grpc.BrokerStub(channel)
-                    response = broker.call(stub.Lookup, pb.LookupRequest(topic=topic))
-            except BrokerUnavailable as error:
-                failure = error
-                continue
-            return self.to(LookupResult.from_proto(response).grpc_address)
-        assert failure is not None
-        raise failure
+            with broker.channel() as channel:
+                stub = broker_pb2_grpc.BrokerStub(channel)
+                return broker.call(stub.Lookup, pb.LookupRequest(topic=topic))
+
+        response = first_answer(self.seeds or (self.target,), ask)
+        return self.to(LookupResult.from_proto(response).grpc_address)
 
     def on_owner(self, topic: str, call: Callable[[Connection], T]) -> tuple[T, Connection]:
         """`call(connection)` on the broker owning `topic`: first here, then, refused
         with NotOwner, on the owner a lookup names. (The answer, the connection that
         gave it.)"""
-        try:
-            return call(self), self
-        except NotOwner:
-            owner = self.lookup(topic)
-        return call(owner), owner  # a second NotOwner is the caller's
+        return on_owner(
+            REDIRECTS.redirects(several_seeds=False), self, call, lambda: self.lookup(topic)
+        )
 
 
 def result(future):
