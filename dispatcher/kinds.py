@@ -19,8 +19,12 @@ class IsolationLevel(enum.Enum):
     READ_UNCOMMITTED = "READ_UNCOMMITTED"
 
     @classmethod
-    def parse(cls, text: str) -> IsolationLevel:
-        normalized = text.strip().upper().replace("-", "_")
+    def parse(cls, text: str | IsolationLevel) -> IsolationLevel:
+        """The level a text names, any case, `-` or `_` ("read-committed"); a level
+        is itself."""
+        if isinstance(text, cls):
+            return text
+        normalized = str(text).strip().upper().replace("-", "_")
         try:
             return cls(normalized)
         except ValueError:

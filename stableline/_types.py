@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import ClassVar
 
+from dispatcher import IsolationLevel
 from stableline._proto import broker_pb2 as pb
 from stableline.wire import plain_layout
 
@@ -28,21 +29,11 @@ class InitialPosition(enum.Enum):
     Earliest = pb.INITIAL_POSITION_EARLIEST
 
 
-class IsolationLevel(enum.Enum):
-    READ_COMMITTED = pb.ISOLATION_LEVEL_READ_COMMITTED
-    READ_UNCOMMITTED = pb.ISOLATION_LEVEL_READ_UNCOMMITTED
-
-    @classmethod
-    def parse(cls, text: str | IsolationLevel) -> IsolationLevel:
-        if isinstance(text, cls):
-            return text
-        normalized = str(text).strip().upper().replace("-", "_")
-        try:
-            return cls[normalized]
-        except KeyError:
-            raise ValueError(
-                f"unknown isolation level {text!r}: use read_committed or read_uncommitted"
-            ) from None
+# The one isolation level, the dispatcher's (PIP-298), and its code on the wire.
+ISOLATION_LEVEL_PROTO: dict[IsolationLevel, int] = {
+    IsolationLevel.READ_COMMITTED: pb.ISOLATION_LEVEL_READ_COMMITTED,
+    IsolationLevel.READ_UNCOMMITTED: pb.ISOLATION_LEVEL_READ_UNCOMMITTED,
+}
 
 
 class TransactionState(enum.StrEnum):

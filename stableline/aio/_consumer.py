@@ -31,6 +31,7 @@ from stableline._errors import (
 )
 from stableline._proto import broker_pb2 as pb
 from stableline._types import (
+    ISOLATION_LEVEL_PROTO,
     ConsumerType,
     DeliveredEntry,
     Message,
@@ -194,7 +195,7 @@ class Consumer:
                 subscription=self._subscription,
                 type=options.consumer_type.value,
                 initial_position=options.initial_position.value,
-                isolation_level=options.isolation_level.value,
+                isolation_level=ISOLATION_LEVEL_PROTO[options.isolation_level],
                 consumer_name=self._name,
                 priority_level=options.priority_level,
                 key_shared=(

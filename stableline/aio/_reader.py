@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from stableline._aborted_filter import AbortedFilter
 from stableline._errors import NotOwner, Timeout, TopicNotFound
 from stableline._proto import broker_pb2 as pb
-from stableline._types import Message, MessageId, messages_of
+from stableline._types import ISOLATION_LEVEL_PROTO, Message, MessageId, messages_of
 from stableline.aio._connection import Connection
 from stableline.aio.options import ReaderOptions
 
@@ -71,7 +71,7 @@ class Reader:
             topic=self._topic,
             start=self._next,
             max_entries=FETCH_MAX_ENTRIES,
-            isolation_level=self._isolation.value,
+            isolation_level=ISOLATION_LEVEL_PROTO[self._isolation],
             max_wait_ms=wait_ms,
         )
         try:

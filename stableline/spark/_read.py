@@ -29,6 +29,7 @@ from stableline._aborted_filter import AbortedFilter
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._types import (
+    ISOLATION_LEVEL_PROTO,
     IsolationLevel,
     MessageId,
     parse_position,
@@ -71,7 +72,7 @@ class LedgerRange:
 
     connection: Connection
     topic: str
-    isolation: int  # IsolationLevel value
+    isolation: int  # the isolation level's code on the wire (ISOLATION_LEVEL_PROTO)
     ledger_id: int
     first_entry: int
     last_entry: int
@@ -160,7 +161,7 @@ def plan(
                 LedgerRange(
                     layout.owner or options.connection,
                     topic,
-                    options.isolation.value,
+                    ISOLATION_LEVEL_PROTO[options.isolation],
                     ledger_id,
                     first,
                     min(first + step - 1, last),
@@ -189,7 +190,7 @@ def read_range(part: LedgerRange, fields: Sequence[str] = FIELDS) -> Iterator:
 def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
     """The partition's entries that the isolation level delivers, in log order."""
     aborted = AbortedFilter()
-    committed_only = part.isolation == IsolationLevel.READ_COMMITTED.value
+    committed_only = part.isolation == pb.ISOLATION_LEVEL_READ_COMMITTED
     next_entry = part.first_entry
     connection = part.connection
     with connection.channel(CHANNEL_OPTIONS) as channel:
