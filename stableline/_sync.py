@@ -1,9 +1,10 @@
 """The blocking client: a shell running the asyncio client on a private loop thread.
 
-Per-message calls cross to the loop in batches, never one by one: send_async
-appends to a deque and wakes the loop once for whatever piled up; receive takes
-from a buffer refilled a batch at a time; acknowledge groups ids for
-ack_grouping_time_ms. Promises: send_async callbacks run on the loop thread, in send
+It uses only stableline.aio's public API (tests/stableline/test_sync_shell.py reads
+it for private names). Per-message calls cross to the loop in batches, never one by
+one: send_async is aio's ThreadSender.send, which wakes the loop once for whatever
+piled up; receive takes from a buffer refilled a batch at a time; acknowledge is
+aio's acknowledge_nowait, which groups ids for ack_grouping_time_ms. Promises: send_async callbacks run on the loop thread, in send
 order; with block_if_queue_full the caller waits for room; a blocking call made on
 the loop thread (inside a callback) raises StableLineError; a grouped ack is
 confirmed once close() returns; a closed client leaves no task pending.
