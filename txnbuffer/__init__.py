@@ -8,7 +8,6 @@ from txnbuffer.coordinator import (
     TransactionParticipant,
     TxnAck,
     TxnMetadata,
-    TxnState,
 )
 from txnbuffer.errors import (
     TooManyTransactionsError,
@@ -19,11 +18,13 @@ from txnbuffer.errors import (
     TransactionNotOwnedError,
     TransactionTooLargeError,
 )
+from txnbuffer.txn_state import IllegalTxnTransition, TxnState
 
 __all__ = [
     "AbortIndex",
     "AbortedTxn",
     "BufferState",
+    "IllegalTxnTransition",
     "SnapshotPolicy",
     "TooManyTransactionsError",
     "TransactionBuffer",

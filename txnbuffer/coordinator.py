@@ -1,6 +1,7 @@
 """The transaction coordinator: a durable state machine per transaction, in LMDB.
 
-OPEN -> COMMITTING -> COMMITTED, OPEN -> ABORTING -> ABORTED, OPEN -> TIMEOUT -> ABORTED.
+OPEN -> COMMITTING -> COMMITTED, OPEN -> ABORTING -> ABORTED, OPEN -> TIMEOUT -> ABORTED
+(the table of txnbuffer/txn_state.py, checked at every move).
 A decision (COMMITTING, ABORTING, TIMEOUT) is fsynced before any marker is
 written; after a restart every decided transaction is driven to its end again,
 so a decided transaction never changes its mind. The low watermark is the
@@ -30,7 +31,6 @@ recovery.
 from __future__ import annotations
 
 import asyncio
-import enum
 import functools
 import json
 import logging
@@ -52,6 +52,7 @@ from txnbuffer.errors import (
     TransactionTooLargeError,
 )
 from txnbuffer.failpoint import TXN_DECIDED, TXN_END_TOPIC, Failpoint, reach
+from txnbuffer.txn_state import TxnState, check_txn_transition
 
 log = logging.getLogger(__name__)
 
@@ -87,27 +88,6 @@ class TransactionLimits:
             raise ValueError("transaction limits must be >= 1")
         if not self.ended_retention_s > 0:
             raise ValueError("the retention of ended transactions must be > 0 s")
-
-
-class TxnState(enum.Enum):
-    OPEN = "OPEN"
-    COMMITTING = "COMMITTING"
-    COMMITTED = "COMMITTED"
-    ABORTING = "ABORTING"
-    TIMEOUT = "TIMEOUT"
-    ABORTED = "ABORTED"
-
-    @property
-    def decided(self) -> bool:
-        return self is not TxnState.OPEN
-
-    @property
-    def terminal(self) -> bool:
-        return self in (TxnState.COMMITTED, TxnState.ABORTED)
-
-    @property
-    def commits(self) -> bool:
-        return self in (TxnState.COMMITTING, TxnState.COMMITTED)
 
 
 @dataclass(slots=True)
@@ -558,11 +538,18 @@ class TransactionCoordinator:
         timer = self._timers.pop(meta.txn_id.least_bits, None)
         if timer is not None:
             timer.cancel()
-        meta.state = state
+        self._transition(meta, state)
         self._persist(meta)
         # The driver makes the decision durable before it writes any marker; the
         # fsync runs off the loop and is shared by decisions made meanwhile.
         self._start_driver(meta)
+
+    @staticmethod
+    def _transition(meta: TxnMetadata, new: TxnState) -> None:
+        """The one place a transaction's state changes; an illegal move raises
+        (txnbuffer/txn_state.py)."""
+        check_txn_transition(meta.txn_id, meta.state, new)
+        meta.state = new
 
     def _start_driver(self, meta: TxnMetadata) -> asyncio.Task:
         sequence = meta.txn_id.least_bits
@@ -604,7 +591,7 @@ class TransactionCoordinator:
                 delay = min(delay * 2, 5.0)
         if meta.state is TxnState.TIMEOUT:
             self.timed_out_count += 1
-        meta.state = TxnState.COMMITTED if commit else TxnState.ABORTED
+        self._transition(meta, TxnState.COMMITTED if commit else TxnState.ABORTED)
         meta.ended_ms = self._now_ms()
         sequence = meta.txn_id.least_bits
         self._open.discard(sequence)
