@@ -8,7 +8,7 @@ leader's SyncGroup hands out the assignment; every member's SyncGroup answers wi
 its own part. Heartbeats keep a member; one that stops for its session timeout is
 removed and the group rebalances: the others' heartbeats answer
 REBALANCE_IN_PROGRESS until they have joined again. The states are Kafka's
-(GroupState); the error codes are those Kafka answers in each case:
+(GroupState, whose table group_state.py keeps); the error codes are those Kafka answers in each case:
 UNKNOWN_MEMBER_ID for a member (or group) not known, ILLEGAL_GENERATION for
 another generation, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID for a static member
 replaced by a newer instance, MEMBER_ID_REQUIRED for a JoinGroup from v4 without
@@ -42,11 +42,11 @@ Every method runs on the event loop; timers are the loop's. No network code.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import uuid
 from dataclasses import dataclass, field
 
+from stableline.broker.kafka.coordinator.group_state import GroupState, check_group_transition
 from stableline.broker.kafka.protocol.messages import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -54,21 +54,6 @@ log = logging.getLogger(__name__)
 # A member that joined for the first time and is still waiting for its generation
 # is removed after this long even while it waits [Kafka: group.new.member.join.timeout].
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    """No member (only members awaiting their id, at most): the group is forgotten
-    once nothing is pending."""
-    PREPARING_REBALANCE = "PreparingRebalance"
-    """Members (re)join; their JoinGroups wait until every known member has joined
-    or the rebalance timeout passes."""
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    """The generation is made and told; waiting for the leader's assignment."""
-    STABLE = "Stable"
-    """Every member has its assignment; heartbeats keep the members."""
-    DEAD = "Dead"
-    """What DescribeGroups says of a group this coordinator does not know."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,7 +503,7 @@ class GroupCoordinator:
             group.join_timer.cancel()
             group.join_timer = None
         initial = group.state is GroupState.EMPTY
-        group.state = GroupState.PREPARING_REBALANCE
+        self._move(group, GroupState.PREPARING_REBALANCE)
         group.initial_rebalance = initial
         group.new_member_added = False
         loop = asyncio.get_running_loop()
@@ -590,7 +575,7 @@ class GroupCoordinator:
         group.generation_id += 1
         group.initial_rebalance = False
         if not group.members:
-            group.state = GroupState.EMPTY
+            self._move(group, GroupState.EMPTY)
             group.protocol_name = None
             log.info(
                 "kafka: group %r is empty (generation %d)", group.group_id, group.generation_id
@@ -598,7 +583,7 @@ class GroupCoordinator:
             self._forget_if_empty(group)
             return
         group.protocol_name = self._select_protocol(group)
-        group.state = GroupState.COMPLETING_REBALANCE
+        self._move(group, GroupState.COMPLETING_REBALANCE)
         log.info(
             "kafka: group %r generation %d: %d members, protocol %s, leader %s",
             group.group_id,
@@ -685,7 +670,7 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             for each in group.members.values():
                 each.assignment = assignments.get(each.member_id, b"")
-            group.state = GroupState.STABLE
+            self._move(group, GroupState.STABLE)
             log.info("kafka: group %r generation %d is stable", group.group_id, group.generation_id)
             for each in group.members.values():
                 self._propagate_sync(group, each, SyncResult(ErrorCode.NONE, each.assignment))
@@ -862,6 +847,13 @@ class GroupCoordinator:
         member.syncing = None
 
     # ------------------------------------------------------------ groups
+
+    @staticmethod
+    def _move(group: _Group, new: GroupState) -> None:
+        """The one place a group's state changes; an illegal move raises
+        (group_state.py)."""
+        check_group_transition(group.group_id, group.state, new)
+        group.state = new
 
     def _current(self, group: _Group) -> bool:
         return self._groups.get(group.group_id) is group

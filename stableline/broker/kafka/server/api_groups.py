@@ -21,16 +21,13 @@ from stableline.broker.kafka.coordinator.group_access import (
     check_protocols,
     protocol_topics,
 )
-from stableline.broker.kafka.coordinator.group_coordinator import (
-    GroupCoordinator,
-    GroupState,
-    JoinRequest,
-)
+from stableline.broker.kafka.coordinator.group_coordinator import GroupCoordinator, JoinRequest
 from stableline.broker.kafka.coordinator.group_offsets import (
     GroupOffsets,
     OffsetToCommit,
     check_group_id,
 )
+from stableline.broker.kafka.coordinator.group_state import GroupState
 from stableline.broker.kafka.protocol import messages as m
 from stableline.broker.kafka.protocol import messages_groups as mg
 from stableline.broker.kafka.protocol.codec import Reader
