@@ -34,7 +34,7 @@ class ManagedLedgerConfig:
     # use, 1/8 at most 256 MiB and 1/32 at most 32 MiB (managed_ledger/memory.py).
     entry_cache_size_bytes: int = 0
     max_pending_write_bytes: int = 0
-    # Cursor positions are written to the metadata store at most this often.
+    # Cursor positions are written to the local store at most this often.
     cursor_flush_interval_s: float = 0.05
     # Individually acknowledged positions above mark-delete that are persisted;
     # beyond this a crash redelivers the rest (at-least-once still holds).

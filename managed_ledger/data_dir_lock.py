@@ -1,6 +1,6 @@
 """One writer per storage directory: an exclusive `flock` held for the owner's life.
 
-Two processes writing one metadata store and its ledgers would each create ledgers,
+Two processes writing one local store and its ledgers would each create ledgers,
 rewrite ledger lists and move cursors under the other, and LMDB's own lock allows
 that. Whoever opens a storage directory first takes `owner.lock` in it with
 `flock(LOCK_EX | LOCK_NB)` and keeps the descriptor open; any other process is

@@ -47,7 +47,7 @@ from managed_ledger.errors import (
 from managed_ledger.framing import FRAME_SIZE, encode_frame
 from managed_ledger.ledger_files import LedgerFiles, max_open_files
 from managed_ledger.memory import entry_cache_budget, pending_write_budget
-from managed_ledger.metadata import MetadataStore
+from managed_ledger.metadata import LocalStore
 from managed_ledger.offsets import LogOffsets
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files
@@ -125,7 +125,7 @@ class ManagedLedger:
         self,
         name: str,
         directory: Path,
-        store: MetadataStore,
+        store: LocalStore,
         config: ManagedLedgerConfig,
         files: LedgerFiles | None = None,
         entry_cache: SharedEntryCache | None = None,
@@ -179,7 +179,7 @@ class ManagedLedger:
         cls,
         name: str,
         directory: Path,
-        store: MetadataStore,
+        store: LocalStore,
         config: ManagedLedgerConfig | None = None,
         files: LedgerFiles | None = None,
         entry_cache: SharedEntryCache | None = None,

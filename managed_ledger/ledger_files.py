@@ -51,7 +51,7 @@ class _Open:
 
 def max_open_files(config: ManagedLedgerConfig) -> int:
     """The cache's bound: max_open_ledger_files, or when 0 half the open-files soft
-    limit (the other half is for connections, the metadata store and the rest)."""
+    limit (the other half is for connections, the local store and the rest)."""
     if config.max_open_ledger_files > 0:
         return config.max_open_ledger_files
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -1,4 +1,4 @@
-"""The metadata store: one LMDB environment for every topic of a broker.
+"""The broker's local store: one LMDB environment for every topic of a broker.
 
 It holds ledger lists and cursors (ledger.py), and whatever its callers keep beside
 them (transaction-buffer snapshots, the coordinator's log, the broker's own
@@ -27,7 +27,11 @@ from managed_ledger.data_dir_lock import DataDirLock
 MAX_DATABASES = 16
 
 
-class MetadataStore:
+class LocalStore:
+    """What one broker keeps of its own topics, on its own disk (never shared with
+    another broker; the cluster's shared metadata is stableline.metadata's
+    ClusterMetadataStore)."""
+
     def __init__(self, path: Path, map_size: int = 1 << 34):
         # Before LMDB opens anything: DataDirInUseError if another process has it.
         self._lock = DataDirLock.acquire(path)

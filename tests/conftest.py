@@ -14,9 +14,9 @@ from stableline.testing import BrokerProcess
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator:
     """A metadata store (LMDB) in tmp_path, for the engine packages' tests."""
-    from managed_ledger import MetadataStore
+    from managed_ledger import LocalStore
 
-    metadata = MetadataStore(tmp_path / "metadata")
+    metadata = LocalStore(tmp_path / "metadata")
     yield metadata
     metadata.close()
 

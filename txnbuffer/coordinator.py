@@ -42,7 +42,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedSet
 
-from managed_ledger import MetadataStore, TxnId
+from managed_ledger import LocalStore, TxnId
 from txnbuffer.ended_txns import EndedTransactions
 from txnbuffer.errors import (
     TooManyTransactionsError,
@@ -208,7 +208,7 @@ class TransactionCoordinator:
     def __init__(
         self,
         coordinator_id: int,
-        store: MetadataStore,
+        store: LocalStore,
         participant: TransactionParticipant,
         limits: TransactionLimits | None = None,
         clock: Callable[[], float] = time.time,

@@ -24,7 +24,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from managed_ledger import MetadataStore, Position, TxnId
+from managed_ledger import LocalStore, Position, TxnId
 from txnbuffer.abort_index import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def decode_abort(body: bytes) -> AbortedTxn:
 
 
 class SnapshotStore:
-    def __init__(self, store: MetadataStore, topic: str):
+    def __init__(self, store: LocalStore, topic: str):
         self.store = store
         self.topic = topic
         self._meta_key = f"{topic}\x00meta"

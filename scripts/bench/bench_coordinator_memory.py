@@ -1,7 +1,7 @@
 """What the transaction coordinator holds in memory per open and per ended transaction,
 and whether it stays flat once ended ones are forgotten.
 
-In process: one TransactionCoordinator over a real MetadataStore (LMDB) with a
+In process: one TransactionCoordinator over a real LocalStore (LMDB) with a
 participant that ends nothing (this measures the coordinator, not the topics) and
 fsync off (not the disk either). Each transaction writes one topic and one
 transactional ack, as a consume-transform-produce step does.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from results_file import finish  # scripts/ is on the path of a script
 
-from managed_ledger import MetadataStore, TxnId
+from managed_ledger import LocalStore, TxnId
 from txnbuffer import TransactionCoordinator, TransactionLimits, TxnAck
 
 GATHER = 500  # ends under way at once, as from concurrent clients
@@ -77,7 +77,7 @@ def held() -> int:
 
 
 async def fresh_coordinator(directory: Path, args: argparse.Namespace):
-    store = MetadataStore(directory)
+    store = LocalStore(directory)
     store.sync = lambda: None  # the coordinator's cost, not the disk's
     limits = TransactionLimits(max_open=args.open + GATHER, max_ended=args.max_ended)
     coordinator = TransactionCoordinator(1, store, IdleParticipant(), limits)

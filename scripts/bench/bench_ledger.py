@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger import EntryHeader, LocalStore, ManagedLedger, ManagedLedgerConfig
 from managed_ledger.framing import encode_frame
 
 PAYLOAD_SIZE = 100
@@ -95,7 +95,7 @@ async def run_ledger(
     directory: Path, label: str, appenders: int, seconds: float
 ) -> tuple[dict, list[int]]:
     """`appenders` tasks append in a loop for `seconds`; figures and the batch sizes."""
-    store = MetadataStore(directory / "metadata")
+    store = LocalStore(directory / "metadata")
     ledger = await ManagedLedger.open(
         "bench", directory / "ledger", store, ManagedLedgerConfig(fsync=True)
     )

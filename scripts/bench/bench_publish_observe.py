@@ -24,7 +24,7 @@ from pathlib import Path
 
 from results_file import finish
 
-from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger import EntryHeader, LocalStore, ManagedLedger, ManagedLedgerConfig
 from stableline.broker.topics import topic as topic_module
 from stableline.broker.topics.latency import PUBLISH_LATENCY
 from stableline.broker.topics.topic import Topic
@@ -53,7 +53,7 @@ async def _round(histogram, topic: Topic, batches: int) -> float:
 async def bench(batches: int, rounds: int) -> dict:
     RESULTS.mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="bench-publish-observe-", dir=RESULTS))
-    store = MetadataStore(root / "metadata")
+    store = LocalStore(root / "metadata")
     try:
         name = TopicName.parse("persistent://public/default/observe")
         ledger = await ManagedLedger.open(

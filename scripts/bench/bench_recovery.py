@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, MetadataStore, TxnId
+from managed_ledger import EntryHeader, LocalStore, ManagedLedger, ManagedLedgerConfig, TxnId
 from txnbuffer import TransactionBuffer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-async def build(directory: Path, store: MetadataStore, entries: int) -> dict:
+async def build(directory: Path, store: LocalStore, entries: int) -> dict:
     """Write the topic; returns the snapshot samples and the live state to compare with."""
     ledger = await ManagedLedger.open(TOPIC, directory, store, ManagedLedgerConfig(fsync=False))
     buffer = TransactionBuffer(ledger)
@@ -97,7 +97,7 @@ def state(buffer: TransactionBuffer) -> dict:
     }
 
 
-async def recover(directory: Path, store: MetadataStore) -> dict:
+async def recover(directory: Path, store: LocalStore) -> dict:
     # A restarted broker starts on a clean heap: collect what building left behind,
     # or the first recovery timed pays for that garbage.
     gc.collect()
@@ -122,7 +122,7 @@ async def recover(directory: Path, store: MetadataStore) -> dict:
 
 async def run(entries: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="bench-recovery-", dir=REPO / "bench-results"))
-    store = MetadataStore(root / "metadata")
+    store = LocalStore(root / "metadata")
     try:
         progress(f"build: {entries:,} entries, {entries // ENTRIES_PER_TXN // 2:,} aborted txns")
         built = await build(root / "topic", store, entries)

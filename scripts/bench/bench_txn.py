@@ -42,9 +42,9 @@ from pathlib import Path
 
 from managed_ledger import (
     EntryHeader,
+    LocalStore,
     ManagedLedger,
     ManagedLedgerConfig,
-    MetadataStore,
     TxnId,
 )
 from stableline.aio import Client, InitialPosition, IsolationLevel
@@ -534,7 +534,7 @@ async def bench_memory(sizes: Sizes) -> dict:
     txn_ids = [TxnId(0, sequence) for sequence in range(1, sizes.mem_txns + 1)]
     result: dict = {"txns": sizes.mem_txns, "per_checkpoint": []}
     with tempfile.TemporaryDirectory(prefix="stableline-bench-mem-") as tmp:
-        store = MetadataStore(Path(tmp) / "metadata")
+        store = LocalStore(Path(tmp) / "metadata")
         ledger = await ManagedLedger.open(
             "persistent://public/default/mem",
             Path(tmp) / "ledger",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from results_file import finish
 
-from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger import LocalStore, ManagedLedger, ManagedLedgerConfig
 from txnbuffer import TransactionBuffer
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
@@ -26,7 +26,7 @@ async def fresh_topic(name: str) -> AsyncIterator[tuple[ManagedLedger, Transacti
     Fsync is off: these benchmarks measure the buffer, not the disk."""
     RESULTS.mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=RESULTS))
-    store = MetadataStore(root / "metadata")
+    store = LocalStore(root / "metadata")
     try:
         ledger = await ManagedLedger.open(
             f"persistent://public/default/{name}",

@@ -1,7 +1,7 @@
 """Cluster metadata: one store interface, an embedded (LMDB) and an etcd implementation.
 
 An engine package: it imports nothing of the broker. `open_metadata_store(url)` gives
-a `MetadataStore` (store.py states its promises); the embedded store is the default
+a `ClusterMetadataStore` (store.py states its promises); the embedded store is the default
 (one broker, nothing to run), `etcd://host:port[,host:port]` shares one etcd among a
 cluster's brokers.
 
@@ -72,7 +72,7 @@ from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
 from stableline.metadata.factory import DEFAULT_SESSION_TIMEOUT_S, open_metadata_store
 from stableline.metadata.kafka_nodes import kafka_node_id
 from stableline.metadata.mirror import PrefixMirror
-from stableline.metadata.store import MetadataStore, Watch
+from stableline.metadata.store import ClusterMetadataStore, Watch
 from stableline.metadata.values import (
     GetResult,
     Notification,
@@ -89,10 +89,10 @@ __all__ = [
     "BrokerAlreadyRegistered",
     "BrokerInfo",
     "BrokerRegistration",
+    "ClusterMetadataStore",
     "GetResult",
     "InvalidMetadataStoreUrl",
     "InvalidPath",
-    "MetadataStore",
     "MetadataStoreError",
     "MetadataStoreUnavailable",
     "NotFound",

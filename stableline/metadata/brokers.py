@@ -37,7 +37,7 @@ from stableline.metadata.errors import (
     NotFound,
 )
 from stableline.metadata.layout import broker_path, brokers_dir, cluster_path, clusters_dir
-from stableline.metadata.store import MetadataStore
+from stableline.metadata.store import ClusterMetadataStore
 from stableline.metadata.values import SessionEvent, SessionState
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def _alive_here(info: BrokerInfo) -> bool:
 class BrokerRegistration:
     """This broker's key: written at start, rewritten after a new session, deleted at stop."""
 
-    def __init__(self, store: MetadataStore, cluster: str, info: BrokerInfo):
+    def __init__(self, store: ClusterMetadataStore, cluster: str, info: BrokerInfo):
         self.store = store
         self.cluster = cluster
         self.info = info
@@ -220,7 +220,7 @@ class BrokerRegistration:
         self._version = None
 
 
-async def list_brokers(store: MetadataStore, cluster: str) -> list[BrokerInfo]:
+async def list_brokers(store: ClusterMetadataStore, cluster: str) -> list[BrokerInfo]:
     """The cluster's live brokers, by id; a key that lapses while read is left out."""
     brokers = []
     for broker_id in await store.children(brokers_dir(cluster)):
@@ -238,6 +238,6 @@ async def list_brokers(store: MetadataStore, cluster: str) -> list[BrokerInfo]:
     return brokers
 
 
-async def list_clusters(store: MetadataStore) -> list[str]:
+async def list_clusters(store: ClusterMetadataStore) -> list[str]:
     """Clusters a broker has started in (their records stay when the brokers go)."""
     return await store.children(clusters_dir())

@@ -31,7 +31,7 @@ from stableline.metadata.errors import (
     NotFound,
 )
 from stableline.metadata.paths import check_path, check_prefix, child_names, children_prefix, under
-from stableline.metadata.store import MetadataStore
+from stableline.metadata.store import ClusterMetadataStore
 from stableline.metadata.values import GetResult, Notification, NotificationType, Stat
 
 # version, created revision, modified revision, ephemeral; then the value.
@@ -52,7 +52,7 @@ def _decode(raw: bytes) -> GetResult:
     return GetResult(bytes(raw[_HEADER.size :]), Stat(version, created, modified, bool(ephemeral)))
 
 
-class EmbeddedMetadataStore(MetadataStore):
+class EmbeddedMetadataStore(ClusterMetadataStore):
     def __init__(self, directory: Path, *, fsync: bool = True):
         super().__init__(str(directory))
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)

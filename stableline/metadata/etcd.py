@@ -58,7 +58,7 @@ from stableline.metadata.paths import (
     children_prefix,
     under,
 )
-from stableline.metadata.store import MetadataStore
+from stableline.metadata.store import ClusterMetadataStore
 from stableline.metadata.values import (
     GetResult,
     Notification,
@@ -96,7 +96,7 @@ def _stat(kv: Any) -> Stat:
     return Stat(kv.version - 1, kv.create_revision, kv.mod_revision, kv.lease != 0)
 
 
-class EtcdMetadataStore(MetadataStore):
+class EtcdMetadataStore(ClusterMetadataStore):
     def __init__(
         self,
         settings: EtcdSettings,

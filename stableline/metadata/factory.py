@@ -14,7 +14,7 @@ from pathlib import Path
 
 from stableline.metadata.embedded import EmbeddedMetadataStore
 from stableline.metadata.etcd_url import InvalidMetadataStoreUrl, parse_etcd_url
-from stableline.metadata.store import MetadataStore
+from stableline.metadata.store import ClusterMetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ async def open_metadata_store(
     operation_timeout_s: float | None = None,
     connect_timeout_s: float | None = None,
     password: str | None = None,
-) -> MetadataStore:
+) -> ClusterMetadataStore:
     """Open the store `url` names; MetadataStoreUnavailable (naming it) if it cannot."""
     if not url:
         if embedded_dir is None:

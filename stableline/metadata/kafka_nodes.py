@@ -20,7 +20,7 @@ import json
 
 from stableline.metadata.errors import AlreadyExists, BadVersion
 from stableline.metadata.layout import ROOT, check_cluster_name
-from stableline.metadata.store import MetadataStore
+from stableline.metadata.store import ClusterMetadataStore
 
 # Kafka's node ids are int32; brokers of one cluster are far fewer.
 MAX_NODE_ID = 2**31 - 1
@@ -30,7 +30,7 @@ def kafka_node_ids_path(cluster: str) -> str:
     return f"{ROOT}/kafka/{check_cluster_name(cluster)}/node-ids"
 
 
-async def kafka_node_id(store: MetadataStore, cluster: str, broker_id: str) -> int:
+async def kafka_node_id(store: ClusterMetadataStore, cluster: str, broker_id: str) -> int:
     """The Kafka node id of broker `broker_id` in `cluster`, recorded on first ask."""
     assert broker_id, "a broker id is its advertised address"
     path = kafka_node_ids_path(cluster)

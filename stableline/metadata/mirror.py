@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 
 from stableline.metadata.errors import MetadataStoreUnavailable, WatchOverflow
 from stableline.metadata.paths import check_path
-from stableline.metadata.store import MetadataStore, Watch
+from stableline.metadata.store import ClusterMetadataStore, Watch
 from stableline.metadata.values import GetResult, Notification, NotificationType
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ _MAX_RETRY_DELAY_S = 2.0
 
 
 class PrefixMirror:
-    def __init__(self, store: MetadataStore, prefix: str):
+    def __init__(self, store: ClusterMetadataStore, prefix: str):
         self.store = store
         self.prefix = check_path(prefix)
         self.listeners: list[Callable[[str], None]] = []

@@ -120,8 +120,10 @@ class Watch:
         self.close()
 
 
-class MetadataStore(abc.ABC):
-    """Versioned keys under paths, ephemeral keys tied to a session, watches on prefixes."""
+class ClusterMetadataStore(abc.ABC):
+    """Versioned keys under paths, ephemeral keys tied to a session, watches on prefixes:
+    the metadata a cluster's brokers share (a broker's own ledgers and cursors are in
+    its managed_ledger LocalStore)."""
 
     def __init__(self, description: str):
         # What the store is, for messages: a URL (password left out) or a directory.
@@ -268,7 +270,7 @@ class MetadataStore(abc.ABC):
     async def close(self) -> None:
         """Delete this session's ephemeral keys (or let them lapse), end watches, release."""
 
-    async def __aenter__(self) -> MetadataStore:
+    async def __aenter__(self) -> ClusterMetadataStore:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stableline.metadata.errors import BadVersion, MetadataStoreUnavailable, NotFound
-from stableline.metadata.store import MetadataStore
+from stableline.metadata.store import ClusterMetadataStore
 
 # Attempts before a key changed by others every time is reported as unavailable.
 MAX_ATTEMPTS = 64
 
 
 async def update_key(
-    store: MetadataStore, path: str, change: Callable[[bytes | None], bytes | None]
+    store: ClusterMetadataStore, path: str, change: Callable[[bytes | None], bytes | None]
 ) -> int:
     """Apply `change(current value or None) -> new value or None (delete)` to `path`.
 

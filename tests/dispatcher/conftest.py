@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher import DispatchLimits, IsolationLevel, LogReadView, Subscription, SubscriptionType
-from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger import LocalStore, ManagedLedger, ManagedLedgerConfig
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def ledger_config() -> ManagedLedgerConfig:
 
 @pytest.fixture
 async def ledger(
-    tmp_path: Path, store: MetadataStore, ledger_config: ManagedLedgerConfig
+    tmp_path: Path, store: LocalStore, ledger_config: ManagedLedgerConfig
 ) -> AsyncIterator[ManagedLedger]:
     opened = await ManagedLedger.open(
         "persistent://public/default/t", tmp_path / "t", store, ledger_config

@@ -57,9 +57,9 @@ from dispatcher import (
 from managed_ledger import (
     EntryHeader,
     EntryType,
+    LocalStore,
     ManagedLedger,
     ManagedLedgerConfig,
-    MetadataStore,
     Position,
     TxnId,
 )
@@ -99,7 +99,7 @@ class SharedSubscriptionMachine(RuleBasedStateMachine):
         self.healthy = True
         self.loop = asyncio.new_event_loop()
         self.directory = Path(tempfile.mkdtemp(prefix="dispatcher-model-"))
-        self.store = MetadataStore(self.directory / "metadata")
+        self.store = LocalStore(self.directory / "metadata")
         self.ledger: ManagedLedger = self.loop.run_until_complete(
             ManagedLedger.open("t", self.directory / "t", self.store, CONFIG)
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger import LocalStore, ManagedLedger, ManagedLedgerConfig
 from managed_ledger.state import LedgerState
 
 # Appends in unit tests skip fdatasync unless a test is about durability.
@@ -26,7 +26,7 @@ class LedgerHarness:
     root: Path
     config: ManagedLedgerConfig = FAST
     name: str = "persistent://public/default/t"
-    store: MetadataStore | None = None
+    store: LocalStore | None = None
     opened: list[ManagedLedger] = field(default_factory=list)
 
     @property
@@ -37,9 +37,9 @@ class LedgerHarness:
     def metadata_path(self) -> Path:
         return self.root / "metadata"
 
-    def open_store(self) -> MetadataStore:
+    def open_store(self) -> LocalStore:
         if self.store is None:
-            self.store = MetadataStore(self.metadata_path)
+            self.store = LocalStore(self.metadata_path)
         return self.store
 
     async def open(self, config: ManagedLedgerConfig | None = None) -> ManagedLedger:

@@ -11,24 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from managed_ledger.data_dir_lock import LOCK_FILE_NAME, DataDirInUseError, DataDirLock
 
 HOLDER_TIMEOUT_S = 30.0
 
 
 class Holder:
-    """Another process holding `directory` through a MetadataStore until told to exit."""
+    """Another process holding `directory` through a LocalStore until told to exit."""
 
     def __init__(self, directory: Path):
         script = textwrap.dedent(
             f"""
             import sys
             from pathlib import Path
-            from managed_ledger import MetadataStore
+            from managed_ledger import LocalStore
             from managed_ledger.data_dir_lock import DataDirInUseError
             try:
-                store = MetadataStore(Path({str(directory)!r}))
+                store = LocalStore(Path({str(directory)!r}))
             except DataDirInUseError as error:
                 print("refused", error.pid, flush=True)
                 sys.exit(0)
@@ -63,7 +63,7 @@ def holder(tmp_path: Path):
 
 def test_a_second_process_is_refused_with_the_holders_pid(tmp_path, holder):
     with pytest.raises(DataDirInUseError) as refused:
-        MetadataStore(tmp_path / "metadata")
+        LocalStore(tmp_path / "metadata")
     assert refused.value.pid == holder.process.pid
     assert refused.value.directory == tmp_path / "metadata"
     assert f"in use by pid {holder.process.pid}" in str(refused.value)
@@ -71,7 +71,7 @@ def test_a_second_process_is_refused_with_the_holders_pid(tmp_path, holder):
 
 def test_the_lock_is_free_once_the_holder_closes_its_store(tmp_path, holder):
     holder.exit()
-    MetadataStore(tmp_path / "metadata").close()
+    LocalStore(tmp_path / "metadata").close()
 
 
 def test_a_holder_killed_with_sigkill_leaves_a_stale_pid_but_no_lock(tmp_path, holder):
@@ -79,7 +79,7 @@ def test_a_holder_killed_with_sigkill_leaves_a_stale_pid_but_no_lock(tmp_path, h
     holder.kill()
     lock_file = tmp_path / "metadata" / LOCK_FILE_NAME
     assert lock_file.read_text().strip() == str(pid)
-    store = MetadataStore(tmp_path / "metadata")
+    store = LocalStore(tmp_path / "metadata")
     assert lock_file.read_text().strip() == str(os.getpid())
     store.close()
 
@@ -87,7 +87,7 @@ def test_a_holder_killed_with_sigkill_leaves_a_stale_pid_but_no_lock(tmp_path, h
 def test_holders_in_one_process_share_the_lock_until_the_last_release(tmp_path):
     directory = tmp_path / "metadata"
     first = DataDirLock.acquire(directory)
-    store = MetadataStore(directory)
+    store = LocalStore(directory)
     first.release()
     first.release()  # a second release of one share is a no-op
     refused = Holder(directory)
@@ -104,7 +104,7 @@ def test_a_store_that_fails_to_open_gives_the_lock_back(tmp_path):
     directory.mkdir()
     (directory / "data.mdb").mkdir()  # LMDB cannot open a directory as its data file
     with pytest.raises(Exception) as failed:
-        MetadataStore(directory)
+        LocalStore(directory)
     assert not isinstance(failed.value, DataDirInUseError)
     (directory / "data.mdb").rmdir()
     other = Holder(directory)

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from managed_ledger import MetadataStore, metadata
+from managed_ledger import LocalStore, metadata
 
 
 def test_get_of_missing_key_is_none(store):
@@ -78,11 +78,11 @@ def test_delete_prefix_reaching_the_last_key_stops(store):
 
 
 def test_values_survive_close_and_reopen(tmp_path):
-    first = MetadataStore(tmp_path / "m")
+    first = LocalStore(tmp_path / "m")
     first.put_json(b"coordinator", "log", [1, 2, 3])
     first.sync()
     first.close()
-    second = MetadataStore(tmp_path / "m")
+    second = LocalStore(tmp_path / "m")
     try:
         assert second.get_json(b"coordinator", "log") == [1, 2, 3]
     finally:
@@ -90,12 +90,12 @@ def test_values_survive_close_and_reopen(tmp_path):
 
 
 def test_a_database_its_caller_names_opens_on_first_use_and_survives_reopen(tmp_path):
-    first = MetadataStore(tmp_path / "m")
+    first = LocalStore(tmp_path / "m")
     assert first.get(b"a-callers-own", "k") is None
     assert list(first.scan_prefix(b"another", "")) == []
     first.put(b"a-callers-own", "k", b"v")
     first.close()
-    second = MetadataStore(tmp_path / "m")
+    second = LocalStore(tmp_path / "m")
     try:
         assert second.get(b"a-callers-own", "k") == b"v"
         assert second.get(b"ledgers", "k") is None

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from stableline.local_cluster.etcd import EtcdProcess, find_etcd, free_port
-from stableline.metadata import MetadataStore, open_metadata_store
+from stableline.metadata import ClusterMetadataStore, open_metadata_store
 
 # etcd's shortest lease with its default election timeout (it raises shorter ones).
 SHORT_SESSION_TIMEOUT_S = 2.0
@@ -86,10 +86,10 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     Embedded stores share one directory, so a second one opens only after the first
     closed; etcd stores are sessions of one etcd. All still open are closed after.
     """
-    opened: list[MetadataStore] = []
+    opened: list[ClusterMetadataStore] = []
     url = request.getfixturevalue("etcd").url if request.param == "etcd" else ""
 
-    async def open_one(**options) -> MetadataStore:
+    async def open_one(**options) -> ClusterMetadataStore:
         store = await open_metadata_store(url, embedded_dir=tmp_path / "metadata", **options)
         opened.append(store)
         return store

@@ -1,4 +1,4 @@
-"""The MetadataStore promises (stableline/metadata/store.py), on both implementations.
+"""The ClusterMetadataStore promises (stableline/metadata/store.py), on both implementations.
 
 Every test here runs twice: on the embedded store (LMDB) and on a real etcd.
 """
@@ -12,8 +12,8 @@ import pytest
 from stableline.metadata import (
     AlreadyExists,
     BadVersion,
+    ClusterMetadataStore,
     InvalidPath,
-    MetadataStore,
     NotFound,
     Notification,
     NotificationType,
@@ -22,7 +22,7 @@ from stableline.metadata import (
 WAIT_S = 5.0
 
 
-async def _two_writers(open_store) -> tuple[MetadataStore, MetadataStore]:
+async def _two_writers(open_store) -> tuple[ClusterMetadataStore, ClusterMetadataStore]:
     """Two sessions of one store (etcd); the embedded store has one writer process,
     so its two writers are coroutines on one store."""
     first = await open_store()

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import stableline
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline import InitialPosition, IsolationLevel, MessageId
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
@@ -208,7 +208,7 @@ def test_torn_tail_and_corrupt_snapshot_in_one_restart_recover_by_replay(broker,
     data = log_file.read_bytes()
     log_file.write_bytes(data[: len(data) - 5])
     # ...and the snapshot's meta damaged, in the same restart.
-    store = MetadataStore(broker.data_dir / "metadata")
+    store = LocalStore(broker.data_dir / "metadata")
     (key, raw), *others = [
         (key, value)
         for key, value in store.scan_prefix(SNAPSHOTS_DB, "")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from managed_ledger import ManagedLedger, ManagedLedgerConfig, MetadataStore
+from managed_ledger import LocalStore, ManagedLedger, ManagedLedgerConfig
 from txnbuffer import TransactionBuffer
 
 TOPIC = "persistent://public/default/txn-test"
@@ -24,7 +24,7 @@ OpenLedger = Callable[..., Awaitable[ManagedLedger]]
 
 @pytest.fixture
 async def open_ledger(
-    tmp_path: Path, store: MetadataStore, ledger_config: ManagedLedgerConfig
+    tmp_path: Path, store: LocalStore, ledger_config: ManagedLedgerConfig
 ) -> AsyncIterator[OpenLedger]:
     """`await open_ledger()` opens (or reopens) the topic's ledger on the same store."""
     opened: list[ManagedLedger] = []

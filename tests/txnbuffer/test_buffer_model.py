@@ -31,9 +31,9 @@ from managed_ledger import (
     Entry,
     EntryHeader,
     EntryType,
+    LocalStore,
     ManagedLedger,
     ManagedLedgerConfig,
-    MetadataStore,
     Position,
     TxnId,
 )
@@ -59,7 +59,7 @@ class TransactionBufferMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.directory = Path(tempfile.mkdtemp(prefix="txnbuffer-model-"))
-        self.store = MetadataStore(self.directory / "metadata")
+        self.store = LocalStore(self.directory / "metadata")
         self.config = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=3, retention_time_s=0)
         self.ledger: ManagedLedger | None = None
         self.buffer: TransactionBuffer | None = None

@@ -1,4 +1,4 @@
-"""TransactionCoordinator over a real MetadataStore; only the participant (the broker's side
+"""TransactionCoordinator over a real LocalStore; only the participant (the broker's side
 of ending a transaction on its topics) is a fake."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from managed_ledger import MetadataStore, TxnId
+from managed_ledger import LocalStore, TxnId
 from txnbuffer import (
     TooManyTransactionsError,
     TransactionCoordinator,
@@ -31,7 +31,7 @@ LONG_TIMEOUT_MS = 60_000
 WAIT_S = 5.0
 
 
-def durable_state(store: MetadataStore, txn_id: TxnId) -> TxnState | None:
+def durable_state(store: LocalStore, txn_id: TxnId) -> TxnState | None:
     """The state a restarted coordinator would load for txn_id (its record in the log)."""
     for key, raw in store.scan_prefix(COORDINATOR_DB, "txn:"):
         if int(key.removeprefix("txn:")) == txn_id.least_bits:
@@ -62,7 +62,7 @@ class Call:
 class FakeParticipant:
     """Records every end request; can fail the first N of them or hold them at a gate."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: LocalStore):
         self.store = store
         self.coordinator: TransactionCoordinator | None = None
         self.attempts: list[Call] = []
@@ -106,13 +106,13 @@ class FakeParticipant:
 
 
 @pytest.fixture
-def participant(store: MetadataStore) -> FakeParticipant:
+def participant(store: LocalStore) -> FakeParticipant:
     return FakeParticipant(store)
 
 
 @pytest.fixture
 async def coordinator(
-    store: MetadataStore, participant: FakeParticipant
+    store: LocalStore, participant: FakeParticipant
 ) -> AsyncIterator[TransactionCoordinator]:
     tc = TransactionCoordinator(COORDINATOR_ID, store, participant)
     participant.coordinator = tc
@@ -121,7 +121,7 @@ async def coordinator(
     await tc.close()
 
 
-async def restarted(store: MetadataStore, participant: FakeParticipant) -> TransactionCoordinator:
+async def restarted(store: LocalStore, participant: FakeParticipant) -> TransactionCoordinator:
     tc = TransactionCoordinator(COORDINATOR_ID, store, participant)
     participant.coordinator = tc
     await tc.recover()
@@ -443,7 +443,7 @@ async def test_a_transaction_name_must_have_1_to_256_characters(coordinator, nam
 
 
 @pytest.fixture
-async def limited(store: MetadataStore, participant: FakeParticipant):
+async def limited(store: LocalStore, participant: FakeParticipant):
     tc = TransactionCoordinator(
         COORDINATOR_ID, store, participant, TransactionLimits(max_open=3, max_open_per_owner=2)
     )
@@ -507,7 +507,7 @@ def clock() -> FakeClock:
 
 
 async def bounded_coordinator(
-    store: MetadataStore, participant: FakeParticipant, clock: FakeClock
+    store: LocalStore, participant: FakeParticipant, clock: FakeClock
 ) -> TransactionCoordinator:
     tc = TransactionCoordinator(
         COORDINATOR_ID,
@@ -528,7 +528,7 @@ async def bounded(store, participant, clock) -> AsyncIterator[TransactionCoordin
     await tc.close()
 
 
-def record_keys(store: MetadataStore, sequence: int) -> list[str]:
+def record_keys(store: LocalStore, sequence: int) -> list[str]:
     """The log's records of one transaction: its own and its acks'."""
     own = f"txn:{sequence:020d}"
     acks = f"ack:{sequence:020d}:"
@@ -853,7 +853,7 @@ async def test_acks_per_transaction_are_bounded_and_a_refused_ack_records_nothin
 
 
 async def test_coordinators_with_their_own_key_prefixes_share_a_store_and_recover_apart(
-    store: MetadataStore, participant: FakeParticipant
+    store: LocalStore, participant: FakeParticipant
 ):
     first = TransactionCoordinator(0, store, participant)
     second = TransactionCoordinator(1, store, participant, key_prefix="shard-1/")

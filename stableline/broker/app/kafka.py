@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from stableline.broker.topics.partitioned import PartitionedTopics
     from stableline.broker.topics.registry import TopicRegistry
     from stableline.broker.txn.coordinators import Coordinators
-    from stableline.metadata import MetadataStore
+    from stableline.metadata import ClusterMetadataStore
 
 # Frames up to this much above the largest message are read (a Produce carries a
 # batch plus its request); larger ones are refused unread.
@@ -44,7 +44,7 @@ async def start_kafka(
     security: BrokerSecurity,
     node_id: int,
     advertised_host: str,
-    metadata: MetadataStore,
+    metadata: ClusterMetadataStore,
     caps: PortCaps | None = None,
 ) -> tuple[KafkaListener, int]:
     """Open the Kafka port at config.kafka_address as Kafka node `node_id`, told to

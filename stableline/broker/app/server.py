@@ -30,7 +30,7 @@ import grpc
 from aiohttp import web
 from grpc_health.v1 import health, health_pb2
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
 from stableline.broker.app.kafka import KafkaStartupError, start_kafka
 from stableline.broker.app.security import BrokerSecurity
@@ -221,7 +221,7 @@ def _check_address_free(face: str, flag: str, address: str) -> None:
 class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
-        self.store: MetadataStore | None = None
+        self.store: LocalStore | None = None
         self.registry: TopicRegistry | None = None
         self.lookup: TopicLookup | None = None
         self.partitioned: PartitionedTopics | None = None
@@ -295,7 +295,7 @@ class Broker:
         # The store first: it holds the data dir's lock (see lock_data_dir), so a
         # second owner is refused before anything else under the data dir is opened.
         try:
-            self.store = MetadataStore(config.metadata_dir)
+            self.store = LocalStore(config.metadata_dir)
         except DataDirInUseError as error:
             raise _data_dir_in_use(config.data_dir, error) from None
         _check_address_free("gRPC", "--grpc HOST:PORT", config.grpc_address)

@@ -33,8 +33,8 @@ from stableline.broker.topics.write_gate import WriteGate
 from stableline.metadata import (
     BrokerInfo,
     BrokerRegistration,
+    ClusterMetadataStore,
     InvalidMetadataStoreUrl,
-    MetadataStore,
     SessionEvent,
     SessionState,
     open_metadata_store,
@@ -66,7 +66,7 @@ def with_advertised_address(addresses: BrokerAddresses, advertised_address: str)
 
 
 class Membership:
-    def __init__(self, config: BrokerConfig, store: MetadataStore):
+    def __init__(self, config: BrokerConfig, store: ClusterMetadataStore):
         self.config = config
         self.store = store
         self.registration: BrokerRegistration | None = None

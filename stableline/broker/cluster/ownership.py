@@ -45,7 +45,7 @@ from stableline.broker.errors import BrokerError
 from stableline.metadata import (
     AlreadyExists,
     BrokerInfo,
-    MetadataStore,
+    ClusterMetadataStore,
     MetadataStoreUnavailable,
     NotFound,
     Notification,
@@ -147,7 +147,7 @@ class OwnershipUnavailableError(TopicUnavailableError):
 class TopicOwnership:
     """This broker's view of the cluster's topic ownership (see the module docstring)."""
 
-    def __init__(self, store: MetadataStore, cluster: str):
+    def __init__(self, store: ClusterMetadataStore, cluster: str):
         self.store = store
         self.cluster = cluster
         # This broker's id, known once its gRPC port is bound (start()); until then

@@ -11,8 +11,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from stableline.metadata import (
+    ClusterMetadataStore,
     InvalidPath,
-    MetadataStore,
     MetadataStoreUnavailable,
     list_brokers,
     list_clusters,
@@ -23,7 +23,7 @@ def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"reason": reason}, status=status)
 
 
-def add_routes(app: web.Application, store: MetadataStore) -> None:
+def add_routes(app: web.Application, store: ClusterMetadataStore) -> None:
     async def clusters(_request: web.Request) -> web.Response:
         try:
             return web.json_response(await list_clusters(store))

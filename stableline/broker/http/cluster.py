@@ -23,7 +23,12 @@ from aiohttp import web
 
 from stableline.broker.cluster.lookup import TopicLookup
 from stableline.broker.topics.registry import TopicRegistry
-from stableline.metadata import BrokerInfo, MetadataStore, MetadataStoreUnavailable, list_brokers
+from stableline.metadata import (
+    BrokerInfo,
+    ClusterMetadataStore,
+    MetadataStoreUnavailable,
+    list_brokers,
+)
 
 
 def _error(status: int, reason: str) -> web.Response:
@@ -73,7 +78,7 @@ def gone_broker_document(broker_id: str, owned: int, gone_since_ms: int | None) 
 
 def add_routes(
     app: web.Application,
-    store: MetadataStore,
+    store: ClusterMetadataStore,
     cluster_name: str,
     registry: TopicRegistry,
     lookup: TopicLookup,

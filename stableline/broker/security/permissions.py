@@ -19,7 +19,7 @@ import enum
 import json
 from collections.abc import Callable, Iterable
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.partitions import split_partition
@@ -199,7 +199,7 @@ class PermissionStore(abc.ABC):
 class EmbeddedPermissionStore(PermissionStore):
     """Grants in the broker's own metadata store (LMDB in its data dir)."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: LocalStore):
         super().__init__()
         self._store = store
         for key, raw in store.scan_prefix(BROKER_DB, _PREFIX):

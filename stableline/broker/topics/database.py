@@ -1,4 +1,4 @@
-"""The broker's own database in its metadata store (managed_ledger's MetadataStore).
+"""The broker's own database in its local store (managed_ledger's LocalStore).
 
 Beside the engines' databases (ledgers, cursors, snapshots, the coordinator's log)
 the broker keeps its records in one database, each kind under a key prefix of its

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 
@@ -104,7 +104,7 @@ class NamespacePolicies(Protocol):
 class EmbeddedNamespacePolicies:
     """Namespaces and their policies in the broker's own metadata store."""
 
-    def __init__(self, store: MetadataStore, topic_namespaces: Iterable[str] = ()):
+    def __init__(self, store: LocalStore, topic_namespaces: Iterable[str] = ()):
         """`topic_namespaces`: the namespaces of the broker's topics, which exist
         even if written before namespaces were recorded."""
         self._store = store

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.partitions import NOT_PARTITIONED
@@ -83,7 +83,7 @@ class PartitionedMetadata(Protocol):
 class EmbeddedPartitionedMetadata:
     """PartitionedMetadata in the broker's own metadata store."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: LocalStore):
         self._store = store
         self._counts: dict[str, int] = {}
         self._deleting: set[str] = set()

@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dispatcher import DispatchLimits
-from managed_ledger import LedgerFiles, ManagedLedger, MetadataStore
+from managed_ledger import LedgerFiles, LocalStore, ManagedLedger
 from managed_ledger.cache import SharedEntryCache
 from managed_ledger.ledger_files import max_open_files
 from managed_ledger.memory import entry_cache_budget, pending_write_budget
@@ -123,7 +123,7 @@ class TopicRegistry:
     def __init__(
         self,
         config: BrokerConfig,
-        store: MetadataStore,
+        store: LocalStore,
         namespace_policies: NamespacePolicies | None = None,
         write_gate: WriteGate | None = None,
     ):

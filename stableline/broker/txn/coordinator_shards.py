@@ -23,11 +23,11 @@ import json
 import logging
 import time
 
-from managed_ledger import MetadataStore as LocalStore
+from managed_ledger import LocalStore
 from stableline.broker.cluster.ownership import OwnershipRecord
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
-from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, MetadataStoreError
+from stableline.metadata import AlreadyExists, BadVersion, ClusterMetadataStore, MetadataStoreError
 from stableline.metadata.layout import ROOT, check_cluster_name, cluster_path
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def shard_path(cluster: str, shard: int) -> str:
     return f"{shards_dir(cluster)}/{shard}"
 
 
-async def cluster_shard_count(store: MetadataStore, cluster: str, wanted: int) -> int:
+async def cluster_shard_count(store: ClusterMetadataStore, cluster: str, wanted: int) -> int:
     """The cluster's shard count: the record's, or `wanted` written there if it has
     none yet (the first broker to ask decides; a later config cannot change it).
     ShardCountError when the record holds no count a broker could have written."""
@@ -137,7 +137,7 @@ def check_shard_count(local: LocalStore, cluster: str, count: int, configured: i
 class ShardRecords:
     """The cluster's shard records, as this broker reads and writes them."""
 
-    def __init__(self, store: MetadataStore, cluster: str, count: int):
+    def __init__(self, store: ClusterMetadataStore, cluster: str, count: int):
         assert 1 <= count <= MAX_SHARDS, count
         self.store = store
         self.cluster = cluster

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from managed_ledger import MetadataStore, TxnId
+from managed_ledger import LocalStore, TxnId
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.topics.write_gate import WriteGate
@@ -85,7 +85,7 @@ def named_shard(owner: str, name: str, count: int) -> int:
 class Coordinators:
     def __init__(
         self,
-        store: MetadataStore,
+        store: LocalStore,
         participant: TransactionParticipant,
         limits: TransactionLimits,
         shard_count: int = 1,

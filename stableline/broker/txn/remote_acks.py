@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 
 from dispatcher import Subscription
-from managed_ledger import MetadataStore, Position, TxnId
+from managed_ledger import LocalStore, Position, TxnId
 from stableline.broker.topics.database import BROKER_DB
 
 _PREFIX = "remote-ack:"
@@ -41,7 +41,7 @@ def _txn_prefix(topic: str, subscription: str, txn_id: TxnId) -> str:
 
 
 class RemoteAcks:
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: LocalStore):
         self._store = store
 
     def record(

@@ -22,19 +22,19 @@ from __future__ import annotations
 from stableline.broker.cluster.shared_metadata.namespaces import ClusterNamespacePolicies
 from stableline.broker.cluster.shared_metadata.partitioned import ClusterPartitionedMetadata
 from stableline.broker.cluster.shared_metadata.permissions import ClusterPermissionStore
-from stableline.metadata import MetadataStore
+from stableline.metadata import ClusterMetadataStore
 
 
 class SharedMetadata:
     """The three, opened together on one store."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterMetadataStore):
         self.namespaces = ClusterNamespacePolicies(store)
         self.permissions = ClusterPermissionStore(store)
         self.partitioned = ClusterPartitionedMetadata(store)
 
     @classmethod
-    async def open(cls, store: MetadataStore) -> SharedMetadata:
+    async def open(cls, store: ClusterMetadataStore) -> SharedMetadata:
         """Read every key of the three (MetadataStoreError if the store cannot answer)."""
         shared = cls(store)
         try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from managed_ledger import MetadataStore as LocalStore
+from managed_ledger import LocalStore
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.security.permissions import EmbeddedPermissionStore

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stableline.broker.topics.namespace_policies import DEFAULT_NAMESPACE, AutoTopicCreation
-from stableline.metadata import MetadataStore
+from stableline.metadata import ClusterMetadataStore
 from stableline.metadata.layout import namespace_path, namespaces_dir, relative_segments
 from stableline.metadata.mirror import PrefixMirror
 from stableline.metadata.updates import update_key
@@ -56,7 +56,7 @@ class NamespaceRecord:
 class ClusterNamespacePolicies:
     """NamespacePolicies shared by a cluster's brokers."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterMetadataStore):
         self.store = store
         self._mirror = PrefixMirror(store, namespaces_dir())
         self._mirror.listeners.append(self._on_change)

@@ -25,7 +25,7 @@ from stableline.broker.topics.partition_counts import CountChanged
 from stableline.metadata import (
     AlreadyExists,
     BadVersion,
-    MetadataStore,
+    ClusterMetadataStore,
     MetadataStoreUnavailable,
     NotFound,
 )
@@ -67,7 +67,7 @@ def _path(name: TopicName) -> str:
 class ClusterPartitionedMetadata:
     """PartitionedMetadata shared by a cluster's brokers."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterMetadataStore):
         self.store = store
         self._mirror = PrefixMirror(store, partitioned_topics_dir())
         self._mirror.listeners.append(self._on_change)

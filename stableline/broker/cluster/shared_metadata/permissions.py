@@ -25,7 +25,7 @@ from stableline.broker.security.permissions import (
     encode_grants,
     with_role,
 )
-from stableline.metadata import MetadataStore, NotFound
+from stableline.metadata import ClusterMetadataStore, NotFound
 from stableline.metadata.layout import (
     namespace_permissions_path,
     permissions_dir,
@@ -46,7 +46,7 @@ def _path(scope: Scope, resource: str) -> str:
 class ClusterPermissionStore(PermissionStore):
     """PermissionStore shared by a cluster's brokers."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterMetadataStore):
         super().__init__()
         self.store = store
         self._mirror = PrefixMirror(store, permissions_dir())

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.kafka.protocol.codec import MalformedRequest, Reader
 from stableline.broker.topics.database import BROKER_DB
 
@@ -91,7 +91,7 @@ def protocol_topics(protocol_type: str, protocols: tuple[tuple[str, bytes], ...]
 class GroupOwners:
     """The durable owner role of each group (see the module docstring)."""
 
-    def __init__(self, store: MetadataStore, hold_s: float = CLAIM_HOLD_S) -> None:
+    def __init__(self, store: LocalStore, hold_s: float = CLAIM_HOLD_S) -> None:
         self._store = store
         self._hold_s = hold_s
         # Groups claimed lately (monotonic time), oldest first.

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dispatcher import IsolationLevel, Subscription, SubscriptionType
-from managed_ledger import MetadataStore, Position
+from managed_ledger import LocalStore, Position
 from stableline.broker.kafka.protocol.messages import ErrorCode
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.topic import Topic
@@ -162,7 +162,7 @@ class GroupOffsets:
     stands).
     """
 
-    def __init__(self, topic_of: TopicLookup, store: MetadataStore) -> None:
+    def __init__(self, topic_of: TopicLookup, store: LocalStore) -> None:
         """`topic_of(kafka topic, partition)`: the partition's Topic or the error
         code to answer (KafkaApiBase._topic)."""
         self._topic_of = topic_of

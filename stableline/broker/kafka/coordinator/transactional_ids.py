@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from managed_ledger import TxnId
-from stableline.metadata import AlreadyExists, BadVersion, MetadataStore, NotFound
+from stableline.metadata import AlreadyExists, BadVersion, ClusterMetadataStore, NotFound
 from stableline.metadata.layout import (
     kafka_transactional_id_of,
     kafka_transactional_id_path,
@@ -142,7 +142,7 @@ class TransactionalIds:
     """The records of one cluster's transactional ids, read through a cache."""
 
     def __init__(
-        self, store: MetadataStore, cluster: str, clock: Callable[[], float] = time.time
+        self, store: ClusterMetadataStore, cluster: str, clock: Callable[[], float] = time.time
     ) -> None:
         self._store = store
         self._cluster = cluster

@@ -196,13 +196,13 @@ async def test_a_port_taken_between_the_check_and_the_bind_is_refused_and_all_is
         await server.serve(config)
     assert str(refused.value).startswith(f"cannot listen for {face} on {busy}: ")
     assert str(refused.value).endswith(f"; pass another {PASS_ANOTHER[flag]}")
-    # The metadata store was closed and its lock given back: another process opens it.
+    # The local store was closed and its lock given back: another process opens it.
     reopened = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from managed_ledger import MetadataStore; "
-            "MetadataStore(Path(sys.argv[1])).close()",
+            "import sys; from pathlib import Path; from managed_ledger import LocalStore; "
+            "LocalStore(Path(sys.argv[1])).close()",
             str(config.metadata_dir),
         ],
         capture_output=True,

@@ -302,10 +302,10 @@ def test_consumer_subscriptions_are_read_and_junk_is_refused():
 
 
 async def test_an_unused_group_is_held_by_its_claim_then_free(tmp_path):
-    from managed_ledger import MetadataStore
+    from managed_ledger import LocalStore
     from stableline.broker.kafka.coordinator.group_access import GroupOwners
 
-    store = MetadataStore(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     owners = GroupOwners(store, hold_s=0.2)
     try:
         assert owners.owner("g") is None and not owners.claimed_lately("g")

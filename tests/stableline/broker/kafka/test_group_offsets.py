@@ -18,7 +18,7 @@ import pytest
 
 import stableline
 from dispatcher import Consumer, ControlEvent, IsolationLevel, SubscriptionType
-from managed_ledger import EntryHeader, ManagedLedger, MetadataStore, Position
+from managed_ledger import EntryHeader, LocalStore, ManagedLedger, Position
 from stableline.broker.kafka.coordinator.group_offsets import (
     AckTarget,
     CommittedOffset,
@@ -46,7 +46,7 @@ RU = IsolationLevel.READ_UNCOMMITTED
 
 
 @pytest.fixture
-async def topic(tmp_path: Path, store: MetadataStore) -> AsyncIterator[Topic]:
+async def topic(tmp_path: Path, store: LocalStore) -> AsyncIterator[Topic]:
     """persistent://public/default/ledger holding offsets 0-2 (one entry of three
     messages), 3 (one) and 4-5 (one entry of two)."""
     name = TopicName.parse("ledger")
@@ -58,7 +58,7 @@ async def topic(tmp_path: Path, store: MetadataStore) -> AsyncIterator[Topic]:
 
 
 @pytest.fixture
-def offsets(topic: Topic, store: MetadataStore) -> GroupOffsets:
+def offsets(topic: Topic, store: LocalStore) -> GroupOffsets:
     async def topic_of(kafka_topic: str, partition: int) -> Topic | ErrorCode:
         if (kafka_topic, partition) == ("ledger", 0):
             return topic

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from dispatcher import IsolationLevel, SubscriptionType
-from managed_ledger import EntryHeader, ManagedLedger, MetadataStore, Position, TxnId
+from managed_ledger import EntryHeader, LocalStore, ManagedLedger, Position, TxnId
 from stableline.broker.kafka.coordinator.txn_offsets import TooManyToAcknowledge, messages_between
 from stableline.broker.topics.topic import Topic
 from stableline.topic_name import TopicName
 
 
 @pytest.fixture
-async def topic(tmp_path: Path, store: MetadataStore) -> AsyncIterator[Topic]:
+async def topic(tmp_path: Path, store: LocalStore) -> AsyncIterator[Topic]:
     """Offsets 0-2 (one entry of three), 3 (an entry committed in a transaction), 4
     (its commit marker), 5-6 (one entry of two)."""
     name = TopicName.parse("ledger")

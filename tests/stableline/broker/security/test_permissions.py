@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.security.guard import Guard, NotPermitted
 from stableline.broker.security.permissions import (
     Action,
@@ -62,14 +62,14 @@ async def test_a_grant_replaces_the_roles_actions_and_revoke_removes_them(store)
 
 
 async def test_grants_survive_reopening_the_store(tmp_path):
-    store = MetadataStore(tmp_path / "metadata")
+    store = LocalStore(tmp_path / "metadata")
     permissions = EmbeddedPermissionStore(store)
     await permissions.grant_namespace("acme/shop", "alice", [Action.PRODUCE])
     await permissions.grant_topic(ORDERS, "bob", [Action.CONSUME])
     await permissions.grant_topic(OTHER_NS, "carol", [Action.CONSUME])
     await permissions.revoke_topic(OTHER_NS, "carol")
     store.close()
-    reopened = EmbeddedPermissionStore(MetadataStore(tmp_path / "metadata"))
+    reopened = EmbeddedPermissionStore(LocalStore(tmp_path / "metadata"))
     assert reopened.allows("alice", Action.PRODUCE, ORDERS)
     assert reopened.allows("bob", Action.CONSUME, ORDERS)
     assert not reopened.allows("carol", Action.CONSUME, OTHER_NS)

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.config import load_config
 from stableline.broker.topics.partition_counts import EmbeddedPartitionedMetadata
 from stableline.broker.topics.partitioned import PartitionedTopics, TopicConflictError
@@ -18,7 +18,7 @@ from stableline.topic_name import TopicName
 @pytest.fixture
 async def opened(tmp_path):
     config = load_config(None, {"data_dir": tmp_path / "data", "fsync": False})
-    store = MetadataStore(config.metadata_dir)
+    store = LocalStore(config.metadata_dir)
     registry = TopicRegistry(config, store)
     yield (
         config,

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from dispatcher import Consumer, IsolationLevel, SubscriptionType
-from managed_ledger import EntryHeader, MetadataStore, TxnId
+from managed_ledger import EntryHeader, LocalStore, TxnId
 from stableline.broker.config import load_config
 from stableline.broker.topics.registry import TooManyTopicsError, TopicRegistry
 from stableline.topic_name import TopicName
@@ -19,7 +19,7 @@ NAME = TopicName.parse("persistent://public/default/reg")
 @pytest.fixture
 async def registry(tmp_path):
     config = load_config(None, {"data_dir": tmp_path / "data", "fsync": False})
-    store = MetadataStore(config.metadata_dir)
+    store = LocalStore(config.metadata_dir)
     made = TopicRegistry(config, store)
     yield made
     await made.close()
@@ -88,7 +88,7 @@ async def test_a_full_namespace_refuses_one_more_topic_even_when_created_concurr
     config = load_config(
         None, {"data_dir": tmp_path / "data", "fsync": False, "max_topics_per_namespace": 2}
     )
-    store = MetadataStore(config.metadata_dir)
+    store = LocalStore(config.metadata_dir)
     registry = TopicRegistry(config, store)
     names = [TopicName.parse(f"persistent://t/ns/{i}") for i in range(5)]
     results = await asyncio.gather(

@@ -13,7 +13,7 @@ from dispatcher import (
     LogReadView,
     SubscriptionType,
 )
-from managed_ledger import ManagedLedger, MetadataStore
+from managed_ledger import LocalStore, ManagedLedger
 from stableline.broker.topics.topic import Topic
 from stableline.topic_name import TopicName
 
@@ -22,7 +22,7 @@ RC = IsolationLevel.READ_COMMITTED
 RU = IsolationLevel.READ_UNCOMMITTED
 
 
-async def open_topic(tmp_path: Path, store: MetadataStore) -> Topic:
+async def open_topic(tmp_path: Path, store: LocalStore) -> Topic:
     ledger = await ManagedLedger.open(str(NAME), tmp_path / "views", store)
     return Topic(NAME, ledger)
 

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from dispatcher import Consumer, IsolationLevel, SubscriptionType
-from managed_ledger import EntryHeader, MetadataStore, Position, TxnId
+from managed_ledger import EntryHeader, LocalStore, Position, TxnId
 from stableline.broker.config import load_config
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.topics.topic import Publisher
@@ -36,7 +36,7 @@ class Session:
 @pytest.fixture
 async def gated(tmp_path):
     config = load_config(None, {"data_dir": tmp_path / "data", "fsync": False})
-    store = MetadataStore(config.metadata_dir)
+    store = LocalStore(config.metadata_dir)
     gate = WriteGate()
     registry = TopicRegistry(config, store, write_gate=gate)
     yield registry, gate

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.txn.coordinator_errors import (
     CoordinatorUnavailableError,
     ShardLogConflictError,
@@ -46,7 +46,7 @@ async def cluster_store(tmp_path: Path) -> AsyncIterator:
 
 async def _broker(tmp_path: Path, cluster_store, broker_id: str) -> Coordinators:
     coordinators = Coordinators(
-        MetadataStore(tmp_path / broker_id), NothingToEnd(), TransactionLimits()
+        LocalStore(tmp_path / broker_id), NothingToEnd(), TransactionLimits()
     )
     count = await cluster_shard_count(cluster_store, "c", SHARDS)
     coordinators.attach_cluster(ShardRecords(cluster_store, "c", count), NoPeers(), None)
@@ -117,7 +117,7 @@ def test_a_named_transaction_has_one_shard_whoever_asks():
 
 async def _standalone_run(path: Path) -> None:
     """A broker's data dir after it coordinated a transaction alone (shard 0)."""
-    store = MetadataStore(path)
+    store = LocalStore(path)
     alone = Coordinators(store, NothingToEnd(), TransactionLimits())
     await alone.start()
     assert (await alone.open(60_000, "", "", "")).txn_id.most_bits == 0

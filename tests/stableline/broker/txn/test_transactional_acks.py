@@ -18,7 +18,7 @@ from dispatcher import (
     Subscription,
     SubscriptionType,
 )
-from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, MetadataStore, TxnId
+from managed_ledger import EntryHeader, LocalStore, ManagedLedger, ManagedLedgerConfig, TxnId
 from stableline.broker.txn.transactional_acks import ack_in_transaction
 from txnbuffer import (
     TransactionCoordinator,
@@ -42,7 +42,7 @@ class NothingToEnd:
 
 
 @pytest.fixture
-async def ledger(tmp_path: Path, store: MetadataStore) -> AsyncIterator[ManagedLedger]:
+async def ledger(tmp_path: Path, store: LocalStore) -> AsyncIterator[ManagedLedger]:
     opened = await ManagedLedger.open(
         "persistent://public/default/t", tmp_path / "t", store, ManagedLedgerConfig()
     )
@@ -62,7 +62,7 @@ async def subscription(ledger: ManagedLedger) -> AsyncIterator[Subscription]:
 
 
 @pytest.fixture
-async def coordinator(store: MetadataStore) -> AsyncIterator[TransactionCoordinator]:
+async def coordinator(store: LocalStore) -> AsyncIterator[TransactionCoordinator]:
     tc = TransactionCoordinator(1, store, NothingToEnd())
     await tc.recover()
     yield tc
