@@ -22,6 +22,10 @@ Promises:
   loads it again. A load waits for an unload of the same topic under way.
 - Ledger files of every topic share one LedgerFiles cache of
   `max_open_ledger_files` descriptors.
+- Each topic is in one TopicState (topics/topic_state.py: unloaded, creating,
+  loading, loaded, unloading), kept in one slot per topic with something in memory
+  or under way, and changed only by `_move`, which checks the table. A request for
+  a topic being created, loaded or unloaded waits for that to finish.
 
 Namespaces and their policies are the registry's `namespace_policies`
 (topics/namespace_policies.py): a topic's creation makes its namespace exist there. In a
@@ -54,7 +58,9 @@ import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dispatcher import DispatchLimits
 from managed_ledger import LedgerFiles, LocalStore, ManagedLedger
@@ -68,6 +74,7 @@ from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.topics.topic import Topic
+from stableline.broker.topics.topic_state import TopicState, check_topic_transition
 from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
@@ -109,6 +116,18 @@ def _namespace_of(stored_name: str) -> str:
     return tenant_namespace
 
 
+@dataclass(slots=True, eq=False)
+class _TopicSlot:
+    """What the registry holds of one topic that is not UNLOADED."""
+
+    state: TopicState = TopicState.UNLOADED
+    # What a request for the topic waits for: the creation (CREATING), the load,
+    # whose result is the topic (LOADING), the close (UNLOADING).
+    pending: asyncio.Future[Any] | None = None
+    topic: Topic | None = None  # LOADED, UNLOADING
+    last_used: float = 0.0  # time.monotonic() of the last request that got it
+
+
 class TopicNotFoundError(BrokerError, LookupError):
     code = "TopicNotFound"
 
@@ -138,10 +157,8 @@ class TopicRegistry:
         # One entry cache and one pending-write budget for every topic of the broker.
         self.entry_cache = SharedEntryCache(entry_cache_budget(config.ledger))
         self.write_budget = PendingWriteBudget(pending_write_budget(config.ledger))
-        self._topics: dict[str, Topic] = {}
-        self._loading: dict[str, asyncio.Task] = {}
-        self._unloading: dict[str, asyncio.Task] = {}
-        self._last_used: dict[str, float] = {}
+        # Every topic not UNLOADED: its state, what is under way, the topic loaded.
+        self._slots: dict[str, _TopicSlot] = {}
         # Given to every topic loaded from now on (see Topic.on_recovered, failpoints).
         self.on_recovered: Callable[[Topic], Awaitable[None]] | None = None
         # Called with every topic loaded, before anyone can use it (the broker holds
@@ -169,7 +186,6 @@ class TopicRegistry:
         for key in self._known:
             namespace = _namespace_of(key)
             self._topics_in[namespace] = self._topics_in.get(namespace, 0) + 1
-        self._creating: set[str] = set()
         # Topics written before namespaces were recorded still make theirs exist.
         if namespace_policies is None:
             namespace_policies = EmbeddedNamespacePolicies(store, self._topics_in)
@@ -210,7 +226,27 @@ class TopicRegistry:
         return len(self._known)
 
     def loaded(self) -> list[Topic]:
-        return list(self._topics.values())
+        return [
+            slot.topic
+            for slot in self._slots.values()
+            if slot.state is TopicState.LOADED and slot.topic is not None
+        ]
+
+    def state(self, name: TopicName) -> TopicState:
+        slot = self._slots.get(str(name))
+        return TopicState.UNLOADED if slot is None else slot.state
+
+    def _move(self, key: str, slot: _TopicSlot, new: TopicState) -> None:
+        """The one place a topic's state changes; an illegal move raises
+        (topics/topic_state.py). A slot is held from its move out of UNLOADED to
+        its move back."""
+        check_topic_transition(key, slot.state, new)
+        if slot.state is TopicState.UNLOADED:
+            assert key not in self._slots, (key, self._slots[key].state)
+            self._slots[key] = slot
+        slot.state = new
+        if new is TopicState.UNLOADED and self._slots.get(key) is slot:
+            del self._slots[key]
 
     def exists(self, name: TopicName) -> bool:
         return str(name) in self._known
@@ -218,7 +254,9 @@ class TopicRegistry:
     def taken(self, name: TopicName) -> bool:
         """True when the topic exists or its creation (or first load) is under way."""
         key = str(name)
-        return key in self._known or key in self._creating or key in self._loading
+        slot = self._slots.get(key)
+        under_way = slot is not None and slot.state in (TopicState.CREATING, TopicState.LOADING)
+        return key in self._known or under_way
 
     async def taken_in_cluster(self, name: TopicName) -> bool:
         """taken(), or in a cluster placed on any broker (it has an ownership record)."""
@@ -248,6 +286,13 @@ class TopicRegistry:
         this returns. False when it existed already. Raises TooManyTopicsError when
         its namespace is full. `placed`: its ownership record names this broker, and
         the checks were made where it was placed."""
+        return await self._create(name, placed)
+
+    async def _create(
+        self, name: TopicName, placed: bool, loading: _TopicSlot | None = None
+    ) -> bool:
+        """create(); `loading`: the slot of the load that creates the topic on its
+        first use (the creation is part of that load, the topic stays LOADING)."""
         key = str(name)
         if key in self._known:
             return False
@@ -259,13 +304,40 @@ class TopicRegistry:
             record, new_record = await self.ownership.place_new(name)
             if record.leader != self.ownership.broker_id:
                 return new_record
-        if key in self._creating:
+        while True:
+            slot = self._slots.get(key)
+            if slot is None or slot is loading or slot.state is not TopicState.LOADING:
+                break
+            # Its first use is loading it and creates it on the way: that creation is
+            # this one (a load that fails leaves the creation to this call).
+            assert slot.pending is not None
+            with contextlib.suppress(Exception):
+                await asyncio.shield(slot.pending)
+            if key in self._known:
+                return False
+        if slot is not None and slot.state is TopicState.CREATING:
             await self.store.sync_async()  # durable with the creation under way
             return False
+        if slot is not None:
+            # Part of a load (or a topic loaded and not yet listed): it keeps its state.
+            await self._write_creation(name, placed)
+            return True
+        created: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        slot = _TopicSlot(pending=created)
+        self._move(key, slot, TopicState.CREATING)
+        try:
+            await self._write_creation(name, placed)
+        finally:
+            self._move(key, slot, TopicState.UNLOADED)
+            created.set_result(None)  # made or not: who waits looks again
+        return True
+
+    async def _write_creation(self, name: TopicName, placed: bool) -> None:
+        """Make the topic exist, durably: its namespace, then its key, then an fsync."""
+        key = str(name)
         if not placed:
             self._check_room(name)
         # Counted before the fsync: concurrent creations cannot overrun the limit.
-        self._creating.add(key)
         self._topics_in[name.namespace_path] = self.topics_in(name.namespace_path) + 1
         try:
             # The namespace first: a crash before the topic's key leaves it existing
@@ -276,11 +348,8 @@ class TopicRegistry:
         except BaseException:
             self._topics_in[name.namespace_path] -= 1
             raise
-        finally:
-            self._creating.discard(key)
         self._known.add(key)
         log.debug("created topic %s", key)
-        return True
 
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
@@ -294,25 +363,31 @@ class TopicRegistry:
                 # checked the name (a partition's base, the namespace's room).
                 await self.create(name, placed=True)
         while True:
-            topic = self._topics.get(key)
-            if topic is not None:
-                self._last_used[key] = time.monotonic()
-                return topic
+            slot = self._slots.get(key)
+            state = TopicState.UNLOADED if slot is None else slot.state
+            if state is TopicState.LOADED:
+                assert slot is not None and slot.topic is not None
+                slot.last_used = time.monotonic()
+                return slot.topic
+            if state is TopicState.CREATING:
+                assert slot is not None and slot.pending is not None
+                await asyncio.shield(slot.pending)
+                continue
             if key not in self._known:
                 if not create:
                     raise TopicNotFoundError(f"topic {key} does not exist")
                 self._check_room(name)  # before its ledger is opened
-            unloading = self._unloading.get(key)
-            if unloading is None:
+            if state is not TopicState.UNLOADING:
                 break
-            await asyncio.shield(unloading)
-        task = self._loading.get(key)
-        if task is None:
-            task = asyncio.create_task(self._load(name), name=f"load:{key}")
-            self._loading[key] = task
-            task.add_done_callback(lambda _t: self._loading.pop(key, None))
-        topic = await asyncio.shield(task)
-        self._last_used[key] = time.monotonic()
+            assert slot is not None and slot.pending is not None
+            await asyncio.shield(slot.pending)
+        if slot is None:
+            slot = _TopicSlot()
+            self._move(key, slot, TopicState.LOADING)
+            slot.pending = asyncio.create_task(self._load(name, slot), name=f"load:{key}")
+        assert slot.state is TopicState.LOADING and slot.pending is not None
+        topic = await asyncio.shield(slot.pending)
+        slot.last_used = time.monotonic()
         return topic
 
     async def get_stable(self, name: TopicName) -> Topic:
@@ -323,42 +398,47 @@ class TopicRegistry:
         await topic.wait_stable(self.config.topic_recovery_wait_s)
         return topic
 
-    async def _load(self, name: TopicName) -> Topic:
+    async def _load(self, name: TopicName, slot: _TopicSlot) -> Topic:
         key = str(name)
-        ledger = await ManagedLedger.open(
-            name.storage_name,
-            self._directory(name),
-            self.store,
-            self.config.ledger,
-            self.files,
-            self.entry_cache,
-            self.write_budget,
-        )
-        await self.create(name)
-        if key not in self._marked:
-            # Durable before this run appends to the topic: the append's new ledger
-            # file is listed with an fsync of the store first (ManagedLedger).
-            self.store.put(BROKER_DB, _RECOVER_PREFIX + key, b"")
-            self._marked.add(key)
-        topic = Topic(
-            name,
-            ledger,
-            SnapshotPolicy(
-                self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
-            ),
-            self.dispatch_limits,
-            self.write_gate,
-        )
-        topic.on_recovered = self.on_recovered
-        topic.buffer.failpoint = self.failpoint
-        if self.on_loaded is not None:
-            self.on_loaded(topic)
-        self._topics[key] = topic
+        try:
+            ledger = await ManagedLedger.open(
+                name.storage_name,
+                self._directory(name),
+                self.store,
+                self.config.ledger,
+                self.files,
+                self.entry_cache,
+                self.write_budget,
+            )
+            await self._create(name, placed=False, loading=slot)
+            if key not in self._marked:
+                # Durable before this run appends to the topic: the append's new ledger
+                # file is listed with an fsync of the store first (ManagedLedger).
+                self.store.put(BROKER_DB, _RECOVER_PREFIX + key, b"")
+                self._marked.add(key)
+            topic = Topic(
+                name,
+                ledger,
+                SnapshotPolicy(
+                    self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
+                ),
+                self.dispatch_limits,
+                self.write_gate,
+            )
+            topic.on_recovered = self.on_recovered
+            topic.buffer.failpoint = self.failpoint
+            if self.on_loaded is not None:
+                self.on_loaded(topic)
+        except BaseException:
+            self._move(key, slot, TopicState.UNLOADED)
+            raise
+        slot.topic = topic
+        self._move(key, slot, TopicState.LOADED)
         topic.start_recovery()
         return topic
 
     def _end_streams(self, error: BrokerFencedError) -> None:
-        for topic in self._topics.values():
+        for topic in self.loaded():
             topic.end_streams(error)
 
     # ------------------------------------------------------------ start and unload
@@ -409,8 +489,11 @@ class TopicRegistry:
         deadline = time.monotonic() - idle_s
         idle = [
             key
-            for key, topic in self._topics.items()
-            if self._last_used.get(key, 0.0) <= deadline and topic.idle
+            for key, slot in self._slots.items()
+            if slot.state is TopicState.LOADED
+            and slot.last_used <= deadline
+            and slot.topic is not None
+            and slot.topic.idle
         ]
         unloaded = 0
         for first in range(0, len(idle), UNLOAD_CONCURRENCY):
@@ -418,7 +501,7 @@ class TopicRegistry:
             results = await asyncio.gather(*(self._unload(key, deadline) for key in chunk))
             unloaded += sum(results)
         if unloaded:
-            log.info("unloaded %d idle topics (%d loaded)", unloaded, len(self._topics))
+            log.info("unloaded %d idle topics (%d loaded)", unloaded, len(self.loaded()))
             self._garbage = True
         if self._garbage and time.monotonic() >= self._collect_after:
             # A topic's objects reference each other (listeners, views): only the
@@ -435,22 +518,21 @@ class TopicRegistry:
         return unloaded
 
     async def _unload(self, key: str, deadline: float) -> bool:
-        topic = self._topics.get(key)
+        slot = self._slots.get(key)
         if (
-            topic is None
-            or key in self._unloading
-            or self._last_used.get(key, 0.0) > deadline  # used since the scan
-            or not topic.idle
+            slot is None
+            or slot.state is not TopicState.LOADED
+            or slot.last_used > deadline  # used since the scan
+            or slot.topic is None
+            or not slot.topic.idle
         ):
             return False
-        del self._topics[key]
-        self._last_used.pop(key, None)
-        task = asyncio.create_task(self._close_topic(key, topic), name=f"unload:{key}")
-        self._unloading[key] = task
+        self._move(key, slot, TopicState.UNLOADING)
+        slot.pending = asyncio.create_task(self._close_topic(key, slot.topic), name=f"unload:{key}")
         try:
-            await asyncio.shield(task)
+            await asyncio.shield(slot.pending)
         finally:
-            self._unloading.pop(key, None)
+            self._move(key, slot, TopicState.UNLOADED)
         self.unloaded_total += 1
         return True
 
@@ -466,8 +548,9 @@ class TopicRegistry:
         topic = await self.get(name, create=False)
         key = str(name)
         await topic.delete()
-        self._topics.pop(key, None)
-        self._last_used.pop(key, None)
+        slot = self._slots.get(key)
+        if slot is not None and slot.state is TopicState.LOADED:
+            self._move(key, slot, TopicState.UNLOADED)
         if key in self._known:
             self._known.discard(key)
             self._topics_in[name.namespace_path] -= 1
@@ -485,14 +568,22 @@ class TopicRegistry:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._background.clear()
-        for task in list(self._loading.values()):
-            with contextlib.suppress(Exception):
-                await task
+        loads = [s.pending for s in self._slots.values() if s.state is TopicState.LOADING]
+        for load in loads:
+            if load is not None:
+                with contextlib.suppress(Exception):
+                    await load
         # Concurrently, in chunks: each close seals a ledger file, and the metadata
         # store's fsync is shared by the closes under way.
-        loaded = list(self._topics.items())
+        loaded = [
+            (key, slot.topic)
+            for key, slot in self._slots.items()
+            if slot.state is TopicState.LOADED and slot.topic is not None
+        ]
         for first in range(0, len(loaded), UNLOAD_CONCURRENCY):
             chunk = loaded[first : first + UNLOAD_CONCURRENCY]
             await asyncio.gather(*(self._close_topic(key, topic) for key, topic in chunk))
-        self._topics.clear()
+        for key, slot in list(self._slots.items()):
+            if slot.state is TopicState.LOADED:
+                self._move(key, slot, TopicState.UNLOADED)
         self.files.close_all()
