@@ -15,7 +15,7 @@ from managed_ledger.errors import (
 )
 from managed_ledger.ledger import ManagedLedger
 from managed_ledger.ledger_files import LedgerFiles
-from managed_ledger.metadata import LocalStore
+from managed_ledger.local_store import LocalStore
 from managed_ledger.position import EARLIEST, LATEST, Position
 from managed_ledger.state import LedgerState
 

@@ -46,8 +46,8 @@ from managed_ledger.errors import (
 )
 from managed_ledger.framing import FRAME_SIZE, encode_frame
 from managed_ledger.ledger_files import LedgerFiles, max_open_files
+from managed_ledger.local_store import LocalStore
 from managed_ledger.memory import entry_cache_budget, pending_write_budget
-from managed_ledger.metadata import LocalStore
 from managed_ledger.offsets import LogOffsets
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files

@@ -1,4 +1,4 @@
-"""The LMDB metadata store: named databases, atomic batches, prefix scans."""
+"""The broker's LMDB local store: named databases, atomic batches, prefix scans."""
 
 from __future__ import annotations
 
