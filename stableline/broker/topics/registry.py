@@ -178,6 +178,8 @@ class TopicRegistry:
             max_unacked_per_subscription=config.max_unacked_messages_per_subscription,
             max_consumers=config.max_consumers_per_subscription,
         )
+        # The topics that exist: the store's topic keys, read once and kept in step.
+        # What exists is the store's; what is in memory is the slots' (TopicState).
         self._known: set[str] = {
             key[len(_TOPIC_PREFIX) :] for key, _ in store.scan_prefix(BROKER_DB, _TOPIC_PREFIX)
         }
@@ -190,6 +192,7 @@ class TopicRegistry:
         if namespace_policies is None:
             namespace_policies = EmbeddedNamespacePolicies(store, self._topics_in)
         self.namespace_policies = namespace_policies
+        # The store's recover marks (see the module docstring), kept in step too.
         self._marked: set[str] = {
             key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(BROKER_DB, _RECOVER_PREFIX)
         }
