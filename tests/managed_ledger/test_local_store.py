@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from managed_ledger import LocalStore, metadata
+from managed_ledger import LocalStore, local_store
 
 
 def test_get_of_missing_key_is_none(store):
@@ -105,6 +105,6 @@ def test_a_database_its_caller_names_opens_on_first_use_and_survives_reopen(tmp_
 
 def test_the_store_names_none_of_its_callers_databases():
     """The engines above it and the broker each name their own (one owner apiece)."""
-    source = inspect.getsource(metadata)
+    source = inspect.getsource(local_store)
     for name in (b"snapshots", b"coordinator", b"broker"):
         assert repr(name) not in source, name
