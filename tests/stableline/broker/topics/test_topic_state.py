@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 
 import pytest
 
 from managed_ledger import LocalStore
 from stableline.broker.config import load_config
-from stableline.broker.topics.registry import TopicRegistry, _TopicSlot
+from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry, _TopicSlot
 from stableline.broker.topics.topic_state import (
     IllegalTopicTransition,
     TopicState,
@@ -214,3 +215,66 @@ def test_the_registry_moves_only_through_the_table(registry):
         registry._move(str(NAME), slot, X)
     registry._move(str(NAME), slot, U)
     assert registry.state(NAME) is U
+
+
+# ------------------------------------------------------------ a model, under concurrency
+
+KEYS = [TopicName.parse(f"persistent://public/m{i % 2}/t{i}") for i in range(4)]
+
+
+async def _step(registry: TopicRegistry, rng, model: set[str], made: set[str]) -> None:
+    """One random operation; `model`: the names that exist; `made`: those whose
+    create() answered True since they were last deleted."""
+    name = rng.choice(KEYS)
+    operation = rng.choice(("create", "use", "use-existing", "unload"))
+    if operation == "create":
+        if await registry.create(name):
+            # Made once between deletes, however many create or use it at once.
+            assert str(name) not in made, name
+            made.add(str(name))
+        model.add(str(name))
+    elif operation == "use":
+        topic = await registry.get(name)
+        model.add(str(name))
+        assert topic.name == name
+    elif operation == "use-existing":
+        try:
+            await registry.get(name, create=False)
+        except TopicNotFoundError:
+            assert str(name) not in model
+    else:
+        await registry.unload_idle(0)
+
+
+def _check(registry: TopicRegistry, model: set[str]) -> None:
+    """At rest: every topic loaded or unloaded, the names and counts as the model says."""
+    assert registry.names() == sorted(model)
+    loaded = {str(topic.name) for topic in registry.loaded()}
+    for name in KEYS:
+        state = registry.state(name)
+        assert state in (U, D), (name, state)
+        assert (state is D) is (str(name) in loaded)
+        assert not registry.taken(name) or str(name) in model
+    for namespace in ("public/m0", "public/m1"):
+        expected = sum(n.startswith(f"persistent://{namespace}/") for n in model)
+        assert registry.topics_in(namespace) == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_concurrent_creates_uses_unloads_and_deletes_keep_one_state_per_topic(registry, seed):
+    rng = random.Random(seed)
+    model: set[str] = set()
+    made: set[str] = set()
+    for _ in range(12):
+        # A burst of concurrent operations (every move they make is checked), then
+        # at rest the registry must agree with the model.
+        await asyncio.gather(*(_step(registry, rng, model, made) for _ in range(rng.randint(1, 6))))
+        _check(registry, model)
+        if model and rng.random() < 0.3:
+            name = rng.choice(sorted(model))
+            await registry.delete(TopicName.parse(name))
+            model.discard(name)
+            made.discard(name)
+            _check(registry, model)
+    await registry.close()
+    assert all(registry.state(name) is U for name in KEYS)
