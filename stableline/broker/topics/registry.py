@@ -308,6 +308,8 @@ class TopicRegistry:
             if record.leader != self.ownership.broker_id:
                 return new_record
         while True:
+            if key in self._known:
+                return False  # made while this call waited
             slot = self._slots.get(key)
             if slot is None or slot is loading or slot.state is not TopicState.LOADING:
                 break
@@ -316,8 +318,6 @@ class TopicRegistry:
             assert slot.pending is not None
             with contextlib.suppress(Exception):
                 await asyncio.shield(slot.pending)
-            if key in self._known:
-                return False
         if slot is not None and slot.state is TopicState.CREATING:
             await self.store.sync_async()  # durable with the creation under way
             return False
