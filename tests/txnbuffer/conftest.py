@@ -1,4 +1,4 @@
-"""Fixtures for transaction buffer tests: a real managed ledger and metadata store in tmp_path."""
+"""Fixtures for transaction buffer tests: a real managed ledger and local store in tmp_path."""
 
 from __future__ import annotations
 
