@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import enum
 
+from stableline.broker.errors import INTERNAL, BrokerError
+
 
 class TopicState(enum.Enum):
     UNLOADED = "Unloaded"
@@ -52,9 +54,11 @@ _MOVES: dict[TopicState, frozenset[TopicState]] = {
 }
 
 
-class IllegalTopicTransition(AssertionError):
+class IllegalTopicTransition(BrokerError, AssertionError):
     """A move the table does not allow: a bug in the registry, never a client's
     mistake."""
+
+    code = INTERNAL  # a bug: answered as any unexpected failure is
 
 
 def check_topic_transition(topic: str, old: TopicState, new: TopicState) -> None:

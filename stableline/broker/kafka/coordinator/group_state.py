@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import enum
 
+from stableline.broker.errors import INTERNAL, BrokerError
+
 
 class GroupState(enum.Enum):
     EMPTY = "Empty"
@@ -48,9 +50,11 @@ _MOVES: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class IllegalGroupTransition(AssertionError):
+class IllegalGroupTransition(BrokerError, AssertionError):
     """A move the table does not allow: a bug in the coordinator, never a client's
     mistake (those are answered with Kafka's error codes)."""
+
+    code = INTERNAL  # a bug: answered as any unexpected failure is
 
 
 def check_group_transition(group_id: str, old: GroupState, new: GroupState) -> None:
