@@ -26,46 +26,25 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import grpc
-from aiohttp import web
-from grpc_health.v1 import health, health_pb2
-
 from managed_ledger import LocalStore
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
+from stableline.broker.app.cluster_services import ClusterServices, InCluster, Standalone
 from stableline.broker.app.kafka import KafkaStartupError, start_kafka
 from stableline.broker.app.security import BrokerSecurity
 from stableline.broker.cluster.lookup import BrokerAddresses, TopicLookup, advertised_host
 from stableline.broker.cluster.membership import Membership, with_advertised_address
-from stableline.broker.cluster.ownership import TopicOwnership
-from stableline.broker.cluster.partitions import ClusterPartitions
-from stableline.broker.cluster.peers import PeerClient
+from stableline.broker.cluster.peer_credentials import peer_credentials
 from stableline.broker.cluster.shared_metadata import SharedMetadata
-from stableline.broker.cluster.shared_metadata.joining import join_cluster
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connections.caps import RESERVED_FILES, connection_caps
 from stableline.broker.errors import BrokerError
 from stableline.broker.failpoints import Failpoints
-from stableline.broker.grpc.admin_service import AdminService
-from stableline.broker.grpc.broker_service import BrokerService
-from stableline.broker.grpc.connection_limit import (
-    CallTrackingInterceptor,
-    ConnectionLimitInterceptor,
-    ConnectionTable,
-    OpeningDeadlineInterceptor,
-    add_routes,
-)
-from stableline.broker.grpc.malformed_requests import MalformedRequestInterceptor
+from stableline.broker.grpc.connection_limit import ConnectionTable
+from stableline.broker.grpc.connection_limit import add_routes as add_grpc_connection_routes
 from stableline.broker.grpc.peer_client import GrpcPeerClient
-from stableline.broker.grpc.peer_service import PeerService
-from stableline.broker.grpc.services import CLIENT_SERVICES, add_services
-from stableline.broker.grpc.socket_guard import GrpcSocketGuard
-from stableline.broker.http import cluster as http_cluster
-from stableline.broker.http import lookup as http_lookup
-from stableline.broker.http.app import make_app
-from stableline.broker.http.brokers import add_routes as add_brokers_routes
-from stableline.broker.http.connection_limit import BoundedTCPSite, HttpConnections
-from stableline.broker.http.connection_limit import add_routes as add_http_routes
-from stableline.broker.http.csrf import state_change_middleware
+from stableline.broker.grpc.server import GrpcServer
+from stableline.broker.http.connection_limit import HttpConnections
+from stableline.broker.http.server import HttpServer, split_address
 from stableline.broker.kafka.server.listener import KafkaListener
 from stableline.broker.kafka.server.listener import add_routes as add_kafka_connection_routes
 from stableline.broker.security.file_modes import (
@@ -73,20 +52,11 @@ from stableline.broker.security.file_modes import (
     restrict_top_of_data_dir,
     use_owner_only_umask,
 )
-from stableline.broker.security.permissions import EmbeddedPermissionStore
 from stableline.broker.security.settings import SecuritySettings
-from stableline.broker.topics.partition_counts import EmbeddedPartitionedMetadata
 from stableline.broker.topics.partitioned import PartitionedTopics
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.topics.topic import Topic
 from stableline.broker.txn.coordinator_errors import ShardLogConflictError
-from stableline.broker.txn.coordinator_shards import (
-    DEFAULT_CLUSTER_SHARDS,
-    ShardRecords,
-    check_shard_count,
-    cluster_shard_count,
-    recorded_shard_count,
-)
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.ending import (
     BrokerParticipant,
@@ -95,7 +65,7 @@ from stableline.broker.txn.ending import (
 )
 from stableline.broker.txn.stats import RecoveryWindow
 from stableline.broker.txn.transactional_acks import restore_pending_acks
-from stableline.metadata import MetadataStoreError, kafka_node_id
+from stableline.metadata import ClusterMetadataStore, MetadataStoreError, kafka_node_id
 from txnbuffer import TransactionCoordinator, TransactionLimits
 
 log = logging.getLogger(__name__)
@@ -155,6 +125,24 @@ async def _check_metadata_store_access(store, config: BrokerConfig) -> None:
     log.warning("SECURITY: %s", what)
 
 
+async def _open_in_cluster(
+    config: BrokerConfig, store: ClusterMetadataStore, settings: SecuritySettings
+) -> InCluster:
+    """The cluster's services: namespaces, grants and partition counts are the
+    cluster's, read before anything is served; topics are placed over its brokers."""
+    await _check_metadata_store_access(store, config)
+    try:
+        shared = await SharedMetadata.open(store)
+    except MetadataStoreError as error:
+        raise StartupError(f"cannot read the cluster's metadata: {error}") from None
+    try:
+        peers = GrpcPeerClient(peer_credentials(config, settings))
+    except (ValueError, OSError) as error:
+        await shared.close()
+        raise StartupError(f"cannot call the cluster's other brokers: {error}") from None
+    return InCluster(config, store, shared, peers)
+
+
 def _data_dir_in_use(data_dir: Path, error: DataDirInUseError) -> StartupError:
     holder = f"pid {error.pid}" if error.pid is not None else "another process"
     return StartupError(
@@ -178,13 +166,6 @@ def raise_open_files_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"address {address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 def _cannot_listen(face: str, flag: str, address: str, reason: str) -> StartupError:
     return StartupError(f"cannot listen for {face} on {address}: {reason}; pass another {flag}")
 
@@ -202,7 +183,7 @@ def _check_address_free(face: str, flag: str, address: str) -> None:
     TIME_WAIT is free) and closed at once; the real bind reports a race the same way.
     """
     try:
-        host, port = _split_address(address)
+        host, port = split_address(address)
     except ValueError as error:
         raise _cannot_listen(face, flag, address, str(error)) from None
     if port == 0:
@@ -219,31 +200,34 @@ def _check_address_free(face: str, flag: str, address: str) -> None:
 
 
 class Broker:
+    """The broker process's parts, made in order by start() and ended by stop().
+
+    Each step of start() is one method, named for what it makes; each part is
+    given what it needs when it is made. What differs between standalone and a
+    cluster is the `cluster` services' (app/cluster_services.py), nowhere else.
+    """
+
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.store: LocalStore | None = None
+        self.membership: Membership | None = None
+        self.cluster: ClusterServices | None = None
+        self.security: BrokerSecurity | None = None
         self.registry: TopicRegistry | None = None
         self.lookup: TopicLookup | None = None
         self.partitioned: PartitionedTopics | None = None
+        self.participant: BrokerParticipant | None = None
+        self.coordinators: Coordinators | None = None
+        self.failpoints: Failpoints | None = None
         self.kafka: KafkaListener | None = None
         self.kafka_port = 0
-        self.coordinators: Coordinators | None = None
-        self.membership: Membership | None = None
-        # In a cluster: namespaces, grants and partition counts shared by the brokers,
-        # and the calls to the brokers owning partitions.
-        self.shared: SharedMetadata | None = None
-        self.peers: PeerClient | None = None
-        self._grpc: grpc.aio.Server | None = None
-        self._grpc_guard: GrpcSocketGuard | None = None
-        self._http: web.AppRunner | None = None
-        self._health = health.aio.HealthServicer()
+        self._grpc: GrpcServer | None = None
+        self._http: HttpServer | None = None
         self._background: set[asyncio.Task] = set()
         self._sync_task: asyncio.Task | None = None
         # The walk that tightens the data dir's modes, after start (file_modes.py).
         self._tighten_task: asyncio.Task | None = None
         self._tighten_stop = threading.Event()
-        self.failpoints: Failpoints | None = None
-        self.security: BrokerSecurity | None = None
         self.grpc_port = 0
         self.http_port = 0
         # The configured caps until start() fits them to the open-files limit.
@@ -253,6 +237,210 @@ class Broker:
             self.caps.http, config.http_request_header_timeout_s
         )
         self.open_files_limit = 0
+
+    async def start(self) -> None:
+        # Before the ledger file cache sizes itself from it.
+        self.open_files_limit = raise_open_files_limit()
+        self._open_data_dir()
+        await self._open_cluster()
+        self._make_topics()
+        self._fit_connection_caps()
+        self._make_transactions()
+        recovery = await self._recover()
+        await self._open_grpc()
+        await self._open_http(recovery)
+        addresses, kafka_node_id = await self._open_kafka(self._advertised_addresses())
+        self.lookup.advertise(addresses)
+        await self._join(addresses, kafka_node_id)
+        await self._grpc.serving()
+        self._sync_task = asyncio.create_task(self._sync_metadata())
+        self._tighten_task = asyncio.create_task(self._tighten_data_dir())
+        # What start-up made (modules, services) lives as long as the process: kept
+        # out of the cycle collector's full passes, which the unloading of idle
+        # topics asks for (TopicRegistry.unload_idle).
+        gc.freeze()
+
+    # ------------------------------------------------------------ the steps of start
+
+    def _open_data_dir(self) -> None:
+        """The data dir held and its top tightened; the listen addresses free."""
+        config = self.config
+        try:
+            # The top only: the whole tree is walked once serving (see file_modes.py).
+            restrict_top_of_data_dir(config.data_dir)
+        except OSError as error:
+            raise StartupError(f"cannot use data dir {config.data_dir}: {error}") from None
+        # The store first: it holds the data dir's lock (see lock_data_dir), so a
+        # second owner is refused before anything else under the data dir is opened.
+        try:
+            self.store = LocalStore(config.metadata_dir)
+        except DataDirInUseError as error:
+            raise _data_dir_in_use(config.data_dir, error) from None
+        _check_address_free("gRPC", "--grpc HOST:PORT", config.grpc_address)
+        _check_address_free("HTTP", "--http HOST:PORT", config.http_address)
+        if config.kafka_address:
+            _check_address_free("Kafka", KAFKA_FLAG, config.kafka_address)
+
+    async def _open_cluster(self) -> None:
+        """Membership, and the cluster's services: standalone with the embedded
+        store, else the cluster's shared metadata (read before anything is served)
+        and the calls to its other brokers."""
+        config = self.config
+        # Before recovery: an unreachable etcd stops the start at once, naming it.
+        try:
+            self.membership = await Membership.open(config)
+        except MetadataStoreError as error:
+            raise StartupError(f"cannot open the cluster metadata store: {error}") from None
+        settings = SecuritySettings.from_config(config)
+        if not config.metadata_store_url:
+            self.cluster = Standalone(self.store)
+        else:
+            self.cluster = await _open_in_cluster(config, self.membership.store, settings)
+        self.security = BrokerSecurity.open(settings, self.cluster.permissions)
+
+    def _make_topics(self) -> None:
+        """The registry, lookups and partitioned topics."""
+        config, cluster = self.config, self.cluster
+        if config.failpoints:
+            self.failpoints = Failpoints(config.failpoints)
+        self.registry = TopicRegistry(
+            config,
+            self.store,
+            cluster.namespaces,
+            self.membership.write_gate,
+            cluster.placement,
+            self.failpoints,
+        )
+        self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
+        self.partitioned = PartitionedTopics(
+            config,
+            self.registry,
+            cluster.partition_counts,
+            cluster.partition_access(self.registry),
+        )
+        if self.security.guard.authorizer is not None:
+            # A grant on a partitioned topic reaches its partitions, on every face.
+            self.security.guard.authorizer.partition_counts = self.partitioned.metadata.partitions
+
+    def _make_transactions(self) -> None:
+        """The coordinators, and the registry's hooks that settle with them."""
+        config = self.config
+        self.participant = BrokerParticipant(self.registry)
+        self.coordinators = Coordinators(
+            self.store,
+            self.participant,
+            TransactionLimits(
+                config.max_open_transactions,
+                config.max_open_transactions_per_client,
+                config.txn_ended_retention_s,
+                config.max_ended_transactions,
+                config.max_acks_per_transaction,
+            ),
+            config.transaction_coordinator_shards or 1,
+            write_gate=self.registry.write_gate,
+            failpoint=self.failpoints,
+            on_started=self._coordinator_started,
+        )
+        # Topics recover in the background (serving meanwhile); each settles what
+        # the last run left ongoing once it and the coordinators are ready.
+        self.registry.on_recovered = functools.partial(
+            settle_leftovers, coordinators=self.coordinators
+        )
+        # A loaded topic's subscriptions hold again what transactions not ended
+        # acknowledged on them: topics loaded from here with the coordinators that
+        # have recovered, those loaded before as each coordinator recovers.
+        self.registry.on_loaded = self._restore_pending_acks
+
+    async def _recover(self) -> RecoveryWindow:
+        """Topics the last run may have left transactions in load in the background
+        from here (TopicRegistry.start); the coordinators that need no broker id
+        recover."""
+        config = self.config
+        try:
+            await self.cluster.connect(self.store, self.coordinators, self.participant)
+        except MetadataStoreError as error:
+            raise StartupError(f"cannot start in cluster {config.cluster_name}: {error}") from None
+        self.registry.start()
+        recover_started_ms = int(time.time() * 1000)
+        await self.cluster.start_coordinators(self.coordinators)
+        return RecoveryWindow(recover_started_ms, int(time.time() * 1000))
+
+    async def _open_grpc(self) -> None:
+        config = self.config
+        self._grpc = GrpcServer(
+            config,
+            self.registry,
+            self.coordinators,
+            self.lookup,
+            self.partitioned,
+            self.participant,
+            self.connections,
+            self.caps,
+            self.security.grpc_interceptors(),
+        )
+        self.grpc_port = self._grpc.bind(config.grpc_address, self.security.add_grpc_port)
+        if self.grpc_port == 0:
+            raise _cannot_listen(
+                "gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed (in use?)"
+            )
+        await self._grpc.start()
+
+    async def _open_http(self, recovery: RecoveryWindow) -> None:
+        config = self.config
+        self._http = HttpServer(
+            config,
+            self.registry,
+            self.coordinators,
+            recovery,
+            self.partitioned,
+            self.lookup,
+            self.membership.store,
+            self.cluster.ownership,
+            self.http_connections,
+            more_routes=(
+                functools.partial(add_grpc_connection_routes, table=self.connections),
+                functools.partial(add_kafka_connection_routes, listener=lambda: self.kafka),
+            ),
+            secure=self.security.attach_http,
+        )
+        try:
+            self.http_port = await self._http.start(self.security.http_ssl_context())
+        except OSError as error:
+            raise _cannot_listen(
+                "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
+            ) from None
+
+    def _advertised_addresses(self) -> BrokerAddresses:
+        config = self.config
+        return with_advertised_address(
+            BrokerAddresses.advertised(
+                config.grpc_address,
+                self.grpc_port,
+                config.http_address,
+                self.http_port,
+                self.security.settings.tls is not None,
+            ),
+            config.advertised_address,
+        )
+
+    async def _open_kafka(self, addresses: BrokerAddresses) -> tuple[BrokerAddresses, int]:
+        """The addresses with the Kafka port's, and this broker's Kafka node id (-1
+        with the Kafka port off)."""
+        if not self.config.kafka_address:
+            return addresses, -1
+        kafka_node_id, kafka_address = await self._start_kafka(addresses)
+        return replace(addresses, kafka_address=kafka_address), kafka_node_id
+
+    async def _join(self, addresses: BrokerAddresses, kafka_node_id: int) -> None:
+        """Registered as a live broker; in a cluster, its part taken there."""
+        try:
+            info = await self.membership.register(addresses, version(), self._load, kafka_node_id)
+            await self.cluster.join(info.broker_id, self.store, self.registry, self.coordinators)
+        except (MetadataStoreError, ShardLogConflictError) as error:
+            raise StartupError(str(error)) from None
+
+    # ------------------------------------------------------------ what the steps use
 
     def _restore_pending_acks(self, topic: Topic) -> None:
         restored = sum(
@@ -281,261 +469,6 @@ class Broker:
                 log.info(
                     "%s: holding again %d acks of transactions not ended", topic.name, restored
                 )
-
-    async def start(self) -> None:
-        config = self.config
-        # Before the ledger file cache sizes itself from it.
-        self.open_files_limit = raise_open_files_limit()
-        security_settings = SecuritySettings.from_config(config)
-        try:
-            # The top only: the whole tree is walked once serving (see file_modes.py).
-            restrict_top_of_data_dir(config.data_dir)
-        except OSError as error:
-            raise StartupError(f"cannot use data dir {config.data_dir}: {error}") from None
-        # The store first: it holds the data dir's lock (see lock_data_dir), so a
-        # second owner is refused before anything else under the data dir is opened.
-        try:
-            self.store = LocalStore(config.metadata_dir)
-        except DataDirInUseError as error:
-            raise _data_dir_in_use(config.data_dir, error) from None
-        _check_address_free("gRPC", "--grpc HOST:PORT", config.grpc_address)
-        _check_address_free("HTTP", "--http HOST:PORT", config.http_address)
-        if config.kafka_address:
-            _check_address_free("Kafka", KAFKA_FLAG, config.kafka_address)
-        # Before recovery: an unreachable etcd stops the start at once, naming it.
-        try:
-            self.membership = await Membership.open(config)
-        except MetadataStoreError as error:
-            raise StartupError(f"cannot open the cluster metadata store: {error}") from None
-        if config.metadata_store_url:
-            await _check_metadata_store_access(self.membership.store, config)
-            # A shared store: namespaces, grants and partition counts are the
-            # cluster's, read before anything is served.
-            try:
-                self.shared = await SharedMetadata.open(self.membership.store)
-            except MetadataStoreError as error:
-                raise StartupError(f"cannot read the cluster's metadata: {error}") from None
-        shared = self.shared
-        self.security = BrokerSecurity.open(
-            security_settings,
-            shared.permissions if shared else EmbeddedPermissionStore(self.store),
-        )
-        self.registry = TopicRegistry(
-            config,
-            self.store,
-            shared.namespaces if shared else None,
-            self.membership.write_gate,
-        )
-        self.registry.on_deleted.append(self.security.permissions.forget_topic)
-        self._fit_connection_caps()
-        partition_access = None
-        if shared is not None:
-            # Topics are placed over the cluster's brokers; a partitioned topic's
-            # partitions are asked of their owners.
-            self.registry.ownership = TopicOwnership(self.membership.store, config.cluster_name)
-            try:
-                self.peers = GrpcPeerClient(self.security.peer_credentials(config))
-            except (ValueError, OSError) as error:
-                raise StartupError(f"cannot call the cluster's other brokers: {error}") from None
-            partition_access = ClusterPartitions(self.registry, self.registry.ownership, self.peers)
-        self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
-        self.partitioned = PartitionedTopics(
-            config,
-            self.registry,
-            shared.partitioned if shared else EmbeddedPartitionedMetadata(self.store),
-            partition_access,
-        )
-        if self.security.guard.authorizer is not None:
-            # A grant on a partitioned topic reaches its partitions, on every face.
-            self.security.guard.authorizer.partition_counts = self.partitioned.metadata.partitions
-        participant = BrokerParticipant(self.registry)
-        self.coordinators = Coordinators(
-            self.store,
-            participant,
-            TransactionLimits(
-                config.max_open_transactions,
-                config.max_open_transactions_per_client,
-                config.txn_ended_retention_s,
-                config.max_ended_transactions,
-                config.max_acks_per_transaction,
-            ),
-            config.transaction_coordinator_shards or 1,
-        )
-        self.coordinators.write_gate = self.registry.write_gate
-        if config.failpoints:
-            self.failpoints = Failpoints(config.failpoints)
-            self.registry.failpoint = self.coordinators.failpoint = self.failpoints
-        # Topics recover in the background (serving meanwhile); each settles what
-        # the last run left ongoing once it and the coordinators are ready.
-        self.registry.on_recovered = functools.partial(
-            settle_leftovers, coordinators=self.coordinators
-        )
-        # A loaded topic's subscriptions hold again what transactions not ended
-        # acknowledged on them: topics loaded from here with the coordinators that
-        # have recovered, those loaded before as each coordinator recovers.
-        self.registry.on_loaded = self._restore_pending_acks
-        self.coordinators.on_started = self._coordinator_started
-        if self.registry.ownership is not None:
-            # In a cluster the shards led here are known once this broker has its id
-            # (registered, below); transaction calls wait for them until then.
-            try:
-                shard_count = await cluster_shard_count(
-                    self.membership.store,
-                    config.cluster_name,
-                    config.transaction_coordinator_shards
-                    or recorded_shard_count(self.store, config.cluster_name)
-                    or DEFAULT_CLUSTER_SHARDS,
-                )
-                check_shard_count(
-                    self.store,
-                    config.cluster_name,
-                    shard_count,
-                    config.transaction_coordinator_shards,
-                )
-            except MetadataStoreError as error:
-                raise StartupError(
-                    f"cannot start in cluster {config.cluster_name}: {error}"
-                ) from None
-            participant.peers = self.peers
-            self.coordinators.attach_cluster(
-                ShardRecords(self.membership.store, config.cluster_name, shard_count),
-                self.registry.ownership,
-                self.peers,
-            )
-            participant.remote_acks = self.coordinators.remote_acks
-        # Topics load on first use; those the last run may have left transactions
-        # in load in the background from here (TopicRegistry.start).
-        self.registry.start()
-        recover_started_ms = int(time.time() * 1000)
-        if self.registry.ownership is None:
-            await self.coordinators.start()
-        recovery = RecoveryWindow(recover_started_ms, int(time.time() * 1000))
-
-        message_limit = config.max_message_size + 1024 * 1024
-        authentication_ms = max(1, int(config.connection_authentication_timeout_s * 1000))
-        self._grpc = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", message_limit),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-                # Clients ping every 30 s to keep idle streams alive; gRPC's default
-                # (one ping per 5 minutes, then GOAWAY "too_many_pings") would drop
-                # an idle consumer after about a minute and a half.
-                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-                # Connections, calls or not, are capped at the accept; one must be
-                # through its TLS and HTTP/2 handshake in time, and one with no call
-                # open is closed (a GOAWAY: clients reconnect for their next call).
-                ("grpc.max_allowed_incoming_connections", self.caps.grpc_sockets),
-                ("grpc.server_handshake_timeout_ms", authentication_ms),
-                ("grpc.max_connection_idle_ms", authentication_ms),
-            ],
-            # Unparsable requests are refused before anything else looks at them; a
-            # stream that opens with nothing is ended; then the token check, and only
-            # an authenticated call takes a connection slot.
-            interceptors=[
-                CallTrackingInterceptor(self.connections),
-                MalformedRequestInterceptor(),
-                OpeningDeadlineInterceptor(config.connection_idle_timeout_s),
-                *self.security.grpc_interceptors(),
-                ConnectionLimitInterceptor(self.connections),
-            ],
-        )
-        add_services(
-            self._grpc,
-            BrokerService(self.registry, config, self.coordinators, self.lookup),
-            AdminService(self.registry, self.coordinators, self.partitioned),
-            PeerService(self.coordinators, participant),
-            self._health,
-        )
-        try:
-            self.grpc_port = self.security.add_grpc_port(self._grpc, config.grpc_address)
-        except RuntimeError:  # grpc's "Failed to bind to address ..." (it logs why)
-            self.grpc_port = 0
-        if self.grpc_port == 0:
-            raise _cannot_listen(
-                "gRPC", "--grpc HOST:PORT", config.grpc_address, "bind failed (in use?)"
-            )
-        await self._grpc.start()
-        # One address's sockets past its cap, calls or not, are shut down.
-        self._grpc_guard = GrpcSocketGuard(
-            self.grpc_port, self.caps.grpc.per_address, self.connections.calling
-        )
-        self._grpc_guard.start()
-
-        http_app = make_app(
-            self.registry, self.coordinators, recovery, self.partitioned, config.cluster_name
-        )
-        add_routes(http_app, self.connections)
-        http_lookup.add_routes(http_app, self.lookup)
-        add_brokers_routes(http_app, self.membership.store)
-        http_cluster.add_routes(
-            http_app, self.membership.store, config.cluster_name, self.registry, self.lookup
-        )
-        # First: a request refused by the token check has still sent its headers.
-        http_app.middlewares.append(self.http_connections.middleware())
-        # Before the token check: a browser's cross-site form is refused as such.
-        http_app.middlewares.append(state_change_middleware())
-        add_http_routes(http_app, self.http_connections)
-        add_kafka_connection_routes(http_app, lambda: self.kafka)
-        self.security.attach_http(http_app)
-        # An idle keep-alive connection closes as an idle gRPC stream would.
-        self._http = web.AppRunner(
-            http_app, access_log=None, keepalive_timeout=config.connection_idle_timeout_s
-        )
-        await self._http.setup()
-        host, port = _split_address(config.http_address)
-        site = BoundedTCPSite(
-            self._http,
-            host,
-            port,
-            self.http_connections,
-            ssl_context=self.security.http_ssl_context(),
-        )
-        try:
-            await site.start()
-        except OSError as error:
-            raise _cannot_listen(
-                "HTTP", "--http HOST:PORT", config.http_address, _bind_failure(error)
-            ) from None
-        self.http_port = site.bound_port
-        addresses = with_advertised_address(
-            BrokerAddresses.advertised(
-                config.grpc_address,
-                self.grpc_port,
-                config.http_address,
-                self.http_port,
-                self.security.settings.tls is not None,
-            ),
-            config.advertised_address,
-        )
-        kafka_node_id = -1
-        if config.kafka_address:
-            kafka_node_id, kafka_address = await self._start_kafka(addresses)
-            addresses = replace(addresses, kafka_address=kafka_address)
-        self.lookup.advertise(addresses)
-        try:
-            info = await self.membership.register(addresses, version(), self._load, kafka_node_id)
-            if self.registry.ownership is not None:
-                await self.registry.ownership.start(info.broker_id)
-                await join_cluster(
-                    self.store,
-                    self.shared,
-                    self.registry,
-                    self.registry.ownership,
-                    config.cluster_name,
-                )
-                await self.coordinators.start(info.broker_id)
-        except (MetadataStoreError, ShardLogConflictError) as error:
-            raise StartupError(str(error)) from None
-
-        for service in ("", *CLIENT_SERVICES):
-            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self._sync_task = asyncio.create_task(self._sync_metadata())
-        self._tighten_task = asyncio.create_task(self._tighten_data_dir())
-        # What start-up made (modules, services) lives as long as the process: kept
-        # out of the cycle collector's full passes, which the unloading of idle
-        # topics asks for (TopicRegistry.unload_idle).
-        gc.freeze()
 
     def _fit_connection_caps(self) -> None:
         """The ports' connection caps, cut to what the open-files limit leaves."""
@@ -619,41 +552,18 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
         started = time.monotonic()
-        await self._health.enter_graceful_shutdown()
-        if self.registry is not None and self.registry.ownership is not None:
-            await self.registry.ownership.close()
-        if self.shared is not None:
-            await self.shared.close()
+        if self._grpc is not None:
+            await self._grpc.not_serving()
+        if self.cluster is not None:
+            await self.cluster.close()
         if self.membership is not None:
             # Out of the cluster's live list before anything else stops.
             await self.membership.close()
-        if self._grpc_guard is not None:
-            await self._grpc_guard.stop()
         if self._grpc is not None:
-            calls, clients = self.connections.open_calls(), len(self.connections)
-            if calls:
-                # Streams (producers, consumers) end only when their clients close
-                # them, so with any open the whole grace is waited for.
-                log.info(
-                    "stopping: %d gRPC call(s) open (streams included) from %d client(s); "
-                    "waiting up to %.0f s for them to finish, then cancelling the rest",
-                    calls,
-                    clients,
-                    SHUTDOWN_GRACE_S,
-                )
-            else:
-                log.info("stopping: no gRPC calls open")
+            await self._grpc.stop_guard()
             await self._grpc.stop(SHUTDOWN_GRACE_S)
-            waited = time.monotonic() - started
-            log.info(
-                "gRPC server stopped after %.1f s: %s",
-                waited,
-                "the grace ran out and the calls still open were cancelled"
-                if waited >= SHUTDOWN_GRACE_S
-                else "every call had finished",
-            )
         if self._http is not None:
-            await self._http.cleanup()
+            await self._http.stop()
         if self.kafka is not None:
             await self.kafka.stop()
         if self._sync_task is not None:
@@ -668,8 +578,8 @@ class Broker:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.coordinators is not None:
             await self.coordinators.close()
-        if self.peers is not None:  # after every coordinator: their ends use it
-            await self.peers.close()
+        if self.cluster is not None:  # after every coordinator: their ends call peers
+            await self.cluster.close_peers()
         if self.registry is not None:
             await self.registry.close()
         if self.store is not None:

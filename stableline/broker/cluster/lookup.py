@@ -115,21 +115,18 @@ class TopicLookup:
             raise TopicNotFoundError(not_created_on_first_use(caller, topic, policy))
         await self._ready.wait()
         assert self._advertised is not None
-        ownership = self._registry.ownership
-        if ownership is not None:
-            # In a cluster: the record's owner, placing the topic if it has none yet
-            # (the client's first use would create it on the owner).
-            record = await ownership.place(topic)
-            if record.leader != ownership.broker_id:
-                owner = ownership.owner_of(topic, record)
-                host, _, port = owner.http_url.partition("://")[2].rpartition(":")
-                return TopicOwner(
-                    topic,
-                    BrokerAddresses(
-                        owner.grpc_address,
-                        f"{host}:{port}",
-                        owner.http_url.startswith("https"),
-                        owner.kafka_address,
-                    ),
-                )
-        return TopicOwner(topic, self._advertised)
+        # In a cluster: the record's owner, placing the topic if it has none yet
+        # (the client's first use would create it on the owner).
+        owner = await self._registry.placement.serving_broker(topic)
+        if owner is None:
+            return TopicOwner(topic, self._advertised)
+        host, _, port = owner.http_url.partition("://")[2].rpartition(":")
+        return TopicOwner(
+            topic,
+            BrokerAddresses(
+                owner.grpc_address,
+                f"{host}:{port}",
+                owner.http_url.startswith("https"),
+                owner.kafka_address,
+            ),
+        )

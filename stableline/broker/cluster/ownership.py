@@ -1,7 +1,8 @@
 """Topic ownership in a cluster: which broker serves each topic, placed once, checked on use.
 
 Active only with a shared metadata store (`--metadata-store etcd://...`); with the
-embedded store the registry has no `TopicOwnership` and nothing here runs.
+embedded store the registry asks a StandalonePlacement (topics/placement.py) instead
+and nothing here runs.
 
 A topic's record (`/stableline/ownership/{cluster}/topics/{tenant}/{ns}/{topic}`, see
 stableline.metadata) names its leader, an epoch and an ensemble (the leader only,
@@ -42,6 +43,7 @@ import time
 from dataclasses import dataclass
 
 from stableline.broker.errors import BrokerError
+from stableline.broker.topics.placement import Claim, Placement
 from stableline.metadata import (
     AlreadyExists,
     BrokerInfo,
@@ -145,7 +147,8 @@ class OwnershipUnavailableError(TopicUnavailableError):
 
 
 class TopicOwnership:
-    """This broker's view of the cluster's topic ownership (see the module docstring)."""
+    """This broker's view of the cluster's topic ownership (see the module docstring);
+    the cluster's TopicPlacement (topics/placement.py)."""
 
     def __init__(self, store: ClusterMetadataStore, cluster: str):
         self.store = store
@@ -336,6 +339,35 @@ class TopicOwnership:
         self._records.pop(str(name), None)
         with contextlib.suppress(NotFound):
             await self.store.delete(ownership_path(self.cluster, name))
+
+    # ------------------------------------------------------------ TopicPlacement
+
+    async def is_placed(self, name: TopicName) -> bool:
+        return await self.record(name) is not None
+
+    async def needs_placing(self, name: TopicName) -> bool:
+        return await self.record(name) is None
+
+    async def claim(self, name: TopicName) -> Claim:
+        record, new = await self.place_new(name)
+        return Claim(here=record.leader == self.broker_id, new=new)
+
+    def placed_names(self, prefix: str = "") -> set[str]:
+        return {topic for topic in self._leader_of if topic.startswith(prefix)}
+
+    async def placement_of(self, name: TopicName, place: bool) -> Placement | None:
+        record = await self.record(name)
+        if record is None:
+            if not place:
+                return None
+            record = await self.place(name)
+        return Placement(record.leader, record.epoch, record.leader == self.broker_id)
+
+    async def serving_broker(self, name: TopicName) -> BrokerInfo | None:
+        record = await self.place(name)
+        if record.leader == self.broker_id:
+            return None
+        return self.owner_of(name, record)
 
     def owner_of(self, name: TopicName, record: OwnershipRecord) -> BrokerInfo:
         """The live owner's registration; TopicUnavailableError if it is not live."""

@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from stableline.broker.cluster.lookup import TopicLookup
+from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.metadata import (
     BrokerInfo,
@@ -82,7 +83,10 @@ def add_routes(
     cluster_name: str,
     registry: TopicRegistry,
     lookup: TopicLookup,
+    ownership: TopicOwnership | None = None,
 ) -> None:
+    """`ownership`: the cluster's records this broker follows; None standalone."""
+
     def this_broker_id() -> str:
         advertised = lookup.advertised
         return advertised.grpc_address if advertised is not None else ""
@@ -97,44 +101,60 @@ def add_routes(
             f"{cluster}'s brokers (see /admin/v2/clusters)",
         )
 
-    async def brokers(request: web.Request) -> web.Response:
+    async def standalone_brokers(request: web.Request) -> web.Response:
         if (refused := other_cluster(request)) is not None:
             return refused
         me = this_broker_id()
-        ownership = registry.ownership
-        if ownership is None:
-            try:
-                live = await list_brokers(store, cluster_name)
-            except MetadataStoreUnavailable as error:
-                return _error(503, str(error))
-            documents = [
-                broker_document(
-                    info, registry.count() if info.broker_id == me else 0, info.broker_id == me
-                )
-                for info in live
-            ]
-            return web.json_response(documents)
-        live = {info.broker_id: info for info in ownership.live_brokers()}
+        try:
+            live = await list_brokers(store, cluster_name)
+        except MetadataStoreUnavailable as error:
+            return _error(503, str(error))
         documents = [
-            broker_document(info, ownership.led_by(broker_id), broker_id == me)
-            for broker_id, info in sorted(live.items())
-        ]
-        for broker_id in sorted(set(ownership.leaders().values()) - live.keys()):
-            documents.append(
-                gone_broker_document(
-                    broker_id, ownership.led_by(broker_id), ownership.gone_since_ms(broker_id)
-                )
+            broker_document(
+                info, registry.count() if info.broker_id == me else 0, info.broker_id == me
             )
+            for info in live
+        ]
         return web.json_response(documents)
 
-    async def topic_owners(request: web.Request) -> web.Response:
+    async def standalone_topic_owners(request: web.Request) -> web.Response:
         if (refused := other_cluster(request)) is not None:
             return refused
-        ownership = registry.ownership
-        if ownership is None:
-            me = this_broker_id()
-            return web.json_response(dict.fromkeys(registry.names(), me))
-        return web.json_response(dict(sorted(ownership.leaders().items())))
+        return web.json_response(dict.fromkeys(registry.names(), this_broker_id()))
 
+    def cluster_brokers(ownership: TopicOwnership):
+        async def brokers(request: web.Request) -> web.Response:
+            if (refused := other_cluster(request)) is not None:
+                return refused
+            me = this_broker_id()
+            live = {info.broker_id: info for info in ownership.live_brokers()}
+            documents = [
+                broker_document(info, ownership.led_by(broker_id), broker_id == me)
+                for broker_id, info in sorted(live.items())
+            ]
+            for broker_id in sorted(set(ownership.leaders().values()) - live.keys()):
+                documents.append(
+                    gone_broker_document(
+                        broker_id, ownership.led_by(broker_id), ownership.gone_since_ms(broker_id)
+                    )
+                )
+            return web.json_response(documents)
+
+        return brokers
+
+    def cluster_topic_owners(ownership: TopicOwnership):
+        async def topic_owners(request: web.Request) -> web.Response:
+            if (refused := other_cluster(request)) is not None:
+                return refused
+            return web.json_response(dict(sorted(ownership.leaders().items())))
+
+        return topic_owners
+
+    # Chosen once: standalone the cluster is this broker, which owns every topic it has.
+    brokers, topic_owners = (
+        (standalone_brokers, standalone_topic_owners)
+        if ownership is None
+        else (cluster_brokers(ownership), cluster_topic_owners(ownership))
+    )
     app.router.add_get("/admin/v2/clusters/{cluster}/brokers", brokers)
     app.router.add_get("/admin/v2/clusters/{cluster}/topicOwners", topic_owners)

@@ -31,7 +31,7 @@ Namespaces and their policies are the registry's `namespace_policies`
 (topics/namespace_policies.py): a topic's creation makes its namespace exist there. In a
 cluster they are the cluster's, shared by its brokers.
 
-In a cluster (`ownership` set) the broker that places a topic on first use or by
+In a cluster (the registry's `placement` is the cluster's ownership) the broker that places a topic on first use or by
 an admin's create checks its name (creation checks, the namespace's room) before
 its ownership record is written; the owner named by the record then makes it
 without checking again. A topic whose files are on this broker and that has no
@@ -68,11 +68,11 @@ from managed_ledger.cache import SharedEntryCache
 from managed_ledger.ledger_files import max_open_files
 from managed_ledger.memory import entry_cache_budget, pending_write_budget
 from managed_ledger.write_budget import PendingWriteBudget
-from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
+from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.topic_state import TopicState, check_topic_transition
 from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
@@ -145,10 +145,14 @@ class TopicRegistry:
         store: LocalStore,
         namespace_policies: NamespacePolicies | None = None,
         write_gate: WriteGate | None = None,
+        placement: TopicPlacement | None = None,
+        failpoint: Failpoint | None = None,
     ):
         """`namespace_policies`: the cluster's; by default this broker's own, in `store`.
         `write_gate`: whether this broker may write to its topics (in a cluster,
-        Membership's)."""
+        Membership's). `placement`: which broker serves each topic (in a cluster, the
+        ownership records); by default this one serves every topic. `failpoint`:
+        where tests hold the broker (stableline.broker.failpoints)."""
         self.config = config
         self.store = store
         self.write_gate = write_gate or WriteGate()
@@ -164,15 +168,13 @@ class TopicRegistry:
         # Called with every topic loaded, before anyone can use it (the broker holds
         # again the acks of transactions not ended).
         self.on_loaded: Callable[[Topic], None] | None = None
-        self.failpoint: Failpoint | None = None
+        self.failpoint = failpoint
         # Called after a topic is deleted, to drop what else belongs to it (its grants).
         self.on_deleted: list[Callable[[TopicName], Awaitable[None]]] = []
         # Called before a topic is created; one raises to refuse the name (a
         # partitioned topic's base name, stableline.broker.topics.partitioned).
         self.creation_checks: list[Callable[[TopicName], None]] = []
-        # In a cluster (a shared metadata store): which broker serves each topic.
-        # None standalone, where this broker serves every topic.
-        self.ownership: TopicOwnership | None = None
+        self.placement: TopicPlacement = placement or StandalonePlacement()
         self.dispatch_limits = DispatchLimits(
             max_unacked_per_consumer=config.max_unacked_messages_per_consumer,
             max_unacked_per_subscription=config.max_unacked_messages_per_subscription,
@@ -215,11 +217,8 @@ class TopicRegistry:
     def cluster_names(self, namespace: str | None = None) -> list[str]:
         """names(), and in a cluster every topic another broker owns (from the
         ownership records this broker follows): what a namespace holds cluster-wide."""
-        names = set(self.names(namespace))
-        if self.ownership is not None:
-            prefix = f"persistent://{namespace}/" if namespace else ""
-            names.update(t for t in self.ownership.leaders() if t.startswith(prefix))
-        return sorted(names)
+        prefix = f"persistent://{namespace}/" if namespace else ""
+        return sorted(set(self.names(namespace)) | self.placement.placed_names(prefix))
 
     def namespace_exists(self, namespace: str) -> bool:
         """True for public/default and for every namespace a topic was ever created in."""
@@ -265,7 +264,7 @@ class TopicRegistry:
         """taken(), or in a cluster placed on any broker (it has an ownership record)."""
         if self.taken(name):
             return True
-        return self.ownership is not None and await self.ownership.record(name) is not None
+        return await self.placement.is_placed(name)
 
     def topics_in(self, namespace: str) -> int:
         """How many topics `namespace` holds (creations under way included)."""
@@ -299,14 +298,14 @@ class TopicRegistry:
         key = str(name)
         if key in self._known:
             return False
-        if self.ownership is not None:
-            if not placed and await self.ownership.record(name) is None:
-                self._check_room(name)  # this broker places it: it checks the name
-                placed = True
-            # Placed by compare-and-set; the owner creates its files on first use.
-            record, new_record = await self.ownership.place_new(name)
-            if record.leader != self.ownership.broker_id:
-                return new_record
+        if not placed and await self.placement.needs_placing(name):
+            self._check_room(name)  # this broker places it: it checks the name
+            placed = True
+        # In a cluster placed by compare-and-set; the owner creates its files on
+        # first use.
+        claim = await self.placement.claim(name)
+        if not claim.here:
+            return claim.new
         while True:
             if key in self._known:
                 return False  # made while this call waited
@@ -356,15 +355,14 @@ class TopicRegistry:
 
     async def get(self, name: TopicName, create: bool = True) -> Topic:
         key = str(name)
-        if self.ownership is not None:
-            known = key in self._known
-            if create and not known and await self.ownership.record(name) is None:
-                # A first use places it: this broker checks the name before the record.
-                self._check_room(name)
-            if await self.ownership.check(name, create or known, known) and not known:
-                # Its record says this broker serves it: the broker that placed it
-                # checked the name (a partition's base, the namespace's room).
-                await self.create(name, placed=True)
+        known = key in self._known
+        if create and not known and await self.placement.needs_placing(name):
+            # A first use places it: this broker checks the name before the record.
+            self._check_room(name)
+        if await self.placement.check(name, create or known, known) and not known:
+            # Its record says this broker serves it: the broker that placed it
+            # checked the name (a partition's base, the namespace's room).
+            await self.create(name, placed=True)
         while True:
             slot = self._slots.get(key)
             state = TopicState.UNLOADED if slot is None else slot.state
@@ -559,8 +557,7 @@ class TopicRegistry:
             self._topics_in[name.namespace_path] -= 1
         self._marked.discard(key)
         self.store.write_many(BROKER_DB, {}, [_TOPIC_PREFIX + key, _RECOVER_PREFIX + key])
-        if self.ownership is not None:
-            await self.ownership.forget(name)
+        await self.placement.forget(name)
         for forget in self.on_deleted:
             await forget(name)
 

@@ -89,13 +89,16 @@ class Coordinators:
         participant: TransactionParticipant,
         limits: TransactionLimits,
         shard_count: int = 1,
+        write_gate: WriteGate | None = None,
+        failpoint: Failpoint | None = None,
+        on_started: Callable[[TransactionCoordinator], None] | None = None,
     ):
         self.store = store
         self.participant = participant
         self.limits = limits
         self.shard_count = shard_count
         self.local: dict[int, TransactionCoordinator] = {}
-        self.failpoint: Failpoint | None = None
+        self.failpoint = failpoint
         # Set once the shards this broker leads have recovered (start()).
         self.ready = asyncio.Event()
         # In a cluster (attach_cluster): the shard records, liveness, and the peers.
@@ -107,9 +110,9 @@ class Coordinators:
         self.broker_id = ""
         # Whether this broker may write (the registry's gate: topics/write_gate.py); new
         # transactions, joins and ends are refused while it is fenced.
-        self.write_gate = WriteGate()
+        self.write_gate = write_gate or WriteGate()
         # Run for each coordinator once it has recovered (the broker restores held acks).
-        self.on_started: Callable[[TransactionCoordinator], None] | None = None
+        self.on_started = on_started
         self._round_robin = itertools.count()
         self._starting: dict[int, asyncio.Task] = {}
         self._taking = asyncio.Lock()

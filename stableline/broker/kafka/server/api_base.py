@@ -51,6 +51,7 @@ from stableline.broker.security.caller import CURRENT_CALLER, Caller
 from stableline.broker.security.guard import Guard, NotPermitted
 from stableline.broker.security.permissions import Action
 from stableline.broker.topics.partitioned import PartitionedTopics
+from stableline.broker.topics.placement import Placement
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topics.topic import Topic
 from stableline.broker.txn.coordinator_errors import CoordinatorUnavailableError
@@ -166,22 +167,18 @@ class KafkaApiBase:
         settings = self._settings
         return m.BrokerInfo(settings.node_id, settings.advertised_host, settings.advertised_port)
 
-    def _node_of(self, broker_id: str) -> m.BrokerInfo | None:
-        """The Kafka node of a live broker (by its broker id), None when it is not
-        live or its Kafka port is off."""
-        ownership = self._registry.ownership
-        if ownership is None or broker_id == ownership.broker_id:
+    def _node_of(self, placement: Placement) -> m.BrokerInfo | None:
+        """The Kafka node of a topic's live broker, None when it is not live or its
+        Kafka port is off."""
+        if placement.here:
             return self._this_node()
-        info = ownership.live_broker(broker_id)
+        info = self._registry.placement.live_broker(placement.leader)
         return None if info is None else kafka_node(info)
 
     def _live_nodes(self) -> list[m.BrokerInfo]:
         """Every live broker with a Kafka port, this one first, then by node id."""
-        ownership = self._registry.ownership
         this = self._this_node()
-        if ownership is None:
-            return [this]
-        nodes = (kafka_node(info) for info in ownership.live_brokers())
+        nodes = (kafka_node(info) for info in self._registry.placement.live_brokers())
         others = [node for node in nodes if node is not None and node.node_id != this.node_id]
         return [this, *sorted(others, key=lambda node: node.node_id)]
 

@@ -72,10 +72,7 @@ class MetadataApis(KafkaApiBase):
         those placed on any broker, a partitioned topic once (not its partitions)."""
         namespace = self._settings.namespace
         prefix = f"persistent://{namespace}/"
-        names = set(self._registry.names(namespace))
-        ownership = self._registry.ownership
-        if ownership is not None:
-            names.update(n for n in ownership.leaders() if n.startswith(prefix))
+        names = set(self._registry.names(namespace)) | self._registry.placement.placed_names(prefix)
         partitioned = set()
         if self._partitioned is not None:
             partitioned = set(self._partitioned.metadata.names(namespace))
@@ -126,20 +123,17 @@ class MetadataApis(KafkaApiBase):
 
     async def _partition_metadata(self, index: int, partition: TopicName) -> m.PartitionMetadata:
         """The partition with its owner as leader (this broker, standalone)."""
-        ownership = self._registry.ownership
-        if ownership is None:
+        # Its files here and no record yet (made before this broker joined a
+        # cluster, or standalone): this broker places it on itself when it is used.
+        placement = await self._registry.placement.placement_of(
+            partition, place=not self._registry.exists(partition)
+        )
+        if placement is None:
             return m.PartitionMetadata(index, self._settings.node_id)
-        record = await ownership.record(partition)
-        if record is None:
-            if self._registry.exists(partition):
-                # Its files are here and it has no record yet (made before this broker
-                # joined): this broker places it on itself when it is used.
-                return m.PartitionMetadata(index, self._settings.node_id)
-            record = await ownership.place(partition)
-        node = self._node_of(record.leader)
+        node = self._node_of(placement)
         if node is None:
-            return m.PartitionMetadata(index, -1, m.ErrorCode.LEADER_NOT_AVAILABLE, record.epoch)
-        return m.PartitionMetadata(index, node.node_id, m.ErrorCode.NONE, record.epoch)
+            return m.PartitionMetadata(index, -1, m.ErrorCode.LEADER_NOT_AVAILABLE, placement.epoch)
+        return m.PartitionMetadata(index, node.node_id, m.ErrorCode.NONE, placement.epoch)
 
     async def _create(self, name: TopicName) -> m.ErrorCode | None:
         """Create `name` on its first Metadata, as its first Produce would: None when

@@ -1,0 +1,195 @@
+"""Standalone or in a cluster: the one place the broker's wiring tells them apart.
+
+A broker runs standalone with the embedded metadata store, or in a cluster with a
+shared one (`--metadata-store etcd://...`). What differs is gathered in a
+`ClusterServices`: where namespaces, grants and partition counts are kept, which
+broker serves each topic (the registry's TopicPlacement), how a partitioned
+topic's partitions are reached, and how the transaction coordinator's shards are
+led. `Standalone` keeps all of it in this broker's data dir and serves every topic
+and shard; `InCluster` shares it through the cluster's metadata store and calls the
+other brokers. The broker builds one (`open_cluster_services`) and asks it; nothing
+else checks which of the two it runs.
+
+Lifecycle: open (before anything is served) -> attach the core (`connect`, once the
+registry and coordinators exist) -> `join` (once this broker is registered and has
+its id) -> `close` (first at shutdown: out of the cluster before the rest stops)
+-> `close_peers` (last: the coordinators' ends call the other brokers until then).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from managed_ledger import LocalStore
+from stableline.broker.cluster.ownership import TopicOwnership
+from stableline.broker.cluster.partitions import ClusterPartitions
+from stableline.broker.cluster.peers import PeerClient
+from stableline.broker.cluster.shared_metadata import SharedMetadata
+from stableline.broker.cluster.shared_metadata.joining import join_cluster
+from stableline.broker.config import BrokerConfig
+from stableline.broker.security.permissions import EmbeddedPermissionStore, PermissionStore
+from stableline.broker.topics.namespace_policies import NamespacePolicies
+from stableline.broker.topics.partition_counts import (
+    EmbeddedPartitionedMetadata,
+    PartitionedMetadata,
+)
+from stableline.broker.topics.partitioned import PartitionAccess
+from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
+from stableline.broker.topics.registry import TopicRegistry
+from stableline.broker.txn.coordinator_shards import (
+    DEFAULT_CLUSTER_SHARDS,
+    ShardRecords,
+    check_shard_count,
+    cluster_shard_count,
+    recorded_shard_count,
+)
+from stableline.broker.txn.coordinators import Coordinators
+from stableline.broker.txn.ending import BrokerParticipant
+from stableline.metadata import ClusterMetadataStore
+
+
+class ClusterServices(Protocol):
+    """What the broker's core is given, standalone or in a cluster."""
+
+    # Which broker serves each topic (the registry's).
+    placement: TopicPlacement
+    # Namespaces and their policies; None: the registry keeps its own in the data dir.
+    namespaces: NamespacePolicies | None
+    permissions: PermissionStore
+    partition_counts: PartitionedMetadata
+    # The cluster's ownership records, for the HTTP cluster routes; None standalone.
+    ownership: TopicOwnership | None
+
+    def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
+        """How a partitioned topic's partitions are reached (None: in this registry)."""
+        ...
+
+    async def connect(
+        self,
+        local: LocalStore,
+        coordinators: Coordinators,
+        participant: BrokerParticipant,
+    ) -> None:
+        """Tell the coordinators which shards exist and how to reach their leaders."""
+        ...
+
+    async def start_coordinators(self, coordinators: Coordinators) -> None:
+        """Start the coordinators that need no broker id (standalone: all of them)."""
+        ...
+
+    async def join(
+        self,
+        broker_id: str,
+        local: LocalStore,
+        registry: TopicRegistry,
+        coordinators: Coordinators,
+    ) -> None:
+        """This broker is registered as `broker_id`: take its part in the cluster."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def close_peers(self) -> None: ...
+
+
+class Standalone:
+    """The embedded store: this broker keeps everything and serves every topic."""
+
+    def __init__(self, local: LocalStore):
+        self.placement: TopicPlacement = StandalonePlacement()
+        self.namespaces: NamespacePolicies | None = None
+        self.permissions: PermissionStore = EmbeddedPermissionStore(local)
+        self.partition_counts: PartitionedMetadata = EmbeddedPartitionedMetadata(local)
+        self.ownership: TopicOwnership | None = None
+
+    def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
+        return None
+
+    async def connect(
+        self, local: LocalStore, coordinators: Coordinators, participant: BrokerParticipant
+    ) -> None:
+        return None  # every shard is led here
+
+    async def start_coordinators(self, coordinators: Coordinators) -> None:
+        await coordinators.start()
+
+    async def join(
+        self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators
+    ) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def close_peers(self) -> None:
+        return None
+
+
+class InCluster:
+    """A shared metadata store: topics placed over the brokers, metadata shared."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: ClusterMetadataStore,
+        shared: SharedMetadata,
+        peers: PeerClient,
+    ):
+        self._config = config
+        self._store = store
+        self._shared = shared
+        self.ownership: TopicOwnership | None = TopicOwnership(store, config.cluster_name)
+        self._ownership = self.ownership
+        self.placement: TopicPlacement = self._ownership
+        self.namespaces: NamespacePolicies | None = shared.namespaces
+        self.permissions: PermissionStore = shared.permissions
+        self.partition_counts: PartitionedMetadata = shared.partitioned
+        self.peers = peers
+
+    def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
+        # A partitioned topic's partitions are asked of their owners.
+        return ClusterPartitions(registry, self._ownership, self.peers)
+
+    async def connect(
+        self, local: LocalStore, coordinators: Coordinators, participant: BrokerParticipant
+    ) -> None:
+        """The shards led here are known once this broker has its id (join); until
+        then transaction calls wait for them. MetadataStoreError when the shard
+        count cannot be read or recorded."""
+        config = self._config
+        shard_count = await cluster_shard_count(
+            self._store,
+            config.cluster_name,
+            config.transaction_coordinator_shards
+            or recorded_shard_count(local, config.cluster_name)
+            or DEFAULT_CLUSTER_SHARDS,
+        )
+        check_shard_count(
+            local, config.cluster_name, shard_count, config.transaction_coordinator_shards
+        )
+        participant.peers = self.peers
+        coordinators.attach_cluster(
+            ShardRecords(self._store, config.cluster_name, shard_count),
+            self._ownership,
+            self.peers,
+        )
+        participant.remote_acks = coordinators.remote_acks
+
+    async def start_coordinators(self, coordinators: Coordinators) -> None:
+        return None  # at join, once the shards this broker leads are known
+
+    async def join(
+        self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators
+    ) -> None:
+        await self._ownership.start(broker_id)
+        await join_cluster(
+            local, self._shared, registry, self._ownership, self._config.cluster_name
+        )
+        await coordinators.start(broker_id)
+
+    async def close(self) -> None:
+        await self._ownership.close()
+        await self._shared.close()
+
+    async def close_peers(self) -> None:
+        await self.peers.close()
