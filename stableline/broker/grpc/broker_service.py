@@ -42,14 +42,14 @@ from dispatcher import (
     Subscription,
     SubscriptionType,
 )
-from managed_ledger import EntryTooLargeError, LedgerClosedError, ManagedLedgerError, Position
+from managed_ledger import LedgerClosedError, ManagedLedgerError, Position
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline.broker.cluster.lookup import TopicLookup
 from stableline.broker.config import BrokerConfig
-from stableline.broker.failpoints import PUBLISH
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import abort, classify, invalid
+from stableline.broker.grpc.produce_session import ProduceSession
 from stableline.broker.security.caller import (
     CURRENT_CALLER,
     may_create_on_first_use,
@@ -62,7 +62,6 @@ from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.transactional_acks import ack_in_any_transaction
 from stableline.names import InvalidNameError, check_name
 from stableline.topic_name import TopicName
-from stableline.wire import count_messages, count_plain
 from txnbuffer import TransactionError
 from txnbuffer.producer_state import ANONYMOUS_PREFIX
 
@@ -70,11 +69,6 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_ENTRIES = 10_000
 MAX_FETCH_WAIT_MS = 30_000
-# A batch up to this size, not of plain messages of one length, is counted on the
-# event loop (at most some thousands of records: about a millisecond); a larger one
-# in a thread.
-INLINE_COUNT_BYTES = 32 * 1024
-_END = object()
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
@@ -157,7 +151,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             topic.add_publisher(publisher)
         except (ProducerBusyError, BrokerFencedError) as error:
             await abort(context, error)
-        reader: asyncio.Task | None = None
+        session = ProduceSession(
+            topic,
+            publisher,
+            new_producer,
+            self.registry,
+            self.coordinators,
+            self.config.max_message_size,
+            self.config.max_pending_publishes_per_producer,
+            txn_caller,
+            out,
+        )
         try:
             yield pb.ProduceResponse(
                 opened=pb.ProducerOpened(
@@ -167,156 +171,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     last_sequence_id=await topic.last_sequence_id(producer_name, new_producer),
                 )
             )
-            # Sends appending at once; past the limit the broker stops reading the stream
-            # and gRPC flow control holds the producer.
-            in_flight = asyncio.Semaphore(self.config.max_pending_publishes_per_producer)
-            tasks: set[asyncio.Task] = set()
-
-            async def join(send: pb.ProducerSend) -> Exception | None:
-                """Record the send's transaction as writing to this topic, before its
-                entry is appended (so an end or a timeout reaches the topic); the
-                refusal that answers the send, if any. Awaited by the stream's reader,
-                in the stream's order: a join asked of another broker must not let a
-                later send append first (its sequence id would make this one a
-                duplicate)."""
-                txn_id = convert.optional_txn_id(send.metadata)
-                if txn_id is None:
-                    return None
-                try:
-                    await self.coordinators.add_topic(txn_id, str(topic.name), txn_caller)
-                except Exception as error:
-                    return error
-                return None
-
-            async def append(
-                send: pb.ProducerSend, counted: int | None, refused: Exception | None
-            ) -> pb.SendReceipt | pb.SendError | None:
-                """Write one entry; its receipt, or the error that answers it (None:
-                fenced, the stream ends unanswered and the client sends it again).
-                `refused`: its transaction's join failed (join())."""
-                try:
-                    if self.registry.failpoint is not None:  # tests hold appends here
-                        await self.registry.failpoint(PUBLISH, str(topic.name))
-                    header = convert.header_from_send(send, producer_name)
-                    if len(send.payload) > self.config.max_message_size:
-                        raise EntryTooLargeError(
-                            f"batch of {len(send.payload)} bytes exceeds max_message_size "
-                            f"{self.config.max_message_size}"
-                        )
-                    if header.num_messages <= 0:
-                        raise invalid(f"num_messages must be >= 1, got {header.num_messages}")
-                    # Consumers' permits count messages: a claimed count must be the
-                    # batch's own, or one entry could drain a subscription's permits.
-                    if counted != header.num_messages:
-                        raise invalid(
-                            f"num_messages is {header.num_messages} but the payload "
-                            + (
-                                "is not a MessageBatch"
-                                if counted is None
-                                else f"is a MessageBatch of {counted} message(s)"
-                            )
-                            + "; num_messages must count the batch's messages"
-                        )
-                    if refused is not None:
-                        raise refused
-                    position, duplicate = await topic.publish(header, send.payload, new_producer)
-                    # A duplicate carries its first copy's position (-1:-1 when no longer held).
-                    receipt = pb.SendReceipt(sequence_id=send.sequence_id, duplicate=duplicate)
-                    if position is None:
-                        receipt.ledger_id, receipt.entry_id = -1, -1
-                    else:
-                        receipt.ledger_id, receipt.entry_id = position.ledger_id, position.entry_id
-                    return receipt
-                except BrokerFencedError as error:
-                    out.put_nowait(error)
-                    return None
-                except Exception as error:
-                    # Whatever it is, this send is answered: an unexpected error as an
-                    # internal error id (its traceback logged under that id).
-                    failure = classify(error)
-                    return pb.SendError(
-                        sequence_id=send.sequence_id, code=failure.code, message=str(failure)
-                    )
-                finally:
-                    publisher.pending_publishes -= 1
-                    in_flight.release()
-
-            async def answer_one(
-                send: pb.ProducerSend, counted: int | None, refused: Exception | None
-            ) -> None:
-                answer = await append(send, counted, refused)
-                if isinstance(answer, pb.SendReceipt):
-                    out.put_nowait(pb.ProduceResponse(receipt=answer))
-                elif answer is not None:
-                    out.put_nowait(pb.ProduceResponse(error=answer))
-
-            async def answer_frame(appends: list[asyncio.Task]) -> None:
-                """One SendReceipts for a ProducerSends frame once all its entries are
-                settled, so the producer frees their room at once; errors go alone."""
-                answers = await asyncio.gather(*appends)
-                receipts = []
-                for answer in answers:
-                    if isinstance(answer, pb.SendReceipt):
-                        receipts.append(answer)
-                    elif answer is not None:
-                        out.put_nowait(pb.ProduceResponse(error=answer))
-                if receipts:
-                    out.put_nowait(pb.ProduceResponse(receipts=pb.SendReceipts(receipts=receipts)))
-
-            def start(work) -> asyncio.Task:
-                task = asyncio.create_task(work)
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                return task
-
-            async def read_sends() -> None:
-                try:
-                    async for request in request_iterator:
-                        kind = request.WhichOneof("request")
-                        if kind == "send":
-                            counted = await _count_messages(request.send.payload)
-                            refused = await join(request.send)
-                            await in_flight.acquire()
-                            publisher.pending_publishes += 1
-                            start(answer_one(request.send, counted, refused))
-                            # The broker's pending writes are full: read no more
-                            # (gRPC flow control holds the producer meanwhile).
-                            await self.registry.write_budget.wait_for_room()
-                        elif kind == "sends":
-                            # Each entry appends as a lone send would, in the frame's
-                            # order (sequence ids ascend within it).
-                            appends = []
-                            for send in request.sends.sends:
-                                counted = await _count_messages(send.payload)
-                                refused = await join(send)
-                                await in_flight.acquire()
-                                publisher.pending_publishes += 1
-                                appends.append(asyncio.create_task(append(send, counted, refused)))
-                            start(answer_frame(appends))
-                            await self.registry.write_budget.wait_for_room()
-                        else:
-                            out.put_nowait(
-                                invalid(
-                                    "only 'send' or 'sends' may follow 'open' on a Produce stream"
-                                )
-                            )
-                            return
-                    if tasks:
-                        await asyncio.gather(*tasks, return_exceptions=True)
-                finally:
-                    out.put_nowait(_END)
-
-            reader = asyncio.create_task(read_sends())
-            while True:
-                item = await out.get()
-                if item is _END:
-                    break
+            session.start(request_iterator)
+            while (item := await session.answer()) is not None:
                 if isinstance(item, BaseException):
                     await abort(context, item)
                 yield item
         finally:
-            if reader is not None:
-                reader.cancel()
+            session.close()
             topic.remove_publisher(publisher)
 
     # ------------------------------------------------------------ Subscribe
@@ -698,18 +559,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except Exception as error:
             await abort(context, error)
         return convert.transaction_to_proto(meta)
-
-
-async def _count_messages(payload: bytes) -> int | None:
-    """The batch's message count (None: not a batch). Counted here, in the stream's
-    reader, so sends keep their order; a large batch that needs a walk record by
-    record is walked in a thread, so the event loop never waits on it."""
-    counted = count_plain(payload)
-    if counted is not None:
-        return counted
-    if len(payload) <= INLINE_COUNT_BYTES:
-        return count_messages(payload)
-    return await asyncio.to_thread(count_messages, payload)
 
 
 def _frames(deliveries: list, max_entries: int, max_bytes: int) -> Iterator[list]:

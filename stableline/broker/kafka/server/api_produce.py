@@ -22,6 +22,9 @@ INVALID_TXN_STATE, and a batch claiming to be a control batch with INVALID_RECOR
 gate refuses (a cluster broker fenced: topics/write_gate.py) answers
 NOT_LEADER_OR_FOLLOWER, which Kafka producers retry.
 
+What a batch must be (its size as sent, a data entry counting its messages) is
+checked by topics/sends.py, as for the gRPC face.
+
 A Produce is decoded whole before any of it is written, under one
 InflationBudget (compression.py): what its records may cost decoded, all
 partitions together. Past it the request is refused whole, nothing written: each
@@ -60,6 +63,7 @@ from stableline.broker.kafka.server.api_base import KafkaApiBase
 from stableline.broker.kafka.server.convert import InvalidRecord, batch_to_entries
 from stableline.broker.kafka.server.errors import kafka_error
 from stableline.broker.security.permissions import Action
+from stableline.broker.topics.sends import InvalidSendError, check_entry, check_size
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.write_gate import BrokerFencedError
 from txnbuffer import TransactionEndedError
@@ -129,8 +133,12 @@ class ProduceApis(KafkaApiBase):
         topic = await self._topic(kafka_name, index, action=Action.PRODUCE)
         if isinstance(topic, m.ErrorCode):
             return m.ProducePartitionResult(index, topic)
-        if len(partition.records or b"") > self._settings.max_message_bytes:
-            return m.ProducePartitionResult(index, m.ErrorCode.MESSAGE_TOO_LARGE)
+        try:
+            check_size(len(partition.records or b""), self._settings.max_message_bytes)
+        except EntryTooLargeError as error:
+            return m.ProducePartitionResult(
+                index, m.ErrorCode.MESSAGE_TOO_LARGE, error_message=str(error)
+            )
         if budget.exhausted:
             return topic, []  # answered with the request's refusal
         try:
@@ -221,7 +229,9 @@ class ProduceApis(KafkaApiBase):
                     return self._out_of_order(index, decision, batch.base_sequence)
             try:
                 entries = batch_to_entries(batch, name, txn_id)
-            except InvalidRecord as error:
+                for entry in entries:
+                    check_entry(entry.header, entry.header.num_messages)
+            except (InvalidRecord, InvalidSendError) as error:
                 return m.ProducePartitionResult(
                     index, m.ErrorCode.INVALID_RECORD, error_message=str(error)
                 )
