@@ -241,8 +241,9 @@ class Broker:
     async def start(self) -> None:
         # Before the ledger file cache sizes itself from it.
         self.open_files_limit = raise_open_files_limit()
+        security_settings = SecuritySettings.from_config(self.config)
         self._open_data_dir()
-        await self._open_cluster()
+        await self._open_cluster(security_settings)
         self._make_topics()
         self._fit_connection_caps()
         self._make_transactions()
@@ -281,7 +282,7 @@ class Broker:
         if config.kafka_address:
             _check_address_free("Kafka", KAFKA_FLAG, config.kafka_address)
 
-    async def _open_cluster(self) -> None:
+    async def _open_cluster(self, settings: SecuritySettings) -> None:
         """Membership, and the cluster's services: standalone with the embedded
         store, else the cluster's shared metadata (read before anything is served)
         and the calls to its other brokers."""
@@ -291,7 +292,6 @@ class Broker:
             self.membership = await Membership.open(config)
         except MetadataStoreError as error:
             raise StartupError(f"cannot open the cluster metadata store: {error}") from None
-        settings = SecuritySettings.from_config(config)
         if not config.metadata_store_url:
             self.cluster = Standalone(self.store)
         else:
