@@ -10,8 +10,8 @@ and shard; `InCluster` shares it through the cluster's metadata store and calls 
 other brokers. The broker builds one (`open_cluster_services`) and asks it; nothing
 else checks which of the two it runs.
 
-Lifecycle: open (before anything is served) -> attach the core (`connect`, once the
-registry and coordinators exist) -> `join` (once this broker is registered and has
+Lifecycle: open (before anything is served) -> give the core its parts
+(`shard_leaders`, `remote_acks`, `partition_access`) -> `join` (once this broker is registered and has
 its id) -> `close` (first at shutdown: out of the cluster before the rest stops)
 -> `close_peers` (last: the coordinators' ends call the other brokers until then).
 """
@@ -44,7 +44,8 @@ from stableline.broker.txn.coordinator_shards import (
     recorded_shard_count,
 )
 from stableline.broker.txn.coordinators import Coordinators
-from stableline.broker.txn.ending import BrokerParticipant
+from stableline.broker.txn.remote_acks import RemoteAcks
+from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders, ShardLeaders
 from stableline.metadata import ClusterMetadataStore
 
 
@@ -64,13 +65,16 @@ class ClusterServices(Protocol):
         """How a partitioned topic's partitions are reached (None: in this registry)."""
         ...
 
-    async def connect(
-        self,
-        local: LocalStore,
-        coordinators: Coordinators,
-        participant: BrokerParticipant,
-    ) -> None:
-        """Tell the coordinators which shards exist and how to reach their leaders."""
+    # How this broker calls the others; None standalone, where there are none.
+    peers: PeerClient | None
+
+    async def shard_leaders(self, local: LocalStore) -> ShardLeaders:
+        """Which broker leads each transaction coordinator shard (MetadataStoreError
+        when the cluster's shard count cannot be read or recorded)."""
+        ...
+
+    def remote_acks(self, local: LocalStore) -> RemoteAcks | None:
+        """Where acks of transactions led elsewhere are recorded (None standalone)."""
         ...
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
@@ -95,20 +99,23 @@ class ClusterServices(Protocol):
 class Standalone:
     """The embedded store: this broker keeps everything and serves every topic."""
 
-    def __init__(self, local: LocalStore):
+    def __init__(self, local: LocalStore, shard_count: int = 1):
         self.placement: TopicPlacement = StandalonePlacement()
         self.namespaces: NamespacePolicies | None = None
         self.permissions: PermissionStore = EmbeddedPermissionStore(local)
         self.partition_counts: PartitionedMetadata = EmbeddedPartitionedMetadata(local)
         self.ownership: TopicOwnership | None = None
+        self.peers: PeerClient | None = None
+        self._shard_count = shard_count
 
     def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
         return None
 
-    async def connect(
-        self, local: LocalStore, coordinators: Coordinators, participant: BrokerParticipant
-    ) -> None:
-        return None  # every shard is led here
+    async def shard_leaders(self, local: LocalStore) -> ShardLeaders:
+        return EveryShardHere(self._shard_count)
+
+    def remote_acks(self, local: LocalStore) -> RemoteAcks | None:
+        return None
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         await coordinators.start()
@@ -144,18 +151,16 @@ class InCluster:
         self.namespaces: NamespacePolicies | None = shared.namespaces
         self.permissions: PermissionStore = shared.permissions
         self.partition_counts: PartitionedMetadata = shared.partitioned
-        self.peers = peers
+        self.peers: PeerClient | None = peers
+        self._peers = peers
 
     def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
         # A partitioned topic's partitions are asked of their owners.
-        return ClusterPartitions(registry, self._ownership, self.peers)
+        return ClusterPartitions(registry, self._ownership, self._peers)
 
-    async def connect(
-        self, local: LocalStore, coordinators: Coordinators, participant: BrokerParticipant
-    ) -> None:
+    async def shard_leaders(self, local: LocalStore) -> ShardLeaders:
         """The shards led here are known once this broker has its id (join); until
-        then transaction calls wait for them. MetadataStoreError when the shard
-        count cannot be read or recorded."""
+        then transaction calls wait for them."""
         config = self._config
         shard_count = await cluster_shard_count(
             self._store,
@@ -167,13 +172,15 @@ class InCluster:
         check_shard_count(
             local, config.cluster_name, shard_count, config.transaction_coordinator_shards
         )
-        participant.peers = self.peers
-        coordinators.attach_cluster(
+        return RecordedShardLeaders(
             ShardRecords(self._store, config.cluster_name, shard_count),
             self._ownership,
-            self.peers,
+            local,
+            self._peers,
         )
-        participant.remote_acks = coordinators.remote_acks
+
+    def remote_acks(self, local: LocalStore) -> RemoteAcks | None:
+        return RemoteAcks(local)
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         return None  # at join, once the shards this broker leads are known
@@ -192,4 +199,4 @@ class InCluster:
         await self._shared.close()
 
     async def close_peers(self) -> None:
-        await self.peers.close()
+        await self._peers.close()

@@ -246,7 +246,7 @@ class Broker:
         await self._open_cluster(security_settings)
         self._make_topics()
         self._fit_connection_caps()
-        self._make_transactions()
+        await self._make_transactions()
         recovery = await self._recover()
         await self._open_grpc()
         await self._open_http(recovery)
@@ -293,7 +293,7 @@ class Broker:
         except MetadataStoreError as error:
             raise StartupError(f"cannot open the cluster metadata store: {error}") from None
         if not config.metadata_store_url:
-            self.cluster = Standalone(self.store)
+            self.cluster = Standalone(self.store, config.transaction_coordinator_shards or 1)
         else:
             self.cluster = await _open_in_cluster(config, self.membership.store, settings)
         self.security = BrokerSecurity.open(settings, self.cluster.permissions)
@@ -323,10 +323,15 @@ class Broker:
             # A grant on a partitioned topic reaches its partitions, on every face.
             self.security.guard.authorizer.partition_counts = self.partitioned.metadata.partitions
 
-    def _make_transactions(self) -> None:
+    async def _make_transactions(self) -> None:
         """The coordinators, and the registry's hooks that settle with them."""
         config = self.config
-        self.participant = BrokerParticipant(self.registry)
+        try:
+            leaders = await self.cluster.shard_leaders(self.store)
+        except MetadataStoreError as error:
+            raise StartupError(f"cannot start in cluster {config.cluster_name}: {error}") from None
+        remote_acks = self.cluster.remote_acks(self.store)
+        self.participant = BrokerParticipant(self.registry, self.cluster.peers, remote_acks)
         self.coordinators = Coordinators(
             self.store,
             self.participant,
@@ -337,10 +342,11 @@ class Broker:
                 config.max_ended_transactions,
                 config.max_acks_per_transaction,
             ),
-            config.transaction_coordinator_shards or 1,
+            leaders,
             write_gate=self.registry.write_gate,
             failpoint=self.failpoints,
             on_started=self._coordinator_started,
+            remote_acks=remote_acks,
         )
         # Topics recover in the background (serving meanwhile); each settles what
         # the last run left ongoing once it and the coordinators are ready.
@@ -356,11 +362,6 @@ class Broker:
         """Topics the last run may have left transactions in load in the background
         from here (TopicRegistry.start); the coordinators that need no broker id
         recover."""
-        config = self.config
-        try:
-            await self.cluster.connect(self.store, self.coordinators, self.participant)
-        except MetadataStoreError as error:
-            raise StartupError(f"cannot start in cluster {config.cluster_name}: {error}") from None
         self.registry.start()
         recover_started_ms = int(time.time() * 1000)
         await self.cluster.start_coordinators(self.coordinators)

@@ -35,16 +35,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from managed_ledger import LocalStore, TxnId
-from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.topics.write_gate import WriteGate
 from stableline.broker.txn.coordinator_errors import (
     CoordinatorNotLeaderError,
     CoordinatorUnavailableError,
-    ShardLogConflictError,
 )
-from stableline.broker.txn.coordinator_shards import ShardRecords
 from stableline.broker.txn.remote_acks import RemoteAcks
+from stableline.broker.txn.shard_leaders import EveryShardHere, ShardLeaders
 from stableline.metadata import BrokerInfo
 from txnbuffer import (
     TransactionCoordinator,
@@ -55,7 +53,6 @@ from txnbuffer import (
     TxnMetadata,
     TxnState,
 )
-from txnbuffer.coordinator import COORDINATOR_DB
 from txnbuffer.failpoint import Failpoint
 
 log = logging.getLogger(__name__)
@@ -88,25 +85,25 @@ class Coordinators:
         store: LocalStore,
         participant: TransactionParticipant,
         limits: TransactionLimits,
-        shard_count: int = 1,
+        leaders: ShardLeaders | None = None,
         write_gate: WriteGate | None = None,
         failpoint: Failpoint | None = None,
         on_started: Callable[[TransactionCoordinator], None] | None = None,
+        remote_acks: RemoteAcks | None = None,
     ):
+        """`leaders`: which broker leads each shard (txn/shard_leaders.py); by default
+        this one leads the only shard. `remote_acks`: in a cluster, what subscriptions
+        here hold for transactions of shards led elsewhere."""
         self.store = store
         self.participant = participant
         self.limits = limits
-        self.shard_count = shard_count
+        self.leaders: ShardLeaders = leaders or EveryShardHere()
+        self.shard_count = self.leaders.count
         self.local: dict[int, TransactionCoordinator] = {}
         self.failpoint = failpoint
         # Set once the shards this broker leads have recovered (start()).
         self.ready = asyncio.Event()
-        # In a cluster (attach_cluster): the shard records, liveness, and the peers.
-        self.records: ShardRecords | None = None
-        self.ownership: TopicOwnership | None = None
-        self.peers: PeerClient | None = None
-        # What subscriptions here hold for transactions of shards led elsewhere.
-        self.remote_acks: RemoteAcks | None = None
+        self.remote_acks = remote_acks
         self.broker_id = ""
         # Whether this broker may write (the registry's gate: topics/write_gate.py); new
         # transactions, joins and ends are refused while it is fenced.
@@ -120,53 +117,13 @@ class Coordinators:
 
     # ------------------------------------------------------------ life
 
-    def attach_cluster(
-        self, records: ShardRecords, ownership: TopicOwnership, peers: PeerClient
-    ) -> None:
-        """Lead only the shards whose records name this broker (known at start())."""
-        self.records = records
-        self.ownership = ownership
-        self.peers = peers
-        self.remote_acks = RemoteAcks(self.store)
-        self.shard_count = records.count
-
     async def start(self, broker_id: str = "") -> None:
         """Recover the coordinators of the shards this broker leads: every shard with
         the embedded store, those whose records name `broker_id` in a cluster."""
         self.broker_id = broker_id
-        if self.records is None:
-            shards = range(self.shard_count)
-        else:
-            await self._claim_logs_here(broker_id)
-            records = await self.records.all()
-            shards = [s for s, record in records.items() if record.leader == broker_id]
-        for shard in shards:
+        for shard in await self.leaders.led_here(broker_id):
             await self._start_local(shard)
         self.ready.set()
-
-    async def _claim_logs_here(self, broker_id: str) -> None:
-        """A shard whose log is in this data dir (a standalone run's shard 0, or a data
-        dir that led shards before) is this broker's: taken if nobody leads it, and a
-        ShardLogConflictError if another broker does, since two logs of one shard would
-        give two transactions one id."""
-        assert self.records is not None
-        for key, _ in self.store.scan_prefix(COORDINATOR_DB, "sequence:"):
-            shard = int(key.removeprefix("sequence:"))
-            if shard >= self.records.count:
-                raise ShardLogConflictError(
-                    f"this data dir holds the log of transaction coordinator shard {shard}, "
-                    f"but cluster {self.records.cluster} has {self.records.count} shards; "
-                    "start this broker in its own cluster or with a new data dir"
-                )
-            record = await self.records.place_on_self(shard, broker_id)
-            if record.leader != broker_id:
-                raise ShardLogConflictError(
-                    f"this data dir holds the log of transaction coordinator shard {shard} "
-                    f"(transactions this broker coordinated before it joined cluster "
-                    f"{self.records.cluster}), and broker {record.leader} leads that shard "
-                    "there: two logs of one shard would give two transactions one id. "
-                    "Start this broker with a new data dir, or in its own cluster"
-                )
 
     async def _start_local(self, shard: int) -> TransactionCoordinator:
         coordinator = self.local.get(shard)
@@ -208,22 +165,17 @@ class Coordinators:
 
     async def _live_leader(self, shard: int) -> BrokerInfo | None:
         """leader_address's broker (None: this one)."""
-        records, ownership = self.records, self.ownership
-        if records is None or ownership is None or not 0 <= shard < records.count:
-            raise TransactionNotFoundError(
-                f"coordinator shard {shard} does not exist: this cluster has "
-                f"{self.shard_count} (0..{self.shard_count - 1})"
-            )
-        record = await records.record(shard)
-        if record is None:
-            raise TransactionNotFoundError(f"coordinator shard {shard} has no transactions")
-        if record.leader == self.broker_id:
+        leader = await self.leaders.leader(shard)
+        if leader == self.broker_id:
             # Led here but not started yet: only a broker that placed it starts it.
             await self._start_local(shard)
             return None
-        owner = ownership.live_broker(record.leader)
+        return self._live(shard, leader)
+
+    def _live(self, shard: int, leader: str) -> BrokerInfo:
+        owner = self.leaders.live_broker(leader)
         if owner is None:
-            raise CoordinatorUnavailableError(shard, record.leader)
+            raise CoordinatorUnavailableError(shard, leader)
         return owner
 
     async def shard_leader(self, shard: int) -> BrokerInfo | None:
@@ -232,17 +184,13 @@ class Coordinators:
         would take it, so every broker answers the same leader from then on (Kafka's
         FindCoordinator). CoordinatorUnavailableError when its leader is down."""
         await self.ready.wait()
-        if self.records is None or shard in self.local:
+        if shard in self.local:
             return None
-        assert self.ownership is not None
-        record = await self.records.place_on_self(shard, self.broker_id)
-        if record.leader == self.broker_id:
+        leader = await self.leaders.take(shard, self.broker_id)
+        if leader == self.broker_id:
             await self._start_local(shard)
             return None
-        owner = self.ownership.live_broker(record.leader)
-        if owner is None:
-            raise CoordinatorUnavailableError(shard, record.leader)
-        return owner
+        return self._live(shard, leader)
 
     async def deciding(self, txn_id: TxnId) -> TransactionCoordinator:
         """leading(), for a call that changes the transaction (an end, a join): refused
@@ -258,11 +206,6 @@ class Coordinators:
         coordinator = self.coordinator_of(txn_id)
         if coordinator is not None:
             return coordinator
-        if self.records is None:
-            raise TransactionNotFoundError(
-                f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
-                f"does not exist on this broker"
-            )
         leader = await self._live_leader(txn_id.most_bits)
         if leader is None:
             return self.local[txn_id.most_bits]
@@ -270,16 +213,10 @@ class Coordinators:
 
     async def _leader_elsewhere(self, txn_id: TxnId) -> tuple[PeerClient, str]:
         """The peers and the address of the leader of the transaction's shard, which
-        is another broker (TransactionNotFoundError without a cluster)."""
-        if self.records is None:
-            raise TransactionNotFoundError(
-                f"transaction {txn_id} is not known: coordinator shard {txn_id.most_bits} "
-                f"does not exist"
-            )
+        is another broker (TransactionNotFoundError without one: standalone)."""
         address = await self.leader_address(txn_id.most_bits)
         assert address, f"shard {txn_id.most_bits} is led here"
-        assert self.peers is not None
-        return self.peers, address
+        return self.leaders.peers, address
 
     # ------------------------------------------------------------ opening
 
@@ -292,15 +229,14 @@ class Coordinators:
         else:
             shard = await self._shard_for_new()
         coordinator = self.local.get(shard)
-        if coordinator is None and self.records is not None:
-            record = await self.records.place_on_self(shard, self.broker_id)
-            if record.leader == self.broker_id:
-                coordinator = await self._start_local(shard)
+        if coordinator is None and await self.leaders.take(shard, self.broker_id) == self.broker_id:
+            coordinator = await self._start_local(shard)
         if coordinator is not None:
             return self._open_here(coordinator, timeout_ms, name, owner, client)
         address = await self.leader_address(shard)
-        assert self.peers is not None
-        opened = await self.peers.open_transaction(address, shard, timeout_ms, name, owner, client)
+        opened = await self.leaders.peers.open_transaction(
+            address, shard, timeout_ms, name, owner, client
+        )
         return OpenedTransaction(opened.txn_id, opened.state, address)
 
     def open_on_shard(
@@ -326,19 +262,18 @@ class Coordinators:
     async def _shard_for_new(self) -> int:
         """A shard led here, in turn; leading none, one nobody leads (taken), else one
         led elsewhere, in turn."""
-        if not self.local:
-            assert self.records is not None, "the embedded store leads every shard"
+        if not self.local:  # in a cluster: standalone every shard is led here
             # One at a time: concurrent first asks take one shard, not one each.
             async with self._taking:
                 if not self.local:
-                    placed = await self.records.all()
+                    placed = await self.leaders.placed()
                     for shard in range(self.shard_count):
                         if shard not in placed:
-                            record = await self.records.place_on_self(shard, self.broker_id)
-                            if record.leader == self.broker_id:
+                            leader = await self.leaders.take(shard, self.broker_id)
+                            if leader == self.broker_id:
                                 await self._start_local(shard)
                                 return shard
-                            placed[shard] = record  # another broker took it meanwhile
+                            placed[shard] = leader  # another broker took it meanwhile
                     shards = sorted(placed)
                     return shards[next(self._round_robin) % len(shards)]
         shards = sorted(self.local)

@@ -31,10 +31,15 @@ class BrokerParticipant:
     (its NotOwner answer names the owner; TopicUnavailable when it is down, and the
     coordinator's driver retries until it is back)."""
 
-    def __init__(self, registry: TopicRegistry, peers: PeerClient | None = None):
+    def __init__(
+        self,
+        registry: TopicRegistry,
+        peers: PeerClient | None = None,
+        remote_acks: RemoteAcks | None = None,
+    ):
         self.registry = registry
         self.peers = peers
-        self.remote_acks: RemoteAcks | None = None
+        self.remote_acks = remote_acks
 
     async def end_on_topic(
         self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int

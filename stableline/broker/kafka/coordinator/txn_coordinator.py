@@ -526,8 +526,7 @@ class KafkaTransactionCoordinator:
     async def _finish_on(self, address: str, txn_id: TxnId, commit: bool) -> TxnState | None:
         """_finish for a transaction whose shard the broker at `address` leads: asked
         of it as a client would, with this broker's own credentials."""
-        peers = self._coordinators.peers
-        assert peers is not None, "a shard led elsewhere means a cluster"
+        peers = self._coordinators.leaders.peers  # a shard led elsewhere: a cluster
         try:
             state, _ = await self._coordinators.state_of(txn_id)
         except TransactionNotFoundError:

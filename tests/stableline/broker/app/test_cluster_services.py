@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.app.cluster_services import InCluster, Standalone
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
@@ -20,6 +20,7 @@ from stableline.broker.topics.placement import StandalonePlacement
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.ending import BrokerParticipant
+from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders
 from stableline.metadata.embedded import EmbeddedMetadataStore
 from txnbuffer import TransactionLimits
 
@@ -45,7 +46,7 @@ def config(tmp_path):
 
 @pytest.fixture
 async def local(config):
-    store = MetadataStore(config.metadata_dir)
+    store = LocalStore(config.metadata_dir)
     yield store
     store.close()
 
@@ -59,22 +60,28 @@ async def cluster_store(tmp_path):
 
 async def _core(config, local, services):
     registry = TopicRegistry(config, local, services.namespaces, placement=services.placement)
-    participant = BrokerParticipant(registry)
+    remote_acks = services.remote_acks(local)
+    participant = BrokerParticipant(registry, services.peers, remote_acks)
     coordinators = Coordinators(
-        local, participant, TransactionLimits(), config.transaction_coordinator_shards
+        local,
+        participant,
+        TransactionLimits(),
+        await services.shard_leaders(local),
+        remote_acks=remote_acks,
     )
     return registry, participant, coordinators
 
 
 async def test_standalone_keeps_everything_here_and_leads_every_shard_at_once(config, local):
-    services = Standalone(local)
+    services = Standalone(local, config.transaction_coordinator_shards)
     assert isinstance(services.placement, StandalonePlacement)
     assert services.ownership is None and services.namespaces is None
     assert isinstance(services.permissions, EmbeddedPermissionStore)
     assert isinstance(services.partition_counts, EmbeddedPartitionedMetadata)
     registry, participant, coordinators = await _core(config, local, services)
     assert services.partition_access(registry) is None
-    await services.connect(local, coordinators, participant)
+    assert services.peers is None and participant.remote_acks is None
+    assert isinstance(coordinators.leaders, EveryShardHere)
     await services.start_coordinators(coordinators)
     assert sorted(coordinators.local) == [0, 1] and coordinators.ready.is_set()
     await services.join(BROKER_ID, local, registry, coordinators)
@@ -98,9 +105,9 @@ async def test_in_a_cluster_topics_are_placed_and_shards_wait_for_the_join(
     registry, participant, coordinators = await _core(config, local, services)
     assert isinstance(services.partition_access(registry), ClusterPartitions)
 
-    await services.connect(local, coordinators, participant)
-    assert participant.peers is peers
+    assert participant.peers is peers and coordinators.leaders.peers is peers
     assert participant.remote_acks is coordinators.remote_acks is not None
+    assert isinstance(coordinators.leaders, RecordedShardLeaders)
     assert coordinators.shard_count == 2
     await services.start_coordinators(coordinators)
     assert not coordinators.ready.is_set()  # the shards led here need this broker's id

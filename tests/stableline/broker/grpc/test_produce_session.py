@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline._proto import broker_pb2 as pb
 from stableline.broker.config import load_config
 from stableline.broker.grpc.produce_session import ProduceSession
@@ -35,7 +35,7 @@ async def gate():
 @pytest.fixture
 async def topic(tmp_path, gate):
     config = load_config(None, {"data_dir": tmp_path / "data", "fsync": False})
-    store = MetadataStore(config.metadata_dir)
+    store = LocalStore(config.metadata_dir)
     registry = TopicRegistry(config, store, write_gate=gate)
     made = await registry.get(NAME)
     await made.wait_recovered()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.config import load_config
 from stableline.broker.topics.placement import (
     Claim,
@@ -77,7 +77,7 @@ def config(tmp_path):
 
 @pytest.fixture
 async def store(config):
-    opened = MetadataStore(config.metadata_dir)
+    opened = LocalStore(config.metadata_dir)
     yield opened
     opened.close()
 

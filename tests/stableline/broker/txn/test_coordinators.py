@@ -16,6 +16,7 @@ from stableline.broker.txn.coordinator_errors import (
 )
 from stableline.broker.txn.coordinator_shards import ShardRecords, cluster_shard_count
 from stableline.broker.txn.coordinators import Coordinators, named_shard
+from stableline.broker.txn.shard_leaders import RecordedShardLeaders
 from stableline.metadata import BrokerInfo, open_metadata_store
 from txnbuffer import TransactionLimits, TransactionNotFoundError
 
@@ -45,11 +46,10 @@ async def cluster_store(tmp_path: Path) -> AsyncIterator:
 
 
 async def _broker(tmp_path: Path, cluster_store, broker_id: str) -> Coordinators:
-    coordinators = Coordinators(
-        LocalStore(tmp_path / broker_id), NothingToEnd(), TransactionLimits()
-    )
+    local = LocalStore(tmp_path / broker_id)
     count = await cluster_shard_count(cluster_store, "c", SHARDS)
-    coordinators.attach_cluster(ShardRecords(cluster_store, "c", count), NoPeers(), None)
+    leaders = RecordedShardLeaders(ShardRecords(cluster_store, "c", count), NoPeers(), local, None)
+    coordinators = Coordinators(local, NothingToEnd(), TransactionLimits(), leaders)
     await coordinators.start(broker_id)
     return coordinators
 
@@ -87,10 +87,10 @@ async def test_a_broker_that_loses_the_race_for_every_unled_shard_uses_one_the_w
     tmp_path, cluster_store
 ):
     loser = await _broker(tmp_path, cluster_store, "h:2")
-    loser.records = TakenMeanwhile(loser.records, "h:1")
+    loser.leaders.records = TakenMeanwhile(loser.leaders.records, "h:1")
     shard = await loser._shard_for_new()
     assert 0 <= shard < SHARDS and not loser.local
-    assert (await loser.records.record(shard)).leader == "h:1"
+    assert (await loser.leaders.records.record(shard)).leader == "h:1"
     await loser.close()
 
 
@@ -163,7 +163,7 @@ async def test_a_shards_leader_is_the_broker_that_took_it_and_the_first_asked_ta
 ):
     first = await _broker(tmp_path, cluster_store, "h:1")
     second = await _broker(tmp_path, cluster_store, "h:2")
-    second.ownership = Live({"h:1": _registration("h:1")})
+    second.leaders.liveness = Live({"h:1": _registration("h:1")})
     shard = named_shard("", "payments", SHARDS)
     assert await first.shard_leader(shard) is None  # nobody led it: h:1 takes it
     assert shard in first.local
@@ -172,7 +172,7 @@ async def test_a_shards_leader_is_the_broker_that_took_it_and_the_first_asked_ta
     # A transaction of that name opened through the leader lives on that shard.
     opened = await first.open(60_000, "payments", "", "")
     assert opened.txn_id.most_bits == shard and opened.coordinator_address == ""
-    second.ownership = Live({})  # h:1 went down
+    second.leaders.liveness = Live({})  # h:1 went down
     with pytest.raises(CoordinatorUnavailableError, match="broker h:1"):
         await second.shard_leader(shard)
     await first.close()
