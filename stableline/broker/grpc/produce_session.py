@@ -29,7 +29,7 @@ from stableline._proto import broker_pb2 as pb
 from stableline.broker.failpoints import PUBLISH
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import classify, invalid
-from stableline.broker.topics.sends import InvalidSendError, check_entry, check_size
+from stableline.broker.topics.sends import check_entry, check_size
 from stableline.broker.topics.topic import Publisher, Topic
 from stableline.broker.topics.write_gate import BrokerFencedError
 from stableline.wire import count_messages, count_plain
@@ -177,10 +177,7 @@ class ProduceSession:
                 await self._registry.failpoint(PUBLISH, str(topic.name))
             header = convert.header_from_send(send, self._publisher.name)
             check_size(len(send.payload), self._max_message_size)
-            try:
-                check_entry(header, counted)
-            except InvalidSendError as error:
-                raise invalid(str(error)) from None
+            check_entry(header, counted)  # InvalidSendError: InvalidArgument
             if refused is not None:
                 raise refused
             position, duplicate = await topic.publish(header, send.payload, self._new_producer)

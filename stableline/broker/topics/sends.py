@@ -18,11 +18,14 @@ Rules:
 from __future__ import annotations
 
 from managed_ledger import EntryHeader, EntryTooLargeError, EntryType
+from stableline.broker.errors import BrokerError
 
 
-class InvalidSendError(ValueError):
+class InvalidSendError(BrokerError, ValueError):
     """A send whose header contradicts its payload, or that no producer may make;
     nothing is written."""
+
+    code = "InvalidArgument"
 
 
 def check_size(size: int, max_message_size: int) -> None:

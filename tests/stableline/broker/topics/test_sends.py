@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from managed_ledger import EntryHeader, EntryTooLargeError, EntryType
+from stableline.broker.errors import code_of
 from stableline.broker.topics.sends import InvalidSendError, check_entry, check_size
 
 
@@ -41,5 +42,6 @@ def test_a_count_for_a_payload_that_is_not_a_batch_is_refused():
         check_entry(EntryHeader(num_messages=1), counted=None)
 
 
-def test_a_refused_send_is_a_value_error_the_faces_map_to_invalid_input():
+def test_a_refused_send_is_invalid_input_on_every_face():
     assert issubclass(InvalidSendError, ValueError)
+    assert code_of(InvalidSendError("bad")) == "InvalidArgument"
