@@ -44,7 +44,7 @@ from stableline.broker.txn.coordinator_shards import (
     recorded_shard_count,
 )
 from stableline.broker.txn.coordinators import Coordinators
-from stableline.broker.txn.remote_acks import RemoteAcks
+from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks, RemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders, ShardLeaders
 from stableline.metadata import ClusterMetadataStore
 
@@ -73,8 +73,8 @@ class ClusterServices(Protocol):
         when the cluster's shard count cannot be read or recorded)."""
         ...
 
-    def remote_acks(self, local: LocalStore) -> RemoteAcks | None:
-        """Where acks of transactions led elsewhere are recorded (None standalone)."""
+    def remote_acks(self, local: LocalStore) -> HeldRemoteAcks:
+        """Where acks of transactions led elsewhere are recorded (standalone: none are)."""
         ...
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
@@ -114,8 +114,8 @@ class Standalone:
     async def shard_leaders(self, local: LocalStore) -> ShardLeaders:
         return EveryShardHere(self._shard_count)
 
-    def remote_acks(self, local: LocalStore) -> RemoteAcks | None:
-        return None
+    def remote_acks(self, local: LocalStore) -> HeldRemoteAcks:
+        return NoRemoteAcks()
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         await coordinators.start()
@@ -179,7 +179,7 @@ class InCluster:
             self._peers,
         )
 
-    def remote_acks(self, local: LocalStore) -> RemoteAcks | None:
+    def remote_acks(self, local: LocalStore) -> HeldRemoteAcks:
         return RemoteAcks(local)
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:

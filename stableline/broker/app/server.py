@@ -449,15 +449,14 @@ class Broker:
             for coordinator in self.coordinators.local.values()
         )
         remote_acks = self.coordinators.remote_acks
-        if remote_acks is not None:
-            remote = remote_acks.restore(str(topic.name), topic.subscriptions)
-            if remote:
-                restored += len(remote)
-                task = asyncio.create_task(
-                    settle_remote_acks(topic, remote, self.coordinators, remote_acks)
-                )
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+        remote = remote_acks.restore(str(topic.name), topic.subscriptions)
+        if remote:
+            restored += len(remote)
+            task = asyncio.create_task(
+                settle_remote_acks(topic, remote, self.coordinators, remote_acks)
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         if restored:
             log.info("%s: holding again %d acks of transactions not ended", topic.name, restored)
 

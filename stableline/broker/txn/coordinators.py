@@ -41,7 +41,7 @@ from stableline.broker.txn.coordinator_errors import (
     CoordinatorNotLeaderError,
     CoordinatorUnavailableError,
 )
-from stableline.broker.txn.remote_acks import RemoteAcks
+from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, ShardLeaders
 from stableline.metadata import BrokerInfo
 from txnbuffer import (
@@ -89,7 +89,7 @@ class Coordinators:
         write_gate: WriteGate | None = None,
         failpoint: Failpoint | None = None,
         on_started: Callable[[TransactionCoordinator], None] | None = None,
-        remote_acks: RemoteAcks | None = None,
+        remote_acks: HeldRemoteAcks | None = None,
     ):
         """`leaders`: which broker leads each shard (txn/shard_leaders.py); by default
         this one leads the only shard. `remote_acks`: in a cluster, what subscriptions
@@ -103,7 +103,7 @@ class Coordinators:
         self.failpoint = failpoint
         # Set once the shards this broker leads have recovered (start()).
         self.ready = asyncio.Event()
-        self.remote_acks = remote_acks
+        self.remote_acks: HeldRemoteAcks = remote_acks or NoRemoteAcks()
         self.broker_id = ""
         # Whether this broker may write (the registry's gate: topics/write_gate.py); new
         # transactions, joins and ends are refused while it is fenced.

@@ -16,7 +16,7 @@ from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topics.topic import Topic
 from stableline.broker.txn.coordinator_errors import CoordinatorUnavailableError
 from stableline.broker.txn.coordinators import Coordinators
-from stableline.broker.txn.remote_acks import RemoteAcks
+from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks
 from stableline.topic_name import TopicName
 from txnbuffer import TransactionNotFoundError, TxnAck, TxnState
 
@@ -35,11 +35,11 @@ class BrokerParticipant:
         self,
         registry: TopicRegistry,
         peers: PeerClient | None = None,
-        remote_acks: RemoteAcks | None = None,
+        remote_acks: HeldRemoteAcks | None = None,
     ):
         self.registry = registry
         self.peers = peers
-        self.remote_acks = remote_acks
+        self.remote_acks: HeldRemoteAcks = remote_acks or NoRemoteAcks()
 
     async def end_on_topic(
         self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
@@ -100,8 +100,7 @@ class BrokerParticipant:
             # Durable before the coordinator logs the transaction complete (and so
             # never drives it again): a commit's acks survive a kill -9 right after.
             await subscription.cursor.persist()
-        if self.remote_acks is not None:
-            self.remote_acks.forget(topic, subscription_name, txn_id)
+        self.remote_acks.forget(topic, subscription_name, txn_id)
 
 
 # Waits between asks of a coordinator shard's leader that did not answer.
@@ -154,7 +153,7 @@ async def settle_remote_acks(
     topic: Topic,
     restored: list[tuple[str, TxnId, list[tuple[int, int, int]]]],
     coordinators: Coordinators,
-    remote_acks: RemoteAcks,
+    remote_acks: HeldRemoteAcks,
 ) -> None:
     """Acks held again at a restart for transactions of shards led elsewhere: apply
     the end of those their leader has ended (or forgotten: released), leave the

@@ -17,6 +17,9 @@ Promises:
 - Records are written with the store's periodic sync, as cursor positions are: a
   record lost with the machine (not the process) leaves its messages unheld after a
   restart, and the leader's end still applies the ack.
+
+Standalone every shard is led here, so there is never such an ack: `NoRemoteAcks`
+has nothing to restore or forget and refuses to record one (asserted).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from typing import Protocol
 
 from dispatcher import Subscription
 from managed_ledger import LocalStore, Position, TxnId
@@ -38,6 +42,37 @@ def _topic_prefix(topic: str) -> str:
 
 def _txn_prefix(topic: str, subscription: str, txn_id: TxnId) -> str:
     return f"{_topic_prefix(topic)}{subscription}\0{txn_id.most_bits}:{txn_id.least_bits}:"
+
+
+# (subscription, transaction, message ids) of each ack a topic's load held again.
+Restored = list[tuple[str, TxnId, list[tuple[int, int, int]]]]
+
+
+class HeldRemoteAcks(Protocol):
+    """What subscriptions here hold for transactions led elsewhere."""
+
+    def record(
+        self, topic: str, subscription: str, txn_id: TxnId, message_ids: list[tuple[int, int, int]]
+    ) -> None: ...
+
+    def forget(self, topic: str, subscription: str, txn_id: TxnId) -> None: ...
+
+    def restore(self, topic: str, subscriptions: Mapping[str, Subscription]) -> Restored: ...
+
+
+class NoRemoteAcks:
+    """Standalone: every shard is led here, no ack is held for another broker's."""
+
+    def record(
+        self, topic: str, subscription: str, txn_id: TxnId, message_ids: list[tuple[int, int, int]]
+    ) -> None:
+        raise AssertionError(f"standalone: transaction {txn_id} is led here, not elsewhere")
+
+    def forget(self, topic: str, subscription: str, txn_id: TxnId) -> None:
+        return None
+
+    def restore(self, topic: str, subscriptions: Mapping[str, Subscription]) -> Restored:
+        return []
 
 
 class RemoteAcks:
@@ -62,9 +97,7 @@ class RemoteAcks:
         if keys:
             self._store.write_many(BROKER_DB, {}, keys)
 
-    def restore(
-        self, topic: str, subscriptions: Mapping[str, Subscription]
-    ) -> list[tuple[str, TxnId, list[tuple[int, int, int]]]]:
+    def restore(self, topic: str, subscriptions: Mapping[str, Subscription]) -> Restored:
         """Hold again what is recorded for `topic`; (subscription, txn, ids) of each."""
         restored = []
         prefix = _topic_prefix(topic)

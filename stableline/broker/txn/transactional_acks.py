@@ -109,7 +109,6 @@ async def ack_in_any_transaction(
         subscription.unhold_for_transaction(txn_id, taken)
         raise
     # Held again after a restart of this broker (txn/remote_acks.py); the leader has it.
-    assert coordinators.remote_acks is not None
     coordinators.remote_acks.record(subscription.topic, subscription.name, txn_id, ids)
 
 

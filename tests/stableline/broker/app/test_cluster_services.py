@@ -20,6 +20,7 @@ from stableline.broker.topics.placement import StandalonePlacement
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.ending import BrokerParticipant
+from stableline.broker.txn.remote_acks import NoRemoteAcks, RemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders
 from stableline.metadata.embedded import EmbeddedMetadataStore
 from txnbuffer import TransactionLimits
@@ -80,7 +81,8 @@ async def test_standalone_keeps_everything_here_and_leads_every_shard_at_once(co
     assert isinstance(services.partition_counts, EmbeddedPartitionedMetadata)
     registry, participant, coordinators = await _core(config, local, services)
     assert services.partition_access(registry) is None
-    assert services.peers is None and participant.remote_acks is None
+    assert services.peers is None
+    assert isinstance(participant.remote_acks, NoRemoteAcks)
     assert isinstance(coordinators.leaders, EveryShardHere)
     await services.start_coordinators(coordinators)
     assert sorted(coordinators.local) == [0, 1] and coordinators.ready.is_set()
@@ -106,7 +108,8 @@ async def test_in_a_cluster_topics_are_placed_and_shards_wait_for_the_join(
     assert isinstance(services.partition_access(registry), ClusterPartitions)
 
     assert participant.peers is peers and coordinators.leaders.peers is peers
-    assert participant.remote_acks is coordinators.remote_acks is not None
+    assert isinstance(coordinators.remote_acks, RemoteAcks)
+    assert participant.remote_acks is coordinators.remote_acks
     assert isinstance(coordinators.leaders, RecordedShardLeaders)
     assert coordinators.shard_count == 2
     await services.start_coordinators(coordinators)
