@@ -7,13 +7,14 @@ broker serves each topic (the registry's TopicPlacement), how a partitioned
 topic's partitions are reached, and how the transaction coordinator's shards are
 led. `Standalone` keeps all of it in this broker's data dir and serves every topic
 and shard; `InCluster` shares it through the cluster's metadata store and calls the
-other brokers. The broker builds one (`open_cluster_services`) and asks it; nothing
-else checks which of the two it runs.
+other brokers. The broker (app/server.py) builds one as it starts and asks it;
+nothing else checks which of the two it runs.
 
 Lifecycle: open (before anything is served) -> give the core its parts
-(`shard_leaders`, `remote_acks`, `partition_access`) -> `join` (once this broker is registered and has
-its id) -> `close` (first at shutdown: out of the cluster before the rest stops)
--> `close_peers` (last: the coordinators' ends call the other brokers until then).
+(`placement`, `shard_leaders`, `remote_acks`, `partition_access`) -> `join` (once
+this broker is registered and has its id) -> `close` (first at shutdown: out of the
+cluster before the rest stops) -> `close_peers` (last: the coordinators' ends call
+the other brokers until then).
 """
 
 from __future__ import annotations
