@@ -34,6 +34,9 @@ class RecordedPlacement:
     async def is_placed(self, name: TopicName) -> bool:
         return str(name) in self.records
 
+    async def needs_placing(self, name: TopicName) -> bool:
+        return str(name) not in self.records
+
     async def claim(self, name: TopicName) -> Claim:
         new = str(name) not in self.records
         leader = self.records.setdefault(str(name), self.leader_for_new)
@@ -100,6 +103,7 @@ async def test_standalone_placement_serves_every_topic_here_without_records():
     placement = StandalonePlacement()
     assert await placement.claim(NAME) == Claim(here=True, new=False)
     assert not await placement.is_placed(NAME)
+    assert not await placement.needs_placing(NAME)  # the registry checks as it creates
     assert not await placement.check(NAME, create=True, on_disk=False)
     assert await placement.placement_of(NAME, place=True) is None
     assert await placement.serving_broker(NAME) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from managed_ledger import MetadataStore, TxnId
+from managed_ledger import LocalStore, TxnId
 from stableline.broker.txn.remote_acks import NoRemoteAcks, RemoteAcks
 
 TOPIC = "persistent://public/default/held"
@@ -25,7 +25,7 @@ class Subscription:
 
 @pytest.fixture
 def store(tmp_path):
-    opened = MetadataStore(tmp_path / "local")
+    opened = LocalStore(tmp_path / "local")
     yield opened
     opened.close()
 

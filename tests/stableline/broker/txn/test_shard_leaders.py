@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from managed_ledger import MetadataStore
+from managed_ledger import LocalStore
 from stableline.broker.txn.coordinator_shards import ShardRecords
 from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders
 from stableline.metadata import BrokerInfo, open_metadata_store
@@ -41,7 +41,7 @@ async def cluster_store(tmp_path: Path) -> AsyncIterator:
 
 @pytest.fixture
 def local(tmp_path: Path):
-    store = MetadataStore(tmp_path / "local")
+    store = LocalStore(tmp_path / "local")
     yield store
     store.close()
 
