@@ -191,6 +191,7 @@ async def _produce(
     upcoming = asyncio.create_task(client.new_transaction(timeout_ms=60_000)) if txn else None
     txn_started = time.perf_counter()
     sent = 0
+    txn_first = 0  # the first message of the open transaction
     while sent < total:
         count = min(1000, total - sent)
         future = None
@@ -202,15 +203,22 @@ async def _produce(
             await window.popleft()
         else:
             await asyncio.sleep(0)
-        # Consumers keep up with producers, as they must in a steady state: the
-        # consumer shares this process, and left alone it would fall behind until
-        # it reads from disk instead of the entry cache, in both modes unequally.
-        await progress.wait_for_lag_below(sent, MAX_CONSUMER_LAG_MESSAGES)
-        if txn is not None and time.perf_counter() - txn_started >= txn_interval_s:
+        # A transaction ends after its interval, or sooner once it holds half the lag
+        # allowed below: a READ_COMMITTED consumer sees none of it until the commit,
+        # so on a fast machine waiting for the interval would wait on the lag forever.
+        if txn is not None and (
+            time.perf_counter() - txn_started >= txn_interval_s
+            or sent - txn_first >= MAX_CONSUMER_LAG_MESSAGES // 2
+        ):
             commits.append(asyncio.create_task(txn.commit()))
             txn = await upcoming
             upcoming = asyncio.create_task(client.new_transaction(timeout_ms=60_000))
             txn_started = time.perf_counter()
+            txn_first = sent
+        # Consumers keep up with producers, as they must in a steady state: the
+        # consumer shares this process, and left alone it would fall behind until
+        # it reads from disk instead of the entry cache, in both modes unequally.
+        await progress.wait_for_lag_below(sent, MAX_CONSUMER_LAG_MESSAGES)
     if txn is not None:
         commits.append(asyncio.create_task(txn.commit()))
         unused = await upcoming  # opened ahead and never written to
