@@ -170,10 +170,13 @@ class Producer:
         self._loop = loop
 
         async def make() -> aio.ThreadSender:
-            return aio.ThreadSender(inner)  # on the loop: the sender belongs to it
+            return aio.ThreadSender(inner, txn_of=_inner_txn)  # on the loop: it belongs there
 
         self._sender = loop.run(make())
-        self._send_from_thread = self._sender.send
+        # send_async is the sender's own send, bound here: the hot path is one call, as
+        # a send of the asyncio producer is (the method below gives its signature and
+        # its documentation).
+        self.send_async = self._sender.send
 
     def topic(self) -> str:
         return self._inner.topic
@@ -208,9 +211,7 @@ class Producer:
         (block_if_queue_full) or the callback gets ProducerQueueIsFull; with no
         callback to tell, the call itself raises it (as a Kafka producer's
         produce() does), so a refused message is never lost unseen."""
-        if txn is not None:
-            txn = _inner_txn(txn)
-        self._send_from_thread(content, callback, properties, partition_key, txn)
+        self._sender.send(content, callback, properties, partition_key, txn)
 
     def flush(self) -> None:
         """Wait until every message sent so far is durable (or failed) and its

@@ -47,8 +47,16 @@ def _call(callback: Callback, error: StableLineError | None, message_id) -> None
 class ThreadSender:
     """Sends through `producer` from any thread; made on the producer's loop."""
 
-    def __init__(self, producer: Producer | PartitionedProducer):
+    def __init__(
+        self,
+        producer: Producer | PartitionedProducer,
+        txn_of: Callable[[object], object] | None = None,
+    ):
+        """`txn_of` turns a transaction given to send into the producer's own (for a
+        face whose transactions wrap the asyncio ones); it runs on the loop, so send
+        costs the calling thread nothing more."""
         self._producer = producer
+        self._txn_of = txn_of
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         options = producer.options
@@ -115,6 +123,7 @@ class ThreadSender:
         handed = self._handed
         producer = self._producer
         send = producer._send_admitted if self._block else producer.send_nowait
+        txn_of = self._txn_of
         current = None
         waiting: list = []
         append = waiting.append
@@ -124,6 +133,8 @@ class ThreadSender:
             try:
                 if content is None:
                     raise producer._queue_full_error()
+                if txn is not None and txn_of is not None:
+                    txn = txn_of(txn)
                 receipt = send(content, properties, partition_key, txn)
                 batch_future, index = receipt
             except (StableLineError, TypeError, ValueError) as error:

@@ -57,3 +57,33 @@ async def test_without_blocking_a_send_past_the_queue_is_refused(broker):
         await asyncio.to_thread(send_all)
         await sender.flush()
         assert errors == [None] * 5
+
+
+async def test_a_wrapped_transaction_is_turned_into_the_producer_s_own_on_the_loop(broker):
+    """txn_of: a face whose transactions wrap the asyncio ones hands them over as they
+    are; the sender unwraps each on the loop, and the messages commit with it."""
+
+    class Wrapped:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+    async with aio.Client(broker.service_url) as client:
+        producer = await client.create_producer("wrapped-txn")
+        consumer = await client.subscribe(
+            "wrapped-txn", "s", isolation_level=aio.IsolationLevel.READ_COMMITTED
+        )
+        txn = await client.new_transaction()
+        sender = aio.ThreadSender(producer, txn_of=lambda wrapped: wrapped.inner)
+        errors: list = []
+        await asyncio.to_thread(
+            lambda: [
+                sender.send(b"%d" % i, lambda error, _id: errors.append(error), txn=Wrapped(txn))
+                for i in range(3)
+            ]
+        )
+        await sender.flush()
+        await txn.commit()
+        received = [await consumer.receive() for _ in range(3)]
+        assert errors == [None] * 3
+        assert [m.data() for m in received] == [b"0", b"1", b"2"]
+        assert {m.txn_id() for m in received} == {txn.id}
