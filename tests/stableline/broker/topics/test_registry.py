@@ -16,16 +16,6 @@ from stableline.topic_name import TopicName
 NAME = TopicName.parse("persistent://public/default/reg")
 
 
-@pytest.fixture
-async def registry(tmp_path):
-    config = load_config(None, {"data_dir": tmp_path / "data", "fsync": False})
-    store = LocalStore(config.metadata_dir)
-    made = TopicRegistry(config, store)
-    yield made
-    await made.close()
-    store.close()
-
-
 async def _ready_topic(registry: TopicRegistry):
     topic = await registry.get(NAME)
     await topic.wait_recovered()

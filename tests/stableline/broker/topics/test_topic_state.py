@@ -9,8 +9,6 @@ import random
 
 import pytest
 
-from managed_ledger import LocalStore
-from stableline.broker.config import load_config
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry, _TopicSlot
 from stableline.broker.topics.topic_state import (
     IllegalTopicTransition,
@@ -64,16 +62,6 @@ def test_every_state_leads_back_to_unloaded():
 
 
 # ------------------------------------------------------------ the registry
-
-
-@pytest.fixture
-async def registry(tmp_path):
-    config = load_config(None, {"data_dir": tmp_path / "data", "fsync": False})
-    store = LocalStore(config.metadata_dir)
-    made = TopicRegistry(config, store)
-    yield made
-    await made.close()
-    store.close()
 
 
 def _hold_fsyncs(registry: TopicRegistry, monkeypatch) -> asyncio.Event:
