@@ -107,15 +107,21 @@ class GrpcPeerClient:
         return stub
 
     async def _call(
-        self, address: str, method: Callable[[Any], Callable[..., Awaitable[Any]]], request: Any
+        self,
+        address: str,
+        method: Callable[[Any], Callable[..., Awaitable[Any]]],
+        request: Any,
+        service: Callable[[grpc.aio.Channel], Any] = cluster_pb2_grpc.PeerStub,
+        refused: Callable[[grpc.aio.AioRpcError], Exception] | None = None,
     ) -> Any:
-        """`method(peer stub)(request)` on the Peer service at `address`."""
+        """`method(stub)(request)` on `service` (the Peer service unless named) at
+        `address`; a refusal is raised as `refused` makes it (peer_refusal unless named)."""
         try:
-            return await method(self._stub(address, cluster_pb2_grpc.PeerStub))(
+            return await method(self._stub(address, service))(
                 request, timeout=self.timeout_s, metadata=self.metadata
             )
         except grpc.aio.AioRpcError as error:
-            raise peer_refusal(address, error) from None
+            raise (peer_refusal(address, error) if refused is None else refused(error)) from None
 
     async def close(self) -> None:
         channels = list(self._channels.values())
@@ -193,39 +199,30 @@ class GrpcPeerClient:
         request = pb.EndTransactionRequest(
             txn_id=convert.txn_id_to_proto(txn_id), action=convert.txn_action(commit)
         )
-        stub = self._stub(address, broker_pb2_grpc.BrokerStub)
-        try:
-            response = await stub.EndTransaction(
-                request, timeout=self.timeout_s, metadata=self.metadata
-            )
-        except grpc.aio.AioRpcError as error:
-            raise peer_refusal(address, error) from None
+        response = await self._call(
+            address, lambda s: s.EndTransaction, request, broker_pb2_grpc.BrokerStub
+        )
         return TxnState(response.state)
 
     # ------------------------------------------------------------ admin
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:
-        stub = self._stub(owner.grpc_address, admin_pb2_grpc.AdminStub)
-        try:
-            reply = await stub.GetStats(
-                admin_pb2.TopicRequest(topic=str(topic)),
-                timeout=self.timeout_s,
-                metadata=self.metadata,
-            )
-        except grpc.aio.AioRpcError as error:
-            raise admin_refusal(owner, topic, "stats", error) from None
+        reply = await self._admin_call(owner, topic, "stats", lambda s: s.GetStats)
         return json.loads(reply.json)
 
     async def delete_topic(self, owner: BrokerInfo, topic: TopicName) -> None:
-        stub = self._stub(owner.grpc_address, admin_pb2_grpc.AdminStub)
-        try:
-            await stub.DeleteTopic(
-                admin_pb2.TopicRequest(topic=str(topic)),
-                timeout=self.timeout_s,
-                metadata=self.metadata,
-            )
-        except grpc.aio.AioRpcError as error:
-            raise admin_refusal(owner, topic, "deletion", error) from None
+        await self._admin_call(owner, topic, "deletion", lambda s: s.DeleteTopic)
+
+    async def _admin_call(
+        self, owner: BrokerInfo, topic: TopicName, what: str, method: Callable[[Any], Any]
+    ) -> Any:
+        return await self._call(
+            owner.grpc_address,
+            method,
+            admin_pb2.TopicRequest(topic=str(topic)),
+            admin_pb2_grpc.AdminStub,
+            lambda error: admin_refusal(owner, topic, what, error),
+        )
 
 
 def _error_code(error: grpc.aio.AioRpcError) -> str:
