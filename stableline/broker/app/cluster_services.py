@@ -146,18 +146,16 @@ class InCluster:
         self._config = config
         self._store = store
         self._shared = shared
-        self.ownership: TopicOwnership | None = TopicOwnership(store, config.cluster_name)
-        self._ownership = self.ownership
-        self.placement: TopicPlacement = self._ownership
+        self.ownership = TopicOwnership(store, config.cluster_name)
+        self.placement: TopicPlacement = self.ownership
         self.namespaces: NamespacePolicies | None = shared.namespaces
         self.permissions: PermissionStore = shared.permissions
         self.partition_counts: PartitionedMetadata = shared.partitioned
-        self.peers: PeerClient | None = peers
-        self._peers = peers
+        self.peers = peers
 
     def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
         # A partitioned topic's partitions are asked of their owners.
-        return ClusterPartitions(registry, self._ownership, self._peers)
+        return ClusterPartitions(registry, self.ownership, self.peers)
 
     async def shard_leaders(self, local: LocalStore) -> ShardLeaders:
         """The shards led here are known once this broker has its id (join); until
@@ -175,9 +173,9 @@ class InCluster:
         )
         return RecordedShardLeaders(
             ShardRecords(self._store, config.cluster_name, shard_count),
-            self._ownership,
+            self.ownership,
             local,
-            self._peers,
+            self.peers,
         )
 
     def remote_acks(self, local: LocalStore) -> HeldRemoteAcks:
@@ -189,15 +187,13 @@ class InCluster:
     async def join(
         self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators
     ) -> None:
-        await self._ownership.start(broker_id)
-        await join_cluster(
-            local, self._shared, registry, self._ownership, self._config.cluster_name
-        )
+        await self.ownership.start(broker_id)
+        await join_cluster(local, self._shared, registry, self.ownership, self._config.cluster_name)
         await coordinators.start(broker_id)
 
     async def close(self) -> None:
-        await self._ownership.close()
+        await self.ownership.close()
         await self._shared.close()
 
     async def close_peers(self) -> None:
-        await self._peers.close()
+        await self.peers.close()
