@@ -87,8 +87,11 @@ def test_files_deep_in_the_data_dir_are_tightened_after_the_start(tmp_path, wait
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     broker.start()
     try:
-        wait(lambda: not _loose_modes(data_dir), 10.0, "the walk to tighten every file")
-        assert "took group and other permissions off 3 files and directories" in broker.log()
+        # The walk chmods first and logs after, so the log line is what marks it done.
+        done = "took group and other permissions off"
+        wait(lambda: done in broker.log(), 10.0, "the walk to tighten every file")
+        assert not _loose_modes(data_dir)
+        assert f"{done} 3 files and directories" in broker.log()
     finally:
         broker.stop()
 
