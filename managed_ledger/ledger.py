@@ -50,6 +50,7 @@ from managed_ledger.local_store import LocalStore
 from managed_ledger.memory import entry_cache_budget, pending_write_budget
 from managed_ledger.offsets import LogOffsets
 from managed_ledger.position import EARLIEST, Position
+from managed_ledger.replication import Replication, ReplicationError
 from managed_ledger.segment import Segment, delete_files
 from managed_ledger.state import LedgerState, check_transition
 from managed_ledger.write_budget import PendingWriteBudget
@@ -130,8 +131,11 @@ class ManagedLedger:
         files: LedgerFiles | None = None,
         entry_cache: SharedEntryCache | None = None,
         write_budget: PendingWriteBudget | None = None,
+        replication: Replication | None = None,
     ):
         self.name = name
+        # The other copies of this log (replication.py); None: this is the only one.
+        self.replication = replication
         # Shared by every ledger of a broker; a ledger opened alone gets its own.
         self.files = files if files is not None else LedgerFiles(max_open_files(config))
         if entry_cache is None:
@@ -184,9 +188,11 @@ class ManagedLedger:
         files: LedgerFiles | None = None,
         entry_cache: SharedEntryCache | None = None,
         write_budget: PendingWriteBudget | None = None,
+        replication: Replication | None = None,
     ) -> ManagedLedger:
         """`files`, `entry_cache`, `write_budget`: the broker's, shared by its ledgers;
-        a ledger opened without them gets its own, sized by `config`."""
+        a ledger opened without them gets its own, sized by `config`. `replication`:
+        where its writes are copied to (replication.py); None for a single copy."""
         ledger = cls(
             name,
             directory,
@@ -195,6 +201,7 @@ class ManagedLedger:
             files,
             entry_cache,
             write_budget,
+            replication,
         )
         await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
         return ledger
@@ -313,6 +320,8 @@ class ManagedLedger:
         self._transition(LedgerState.CLOSING)
         if self._writer is not None:
             await asyncio.shield(self._writer)
+        if self.replication is not None:
+            self.replication.close()
         self._flush_cursors()
         if self._cursor_flush is not None:
             self._cursor_flush.cancel()
@@ -406,6 +415,13 @@ class ManagedLedger:
                     self._writer_reached(LedgerState.CLOSING_LEDGER)
                 try:
                     await self._roll_over()
+                except ReplicationError as error:
+                    # Another broker took the topic, or the ensemble cannot be reached:
+                    # nothing was written; the next append tries again.
+                    log.warning("%s: cannot open a new ledger: %s", self.name, error)
+                    self._writer_reached(LedgerState.WRITE_FAILED)
+                    self._fail_pending(error)
+                    return
                 except TooManyOpenFilesError as error:
                     # A limit, not a disk fault (never FENCED for it): the next
                     # append retries the rollover once descriptors are free again.
@@ -453,7 +469,20 @@ class ManagedLedger:
             segment = self._current
             first_entry_id = segment.entry_count
             try:
-                await loop.run_in_executor(None, segment.write, frames, self.config.fsync)
+                if self.replication is None:
+                    await loop.run_in_executor(None, segment.write, frames, self.config.fsync)
+                else:
+                    await self._write_replicated(segment, first_entry_id, frames)
+            except ReplicationError as error:
+                # Not confirmed by the quorum: as if never written (the writer's own
+                # bytes of it are cut), and the next batch takes the same entry ids.
+                log.warning("%s: append not confirmed: %s", self.name, error)
+                offsets.unstamp()
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(error)
+                self._release_pending(batch_charge)
+                continue
             except TooManyOpenFilesError as error:
                 # No descriptor, so nothing was written: the batch fails, the ledger
                 # is as it was.
@@ -509,6 +538,47 @@ class ManagedLedger:
             self._release_pending(batch_charge)
             self._notify()
 
+    async def _write_replicated(
+        self, segment: Segment, first_entry_id: int, frames: list[bytes]
+    ) -> None:
+        """Write the batch here and to the other copies at once; return once both are
+        done. Raises the local write's error first (an OSError), else the replication's
+        (ReplicationError), having cut this copy's bytes of the batch."""
+        assert self.replication is not None
+        loop = asyncio.get_running_loop()
+        local, remote = await asyncio.gather(
+            loop.run_in_executor(None, segment.write, frames, self.config.fsync),
+            self.replication.replicate(
+                segment.ledger_id, first_entry_id, frames, self.last_confirmed
+            ),
+            return_exceptions=True,
+        )
+        if isinstance(local, BaseException):
+            raise local
+        if isinstance(remote, BaseException):
+            if not isinstance(remote, ReplicationError):
+                remote = ReplicationError(f"replication of {self.name} failed: {remote!r}")
+            try:
+                await loop.run_in_executor(None, segment.discard_uncommitted)
+            except OSError as error:
+                raise storage_error(f"append to {self.name} failed", error) from remote
+            raise remote
+
+    def frames(self, ledger_id: int, first_entry_id: int, last_entry_id: int) -> list[bytes]:
+        """The frames of entries first..last of a ledger as they are on disk (damaged
+        ones left out), for a replica that missed them. Written entries only: it may
+        run ahead of the LAC by the batch being confirmed."""
+        segment = self._current if self._current is not None else None
+        if segment is None or segment.ledger_id != ledger_id:
+            segment = self._segment(ledger_id)
+        last_entry_id = min(last_entry_id, segment.entry_count - 1)
+        if first_entry_id > last_entry_id:
+            return []
+        return [
+            encode_frame(header, payload)
+            for _, header, payload in segment.read(first_entry_id, last_entry_id)
+        ]
+
     async def _wait_for_budget(self, charge: int) -> None:
         """The broker's pending-write budget is spent: wait in line for `charge`."""
         try:
@@ -544,6 +614,9 @@ class ManagedLedger:
         old = self._current
         ledger_id = self._next_ledger_id
         path = self._path(ledger_id)
+        if self.replication is not None:
+            # Listed where every broker sees it before anything is written to it.
+            await self.replication.open_ledger(ledger_id)
 
         def seal_and_create() -> Segment:
             # Blocking I/O only. Readers on the loop may be reading the old

@@ -212,6 +212,14 @@ class Segment:
         except OSError as error:
             log.warning("ledger %d: cannot cut a failed write: %s", self.ledger_id, error)
 
+    def discard_uncommitted(self) -> None:
+        """Cut the bytes a write() made durable that will not be committed (the other
+        copies did not confirm them), so the next write lands where they were."""
+        with self._descriptor() as fd:
+            self._cut_uncommitted_tail(fd)
+        if self._tail_uncut:
+            raise OSError(f"ledger {self.ledger_id}: cannot cut an unconfirmed write")
+
     def commit_offsets(self, frame_lengths: list[int]) -> None:
         """Publish the offsets of frames that write() made durable."""
         offset = self._size

@@ -1,0 +1,59 @@
+"""How a ledger's writes reach its other copies: the writer's half of replication.
+
+A ManagedLedger given a `Replication` is the writer of a replicated log (BookKeeper's
+client, in Pulsar's terms). It writes each batch to its own files and, at the same
+time, hands the batch's frames (the exact bytes of its files) to the replication,
+which sends them to the other members of the ensemble. The batch is confirmed (its
+appends answered, the LAC moved over it, its entries shown to readers and listeners)
+only once both are done: the writer's own copy plus `ack_quorum - 1` others.
+
+A batch the replication cannot confirm (fewer than the ack quorum reachable) fails
+like a batch the disk refused: its appends get the replication's retryable error,
+the writer's own bytes of it are cut, and the next batch is written at the same
+entry ids, so nothing unconfirmed is ever read here. A replica that kept part of the
+failed batch has it overwritten by the next one (replica.py truncates above the
+LAC it is sent).
+
+An ack quorum that includes the writer's own copy means that every confirmed entry
+is on the writer's disk: a writer that restarts on its own disk lost nothing that
+was confirmed. Any broker that starts serving a replicated topic still recovers it
+first (fences the ensemble and closes the last ledger at what the replicas hold),
+because its disk may be empty, or behind.
+
+The engine knows nothing of brokers or networks: the broker implements this Protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from managed_ledger.errors import ManagedLedgerError
+from managed_ledger.position import Position
+
+
+class ReplicationError(ManagedLedgerError):
+    """The batch could not be confirmed by the ack quorum; nothing of it was kept."""
+
+
+class Replication(Protocol):
+    async def open_ledger(self, ledger_id: int) -> None:
+        """Before the first write to ledger `ledger_id`: make it the topic's current
+        ledger where every broker can see it (a compare-and-set that fails once another
+        broker has taken the topic). Raises a ReplicationError to refuse."""
+        ...
+
+    async def replicate(
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        frames: list[bytes],
+        last_add_confirmed: Position,
+    ) -> None:
+        """Return once `ack_quorum - 1` other members have made entries
+        `first_entry_id .. first_entry_id + len(frames) - 1` of `ledger_id` durable
+        (with every entry before them). Raises a ReplicationError when they cannot."""
+        ...
+
+    def close(self) -> None:
+        """The ledger is closing: stop sending, fail what waits."""
+        ...

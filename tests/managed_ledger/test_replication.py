@@ -1,0 +1,128 @@
+"""The writer's half of replication (managed_ledger/replication.py), with a Replication
+played by the test at the unit's edge: a batch is confirmed only once the replication
+says the quorum holds it, and one it refuses is never read, kept or numbered."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, Position
+from managed_ledger.framing import encode_frame
+from managed_ledger.replication import ReplicationError
+
+
+def header(i: int) -> EntryHeader:
+    return EntryHeader(publish_time_ms=1_000 + i, sequence_id=i, producer_name="producer")
+
+
+@dataclass
+class ScriptedReplication:
+    """Confirms a batch when `release` is set; refuses when `refuse` says why."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    refuse: str | None = None
+    refuse_open: str | None = None
+    batches: list[tuple[int, int, list[bytes], Position]] = field(default_factory=list)
+    opened: list[int] = field(default_factory=list)
+    closed: bool = False
+
+    async def open_ledger(self, ledger_id: int) -> None:
+        if self.refuse_open is not None:
+            raise ReplicationError(self.refuse_open)
+        self.opened.append(ledger_id)
+
+    async def replicate(self, ledger_id, first_entry_id, frames, last_add_confirmed) -> None:
+        self.batches.append((ledger_id, first_entry_id, list(frames), last_add_confirmed))
+        await self.release.wait()
+        if self.refuse is not None:
+            raise ReplicationError(self.refuse)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def _open(harness, replication) -> ManagedLedger:
+    return await ManagedLedger.open(
+        harness.name,
+        harness.directory,
+        harness.open_store(),
+        ManagedLedgerConfig(fsync=False, max_entries_per_ledger=3),
+        replication=replication,
+    )
+
+
+async def test_an_append_is_confirmed_only_once_the_replication_holds_it(harness):
+    replication = ScriptedReplication()
+    ledger = await _open(harness, replication)
+    pending = asyncio.ensure_future(ledger.append(header(0), b"a"))
+    while not replication.batches:
+        await asyncio.sleep(0)
+    # Written here, not confirmed: nobody may see it yet.
+    assert not pending.done()
+    assert ledger.read(Position(0, 0), 10) == []
+    assert ledger.last_confirmed == Position(0, -1)
+    replication.release.set()
+    assert await pending == Position(0, 0)
+    assert ledger.last_confirmed == Position(0, 0)
+    assert [entry.payload for entry in ledger.read(Position(0, 0), 10)] == [b"a"]
+    assert replication.opened == [0]
+    await ledger.close()
+    assert replication.closed
+
+
+async def test_the_frames_sent_are_the_bytes_on_disk_and_carry_the_lac_before_them(harness):
+    replication = ScriptedReplication()
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    for i in range(5):  # over a rollover: 3 entries per ledger
+        await ledger.append(header(i), b"payload-%d" % i)
+    sent = [(ledger_id, first, lac) for ledger_id, first, _, lac in replication.batches]
+    assert sent == [
+        (0, 0, Position(0, -1)),
+        (0, 1, Position(0, 0)),
+        (0, 2, Position(0, 1)),
+        (1, 0, Position(0, 2)),
+        (1, 1, Position(1, 0)),
+    ]
+    assert replication.opened == [0, 1]
+    for ledger_id, first, frames, _ in replication.batches:
+        assert ledger.frames(ledger_id, first, first + len(frames) - 1) == frames
+    entries = ledger.read(Position(0, 0), 10)
+    assert [encode_frame(e.header.encode(), e.payload) for e in entries[:1]] == [
+        replication.batches[0][2][0]
+    ]
+    await ledger.close()
+
+
+async def test_a_refused_batch_is_never_read_kept_or_numbered(harness):
+    replication = ScriptedReplication(refuse="one of three replicas is up; two are needed")
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    with pytest.raises(ReplicationError, match="two are needed"):
+        await ledger.append(header(0), b"lost")
+    assert ledger.last_confirmed == Position(0, -1)
+    assert ledger.read(Position(0, 0), 10) == []
+    assert ledger.offsets.end_offset == 0
+    replication.refuse = None
+    # The next batch takes the refused one's place: same entry id, same offset.
+    assert await ledger.append(header(1), b"kept") == Position(0, 0)
+    assert replication.batches[-1][1] == 0
+    await ledger.close()
+    reopened = await harness.open()
+    assert [entry.payload for entry in reopened.read(Position(0, 0), 10)] == [b"kept"]
+    assert reopened.read(Position(0, 0), 10)[0].header.base_offset == 0
+
+
+async def test_a_refused_new_ledger_fails_the_queue_and_writes_nothing(harness):
+    replication = ScriptedReplication(refuse_open="the topic's epoch moved to 4")
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    with pytest.raises(ReplicationError, match="epoch moved"):
+        await ledger.append(header(0), b"x")
+    assert not list(harness.directory.glob("*.log"))
+    replication.refuse_open = None
+    assert await ledger.append(header(1), b"y") == Position(0, 0)
+    await ledger.close()
