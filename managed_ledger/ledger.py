@@ -475,8 +475,11 @@ class ManagedLedger:
                     await self._write_replicated(segment, first_entry_id, frames)
             except ReplicationError as error:
                 # Not confirmed by the quorum: as if never written (the writer's own
-                # bytes of it are cut), and the next batch takes the same entry ids.
+                # bytes of it are cut). Some replicas may hold it, so its entry ids are
+                # never given to another entry: the ledger closes below it (where every
+                # broker sees it, replication.open_ledger) and the next append rolls over.
                 log.warning("%s: append not confirmed: %s", self.name, error)
+                segment.fenced = True
                 offsets.unstamp()
                 for pending in batch:
                     if not pending.future.done():
@@ -615,8 +618,11 @@ class ManagedLedger:
         ledger_id = self._next_ledger_id
         path = self._path(ledger_id)
         if self.replication is not None:
-            # Listed where every broker sees it before anything is written to it.
-            await self.replication.open_ledger(ledger_id)
+            # Listed where every broker sees it before anything is written to it, with
+            # where the one before it ends: no copy of it counts past that.
+            await self.replication.open_ledger(
+                ledger_id, None if old is None else (old.ledger_id, old.entry_count)
+            )
 
         def seal_and_create() -> Segment:
             # Blocking I/O only. Readers on the loop may be reading the old

@@ -9,10 +9,11 @@ only once both are done: the writer's own copy plus `ack_quorum - 1` others.
 
 A batch the replication cannot confirm (fewer than the ack quorum reachable) fails
 like a batch the disk refused: its appends get the replication's retryable error,
-the writer's own bytes of it are cut, and the next batch is written at the same
-entry ids, so nothing unconfirmed is ever read here. A replica that kept part of the
-failed batch has it overwritten by the next one (replica.py truncates above the
-LAC it is sent).
+the writer's own bytes of it are cut, and the ledger is closed below it: the next
+append rolls over to a new ledger, whose opening records where the old one ends. An
+entry id is never given twice, so copies never disagree on what an id holds: a
+replica that kept part of the failed batch holds entries past the recorded end, which
+no broker ever serves.
 
 An ack quorum that includes the writer's own copy means that every confirmed entry
 is on the writer's disk: a writer that restarts on its own disk lost nothing that
@@ -36,10 +37,12 @@ class ReplicationError(ManagedLedgerError):
 
 
 class Replication(Protocol):
-    async def open_ledger(self, ledger_id: int) -> None:
+    async def open_ledger(self, ledger_id: int, closing: tuple[int, int] | None) -> None:
         """Before the first write to ledger `ledger_id`: make it the topic's current
         ledger where every broker can see it (a compare-and-set that fails once another
-        broker has taken the topic). Raises a ReplicationError to refuse."""
+        broker has taken the topic), and record `closing` (the ledger before it, and
+        how many entries it ends with: no copy of it counts past that). Raises a
+        ReplicationError to refuse."""
         ...
 
     async def replicate(

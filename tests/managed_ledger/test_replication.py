@@ -29,10 +29,10 @@ class ScriptedReplication:
     opened: list[int] = field(default_factory=list)
     closed: bool = False
 
-    async def open_ledger(self, ledger_id: int) -> None:
+    async def open_ledger(self, ledger_id: int, closing) -> None:
         if self.refuse_open is not None:
             raise ReplicationError(self.refuse_open)
-        self.opened.append(ledger_id)
+        self.opened.append((ledger_id, closing))
 
     async def replicate(self, ledger_id, first_entry_id, frames, last_add_confirmed) -> None:
         self.batches.append((ledger_id, first_entry_id, list(frames), last_add_confirmed))
@@ -68,7 +68,7 @@ async def test_an_append_is_confirmed_only_once_the_replication_holds_it(harness
     assert await pending == Position(0, 0)
     assert ledger.last_confirmed == Position(0, 0)
     assert [entry.payload for entry in ledger.read(Position(0, 0), 10)] == [b"a"]
-    assert replication.opened == [0]
+    assert replication.opened == [(0, None)]
     await ledger.close()
     assert replication.closed
 
@@ -87,7 +87,7 @@ async def test_the_frames_sent_are_the_bytes_on_disk_and_carry_the_lac_before_th
         (1, 0, Position(0, 2)),
         (1, 1, Position(1, 0)),
     ]
-    assert replication.opened == [0, 1]
+    assert replication.opened == [(0, None), (1, (0, 3))]
     for ledger_id, first, frames, _ in replication.batches:
         assert ledger.frames(ledger_id, first, first + len(frames) - 1) == frames
     entries = ledger.read(Position(0, 0), 10)
@@ -97,23 +97,30 @@ async def test_the_frames_sent_are_the_bytes_on_disk_and_carry_the_lac_before_th
     await ledger.close()
 
 
-async def test_a_refused_batch_is_never_read_kept_or_numbered(harness):
-    replication = ScriptedReplication(refuse="one of three replicas is up; two are needed")
+async def test_a_refused_batch_is_never_read_kept_or_its_id_given_again(harness):
+    replication = ScriptedReplication()
     replication.release.set()
     ledger = await _open(harness, replication)
+    assert await ledger.append(header(0), b"first") == Position(0, 0)
+    replication.refuse = "one of three replicas is up; two are needed"
     with pytest.raises(ReplicationError, match="two are needed"):
-        await ledger.append(header(0), b"lost")
-    assert ledger.last_confirmed == Position(0, -1)
-    assert ledger.read(Position(0, 0), 10) == []
-    assert ledger.offsets.end_offset == 0
+        await ledger.append(header(1), b"lost")
+    assert ledger.last_confirmed == Position(0, 0)
+    assert [e.payload for e in ledger.read(Position(0, 0), 10)] == [b"first"]
+    assert ledger.offsets.end_offset == 1
     replication.refuse = None
-    # The next batch takes the refused one's place: same entry id, same offset.
-    assert await ledger.append(header(1), b"kept") == Position(0, 0)
-    assert replication.batches[-1][1] == 0
+    # A replica may hold (0, 1): the next entry goes to a new ledger, whose opening
+    # records that ledger 0 ends with 1 entry. The Kafka offset is not lost.
+    assert await ledger.append(header(2), b"kept") == Position(1, 0)
+    assert replication.opened == [(0, None), (1, (0, 1))]
     await ledger.close()
     reopened = await harness.open()
-    assert [entry.payload for entry in reopened.read(Position(0, 0), 10)] == [b"kept"]
-    assert reopened.read(Position(0, 0), 10)[0].header.base_offset == 0
+    entries = reopened.read(Position(0, 0), 10)
+    assert [(e.position, e.payload) for e in entries] == [
+        (Position(0, 0), b"first"),
+        (Position(1, 0), b"kept"),
+    ]
+    assert [e.header.base_offset for e in entries] == [0, 1]
 
 
 async def test_a_refused_new_ledger_fails_the_queue_and_writes_nothing(harness):

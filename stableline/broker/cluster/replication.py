@@ -1,0 +1,416 @@
+"""The writer's replication of one topic to the other brokers of its ensemble.
+
+`EnsembleReplication` is the ManagedLedger's Replication (managed_ledger/replication.py)
+in a cluster: one per topic per epoch, made by the topic's recovery
+(ledger_recovery.py) once this broker has fenced the ensemble at that epoch.
+
+- One `FollowerLink` per other member sends it, in order, every batch the writer
+  writes (the batch's own frames, no copy), with the topic's epoch and the LAC.
+  A member that is behind (it missed batches while it was away, or a resend cut
+  its tail) is first sent what it lacks, read back from the writer's own files:
+  a returning member catches up by itself and counts again.
+- A batch is confirmed once `ack_quorum - 1` members hold it (the writer's own copy
+  is the last one). When fewer members can hold it than that, it is refused at once
+  with NotEnoughReplicasError, which the client retries (Kafka's
+  NOT_ENOUGH_REPLICAS): no unclean quorum, ever.
+- A member that answers the topic was fenced at a higher epoch means another broker
+  has taken the topic: every batch is refused from then on, and `on_fenced` lets
+  the broker stop serving it.
+- New ledgers are made the topic's current ledger in its record by compare-and-set
+  on the epoch (`open_ledger`): a writer whose epoch has passed cannot start one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from managed_ledger import Position
+from managed_ledger.replica import (
+    ReplicaError,
+    ReplicaFencedError,
+    ReplicaGapError,
+    ReplicaState,
+)
+from managed_ledger.replication import ReplicationError
+from stableline.broker.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+# How long a batch waits for its quorum before it is refused (the producer retries).
+REPLICATE_TIMEOUT_S = 5.0
+# A member that failed is tried again after this long, then twice as long, up to the max.
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
+# At most this many bytes of old entries go in one catch-up call.
+CATCH_UP_BYTES = 4 * 1024 * 1024
+
+
+class NotEnoughReplicasError(ReplicationError, BrokerError):
+    """Fewer members of the topic's ensemble hold the write than its ack quorum:
+    nothing was kept; retry (writes resume once enough members are back)."""
+
+    code = "NotEnoughReplicas"
+
+
+class ReplicaFencedOutError(ReplicationError, BrokerError):
+    """Another broker took the topic (a member was fenced at a higher epoch)."""
+
+    code = "TopicFenced"
+
+
+@dataclass(slots=True)
+class _Batch:
+    ledger_id: int
+    first_entry_id: int
+    frames: list[bytes]
+    last_add_confirmed: Position
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    @property
+    def end(self) -> int:
+        return self.first_entry_id + len(self.frames)
+
+
+class Peers(Protocol):
+    """What a link needs of the peer client (cluster/peers.py PeerClient's replica calls)."""
+
+    async def replicate(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        ledger_id: int,
+        first_entry_id: int,
+        frames: list[bytes],
+        last_add_confirmed: Position,
+        timeout_s: float | None = None,
+    ) -> ReplicaState: ...
+
+
+class FollowerLink:
+    """Sends one member every batch, in order; see the module docstring."""
+
+    def __init__(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        held: ReplicaState | None,
+        peers: Peers,
+        read_frames: Callable[[int, int, int], list[bytes]],
+        confirmed: Callable[[], Position],
+        on_fenced: Callable[[ReplicaFencedError], None],
+    ):
+        self.address = address
+        self._topic = topic
+        self._epoch = epoch
+        self._peers = peers
+        self._read_frames = read_frames
+        self._confirmed = confirmed
+        self._on_fenced = on_fenced
+        # What the member holds: (ledger, entries in it); None until known.
+        self.held: tuple[int, int] | None = (
+            (held.ledger_id, held.entry_count) if held is not None and not held.closed else None
+        )
+        self._queue: deque[_Batch] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.up = True
+        self._backoff_s = RETRY_BACKOFF_S
+
+    def send(self, batch: _Batch) -> asyncio.Future:
+        """Queue `batch`; the future is done (True) once the member holds it, or
+        (False) when this link cannot deliver it now (the member is away: it is sent
+        what it lacks from the files once it answers again)."""
+        # A batch at entry ids already queued replaces them: the writer refused those.
+        while self._queue and (
+            self._queue[-1].ledger_id == batch.ledger_id
+            and self._queue[-1].first_entry_id >= batch.first_entry_id
+        ):
+            dropped = self._queue.pop()
+            if not dropped.done.done():
+                dropped.done.set_result(False)
+        mine = _Batch(batch.ledger_id, batch.first_entry_id, batch.frames, batch.last_add_confirmed)
+        if not self.up:
+            mine.done.set_result(False)
+            return mine.done
+        self._queue.append(mine)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.create_task(
+                self._run(), name=f"replicate:{self._topic}:{self.address}"
+            )
+        return mine.done
+
+    def start_catching_up(self) -> None:
+        """Treat the member as away until it holds what is confirmed (a member that
+        did not answer the fence, or whose copy is unknown)."""
+        self.up = False
+        if self._task is None:
+            self._task = asyncio.create_task(
+                self._run(), name=f"replicate:{self._topic}:{self.address}"
+            )
+
+    def rewind(self, ledger_id: int, entry_id: int) -> None:
+        """The writer refused entries from `entry_id` on: whatever the member kept of
+        them is overwritten by the next batch, which it must be sent whole."""
+        held = self.held
+        if held is not None and held[0] == ledger_id and held[1] > entry_id:
+            self.held = (ledger_id, entry_id)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for batch in self._queue:
+            if not batch.done.done():
+                batch.done.set_result(False)
+        self._queue.clear()
+
+    async def _run(self) -> None:
+        while True:
+            if self.up and not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.up:
+                batch = self._queue[0]
+            else:
+                # Away: bring it up to what is confirmed, from the files, until it answers.
+                confirmed = self._confirmed()
+                batch = _Batch(confirmed.ledger_id, confirmed.entry_id + 1, [], confirmed)
+            try:
+                await self._deliver(batch)
+            except ReplicaFencedError as error:
+                self._on_fenced(error)
+                self.close()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # unreachable, refused: try again later
+                if self.up:
+                    log.warning("%s: replica %s is away: %s", self._topic, self.address, error)
+                self.up = False
+                for queued in self._queue:
+                    if not queued.done.done():
+                        queued.done.set_result(False)
+                self._queue.clear()
+                # A retry's backoff, not a wait for anything: nothing hurries it.
+                await asyncio.sleep(self._backoff_s)
+                self._backoff_s = min(self._backoff_s * 2, RETRY_BACKOFF_MAX_S)
+                continue
+            if not self.up:
+                log.info("%s: replica %s is back and caught up", self._topic, self.address)
+                self.up = True
+            self._backoff_s = RETRY_BACKOFF_S
+            if self._queue and self._queue[0] is batch:
+                self._queue.popleft()
+            if not batch.done.done():
+                batch.done.set_result(True)
+
+    async def _deliver(self, batch: _Batch) -> None:
+        """Make the member hold `batch` and everything before it."""
+        while True:
+            held = self.held
+            if held is not None and held[0] > batch.ledger_id:
+                # It holds a ledger the writer opened and has not confirmed into yet.
+                if batch.frames:
+                    raise ReplicaError(f"replica {self.address} is ahead of the writer")
+                return
+            if held is not None and held[0] < batch.ledger_id:
+                # It is behind in an older ledger: finish that one first.
+                frames = self._read_frames(held[0], held[1], held[1] + 1_000_000)
+                frames = _within(frames, CATCH_UP_BYTES)
+                if not frames:
+                    self.held = (batch.ledger_id, 0)
+                    continue
+                await self._call(held[0], held[1], frames, batch.last_add_confirmed)
+                continue
+            start = 0 if held is None or held[0] != batch.ledger_id else held[1]
+            if start < batch.first_entry_id:
+                frames = _within(
+                    self._read_frames(batch.ledger_id, start, batch.first_entry_id - 1),
+                    CATCH_UP_BYTES,
+                )
+                if not frames:
+                    raise ReplicaError(
+                        f"entries {start}..{batch.first_entry_id - 1} of ledger "
+                        f"{batch.ledger_id} cannot be read back for replica {self.address}"
+                    )
+                await self._call(batch.ledger_id, start, frames, batch.last_add_confirmed)
+                continue
+            if batch.frames:
+                await self._call(
+                    batch.ledger_id, batch.first_entry_id, batch.frames, batch.last_add_confirmed
+                )
+            return
+
+    async def _call(
+        self, ledger_id: int, first_entry_id: int, frames: list[bytes], lac: Position
+    ) -> None:
+        try:
+            state = await self._peers.replicate(
+                self.address,
+                self._topic,
+                self._epoch,
+                ledger_id,
+                first_entry_id,
+                frames,
+                lac,
+                timeout_s=REPLICATE_TIMEOUT_S,
+            )
+        except ReplicaGapError as gap:
+            self.held = (ledger_id, gap.held)
+            return
+        self.held = (state.ledger_id, state.entry_count)
+
+
+def _within(frames: list[bytes], max_bytes: int) -> list[bytes]:
+    """The first frames whose bytes stay within max_bytes (at least one)."""
+    total = 0
+    for index, frame in enumerate(frames):
+        total += len(frame)
+        if total > max_bytes and index > 0:
+            return frames[:index]
+    return frames
+
+
+class EnsembleReplication:
+    """The Replication of one topic at one epoch; see the module docstring."""
+
+    def __init__(
+        self,
+        topic: str,
+        epoch: int,
+        ack_quorum: int,
+        followers: dict[str, ReplicaState | None],
+        peers: Peers,
+        open_ledger: Callable[[int, tuple[int, int] | None], Awaitable[None]],
+        on_fenced: Callable[[], None] = lambda: None,
+    ):
+        """`followers`: each other member's address and what it held when fenced
+        (None: it did not answer); `open_ledger(ledger_id)`: the record's
+        compare-and-set, recording where `closing` ends (raises ReplicationError once
+        the epoch has passed)."""
+        assert 1 <= ack_quorum <= len(followers) + 1, (ack_quorum, followers)
+        self.topic = topic
+        self.epoch = epoch
+        self.ack_quorum = ack_quorum
+        self._open_ledger = open_ledger
+        self._on_fenced = on_fenced
+        self._fenced: ReplicaFencedError | None = None
+        self._read_frames: Callable[[int, int, int], list[bytes]] = _no_frames
+        self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
+        self.links = [
+            FollowerLink(
+                address, topic, epoch, held, peers, self._frames, self._confirmed, self._fenced_by
+            )
+            for address, held in followers.items()
+        ]
+
+    def attach(
+        self,
+        read_frames: Callable[[int, int, int], list[bytes]],
+        confirmed: Callable[[], Position],
+    ) -> None:
+        """Where lagging members' entries are read back from (the ledger's `frames`)
+        and how far the log is confirmed (its `last_confirmed`)."""
+        self._read_frames = read_frames
+        self._confirmed_position = confirmed
+        for link in self.links:
+            if not link.up or link.held is None:
+                link.start_catching_up()
+
+    def _confirmed(self) -> Position:
+        return self._confirmed_position()
+
+    def _frames(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        return self._read_frames(ledger_id, first, last)
+
+    def _fenced_by(self, error: ReplicaFencedError) -> None:
+        if self._fenced is None:
+            self._fenced = error
+            log.warning("%s: no longer its writer at epoch %d: %s", self.topic, self.epoch, error)
+            self._on_fenced()
+
+    def _check_not_fenced(self) -> None:
+        if self._fenced is not None:
+            raise ReplicaFencedOutError(
+                f"topic {self.topic} was taken by another broker ({self._fenced}): "
+                f"look it up again and retry"
+            )
+
+    @property
+    def members_up(self) -> int:
+        """Members (this broker included) that took the last batch sent to them."""
+        return 1 + sum(1 for link in self.links if link.up)
+
+    async def open_ledger(self, ledger_id: int, closing: tuple[int, int] | None) -> None:
+        self._check_not_fenced()
+        await self._open_ledger(ledger_id, closing)
+
+    async def replicate(
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        frames: list[bytes],
+        last_add_confirmed: Position,
+    ) -> None:
+        self._check_not_fenced()
+        needed = self.ack_quorum - 1
+        if needed == 0:
+            # Sent all the same, so the members keep up; nobody waits for them.
+            for link in self.links:
+                link.send(_Batch(ledger_id, first_entry_id, frames, last_add_confirmed))
+            return
+        if self.members_up < self.ack_quorum:
+            self._refuse(f"{self.members_up} of its {len(self.links) + 1} replicas are up")
+        batch = _Batch(ledger_id, first_entry_id, frames, last_add_confirmed)
+        pending = {link.send(batch) for link in self.links}
+        held = 0
+        failed = 0
+        try:
+            async with asyncio.timeout(REPLICATE_TIMEOUT_S):
+                while held < needed:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for future in done:
+                        if future.result():
+                            held += 1
+                        else:
+                            failed += 1
+                    self._check_not_fenced()
+                    if len(self.links) - failed < needed:
+                        self._refuse(
+                            f"only {len(self.links) - failed + 1} of its "
+                            f"{len(self.links) + 1} replicas can take writes"
+                        )
+        except NotEnoughReplicasError:
+            for link in self.links:
+                link.rewind(ledger_id, first_entry_id)
+            raise
+        except TimeoutError:
+            for link in self.links:
+                link.rewind(ledger_id, first_entry_id)
+            self._refuse(
+                f"{held + 1} of its {len(self.links) + 1} replicas confirmed the write "
+                f"within {REPLICATE_TIMEOUT_S:g} s"
+            )
+
+    def _refuse(self, why: str) -> None:
+        raise NotEnoughReplicasError(
+            f"topic {self.topic} cannot take writes now: {why}, and its ack quorum is "
+            f"{self.ack_quorum}; nothing of this write was kept. Retry: writes resume by "
+            f"themselves once enough replicas are back"
+        )
+
+    def close(self) -> None:
+        for link in self.links:
+            link.close()
+
+
+def _no_frames(ledger_id: int, first: int, last: int) -> list[bytes]:
+    return []
