@@ -204,6 +204,8 @@ class ManagedLedger:
             replication,
         )
         await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
+        if replication is not None:
+            replication.attach(ledger.frames, lambda: ledger.last_confirmed)
         return ledger
 
     def _recover(self) -> None:

@@ -26,6 +26,7 @@ The engine knows nothing of brokers or networks: the broker implements this Prot
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from managed_ledger.errors import ManagedLedgerError
@@ -55,6 +56,16 @@ class Replication(Protocol):
         """Return once `ack_quorum - 1` other members have made entries
         `first_entry_id .. first_entry_id + len(frames) - 1` of `ledger_id` durable
         (with every entry before them). Raises a ReplicationError when they cannot."""
+        ...
+
+    def attach(
+        self,
+        read_frames: Callable[[int, int, int], list[bytes]],
+        confirmed: Callable[[], Position],
+    ) -> None:
+        """Called once the ledger is open: `read_frames(ledger_id, first, last)` reads
+        written entries back as frames (for a replica that missed them) and
+        `confirmed()` is the LAC."""
         ...
 
     def close(self) -> None:

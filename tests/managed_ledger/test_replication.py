@@ -40,6 +40,9 @@ class ScriptedReplication:
         if self.refuse is not None:
             raise ReplicationError(self.refuse)
 
+    def attach(self, read_frames, confirmed) -> None:
+        self.attached = (read_frames, confirmed)
+
     def close(self) -> None:
         self.closed = True
 

@@ -40,12 +40,14 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.placement import Claim, Placement
 from stableline.metadata import (
     AlreadyExists,
+    BadVersion,
     BrokerInfo,
     ClusterMetadataStore,
     MetadataStoreUnavailable,
@@ -79,26 +81,50 @@ class OwnershipRecord:
     epoch: int
     ensemble: tuple[str, ...]
     since_ms: int
+    # Replicated topics (an ensemble of more than one) only: the ledger its writer has
+    # open (-1: none), and how many entries each closed ledger ends with. No copy of
+    # a ledger counts past its recorded end (a refused write's entries may lie there).
+    current_ledger: int = -1
+    closed_ledgers: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.leader in self.ensemble, self
         assert self.epoch >= 0, self
 
+    @property
+    def replicated(self) -> bool:
+        return len(self.ensemble) > 1
+
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "leader": self.leader,
-                "epoch": self.epoch,
-                "ensemble": list(self.ensemble),
-                "since_ms": self.since_ms,
-            },
-            separators=(",", ":"),
-        ).encode()
+        value: dict[str, object] = {
+            "leader": self.leader,
+            "epoch": self.epoch,
+            "ensemble": list(self.ensemble),
+            "since_ms": self.since_ms,
+        }
+        if self.replicated:
+            value["current_ledger"] = self.current_ledger
+            value["closed_ledgers"] = {str(k): v for k, v in self.closed_ledgers.items()}
+        return json.dumps(value, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> OwnershipRecord:
         value = json.loads(raw)
-        return cls(value["leader"], value["epoch"], tuple(value["ensemble"]), value["since_ms"])
+        return cls(
+            value["leader"],
+            value["epoch"],
+            tuple(value["ensemble"]),
+            value["since_ms"],
+            value.get("current_ledger", -1),
+            {int(k): v for k, v in value.get("closed_ledgers", {}).items()},
+        )
+
+
+class RecordChangedError(BrokerError):
+    """The topic's record no longer says what this broker's change expected (another
+    broker took the topic, or its epoch moved): look the topic up again."""
+
+    code = "TopicFenced"
 
 
 class NotOwnerError(BrokerError):
@@ -244,7 +270,11 @@ class TopicOwnership:
                 async for notification in watch:
                     topic = "persistent://" + notification.path[len(prefix) :]
                     self._records.pop(topic, None)
-                    if notification.type is NotificationType.CREATED:
+                    if notification.type is NotificationType.MODIFIED:
+                        # Its leader may have changed (a takeover): count it again.
+                        self._uncounted(topic)
+                        await self._count(topic)
+                    elif notification.type is NotificationType.CREATED:
                         await self._count(topic)
                     elif notification.type is NotificationType.DELETED:
                         self._uncounted(topic)
@@ -339,6 +369,59 @@ class TopicOwnership:
         self._records.pop(str(name), None)
         with contextlib.suppress(NotFound):
             await self.store.delete(ownership_path(self.cluster, name))
+
+    # ------------------------------------------------------------ replicated topics
+
+    async def change_record(
+        self,
+        name: TopicName,
+        change: Callable[[OwnershipRecord], OwnershipRecord | None],
+    ) -> OwnershipRecord:
+        """Apply `change` to the topic's current record by compare-and-set, reading it
+        again while another broker's change wins the race. `change` returns the new
+        record, or raises (RecordChangedError) when the record is no longer one it may
+        change. The store's failures come out as OwnershipUnavailableError."""
+        path = ownership_path(self.cluster, name)
+        while True:
+            try:
+                result = await self.store.get(path)
+                if result is None:
+                    raise RecordChangedError(f"topic {name} has no ownership record any more")
+                new = change(OwnershipRecord.from_json(result.value))
+                assert new is not None
+                await self.store.put(path, new.to_json(), result.stat.version)
+            except BadVersion:
+                continue
+            except MetadataStoreUnavailable as error:
+                raise OwnershipUnavailableError(
+                    name, f"its ownership record cannot be changed: {error}"
+                ) from None
+            self._records[str(name)] = new
+            return new
+
+    async def take(self, name: TopicName) -> OwnershipRecord:
+        """Make this broker the topic's leader at the next epoch (a member of its
+        ensemble, whose leader is this broker or not live): the epoch every member
+        is fenced with before this broker serves the topic."""
+
+        def take(record: OwnershipRecord) -> OwnershipRecord:
+            if self.broker_id not in record.ensemble:
+                raise RecordChangedError(
+                    f"topic {name}: broker {self.broker_id} is not in its ensemble "
+                    f"{list(record.ensemble)}"
+                )
+            if record.leader != self.broker_id and record.leader in self._live:
+                raise RecordChangedError(
+                    f"topic {name} is led by live broker {record.leader} (epoch {record.epoch})"
+                )
+            return replace(
+                record,
+                leader=self.broker_id,
+                epoch=record.epoch + 1,
+                since_ms=int(time.time() * 1000),
+            )
+
+        return await self.change_record(name, take)
 
     # ------------------------------------------------------------ TopicPlacement
 

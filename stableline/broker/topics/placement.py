@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from managed_ledger.replication import Replication
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
 
@@ -89,6 +90,12 @@ class TopicPlacement(Protocol):
         """The cluster's live brokers as last read (none standalone)."""
         ...
 
+    async def recover(self, name: TopicName) -> Replication | None:
+        """Before this broker serves the topic: take it and recover its copies when it
+        is replicated (cluster/ledger_recovery.py), returning what its writes are
+        replicated with; None for a topic with one copy (always, standalone)."""
+        ...
+
 
 class StandalonePlacement:
     """This broker serves every topic; there are no records and no other brokers."""
@@ -122,3 +129,6 @@ class StandalonePlacement:
 
     def live_brokers(self) -> list[BrokerInfo]:
         return []
+
+    async def recover(self, name: TopicName) -> Replication | None:
+        return None

@@ -402,6 +402,7 @@ class TopicRegistry:
     async def _load(self, name: TopicName, slot: _TopicSlot) -> Topic:
         key = str(name)
         try:
+            replication = await self.placement.recover(name)
             ledger = await ManagedLedger.open(
                 name.storage_name,
                 self._directory(name),
@@ -410,6 +411,7 @@ class TopicRegistry:
                 self.files,
                 self.entry_cache,
                 self.write_budget,
+                replication,
             )
             await self._create(name, placed=False, loading=slot)
             if key not in self._marked:
@@ -527,6 +529,22 @@ class TopicRegistry:
             or slot.topic is None
             or not slot.topic.idle
         ):
+            return False
+        self._move(key, slot, TopicState.UNLOADING)
+        slot.pending = asyncio.create_task(self._close_topic(key, slot.topic), name=f"unload:{key}")
+        try:
+            await asyncio.shield(slot.pending)
+        finally:
+            self._move(key, slot, TopicState.UNLOADED)
+        self.unloaded_total += 1
+        return True
+
+    async def unload(self, name: TopicName) -> bool:
+        """Close the topic now, busy or not (another broker took it): its streams end
+        and its clients look it up again. False when it was not loaded."""
+        key = str(name)
+        slot = self._slots.get(key)
+        if slot is None or slot.state is not TopicState.LOADED or slot.topic is None:
             return False
         self._move(key, slot, TopicState.UNLOADING)
         slot.pending = asyncio.create_task(self._close_topic(key, slot.topic), name=f"unload:{key}")
