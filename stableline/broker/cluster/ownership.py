@@ -192,6 +192,9 @@ class TopicOwnership:
         # and topics led per broker.
         self._leader_of: dict[str, str] = {}
         self._led: dict[str, int] = {}
+        # Takes and recovers replicated topics (ledger_recovery.py); set in a cluster
+        # once this broker's copies and peers are known.
+        self.recovery = None
 
     async def start(self, broker_id: str) -> None:
         """As broker `broker_id`: watch the ownership and broker prefixes, read the
@@ -433,7 +436,7 @@ class TopicOwnership:
 
     async def claim(self, name: TopicName) -> Claim:
         record, new = await self.place_new(name)
-        return Claim(here=record.leader == self.broker_id, new=new)
+        return Claim(here=self.serving_id(record) == self.broker_id, new=new)
 
     def placed_names(self, prefix: str = "") -> set[str]:
         return {topic for topic in self._leader_of if topic.startswith(prefix)}
@@ -444,20 +447,42 @@ class TopicOwnership:
             if not place:
                 return None
             record = await self.place(name)
-        return Placement(record.leader, record.epoch, record.leader == self.broker_id)
+        serving = self.serving_id(record)
+        return Placement(serving, record.epoch, serving == self.broker_id)
 
     async def serving_broker(self, name: TopicName) -> BrokerInfo | None:
         record = await self.place(name)
-        if record.leader == self.broker_id:
+        if self.serving_id(record) == self.broker_id:
             return None
         return self.owner_of(name, record)
 
+    def serving_id(self, record: OwnershipRecord) -> str:
+        """The broker that serves (or is to serve) the topic: its leader while that is
+        live or this broker; else, for a replicated topic, the first live member of
+        its ensemble (in the ensemble's order, so every broker names the same one),
+        which takes it on its first use; else the leader (not live)."""
+        leader = record.leader
+        if leader == self.broker_id or leader in self._live or not record.replicated:
+            return leader
+        for member in record.ensemble:
+            if member != leader and (member == self.broker_id or member in self._live):
+                return member
+        return leader
+
     def owner_of(self, name: TopicName, record: OwnershipRecord) -> BrokerInfo:
-        """The live owner's registration; TopicUnavailableError if it is not live."""
-        owner = self._live.get(record.leader)
+        """The live registration of the broker serving the topic (serving_id), which is
+        another broker; TopicUnavailableError if it is not live."""
+        serving = self.serving_id(record)
+        owner = self._live.get(serving)
         if owner is None:
             raise TopicUnavailableError(name, record.leader, self._gone_since.get(record.leader))
         return owner
+
+    async def recover(self, name: TopicName):
+        """TopicPlacement.recover: see ledger_recovery.py."""
+        if self.recovery is None:
+            return None
+        return await self.recovery.recover(name)
 
     async def check(self, name: TopicName, create: bool, on_disk: bool) -> bool:
         """Whether this broker owns `name` (True), or it has no record and `create`
@@ -479,6 +504,6 @@ class TopicOwnership:
             raise
         if record is None:
             return False
-        if record.leader == self.broker_id:
+        if self.serving_id(record) == self.broker_id:
             return True
         raise NotOwnerError(name, self.owner_of(name, record))

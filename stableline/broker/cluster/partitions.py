@@ -44,7 +44,7 @@ class ClusterPartitions:
             if self.registry.exists(partition):
                 return None  # its files are here: this broker places it on use
             raise TopicNotFoundError(f"partition {partition} was never placed on a broker")
-        if record.leader == self.ownership.broker_id:
+        if self.ownership.serving_id(record) == self.ownership.broker_id:
             return None
         return self.ownership.owner_of(partition, record)
 
