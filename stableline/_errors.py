@@ -170,6 +170,8 @@ CODES: dict[str, type[StableLineError]] = {
     "IdleStream": IdleStream,
     "Internal": InternalError,
     "BrokerFenced": NotReady,
+    "NotEnoughReplicas": NotReady,
+    "TopicFenced": NotReady,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,
     "TooManyConsumers": LimitExceeded,

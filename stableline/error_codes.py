@@ -46,6 +46,7 @@ class KafkaError(enum.IntEnum):
     MESSAGE_TOO_LARGE = 10
     COORDINATOR_NOT_AVAILABLE = 15
     INVALID_TOPIC_EXCEPTION = 17
+    NOT_ENOUGH_REPLICAS = 19
     ILLEGAL_GENERATION = 22
     INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
@@ -88,6 +89,11 @@ ROWS: tuple[ErrorCode, ...] = (
               "the cluster's etcd cannot answer a change of shared metadata; retry later"),
     ErrorCode("BrokerFenced", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
               "the broker lost its cluster session and takes no writes until it is back"),
+    ErrorCode("NotEnoughReplicas", _S.UNAVAILABLE, 503, _K.NOT_ENOUGH_REPLICAS,
+              "fewer replicas of the topic's ensemble can hold a write than its ack quorum; "
+              "nothing was kept, and writes resume once enough are back: retry"),
+    ErrorCode("TopicFenced", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
+              "another broker took the topic (a newer epoch); look it up again and retry"),
     ErrorCode("NotReady", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
               "the topic is still recovering (past `topic_recovery_wait_s`), or its ledger is "
               "closing; retryable"),
