@@ -886,6 +886,8 @@ class ManagedLedger:
         self.cursors.pop(name, None)
         self._dirty_cursors.discard(name)
         self.store.delete(CURSORS_DB, self._cursor_prefix() + name)
+        if self.replication is not None:
+            self._replicate_cursors({}, [name])
         self.trim()
 
     def cursor_changed(self, name: str) -> None:
@@ -902,17 +904,39 @@ class ManagedLedger:
         self._write_cursors(names)
         self.trim()
 
-    def _write_cursors(self, names: list[str]) -> None:
+    def _write_cursors(self, names: list[str]) -> asyncio.Future | None:
+        """Write the cursors here; with replication, send them to the other copies too
+        (the future is done once the ack quorum holds them)."""
         prefix = self._cursor_prefix()
         limit = self.config.max_persisted_acked_positions
-        puts = {prefix + n: self.cursors[n].to_json(limit) for n in names if n in self.cursors}
-        if puts:
-            self.store.write_many(CURSORS_DB, puts)
+        states = {n: self.cursors[n].to_json(limit) for n in names if n in self.cursors}
+        if not states:
+            return None
+        self.store.write_many(CURSORS_DB, {prefix + n: v for n, v in states.items()})
+        if self.replication is None:
+            return None
+        return self._replicate_cursors(states, [])
+
+    def _replicate_cursors(self, states: dict[str, bytes], deleted: list[str]) -> asyncio.Future:
+        """Cursor states travel beside the log, so a broker taking the topic opens its
+        subscriptions where they were; a write that cannot reach the quorum is logged
+        (the cursor is written again with its next change) unless someone waits."""
+        assert self.replication is not None
+        future = asyncio.ensure_future(self.replication.replicate_cursors(states, deleted))
+        future.add_done_callback(self._cursor_replication_done)
+        return future
+
+    def _cursor_replication_done(self, future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("%s: cursors not replicated: %s", self.name, future.exception())
 
     async def write_cursor(self, name: str) -> None:
-        """Write one cursor now and return once it is durable (ManagedCursor.persist)."""
-        self._write_cursors([name])
+        """Write one cursor now and return once it is durable (ManagedCursor.persist):
+        on the ack quorum of its copies when the ledger is replicated."""
+        replicated = self._write_cursors([name])
         await self.store.sync_async()
+        if replicated is not None:
+            await replicated
 
     # ------------------------------------------------------------ retention
 

@@ -58,6 +58,12 @@ class Replication(Protocol):
         (with every entry before them). Raises a ReplicationError when they cannot."""
         ...
 
+    async def replicate_cursors(self, states: dict[str, bytes], deleted: list[str]) -> None:
+        """Send cursor states (name -> persisted form, as ManagedCursor.to_json makes it)
+        and deleted cursor names to the other copies; return once the ack quorum holds
+        them. Raises a ReplicationError when it cannot."""
+        ...
+
     def attach(
         self,
         read_frames: Callable[[int, int, int], list[bytes]],

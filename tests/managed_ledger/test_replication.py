@@ -28,6 +28,7 @@ class ScriptedReplication:
     batches: list[tuple[int, int, list[bytes], Position]] = field(default_factory=list)
     opened: list[int] = field(default_factory=list)
     closed: bool = False
+    cursor_writes: list = field(default_factory=list)
 
     async def open_ledger(self, ledger_id: int, closing) -> None:
         if self.refuse_open is not None:
@@ -39,6 +40,9 @@ class ScriptedReplication:
         await self.release.wait()
         if self.refuse is not None:
             raise ReplicationError(self.refuse)
+
+    async def replicate_cursors(self, states, deleted) -> None:
+        self.cursor_writes.append((dict(states), list(deleted)))
 
     def attach(self, read_frames, confirmed) -> None:
         self.attached = (read_frames, confirmed)
@@ -135,4 +139,26 @@ async def test_a_refused_new_ledger_fails_the_queue_and_writes_nothing(harness):
     assert not list(harness.directory.glob("*.log"))
     replication.refuse_open = None
     assert await ledger.append(header(1), b"y") == Position(0, 0)
+    await ledger.close()
+
+
+async def test_cursor_writes_and_deletions_go_to_the_replication(harness):
+    replication = ScriptedReplication()
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    await ledger.append(header(0), b"a")
+    cursor, created = ledger.open_cursor("sub", start_at_earliest=True)
+    assert created
+    cursor.ack_cumulative(Position(0, 0))
+    await ledger.write_cursor("sub")
+    written = [states for states, _ in replication.cursor_writes]
+    assert written and all(set(states) == {"sub"} for states in written)
+    assert written[-1]["sub"] == cursor.to_json(ledger.config.max_persisted_acked_positions)
+    assert cursor.mark_delete == Position(0, 0)
+    ledger.delete_cursor("sub")
+    for _ in range(100):  # the deletion is sent from a task of its own
+        if replication.cursor_writes[-1] == ({}, ["sub"]):
+            break
+        await asyncio.sleep(0)
+    assert replication.cursor_writes[-1] == ({}, ["sub"])
     await ledger.close()
