@@ -91,6 +91,15 @@ class Peers(Protocol):
         timeout_s: float | None = None,
     ) -> ReplicaState: ...
 
+    async def replicate_cursors(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        states: dict[str, bytes],
+        deleted: list[str],
+    ) -> None: ...
+
 
 class FollowerLink:
     """Sends one member every batch, in order; see the module docstring."""
@@ -302,6 +311,7 @@ class EnsembleReplication:
         self.ack_quorum = ack_quorum
         self._open_ledger = open_ledger
         self._on_fenced = on_fenced
+        self._peers = peers
         self._fenced: ReplicaFencedError | None = None
         self._read_frames: Callable[[int, int, int], list[bytes]] = _no_frames
         self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
@@ -399,6 +409,39 @@ class EnsembleReplication:
                 f"{held + 1} of its {len(self.links) + 1} replicas confirmed the write "
                 f"within {REPLICATE_TIMEOUT_S:g} s"
             )
+
+    async def replicate_cursors(self, states: dict[str, bytes], deleted: list[str]) -> None:
+        """Send cursor states to every member; return once `ack_quorum - 1` hold them."""
+        self._check_not_fenced()
+        needed = self.ack_quorum - 1
+        calls = [
+            asyncio.ensure_future(
+                self._peers.replicate_cursors(link.address, self.topic, self.epoch, states, deleted)
+            )
+            for link in self.links
+        ]
+        if needed == 0:
+            return
+        held = 0
+        failed = 0
+        pending = set(calls)
+        try:
+            async with asyncio.timeout(REPLICATE_TIMEOUT_S):
+                while held < needed:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for call in done:
+                        error = call.exception()
+                        if error is None:
+                            held += 1
+                        elif isinstance(error, ReplicaFencedError):
+                            self._fenced_by(error)
+                            self._check_not_fenced()
+                        else:
+                            failed += 1
+                    if len(calls) - failed < needed:
+                        self._refuse(f"only {len(calls) - failed + 1} replicas took the cursors")
+        except TimeoutError:
+            self._refuse(f"{held + 1} replicas confirmed the cursors in time")
 
     def _refuse(self, why: str) -> None:
         raise NotEnoughReplicasError(
