@@ -9,6 +9,11 @@ from managed_ledger.errors import (
     EntryTooLargeError,
     LedgerClosedError,
     ManagedLedgerError,
+    ReplicaCorruptEntryError,
+    ReplicaError,
+    ReplicaFencedError,
+    ReplicaGapError,
+    ReplicaLedgerClosedError,
     StorageError,
     StorageFullError,
     TooManyOpenFilesError,
@@ -17,6 +22,7 @@ from managed_ledger.ledger import ManagedLedger
 from managed_ledger.ledger_files import LedgerFiles
 from managed_ledger.local_store import LocalStore
 from managed_ledger.position import EARLIEST, LATEST, Position
+from managed_ledger.replica import ReplicaLogs, ReplicaState
 from managed_ledger.state import LedgerState
 
 __all__ = [
@@ -37,6 +43,13 @@ __all__ = [
     "ManagedLedgerConfig",
     "ManagedLedgerError",
     "Position",
+    "ReplicaCorruptEntryError",
+    "ReplicaError",
+    "ReplicaFencedError",
+    "ReplicaGapError",
+    "ReplicaLedgerClosedError",
+    "ReplicaLogs",
+    "ReplicaState",
     "StorageError",
     "StorageFullError",
     "TooManyOpenFilesError",

@@ -54,3 +54,32 @@ def storage_error(what: str, error: OSError) -> StorageError:
         f"{what}: the disk failed ({error}). Nothing of this append was kept; the "
         "topic stays readable and the next append goes to a fresh ledger."
     )
+
+
+class ReplicaError(ManagedLedgerError):
+    """A replica refused a call from a topic's writer (replica.py); the subclasses say
+    which rule. The base itself: a write that would cut confirmed entries."""
+
+
+class ReplicaFencedError(ReplicaError):
+    """The call carries an epoch lower than one the replica has seen for the topic:
+    a newer owner has taken it, and the caller may write no more."""
+
+
+class ReplicaGapError(ReplicaError):
+    """The write starts past the entries the replica holds of that ledger (or a close
+    names more entries than it holds): `held` is how many it holds, from which the
+    writer resends."""
+
+    def __init__(self, message: str, held: int):
+        super().__init__(message)
+        self.held = held
+
+
+class ReplicaLedgerClosedError(ReplicaError):
+    """The write is to a ledger the replica holds as closed, or older than its newest."""
+
+
+class ReplicaCorruptEntryError(ReplicaError):
+    """A frame failed its checks (CRC or lengths): sent damaged, or read back damaged.
+    Nothing of the call was written."""

@@ -229,6 +229,24 @@ class Segment:
             offsets.append(offset)
         self._size = offset
 
+    def reopen(self) -> None:
+        """Take appends again after seal(): a replica's copy of the newest ledger
+        after a restart, or a closed copy being cut back (truncate). The index
+        written by seal is rewritten by the next seal."""
+        assert not self.fenced, f"reopen of fenced ledger {self.ledger_id}"
+        self.closed = False
+
+    def truncate(self, entry_count: int) -> None:
+        """Forget every entry from `entry_count` on. Readers stop seeing them at
+        once (the offsets shrink here); the file itself is cut to the new size,
+        and fsynced, by the next write() or seal(), before anything else reaches it."""
+        assert not self.closed, f"truncate of closed ledger {self.ledger_id}"
+        assert 0 <= entry_count <= self.entry_count, (entry_count, self.entry_count)
+        del self._offsets[entry_count + 1 :]
+        self._size = self._offsets[-1]
+        self.damaged = {entry_id for entry_id in self.damaged if entry_id < entry_count}
+        self._tail_uncut = True
+
     def last_within(self, first: int, last: int, max_bytes: int) -> int:
         """The last entry of first..last whose frames from `first` on take at most
         `max_bytes` (known from the offsets, nothing read); first - 1 when entry

@@ -186,6 +186,13 @@ CODES: dict[str, type[StableLineError]] = {
     "TooManyOpenFiles": LimitExceeded,
     "StorageFull": StorageFull,
     "StorageError": StorageError,
+    # A replica's refusals to the topic's writer: a client meets one only relayed by
+    # the owner, and then retries as for the owner's own (a newer owner: look it up).
+    "ReplicaFenced": NotOwner,
+    "ReplicaGap": NotReady,
+    "ReplicaLedgerClosed": NotReady,
+    "ReplicaRefused": NotReady,
+    "ReplicaCorruptEntry": StorageError,
 }
 
 STATUSES: dict[grpc.StatusCode, type[StableLineError]] = {

@@ -139,6 +139,18 @@ ROWS: tuple[ErrorCode, ...] = (
               "`max_connections` or `max_connections_per_address`"),
     ErrorCode("IdleStream", _S.DEADLINE_EXCEEDED, 408, None,
               "a stream sent no opening request within `connection_idle_timeout_s`"),
+    # Refusals of a replica to the topic's writer (Peer service); clients never get them.
+    ErrorCode("ReplicaFenced", _S.FAILED_PRECONDITION, 409, None,
+              "a replica holds a higher epoch for the topic: a newer owner took it"),
+    ErrorCode("ReplicaGap", _S.OUT_OF_RANGE, 416, None,
+              "a replica holds fewer entries of the ledger than the write or close assumes; "
+              "the count it holds is in the trailing metadata `stableline-replica-held`"),
+    ErrorCode("ReplicaLedgerClosed", _S.FAILED_PRECONDITION, 409, None,
+              "a replica holds the ledger as closed, or a newer one"),
+    ErrorCode("ReplicaCorruptEntry", _S.INVALID_ARGUMENT, 400, None,
+              "an entry sent to or read from a replica fails its checks; nothing was written"),
+    ErrorCode("ReplicaRefused", _S.FAILED_PRECONDITION, 409, None,
+              "a replica refused a write that would cut confirmed entries"),
     ErrorCode("Internal", _S.INTERNAL, 500, _K.UNKNOWN_SERVER_ERROR,
               "an unexpected error; the message is `internal error (id ...); see the broker "
               "log`, and the log has the details under that id"),

@@ -361,3 +361,26 @@ def test_delete_files_removes_the_file_and_its_index_and_tolerates_either_missin
     delete_files(path)
     assert not path.exists() and not segment.index_path.exists()
     delete_files(path)  # already gone: no error
+
+
+def test_truncate_hides_the_entries_at_once_and_the_next_write_cuts_the_file(segment, path):
+    write_committed(segment, range(5))
+    segment.truncate(2)
+    assert segment.entry_count == 2 and segment.size == 2 * FRAME_LEN
+    assert segment.read(0, 1) == [entry(0), entry(1)]
+    write_committed(segment, [9])
+    assert path.stat().st_size == 3 * FRAME_LEN
+    assert segment.read(0, 2) == [entry(0), entry(1), entry(9, at=2)]
+    segment.close()
+    assert Segment.open_closed(7, path).entry_count == 3
+
+
+def test_a_closed_segment_reopened_and_truncated_is_cut_by_seal(segment, path):
+    write_committed(segment, range(4))
+    segment.seal()
+    segment.reopen()
+    segment.truncate(1)
+    segment.seal()
+    assert path.stat().st_size == FRAME_LEN
+    reopened = Segment.open_closed(7, path)
+    assert reopened.entry_count == 1 and reopened.read(0, 0) == [entry(0)]
