@@ -205,6 +205,11 @@ class ManagedLedger:
         )
         await asyncio.get_running_loop().run_in_executor(None, ledger._recover)
         if replication is not None:
+            if ledger._current is None and not ledger._ledgers:
+                ledger.last_confirmed = Position(
+                    max(ledger._next_ledger_id, replication.next_ledger_id), -1
+                )
+            ledger._next_ledger_id = max(ledger._next_ledger_id, replication.next_ledger_id)
             replication.attach(ledger.frames, lambda: ledger.last_confirmed)
         return ledger
 

@@ -306,6 +306,28 @@ class ReplicaLogs:
     def state(self, name: str) -> ReplicaState:
         return self._replica(name).state()
 
+    def ledgers(self, name: str) -> dict[int, int]:
+        """Every ledger of the copy -> the entries it holds."""
+        replica = self._replica(name)
+        return {ledger_id: replica.entry_count(ledger_id) for ledger_id in replica.ledgers}
+
+    async def write_cursors(
+        self, name: str, epoch: int, states: dict[str, bytes], deleted: list[str]
+    ) -> None:
+        """Keep the writer's cursor states (name -> ManagedCursor.to_json) where a
+        ManagedLedger opening this copy reads them, durably; same epoch rule."""
+        replica = self._replica(name)
+        async with replica.lock:
+            replica = self._replica(name)
+            await self._take_epoch(replica, epoch)
+            prefix = f"{name}\x00"
+            self.store.write_many(
+                CURSORS_DB,
+                {prefix + cursor: value for cursor, value in states.items()},
+                [prefix + cursor for cursor in deleted],
+            )
+            await self.store.sync_async()
+
     async def drop(self, name: str) -> None:
         """Forget the topic's copy: its files, its ledger list and its epoch (the topic
         was deleted). Metadata goes first, as ManagedLedger.delete does: a crash in

@@ -38,6 +38,10 @@ class ReplicationError(ManagedLedgerError):
 
 
 class Replication(Protocol):
+    # The lowest id the ledger's next new ledger may take: above every ledger any copy
+    # may know of, including those this copy never held an entry of.
+    next_ledger_id: int
+
     async def open_ledger(self, ledger_id: int, closing: tuple[int, int] | None) -> None:
         """Before the first write to ledger `ledger_id`: make it the topic's current
         ledger where every broker can see it (a compare-and-set that fails once another

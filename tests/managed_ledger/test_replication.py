@@ -28,6 +28,7 @@ class ScriptedReplication:
     batches: list[tuple[int, int, list[bytes], Position]] = field(default_factory=list)
     opened: list[int] = field(default_factory=list)
     closed: bool = False
+    next_ledger_id: int = 0
     cursor_writes: list = field(default_factory=list)
 
     async def open_ledger(self, ledger_id: int, closing) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 
 from managed_ledger import Position
@@ -115,7 +115,7 @@ class LedgerRecovery:
                 self.on_fenced(name)
                 raise NotEnoughReplicasError(str(error)) from None
 
-        self.replicas.release(storage)
+        self.replicas.unload(storage)
         return EnsembleReplication(
             str(name),
             epoch,
@@ -124,6 +124,7 @@ class LedgerRecovery:
             self.peers,
             open_ledger,
             lambda: self.on_fenced(name),
+            next_ledger_id=max([record.current_ledger, *record.closed_ledgers]) + 1,
         )
 
     async def _fence(self, name: TopicName, record: OwnershipRecord) -> dict[str, ReplicaState]:
@@ -282,4 +283,3 @@ def _check_still_ours(name: TopicName, record: OwnershipRecord, me: str, epoch: 
 
 
 __all__ = ["LedgerRecovery", "fence_needed"]
-_ = Awaitable

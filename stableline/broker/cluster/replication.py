@@ -300,6 +300,7 @@ class EnsembleReplication:
         peers: Peers,
         open_ledger: Callable[[int, tuple[int, int] | None], Awaitable[None]],
         on_fenced: Callable[[], None] = lambda: None,
+        next_ledger_id: int = 0,
     ):
         """`followers`: each other member's address and what it held when fenced
         (None: it did not answer); `open_ledger(ledger_id)`: the record's
@@ -309,6 +310,7 @@ class EnsembleReplication:
         self.topic = topic
         self.epoch = epoch
         self.ack_quorum = ack_quorum
+        self.next_ledger_id = next_ledger_id
         self._open_ledger = open_ledger
         self._on_fenced = on_fenced
         self._peers = peers
