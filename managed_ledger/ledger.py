@@ -486,7 +486,8 @@ class ManagedLedger:
                 # never given to another entry: the ledger closes below it (where every
                 # broker sees it, replication.open_ledger) and the next append rolls over.
                 log.warning("%s: append not confirmed: %s", self.name, error)
-                segment.fenced = True
+                if error.may_be_held:
+                    segment.fenced = True
                 offsets.unstamp()
                 for pending in batch:
                     if not pending.future.done():

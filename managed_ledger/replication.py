@@ -36,6 +36,10 @@ from managed_ledger.position import Position
 class ReplicationError(ManagedLedgerError):
     """The batch could not be confirmed by the ack quorum; nothing of it was kept."""
 
+    # False when the batch was refused before it was sent anywhere: no copy can hold
+    # it, so its entry ids may still be given (the ledger need not close below it).
+    may_be_held: bool = True
+
 
 class Replication(Protocol):
     # The lowest id the ledger's next new ledger may take: above every ledger any copy

@@ -163,3 +163,23 @@ async def test_cursor_writes_and_deletions_go_to_the_replication(harness):
         await asyncio.sleep(0)
     assert replication.cursor_writes[-1] == ({}, ["sub"])
     await ledger.close()
+
+
+async def test_a_batch_refused_before_it_was_sent_keeps_the_ledger_open(harness):
+    replication = ScriptedReplication()
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    assert await ledger.append(header(0), b"first") == Position(0, 0)
+
+    async def refuse_unsent(*args) -> None:
+        error = ReplicationError("no member is up")
+        error.may_be_held = False
+        raise error
+
+    replication.replicate = refuse_unsent
+    with pytest.raises(ReplicationError):
+        await ledger.append(header(1), b"refused")
+    del replication.replicate
+    # No copy can hold it: its id is given to the next entry, in the same ledger.
+    assert await ledger.append(header(2), b"next") == Position(0, 1)
+    await ledger.close()

@@ -380,7 +380,9 @@ class EnsembleReplication:
                 link.send(_Batch(ledger_id, first_entry_id, frames, last_add_confirmed))
             return
         if self.members_up < self.ack_quorum:
-            self._refuse(f"{self.members_up} of its {len(self.links) + 1} replicas are up")
+            self._refuse(
+                f"{self.members_up} of its {len(self.links) + 1} replicas are up", sent=False
+            )
         batch = _Batch(ledger_id, first_entry_id, frames, last_add_confirmed)
         pending = {link.send(batch) for link in self.links}
         held = 0
@@ -445,12 +447,14 @@ class EnsembleReplication:
         except TimeoutError:
             self._refuse(f"{held + 1} replicas confirmed the cursors in time")
 
-    def _refuse(self, why: str) -> None:
-        raise NotEnoughReplicasError(
+    def _refuse(self, why: str, sent: bool = True) -> None:
+        error = NotEnoughReplicasError(
             f"topic {self.topic} cannot take writes now: {why}, and its ack quorum is "
             f"{self.ack_quorum}; nothing of this write was kept. Retry: writes resume by "
             f"themselves once enough replicas are back"
         )
+        error.may_be_held = sent
+        raise error
 
     def close(self) -> None:
         for link in self.links:

@@ -1,0 +1,183 @@
+"""EnsembleReplication, the writer's links to its ensemble, with the peers played by the
+test at the unit's edge: real ReplicaLogs copies behind an in-process stand-in for the
+Peer service, which a test can take away (a broker down) and give back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from managed_ledger import (
+    EntryHeader,
+    LedgerFiles,
+    LocalStore,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    Position,
+)
+from managed_ledger.replica import ReplicaFencedError, ReplicaLogs
+from stableline.broker.cluster.replication import (
+    EnsembleReplication,
+    NotEnoughReplicasError,
+    ReplicaFencedOutError,
+)
+
+TOPIC = "persistent://public/default/replicated"
+STORAGE = "public/default/replicated"
+
+
+class Unreachable(ConnectionError):
+    pass
+
+
+class InProcessPeers:
+    """Each address is a ReplicaLogs in a directory of its own; `down` ones raise."""
+
+    def __init__(self, root: Path, addresses: list[str]):
+        self.copies: dict[str, ReplicaLogs] = {}
+        for address in addresses:
+            directory = root / address
+            store = LocalStore(directory / "metadata")
+            self.copies[address] = ReplicaLogs(
+                store, lambda name, d=directory: d / "ledgers" / name, LedgerFiles(64), fsync=False
+            )
+        self.down: set[str] = set()
+        self.calls = 0
+
+    def _copy(self, address: str) -> ReplicaLogs:
+        if address in self.down:
+            raise Unreachable(f"{address} is down")
+        return self.copies[address]
+
+    async def replicate(
+        self, address, topic, epoch, ledger_id, first_entry_id, frames, lac, timeout_s=None
+    ):
+        self.calls += 1
+        await asyncio.sleep(0)
+        return await self._copy(address).append(
+            STORAGE, epoch, ledger_id, first_entry_id, frames, lac
+        )
+
+    async def replicate_cursors(self, address, topic, epoch, states, deleted):
+        await self._copy(address).write_cursors(STORAGE, epoch, states, deleted)
+
+
+def header(i: int) -> EntryHeader:
+    return EntryHeader(publish_time_ms=1_000 + i, sequence_id=i, producer_name="p")
+
+
+async def _writer(tmp_path: Path, peers: InProcessPeers, epoch: int = 1):
+    opened: list[tuple[int, object]] = []
+
+    async def open_ledger(ledger_id, closing):
+        opened.append((ledger_id, closing))
+
+    fenced: list[bool] = []
+    replication = EnsembleReplication(
+        TOPIC,
+        epoch,
+        2,
+        {address: None for address in peers.copies},
+        peers,
+        open_ledger,
+        lambda: fenced.append(True),
+    )
+    for copy in peers.copies.values():
+        await copy.fence(STORAGE, epoch)
+    ledger = await ManagedLedger.open(
+        STORAGE,
+        tmp_path / "writer",
+        LocalStore(tmp_path / "writer-metadata"),
+        ManagedLedgerConfig(fsync=False, max_entries_per_ledger=4),
+        replication=replication,
+    )
+    return ledger, replication, fenced
+
+
+async def _wait(condition, what: str, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+    assert condition(), what
+
+
+async def test_each_append_is_held_by_the_ack_quorum_and_the_copies_open_as_the_topic(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    positions = [await ledger.append(header(i), b"m%d" % i) for i in range(10)]
+    assert positions[-1] == Position(2, 1)  # rolled over twice, 4 entries a ledger
+    # Both followers catch up (only one was needed for each confirmation).
+    await _wait(lambda: all(c.state(STORAGE).entry_count == 2 for c in peers.copies.values()), "")
+    await ledger.close()
+    for address, copy in peers.copies.items():
+        copy.unload(STORAGE)
+        reopened = await ManagedLedger.open(
+            STORAGE,
+            tmp_path / address / "ledgers" / STORAGE,
+            copy.store,
+            ManagedLedgerConfig(fsync=False),
+        )
+        entries = reopened.read(Position(0, 0), 100)
+        assert [(e.position, e.payload) for e in entries] == [
+            (p, b"m%d" % i) for i, p in enumerate(positions)
+        ]
+        assert [e.header.base_offset for e in entries] == list(range(10))
+        await reopened.close()
+
+
+async def test_one_follower_down_is_no_refusal_and_it_catches_up_from_the_files(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    await ledger.append(header(0), b"first")
+    peers.down.add("c")
+    for i in range(1, 7):
+        await ledger.append(header(i), b"m%d" % i)
+    assert peers.copies["c"].ledgers(STORAGE) == {0: 1}
+    peers.down.clear()
+    await _wait(
+        lambda: peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 3},
+        "the returning follower is sent what it missed, over the rollover",
+    )
+    await ledger.close()
+
+
+async def test_below_the_ack_quorum_writes_are_refused_and_resume_by_themselves(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    assert await ledger.append(header(0), b"kept") == Position(0, 0)
+    peers.down.update({"b", "c"})
+    with pytest.raises(NotEnoughReplicasError, match="ack quorum is 2"):
+        await ledger.append(header(1), b"refused")
+    # Refused at once now, without waiting on the members.
+    with pytest.raises(NotEnoughReplicasError, match="1 of its 3 replicas are up"):
+        await ledger.append(header(2), b"refused too")
+    assert [e.payload for e in ledger.read(Position(0, 0), 10)] == [b"kept"]
+    peers.down.discard("b")
+    await _wait(lambda: replication.members_up >= 2, "a member back is probed and counted")
+    position = await ledger.append(header(3), b"resumed")
+    # The refused batch's ledger was closed below it: a new ledger, no id reused.
+    assert position == Position(1, 0)
+    await ledger.close()
+
+
+async def test_a_member_fenced_at_a_higher_epoch_ends_this_writer(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, fenced = await _writer(tmp_path, peers)
+    await ledger.append(header(0), b"x")
+    for copy in peers.copies.values():
+        await copy.fence(STORAGE, 2)
+    with pytest.raises((ReplicaFencedOutError, NotEnoughReplicasError)):
+        await ledger.append(header(1), b"y")
+    assert fenced == [True]
+    with pytest.raises(ReplicaFencedOutError, match="taken by another broker"):
+        await ledger.append(header(2), b"z")
+    await ledger.close()
+
+
+async def test_the_copies_refuse_an_older_epoch_outright(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b"])
+    await peers.copies["b"].fence(STORAGE, 5)
+    with pytest.raises(ReplicaFencedError):
+        await peers.replicate("b", TOPIC, 4, 0, 0, [], Position(0, -1))
