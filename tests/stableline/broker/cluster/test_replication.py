@@ -105,7 +105,7 @@ async def _wait(condition, what: str, timeout_s: float = 5.0) -> None:
 
 async def test_each_append_is_held_by_the_ack_quorum_and_the_copies_open_as_the_topic(tmp_path):
     peers = InProcessPeers(tmp_path, ["b", "c"])
-    ledger, replication, _ = await _writer(tmp_path, peers)
+    ledger, _replication, _ = await _writer(tmp_path, peers)
     positions = [await ledger.append(header(i), b"m%d" % i) for i in range(10)]
     assert positions[-1] == Position(2, 1)  # rolled over twice, 4 entries a ledger
     # Both followers catch up (only one was needed for each confirmation).
@@ -129,7 +129,7 @@ async def test_each_append_is_held_by_the_ack_quorum_and_the_copies_open_as_the_
 
 async def test_one_follower_down_is_no_refusal_and_it_catches_up_from_the_files(tmp_path):
     peers = InProcessPeers(tmp_path, ["b", "c"])
-    ledger, replication, _ = await _writer(tmp_path, peers)
+    ledger, _replication, _ = await _writer(tmp_path, peers)
     await ledger.append(header(0), b"first")
     peers.down.add("c")
     for i in range(1, 7):
@@ -164,7 +164,7 @@ async def test_below_the_ack_quorum_writes_are_refused_and_resume_by_themselves(
 
 async def test_a_member_fenced_at_a_higher_epoch_ends_this_writer(tmp_path):
     peers = InProcessPeers(tmp_path, ["b", "c"])
-    ledger, replication, fenced = await _writer(tmp_path, peers)
+    ledger, _replication, fenced = await _writer(tmp_path, peers)
     await ledger.append(header(0), b"x")
     for copy in peers.copies.values():
         await copy.fence(STORAGE, 2)
