@@ -480,6 +480,7 @@ class TopicOwnership:
 
     async def recover(self, name: TopicName):
         """TopicPlacement.recover: see ledger_recovery.py."""
+        await self._started.wait()
         if self.recovery is None:
             return None
         return await self.recovery.recover(name)

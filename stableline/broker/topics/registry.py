@@ -443,6 +443,12 @@ class TopicRegistry:
     def _end_streams(self, error: BrokerFencedError) -> None:
         for topic in self.loaded():
             topic.end_streams(error)
+            if topic.ledger.replication is not None:
+                # Another broker may take it while this one is away: it is taken again
+                # (a new epoch, the ensemble fenced) before this broker serves it again.
+                self._background.append(
+                    asyncio.create_task(self.unload(topic.name), name=f"unload:{topic.name}")
+                )
 
     # ------------------------------------------------------------ start and unload
 
