@@ -108,3 +108,73 @@ class EndTransactionAcksRequest(_message.Message):
 class EndTransactionAcksResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ReplicaState(_message.Message):
+    __slots__ = ("epoch", "ledger_id", "entry_count", "closed")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    ledger_id: int
+    entry_count: int
+    closed: bool
+    def __init__(self, epoch: _Optional[int] = ..., ledger_id: _Optional[int] = ..., entry_count: _Optional[int] = ..., closed: _Optional[bool] = ...) -> None: ...
+
+class ReplicateEntriesRequest(_message.Message):
+    __slots__ = ("topic", "epoch", "ledger_id", "first_entry_id", "frames", "last_add_confirmed_ledger_id", "last_add_confirmed_entry_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ADD_CONFIRMED_LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ADD_CONFIRMED_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    epoch: int
+    ledger_id: int
+    first_entry_id: int
+    frames: _containers.RepeatedScalarFieldContainer[bytes]
+    last_add_confirmed_ledger_id: int
+    last_add_confirmed_entry_id: int
+    def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., frames: _Optional[_Iterable[bytes]] = ..., last_add_confirmed_ledger_id: _Optional[int] = ..., last_add_confirmed_entry_id: _Optional[int] = ...) -> None: ...
+
+class FenceReplicaRequest(_message.Message):
+    __slots__ = ("topic", "epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    epoch: int
+    def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ReadReplicaEntriesRequest(_message.Message):
+    __slots__ = ("topic", "ledger_id", "first_entry_id", "max_entries", "max_bytes")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    ledger_id: int
+    first_entry_id: int
+    max_entries: int
+    max_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., max_entries: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadReplicaEntriesResponse(_message.Message):
+    __slots__ = ("frames",)
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, frames: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class CloseReplicaLedgerRequest(_message.Message):
+    __slots__ = ("topic", "epoch", "ledger_id", "last_entry_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    epoch: int
+    ledger_id: int
+    last_entry_id: int
+    def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ..., ledger_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ...) -> None: ...

@@ -65,6 +65,26 @@ class PeerStub:
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.EndTransactionAcksRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_cluster__pb2.EndTransactionAcksResponse.FromString,
                 _registered_method=True)
+        self.ReplicateEntries = channel.unary_unary(
+                '/stableline.v1.Peer/ReplicateEntries',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicateEntriesRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+                _registered_method=True)
+        self.FenceReplica = channel.unary_unary(
+                '/stableline.v1.Peer/FenceReplica',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.FenceReplicaRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+                _registered_method=True)
+        self.ReadReplicaEntries = channel.unary_unary(
+                '/stableline.v1.Peer/ReadReplicaEntries',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaEntriesRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaEntriesResponse.FromString,
+                _registered_method=True)
+        self.CloseReplicaLedger = channel.unary_unary(
+                '/stableline.v1.Peer/CloseReplicaLedger',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.CloseReplicaLedgerRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -107,6 +127,30 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicateEntries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FenceReplica(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadReplicaEntries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseReplicaLedger(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +183,26 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.EndTransactionAcks,
                     request_deserializer=stableline_dot_v1_dot_cluster__pb2.EndTransactionAcksRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_cluster__pb2.EndTransactionAcksResponse.SerializeToString,
+            ),
+            'ReplicateEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicateEntries,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicateEntriesRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.SerializeToString,
+            ),
+            'FenceReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.FenceReplica,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.FenceReplicaRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.SerializeToString,
+            ),
+            'ReadReplicaEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadReplicaEntries,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaEntriesRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaEntriesResponse.SerializeToString,
+            ),
+            'CloseReplicaLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseReplicaLedger,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.CloseReplicaLedgerRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,6 +367,114 @@ class Peer:
             '/stableline.v1.Peer/EndTransactionAcks',
             stableline_dot_v1_dot_cluster__pb2.EndTransactionAcksRequest.SerializeToString,
             stableline_dot_v1_dot_cluster__pb2.EndTransactionAcksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicateEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/ReplicateEntries',
+            stableline_dot_v1_dot_cluster__pb2.ReplicateEntriesRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FenceReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/FenceReplica',
+            stableline_dot_v1_dot_cluster__pb2.FenceReplicaRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadReplicaEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/ReadReplicaEntries',
+            stableline_dot_v1_dot_cluster__pb2.ReadReplicaEntriesRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReadReplicaEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseReplicaLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/CloseReplicaLedger',
+            stableline_dot_v1_dot_cluster__pb2.CloseReplicaLedgerRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
             options,
             channel_credentials,
             insecure,

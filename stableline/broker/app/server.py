@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from managed_ledger import LocalStore
+from managed_ledger import LocalStore, ReplicaLogs
 from managed_ledger.data_dir_lock import DataDirInUseError, DataDirLock
 from stableline.broker.app.cluster_services import ClusterServices, InCluster, Standalone
 from stableline.broker.app.kafka import KafkaStartupError, start_kafka
@@ -217,6 +217,7 @@ class Broker:
         self.lookup: TopicLookup | None = None
         self.partitioned: PartitionedTopics | None = None
         self.participant: BrokerParticipant | None = None
+        self.replicas: ReplicaLogs | None = None
         self.coordinators: Coordinators | None = None
         self.failpoints: Failpoints | None = None
         self.kafka: KafkaListener | None = None
@@ -312,6 +313,9 @@ class Broker:
             self.failpoints,
         )
         self.registry.on_deleted.append(self.security.permissions.forget_topic)
+        # Copies of other brokers' topics kept here: the registry's store, files and
+        # directories, in its ledgers' own format, but never listed as its topics.
+        self.replicas = ReplicaLogs(self.store, self.registry.ledger_directory, self.registry.files)
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.partitioned = PartitionedTopics(
             config,
@@ -376,6 +380,7 @@ class Broker:
             self.lookup,
             self.partitioned,
             self.participant,
+            self.replicas,
             self.connections,
             self.caps,
             self.security.grpc_interceptors(),
@@ -580,6 +585,8 @@ class Broker:
             await self.coordinators.close()
         if self.cluster is not None:  # after every coordinator: their ends call peers
             await self.cluster.close_peers()
+        if self.replicas is not None:  # before the registry closes the files they share
+            self.replicas.close()
         if self.registry is not None:
             await self.registry.close()
         if self.store is not None:

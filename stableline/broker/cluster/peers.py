@@ -18,6 +18,11 @@ Promises of an implementation:
   other refusal as a Refusal (broker/errors.py) with the peer's own code, so it
   reaches this broker's client unchanged; a peer that cannot be reached as UNAVAILABLE
   (BrokerUnavailable) naming it.
+- The replica calls (`replicate`, `fence_replica`, `read_replica`,
+  `close_replica_ledger`) raise a replica's refusal as the storage engine's own
+  error (ReplicaFencedError, ReplicaGapError with the count the replica holds,
+  ReplicaLedgerClosedError, ReplicaCorruptEntryError, ReplicaError), and an
+  unreachable replica as BrokerUnavailable, as above.
 - The admin calls (`topic_stats`, `delete_topic`) raise TopicNotFoundError for a
   topic the owner does not have, and PeerCallError (peer_admin.py: retry later) for
   anything else, naming the owner and what it said.
@@ -28,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from managed_ledger import TxnId
+from managed_ledger import Position, ReplicaState, TxnId
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
 from txnbuffer import TxnAck, TxnState
@@ -111,6 +116,44 @@ class PeerClient(Protocol):
     async def end_transaction(self, address: str, txn_id: TxnId, commit: bool) -> TxnState:
         """End the transaction as its client would (Broker.EndTransaction, with this
         broker's own credentials): its state after the call."""
+        ...
+
+    async def replicate(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        ledger_id: int,
+        first_entry_id: int,
+        frames: list[bytes],
+        last_add_confirmed: Position,
+        timeout_s: float | None = None,
+    ) -> ReplicaState:
+        """Write `frames` (each as the writer's Segment put it on disk) as entries
+        first_entry_id... of `ledger_id` on the replica; answered once they are durable
+        there. `timeout_s`: this call's deadline (None: `timeout_s`)."""
+        ...
+
+    async def fence_replica(self, address: str, topic: str, epoch: int) -> ReplicaState:
+        """Make the replica hold `epoch` for `topic` and refuse lower ones from now on."""
+        ...
+
+    async def read_replica(
+        self,
+        address: str,
+        topic: str,
+        ledger_id: int,
+        first_entry_id: int,
+        max_entries: int,
+        max_bytes: int,
+    ) -> list[bytes]:
+        """Frames the replica holds of `ledger_id`, in order from `first_entry_id`."""
+        ...
+
+    async def close_replica_ledger(
+        self, address: str, topic: str, epoch: int, ledger_id: int, last_entry_id: int
+    ) -> ReplicaState:
+        """Close the replica's copy of `ledger_id` at `last_entry_id` (cutting the rest)."""
         ...
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from dispatcher import (
     SubscriptionType,
     key_hash,
 )
-from managed_ledger import Entry, EntryHeader, EntryType, Position, TxnId
+from managed_ledger import Entry, EntryHeader, EntryType, Position, ReplicaState, TxnId
 from managed_ledger.ledger import LedgerInfo
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import cluster_pb2 as cpb
@@ -164,6 +164,19 @@ def peer_transaction_state(message: pb.GetTransactionResponse) -> PeerTransactio
     return PeerTransactionState(
         TXN_STATES_FROM_PROTO[message.state], message.coordinator_low_watermark
     )
+
+
+def replica_state_to_proto(state: ReplicaState) -> cpb.ReplicaState:
+    return cpb.ReplicaState(
+        epoch=state.epoch,
+        ledger_id=state.ledger_id,
+        entry_count=state.entry_count,
+        closed=state.closed,
+    )
+
+
+def replica_state(message: cpb.ReplicaState) -> ReplicaState:
+    return ReplicaState(message.epoch, message.ledger_id, message.entry_count, message.closed)
 
 
 def owner_to_proto(owner: TopicOwner) -> pb.LookupResponse:

@@ -14,10 +14,22 @@ import resource
 
 import grpc
 
+from managed_ledger import ReplicaGapError
 from stableline.broker.errors import INTERNAL, Refusal, code_of, internal_error_message
 from stableline.error_codes import ERROR_METADATA_KEY, row_of
 
-__all__ = ["ERROR_METADATA_KEY", "RpcRefusal", "abort", "classify", "grpc_status", "invalid"]
+__all__ = [
+    "ERROR_METADATA_KEY",
+    "REPLICA_HELD_METADATA_KEY",
+    "RpcRefusal",
+    "abort",
+    "classify",
+    "grpc_status",
+    "invalid",
+]
+
+# A ReplicaGap refusal's count of entries the replica holds (decimal), beside its code.
+REPLICA_HELD_METADATA_KEY = "stableline-replica-held"
 
 
 def grpc_status(code: str) -> grpc.StatusCode:
@@ -58,8 +70,8 @@ def invalid(message: str, code: str = "InvalidArgument") -> RpcRefusal:
 async def abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
     """End the RPC with the error's status; raises, as grpc.aio's abort does."""
     refusal = classify(error)
-    await context.abort(
-        refusal.status,
-        str(refusal),
-        trailing_metadata=((ERROR_METADATA_KEY, refusal.code),),
-    )
+    metadata: tuple[tuple[str, str], ...] = ((ERROR_METADATA_KEY, refusal.code),)
+    if isinstance(error, ReplicaGapError):
+        # What the writer needs to act on: where to resend from.
+        metadata += ((REPLICA_HELD_METADATA_KEY, str(error.held)),)
+    await context.abort(refusal.status, str(refusal), trailing_metadata=metadata)

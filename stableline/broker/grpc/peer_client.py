@@ -17,7 +17,16 @@ from typing import Any, TypeVar
 
 import grpc
 
-from managed_ledger import TxnId
+from managed_ledger import (
+    Position,
+    ReplicaCorruptEntryError,
+    ReplicaError,
+    ReplicaFencedError,
+    ReplicaGapError,
+    ReplicaLedgerClosedError,
+    ReplicaState,
+    TxnId,
+)
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc, cluster_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import cluster_pb2 as cpb
@@ -29,7 +38,11 @@ from stableline.broker.cluster.peers import (
     PeerTransactionState,
 )
 from stableline.broker.grpc import convert
-from stableline.broker.grpc.errors import ERROR_METADATA_KEY, RpcRefusal
+from stableline.broker.grpc.errors import (
+    ERROR_METADATA_KEY,
+    REPLICA_HELD_METADATA_KEY,
+    RpcRefusal,
+)
 from stableline.broker.topics.registry import TopicNotFoundError
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
@@ -57,6 +70,10 @@ ENGINE_ERRORS: dict[str, type[Exception]] = {
     "NotAuthorized": TransactionNotOwnedError,
     "TooManyTransactions": TooManyTransactionsError,
     "TooManyTransactionAcks": TransactionTooLargeError,
+    "ReplicaFenced": ReplicaFencedError,
+    "ReplicaLedgerClosed": ReplicaLedgerClosedError,
+    "ReplicaCorruptEntry": ReplicaCorruptEntryError,
+    "ReplicaRefused": ReplicaError,
 }
 
 Stub = TypeVar("Stub")
@@ -113,12 +130,16 @@ class GrpcPeerClient:
         request: Any,
         service: Callable[[grpc.aio.Channel], Any] = cluster_pb2_grpc.PeerStub,
         refused: Callable[[grpc.aio.AioRpcError], Exception] | None = None,
+        timeout_s: float | None = None,
     ) -> Any:
         """`method(stub)(request)` on `service` (the Peer service unless named) at
-        `address`; a refusal is raised as `refused` makes it (peer_refusal unless named)."""
+        `address`, within `timeout_s` (`self.timeout_s` unless given); a refusal is
+        raised as `refused` makes it (peer_refusal unless named)."""
         try:
             return await method(self._stub(address, service))(
-                request, timeout=self.timeout_s, metadata=self.metadata
+                request,
+                timeout=self.timeout_s if timeout_s is None else timeout_s,
+                metadata=self.metadata,
             )
         except grpc.aio.AioRpcError as error:
             raise (peer_refusal(address, error) if refused is None else refused(error)) from None
@@ -204,6 +225,65 @@ class GrpcPeerClient:
         )
         return TxnState(response.state)
 
+    # ------------------------------------------------------------ replicas
+
+    async def replicate(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        ledger_id: int,
+        first_entry_id: int,
+        frames: list[bytes],
+        last_add_confirmed: Position,
+        timeout_s: float | None = None,
+    ) -> ReplicaState:
+        request = cpb.ReplicateEntriesRequest(
+            topic=topic,
+            epoch=epoch,
+            ledger_id=ledger_id,
+            first_entry_id=first_entry_id,
+            frames=frames,
+            last_add_confirmed_ledger_id=last_add_confirmed.ledger_id,
+            last_add_confirmed_entry_id=last_add_confirmed.entry_id,
+        )
+        response = await self._call(
+            address, lambda s: s.ReplicateEntries, request, timeout_s=timeout_s
+        )
+        return convert.replica_state(response)
+
+    async def fence_replica(self, address: str, topic: str, epoch: int) -> ReplicaState:
+        request = cpb.FenceReplicaRequest(topic=topic, epoch=epoch)
+        return convert.replica_state(await self._call(address, lambda s: s.FenceReplica, request))
+
+    async def read_replica(
+        self,
+        address: str,
+        topic: str,
+        ledger_id: int,
+        first_entry_id: int,
+        max_entries: int,
+        max_bytes: int,
+    ) -> list[bytes]:
+        request = cpb.ReadReplicaEntriesRequest(
+            topic=topic,
+            ledger_id=ledger_id,
+            first_entry_id=first_entry_id,
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+        )
+        response = await self._call(address, lambda s: s.ReadReplicaEntries, request)
+        return list(response.frames)
+
+    async def close_replica_ledger(
+        self, address: str, topic: str, epoch: int, ledger_id: int, last_entry_id: int
+    ) -> ReplicaState:
+        request = cpb.CloseReplicaLedgerRequest(
+            topic=topic, epoch=epoch, ledger_id=ledger_id, last_entry_id=last_entry_id
+        )
+        response = await self._call(address, lambda s: s.CloseReplicaLedger, request)
+        return convert.replica_state(response)
+
     # ------------------------------------------------------------ admin
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:
@@ -225,12 +305,17 @@ class GrpcPeerClient:
         )
 
 
-def _error_code(error: grpc.aio.AioRpcError) -> str:
-    """The peer's own error code (trailing metadata), "" when it sent none."""
+def _trailing(error: grpc.aio.AioRpcError, wanted: str) -> str:
+    """The value of one trailing metadata key of the peer's answer, "" when absent."""
     for key, value in error.trailing_metadata() or ():
-        if key == ERROR_METADATA_KEY:
+        if key == wanted:
             return value
     return ""
+
+
+def _error_code(error: grpc.aio.AioRpcError) -> str:
+    """The peer's own error code (trailing metadata), "" when it sent none."""
+    return _trailing(error, ERROR_METADATA_KEY)
 
 
 def peer_refusal(address: str, error: grpc.aio.AioRpcError) -> Exception:
@@ -239,6 +324,10 @@ def peer_refusal(address: str, error: grpc.aio.AioRpcError) -> Exception:
     code = _error_code(error)
     if code:
         message = error.details() or code
+        if code == "ReplicaGap":
+            held = _trailing(error, REPLICA_HELD_METADATA_KEY)
+            if held.isdigit():
+                return ReplicaGapError(message, int(held))
         kind = ENGINE_ERRORS.get(code)
         return RpcRefusal(code, message) if kind is None else kind(message)
     if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

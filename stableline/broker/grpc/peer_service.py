@@ -1,27 +1,52 @@
 """The Peer service: what other brokers of the cluster ask of this one for transactions
-whose shard and topics are led by different brokers (cluster.proto).
+whose shard and topics are led by different brokers, and for the copies of topics
+this broker keeps as a replica of their ledgers (cluster.proto).
 
 Only brokers call it: with security on, its RPCs need a superuser role (the guard's
 table leaves them out, so they need admin). A request made for a client names the
 client's role, and the local coordinator checks it as it checks a client's own call.
 Each RPC answers from this broker's own coordinators and topics, never forwarding:
 a shard or topic not led here is refused NotOwner, and the caller looks again.
+The replica calls go to ReplicaLogs (managed_ledger/replica.py), whose refusals keep
+their codes (a ReplicaGap with the count held, grpc/errors.py); a replica's copy is
+never one of this broker's topics (the registry does not know it), and a topic this
+broker has open as its owner takes no replica call (NotReady: retry once it has let
+go), so the two never write one ledger list.
 """
 
 from __future__ import annotations
 
+from managed_ledger import Position, ReplicaLogs
 from stableline._proto import cluster_pb2 as cpb
 from stableline._proto import cluster_pb2_grpc
+from stableline.broker.errors import BrokerError
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import abort
+from stableline.broker.topics.registry import TopicRegistry
+from stableline.broker.topics.topic_state import TopicState
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.ending import BrokerParticipant
+from stableline.topic_name import TopicName
+
+
+class OwnedHereError(BrokerError):
+    """A replica call for a topic this broker has open (or is opening) as its owner."""
+
+    code = "NotReady"
 
 
 class PeerService(cluster_pb2_grpc.PeerServicer):
-    def __init__(self, coordinators: Coordinators, participant: BrokerParticipant):
+    def __init__(
+        self,
+        coordinators: Coordinators,
+        participant: BrokerParticipant,
+        replicas: ReplicaLogs,
+        registry: TopicRegistry,
+    ):
         self.coordinators = coordinators
         self.participant = participant
+        self.replicas = replicas
+        self.registry = registry
 
     async def OpenTransaction(self, request, context):
         try:
@@ -96,3 +121,62 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
         except Exception as error:
             await abort(context, error)
         return cpb.EndTransactionAcksResponse()
+
+    # ------------------------------------------------------------ replicas
+
+    async def ReplicateEntries(self, request, context):
+        try:
+            state = await self.replicas.append(
+                self._replica_name(request.topic),
+                request.epoch,
+                request.ledger_id,
+                request.first_entry_id,
+                list(request.frames),
+                Position(request.last_add_confirmed_ledger_id, request.last_add_confirmed_entry_id),
+            )
+        except Exception as error:
+            await abort(context, error)
+        return convert.replica_state_to_proto(state)
+
+    async def FenceReplica(self, request, context):
+        try:
+            state = await self.replicas.fence(self._replica_name(request.topic), request.epoch)
+        except Exception as error:
+            await abort(context, error)
+        return convert.replica_state_to_proto(state)
+
+    async def ReadReplicaEntries(self, request, context):
+        try:
+            frames = self.replicas.read(
+                self._replica_name(request.topic),
+                request.ledger_id,
+                request.first_entry_id,
+                request.max_entries,
+                request.max_bytes,
+            )
+        except Exception as error:
+            await abort(context, error)
+        return cpb.ReadReplicaEntriesResponse(frames=frames)
+
+    async def CloseReplicaLedger(self, request, context):
+        try:
+            state = await self.replicas.close_ledger(
+                self._replica_name(request.topic),
+                request.epoch,
+                request.ledger_id,
+                request.last_entry_id,
+            )
+        except Exception as error:
+            await abort(context, error)
+        return convert.replica_state_to_proto(state)
+
+    def _replica_name(self, topic: str) -> str:
+        """The name the copy is kept under (the one its owner's ManagedLedger uses);
+        refused while this broker has the topic open as its owner."""
+        name = TopicName.parse(topic)
+        if self.registry.state(name) is not TopicState.UNLOADED:
+            raise OwnedHereError(
+                f"{name} is open on this broker as its owner; it keeps no replica of it "
+                "until it lets go: retry"
+            )
+        return name.storage_name

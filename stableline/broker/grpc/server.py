@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import grpc
 from grpc_health.v1 import health, health_pb2
 
+from managed_ledger import ReplicaLogs
 from stableline.broker.cluster.lookup import TopicLookup
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connections.caps import ConnectionCaps
@@ -58,6 +59,7 @@ class GrpcServer:
         lookup: TopicLookup,
         partitioned: PartitionedTopics,
         participant: BrokerParticipant,
+        replicas: ReplicaLogs,
         connections: ConnectionTable,
         caps: ConnectionCaps,
         interceptors: Sequence[grpc.aio.ServerInterceptor],
@@ -98,7 +100,7 @@ class GrpcServer:
             self.server,
             BrokerService(registry, config, coordinators, lookup),
             AdminService(registry, coordinators, partitioned),
-            PeerService(coordinators, participant),
+            PeerService(coordinators, participant, replicas, registry),
             self._health,
         )
 

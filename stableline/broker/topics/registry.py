@@ -205,7 +205,12 @@ class TopicRegistry:
         self._collect_after = 0.0
 
     def _directory(self, name: TopicName) -> Path:
-        return self.config.ledgers_dir / name.tenant / name.namespace / name.local_name
+        return self.ledger_directory(name.storage_name)
+
+    def ledger_directory(self, storage_name: str) -> Path:
+        """Where the ledger of the topic of that storage name keeps its files (a
+        replica's copy of it too, managed_ledger/replica.py)."""
+        return self.config.ledgers_dir / storage_name
 
     def names(self, namespace: str | None = None) -> list[str]:
         names = sorted(self._known)

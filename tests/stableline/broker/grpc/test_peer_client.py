@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from managed_ledger import TxnId
+from managed_ledger import Position, ReplicaGapError, ReplicaState, TxnId
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc, cluster_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import cluster_pb2 as cpb
@@ -149,6 +149,38 @@ class FakePeer(cluster_pb2_grpc.PeerServicer):
         )
         return await self._answer(context, "end_acks", values, cpb.EndTransactionAcksResponse())
 
+    async def ReplicateEntries(self, request, context):
+        values = (
+            request.topic,
+            request.epoch,
+            request.ledger_id,
+            request.first_entry_id,
+            list(request.frames),
+            Position(request.last_add_confirmed_ledger_id, request.last_add_confirmed_entry_id),
+        )
+        response = convert.replica_state_to_proto(ReplicaState(request.epoch, 4, 3, False))
+        return await self._answer(context, "replicate", values, response)
+
+    async def FenceReplica(self, request, context):
+        response = convert.replica_state_to_proto(ReplicaState(request.epoch, -1, 0, False))
+        return await self._answer(context, "fence", (request.topic, request.epoch), response)
+
+    async def ReadReplicaEntries(self, request, context):
+        values = (
+            request.topic,
+            request.ledger_id,
+            request.first_entry_id,
+            request.max_entries,
+            request.max_bytes,
+        )
+        response = cpb.ReadReplicaEntriesResponse(frames=[b"one", b"two"])
+        return await self._answer(context, "read_replica", values, response)
+
+    async def CloseReplicaLedger(self, request, context):
+        values = (request.topic, request.epoch, request.ledger_id, request.last_entry_id)
+        response = convert.replica_state_to_proto(ReplicaState(request.epoch, 4, 2, True))
+        return await self._answer(context, "close_replica", values, response)
+
 
 class FakeBroker(broker_pb2_grpc.BrokerServicer):
     def __init__(self, peer: FakePeer):
@@ -278,3 +310,41 @@ async def test_an_admin_refusal_is_topic_not_found_or_retry_later(peer):
     fake.refuse = TransactionEndedError("not now")
     with pytest.raises(PeerCallError, match=f"{address}, which owns {topic}.*TransactionEnded"):
         await client.delete_topic(_owner(address), topic)
+
+
+@pytest.mark.parametrize(
+    "state", [ReplicaState(-1, -1, 0, False), ReplicaState(2**40, 7, 12, True)]
+)
+def test_a_replica_state_round_trips(state):
+    message = convert.replica_state_to_proto(state)
+    again = cpb.ReplicaState.FromString(message.SerializeToString())
+    assert convert.replica_state(again) == state
+
+
+async def test_each_replica_call_reaches_the_peer_as_the_values_it_was_made_with(peer):
+    fake, client, address = peer
+    topic = "persistent://t/n/a"
+    state = await client.replicate(address, topic, 9, 4, 1, [b"f1", b"f2"], Position(4, 0), 2.5)
+    assert state == ReplicaState(9, 4, 3, False)
+    assert await client.fence_replica(address, topic, 10) == ReplicaState(10, -1, 0, False)
+    assert await client.read_replica(address, topic, 4, 1, 100, 2**33) == [b"one", b"two"]
+    assert await client.close_replica_ledger(address, topic, 10, 4, 1) == ReplicaState(
+        10, 4, 2, True
+    )
+    assert fake.seen == [
+        ("replicate", (topic, 9, 4, 1, [b"f1", b"f2"], Position(4, 0))),
+        ("fence", (topic, 10)),
+        ("read_replica", (topic, 4, 1, 100, 2**33)),
+        ("close_replica", (topic, 10, 4, 1)),
+    ]
+
+
+async def test_a_replica_gap_comes_back_with_the_count_the_replica_holds(peer):
+    fake, client, address = peer
+    fake.refuse = ReplicaGapError("ledger 4 holds 7 entries here", 7)
+    with pytest.raises(ReplicaGapError, match="holds 7 entries") as refused:
+        await client.replicate(address, "persistent://t/n/a", 1, 4, 9, [b"f"], Position(4, 6))
+    assert refused.value.held == 7
+    with pytest.raises(ReplicaGapError) as refused:
+        await client.close_replica_ledger(address, "persistent://t/n/a", 1, 4, 20)
+    assert refused.value.held == 7
