@@ -167,6 +167,29 @@ class ReadReplicaEntriesResponse(_message.Message):
     frames: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, frames: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
+class ReplicateCursorsRequest(_message.Message):
+    __slots__ = ("topic", "epoch", "states", "deleted")
+    class StatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    epoch: int
+    states: _containers.ScalarMap[str, bytes]
+    deleted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ..., states: _Optional[_Mapping[str, bytes]] = ..., deleted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReplicateCursorsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class CloseReplicaLedgerRequest(_message.Message):
     __slots__ = ("topic", "epoch", "ledger_id", "last_entry_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -19,9 +19,11 @@ the other brokers until then).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
-from managed_ledger import LocalStore
+from managed_ledger import LocalStore, ReplicaLogs
+from stableline.broker.cluster.ledger_recovery import LedgerRecovery
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
 from stableline.broker.cluster.peers import PeerClient
@@ -48,6 +50,7 @@ from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks, RemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders, ShardLeaders
 from stableline.metadata import ClusterMetadataStore
+from stableline.topic_name import TopicName
 
 
 class ClusterServices(Protocol):
@@ -80,6 +83,11 @@ class ClusterServices(Protocol):
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         """Start the coordinators that need no broker id (standalone: all of them)."""
+        ...
+
+    def keep_replicas(self, replicas: ReplicaLogs, registry: TopicRegistry) -> None:
+        """This broker's copies of other brokers' topics, and the topics it serves:
+        replicated topics are taken and recovered with them (cluster/ledger_recovery.py)."""
         ...
 
     async def join(
@@ -121,6 +129,9 @@ class Standalone:
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         await coordinators.start()
 
+    def keep_replicas(self, replicas: ReplicaLogs, registry: TopicRegistry) -> None:
+        return None  # one copy of everything, here
+
     async def join(
         self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators
     ) -> None:
@@ -152,6 +163,7 @@ class InCluster:
         self.permissions: PermissionStore = shared.permissions
         self.partition_counts: PartitionedMetadata = shared.partitioned
         self.peers = peers
+        self._letting_go: set[asyncio.Task] = set()
 
     def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
         # A partitioned topic's partitions are asked of their owners.
@@ -183,6 +195,16 @@ class InCluster:
 
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         return None  # at join, once the shards this broker leads are known
+
+    def keep_replicas(self, replicas: ReplicaLogs, registry: TopicRegistry) -> None:
+        def let_go(name: TopicName) -> None:
+            # Another broker took the topic: its streams end, its clients look again.
+            task = asyncio.create_task(registry.unload(name), name=f"let-go:{name}")
+            self._letting_go.add(task)
+            task.add_done_callback(self._letting_go.discard)
+
+        self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)
+        self.ownership.on_taken = let_go
 
     async def join(
         self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators

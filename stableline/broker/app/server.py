@@ -316,6 +316,7 @@ class Broker:
         # Copies of other brokers' topics kept here: the registry's store, files and
         # directories, in its ledgers' own format, but never listed as its topics.
         self.replicas = ReplicaLogs(self.store, self.registry.ledger_directory, self.registry.files)
+        self.cluster.keep_replicas(self.replicas, self.registry)
         self.lookup = TopicLookup(self.registry, config.allow_auto_topic_creation)
         self.partitioned = PartitionedTopics(
             config,

@@ -195,6 +195,8 @@ class TopicOwnership:
         # Takes and recovers replicated topics (ledger_recovery.py); set in a cluster
         # once this broker's copies and peers are known.
         self.recovery = None
+        # Called with a topic whose record now names another broker (a takeover).
+        self.on_taken: Callable[[TopicName], None] = lambda name: None
 
     async def start(self, broker_id: str) -> None:
         """As broker `broker_id`: watch the ownership and broker prefixes, read the
@@ -277,6 +279,8 @@ class TopicOwnership:
                         # Its leader may have changed (a takeover): count it again.
                         self._uncounted(topic)
                         await self._count(topic)
+                        if self._leader_of.get(topic, self.broker_id) != self.broker_id:
+                            self.on_taken(TopicName.parse(topic))
                     elif notification.type is NotificationType.CREATED:
                         await self._count(topic)
                     elif notification.type is NotificationType.DELETED:

@@ -156,6 +156,12 @@ class PeerClient(Protocol):
         """Close the replica's copy of `ledger_id` at `last_entry_id` (cutting the rest)."""
         ...
 
+    async def replicate_cursors(
+        self, address: str, topic: str, epoch: int, states: dict[str, bytes], deleted: list[str]
+    ) -> None:
+        """Keep the writer's cursor states (and forget the deleted ones) beside the copy."""
+        ...
+
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:
         """The topic's stats document, as its owner's GET .../stats answers it."""
         ...

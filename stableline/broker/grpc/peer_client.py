@@ -284,6 +284,14 @@ class GrpcPeerClient:
         response = await self._call(address, lambda s: s.CloseReplicaLedger, request)
         return convert.replica_state(response)
 
+    async def replicate_cursors(
+        self, address: str, topic: str, epoch: int, states: dict[str, bytes], deleted: list[str]
+    ) -> None:
+        request = cpb.ReplicateCursorsRequest(
+            topic=topic, epoch=epoch, states=states, deleted=deleted
+        )
+        await self._call(address, lambda s: s.ReplicateCursors, request)
+
     # ------------------------------------------------------------ admin
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:

@@ -170,6 +170,18 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
             await abort(context, error)
         return convert.replica_state_to_proto(state)
 
+    async def ReplicateCursors(self, request, context):
+        try:
+            await self.replicas.write_cursors(
+                self._replica_name(request.topic),
+                request.epoch,
+                dict(request.states),
+                list(request.deleted),
+            )
+        except Exception as error:
+            await abort(context, error)
+        return cpb.ReplicateCursorsResponse()
+
     def _replica_name(self, topic: str) -> str:
         """The name the copy is kept under (the one its owner's ManagedLedger uses);
         refused while this broker has the topic open as its owner."""
