@@ -46,6 +46,7 @@ class KafkaError(enum.IntEnum):
     MESSAGE_TOO_LARGE = 10
     COORDINATOR_NOT_AVAILABLE = 15
     INVALID_TOPIC_EXCEPTION = 17
+    NOT_ENOUGH_REPLICAS = 19
     ILLEGAL_GENERATION = 22
     INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
@@ -80,6 +81,10 @@ ROWS: tuple[ErrorCode, ...] = (
     ErrorCode("TopicUnavailable", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
               "the owning broker is down, or a topic cannot be placed while etcd is away; retry "
               "later"),
+    # Kafka's CreateTopics answers INVALID_REPLICATION_FACTOR instead (api_topics.py).
+    ErrorCode("NotEnoughBrokers", _S.UNAVAILABLE, 503, _K.NOT_ENOUGH_REPLICAS,
+              "fewer live brokers than the namespace's persistence policy asks for (its "
+              "ensemble); retry once more are up, or lower it (`set-persistence`)"),
     ErrorCode("CoordinatorUnavailable", _S.UNAVAILABLE, 503, _K.COORDINATOR_NOT_AVAILABLE,
               "the broker leading the transaction's coordinator shard is down"),
     ErrorCode("BrokerUnavailable", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
