@@ -138,6 +138,13 @@ class TopicUnavailable(StableLineError):
     transaction whose coordinator shard's broker is down."""
 
 
+class NotEnoughBrokers(TopicUnavailable):
+    """Fewer brokers are live than the topic's namespace asks to hold each ledger (its
+    persistence policy's ensemble); nothing was created. Retryable: the call succeeds
+    once enough brokers are up, or after an admin lowers the policy
+    (`stableline admin namespaces set-persistence`)."""
+
+
 class NotOwner(StableLineError):
     """The broker asked does not own the topic; the client looks the topic up again
     and follows the answer (raised only once those retries are spent)."""
@@ -153,6 +160,7 @@ CODES: dict[str, type[StableLineError]] = {
     "TopicBusy": TopicBusy,
     "TopicUnavailable": TopicUnavailable,
     "CoordinatorUnavailable": TopicUnavailable,
+    "NotEnoughBrokers": NotEnoughBrokers,
     "OperationNotSupported": OperationNotSupported,
     "NotOwner": NotOwner,
     "InvalidTopicName": InvalidTopicName,

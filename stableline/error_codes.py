@@ -81,6 +81,10 @@ ROWS: tuple[ErrorCode, ...] = (
     ErrorCode("TopicUnavailable", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
               "the owning broker is down, or a topic cannot be placed while etcd is away; retry "
               "later"),
+    # Kafka's CreateTopics answers INVALID_REPLICATION_FACTOR instead (api_topics.py).
+    ErrorCode("NotEnoughBrokers", _S.UNAVAILABLE, 503, _K.NOT_ENOUGH_REPLICAS,
+              "fewer live brokers than the namespace's persistence policy asks for (its "
+              "ensemble); retry once more are up, or lower it (`set-persistence`)"),
     ErrorCode("CoordinatorUnavailable", _S.UNAVAILABLE, 503, _K.COORDINATOR_NOT_AVAILABLE,
               "the broker leading the transaction's coordinator shard is down"),
     ErrorCode("BrokerUnavailable", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,

@@ -199,6 +199,14 @@ class BrokerConfig:
     # whatever the cluster's first broker chose (4 unless its config said otherwise);
     # a cluster's count is fixed once chosen [transactionCoordinatorCount].
     transaction_coordinator_shards: int = 0
+    # The persistence policy of namespaces without one (set-persistence): brokers
+    # holding each ledger (E), written to (Qw), acknowledging (Qa). 0: by the
+    # metadata store, resolved at start (topics/persistence.py): 3/3/2 with etcd,
+    # 1/1/1 embedded; Qw left 0 is E [Pulsar's managedLedgerDefaultEnsembleSize,
+    # managedLedgerDefaultWriteQuorum, managedLedgerDefaultAckQuorum].
+    default_ensemble_size: int = 0
+    default_write_quorum: int = 0
+    default_ack_quorum: int = 0
     # How this broker reaches the others of its cluster when security is on: a token
     # of a superuser role (default: one made with token_secret_key), and the CA of
     # their certificates (default: tls_trust_certs_file, or --secure's ca.pem)
@@ -364,6 +372,15 @@ KEY_DESCRIPTIONS: dict[str, str] = {
     "embedded store; in a cluster, what its first broker chose (4 unless set). Fixed per "
     "cluster once written: a broker naming another count refuses to start "
     "[transactionCoordinatorCount].",
+    "default_ensemble_size": "Brokers holding each ledger of a namespace without a "
+    "persistence policy (`admin namespaces set-persistence`). 0: by the metadata store, "
+    "resolved at start: 3 with etcd, 1 embedded. A topic placed when fewer brokers are "
+    "live is refused with `NotEnoughBrokers` [managedLedgerDefaultEnsembleSize].",
+    "default_write_quorum": "Brokers each entry is written to, at most the ensemble. 0: "
+    "the ensemble size [managedLedgerDefaultWriteQuorum].",
+    "default_ack_quorum": "Brokers that must hold an entry before it is acknowledged, at "
+    "most the write quorum. 0: by the metadata store, resolved at start: 2 with etcd (at "
+    "most the write quorum), 1 embedded [managedLedgerDefaultAckQuorum].",
     "broker_client_token_file": "With security on, the superuser token this broker calls "
     "the others with (default: one made with `token_secret_key` for the first superuser "
     "role) [brokerClientAuthenticationParameters].",
@@ -475,6 +492,9 @@ def load_config(
         ("kafka_max_produce_inflated_bytes", config.kafka_max_produce_inflated_bytes),
         ("kafka_max_groups_per_role", config.kafka_max_groups_per_role),
         ("kafka_max_group_members_per_role", config.kafka_max_group_members_per_role),
+        ("default_ensemble_size", config.default_ensemble_size),
+        ("default_write_quorum", config.default_write_quorum),
+        ("default_ack_quorum", config.default_ack_quorum),
     ):
         if value < 0:
             raise ValueError(

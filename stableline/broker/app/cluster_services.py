@@ -37,6 +37,7 @@ from stableline.broker.topics.partition_counts import (
     PartitionedMetadata,
 )
 from stableline.broker.topics.partitioned import PartitionAccess
+from stableline.broker.topics.persistence import default_persistence
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.txn.coordinator_shards import (
@@ -157,7 +158,12 @@ class InCluster:
         self._config = config
         self._store = store
         self._shared = shared
-        self.ownership = TopicOwnership(store, config.cluster_name)
+        namespaces, default = shared.namespaces, default_persistence(config)
+        self.ownership = TopicOwnership(
+            store,
+            config.cluster_name,
+            lambda namespace: namespaces.persistence(namespace) or default,
+        )
         self.placement: TopicPlacement = self.ownership
         self.namespaces: NamespacePolicies | None = shared.namespaces
         self.permissions: PermissionStore = shared.permissions

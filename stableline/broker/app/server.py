@@ -54,6 +54,7 @@ from stableline.broker.security.file_modes import (
 )
 from stableline.broker.security.settings import SecuritySettings
 from stableline.broker.topics.partitioned import PartitionedTopics
+from stableline.broker.topics.persistence import InvalidPersistenceError, default_persistence
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.topics.topic import Topic
 from stableline.broker.txn.coordinator_errors import ShardLogConflictError
@@ -288,6 +289,10 @@ class Broker:
         store, else the cluster's shared metadata (read before anything is served)
         and the calls to its other brokers."""
         config = self.config
+        try:
+            default_persistence(config)  # resolved where it is used; refused here if bad
+        except InvalidPersistenceError as error:
+            raise StartupError(str(error)) from None
         # Before recovery: an unreachable etcd stops the start at once, naming it.
         try:
             self.membership = await Membership.open(config)

@@ -270,8 +270,7 @@ def _count_in(state: ReplicaState, ledger_id: int) -> int:
 
 
 def _ack_quorum(record: OwnershipRecord) -> int:
-    quorum = getattr(record, "ack_quorum", None)
-    return quorum if quorum else len(record.ensemble) // 2 + 1
+    return record.ack_quorum
 
 
 def _check_still_ours(name: TopicName, record: OwnershipRecord, me: str, epoch: int) -> None:

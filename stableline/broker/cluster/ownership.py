@@ -5,8 +5,9 @@ embedded store the registry asks a StandalonePlacement (topics/placement.py) ins
 and nothing here runs.
 
 A topic's record (`/stableline/ownership/{cluster}/topics/{tenant}/{ns}/{topic}`, see
-stableline.metadata) names its leader, an epoch and an ensemble (the leader only,
-today). It is persistent: a dead leader's ledgers stay on its disk, so the record
+stableline.metadata) names its leader, an epoch, an ensemble (the leader first) and
+the write and ack quorums of its namespace's persistence policy when it was placed
+(a record written before ensembles were chosen reads as 1 and 1). It is persistent: a dead leader's ledgers stay on its disk, so the record
 outlives its session, and liveness is read from the brokers' registrations.
 
 Promises:
@@ -14,7 +15,10 @@ Promises:
   placing one topic at once exactly one record wins and every broker then obeys it.
   Placement picks the least-loaded live broker: the one leading the fewest topics
   (counted from the records, which every broker reads at start and follows by the
-  watch), then the lowest id. Brokers' reported load counts only the topics they
+  watch), then the lowest id; its ensemble is that leader and the next least-loaded
+  live brokers, E of them by the namespace's persistence policy (else the broker's
+  default), and fewer than E live brokers is NotEnoughBrokersError (ensemble.py).
+  Brokers' reported load counts only the topics they
   have opened, so it would miss topics placed and not used yet. A topic whose
   files are on this broker and that has no record (made before the broker joined
   the cluster) is placed here, with its data. A record never changes here (no
@@ -43,7 +47,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from stableline.broker.cluster.ensemble import NotEnoughBrokersError, choose_ensemble
 from stableline.broker.errors import BrokerError
+from stableline.broker.topics.persistence import SINGLE_COPY, PersistencePolicy
 from stableline.broker.topics.placement import Claim, Placement
 from stableline.metadata import (
     AlreadyExists,
@@ -75,12 +81,16 @@ def ownership_path(cluster: str, name: TopicName) -> str:
 
 @dataclass(frozen=True, slots=True)
 class OwnershipRecord:
-    """Who serves one topic: its leader, the epoch of that leadership, the ensemble."""
+    """Who serves one topic: its leader, the epoch of that leadership, the ensemble
+    (distinct broker ids, the leader among them) and the quorums its ledgers are
+    written with (1 <= ack_quorum <= write_quorum <= len(ensemble))."""
 
     leader: str  # broker id (its advertised gRPC address)
     epoch: int
     ensemble: tuple[str, ...]
     since_ms: int
+    write_quorum: int = 1
+    ack_quorum: int = 1
     # Replicated topics (an ensemble of more than one) only: the ledger its writer has
     # open (-1: none), and how many entries each closed ledger ends with. No copy of
     # a ledger counts past its recorded end (a refused write's entries may lie there).
@@ -89,7 +99,14 @@ class OwnershipRecord:
 
     def __post_init__(self) -> None:
         assert self.leader in self.ensemble, self
+        assert len(set(self.ensemble)) == len(self.ensemble), self
         assert self.epoch >= 0, self
+        assert 1 <= self.ack_quorum <= self.write_quorum <= len(self.ensemble), self
+
+    @property
+    def persistence(self) -> PersistencePolicy:
+        """The policy the record was placed with."""
+        return PersistencePolicy(len(self.ensemble), self.write_quorum, self.ack_quorum)
 
     @property
     def replicated(self) -> bool:
@@ -101,6 +118,8 @@ class OwnershipRecord:
             "epoch": self.epoch,
             "ensemble": list(self.ensemble),
             "since_ms": self.since_ms,
+            "write_quorum": self.write_quorum,
+            "ack_quorum": self.ack_quorum,
         }
         if self.replicated:
             value["current_ledger"] = self.current_ledger
@@ -109,12 +128,16 @@ class OwnershipRecord:
 
     @classmethod
     def from_json(cls, raw: bytes) -> OwnershipRecord:
+        """A record as written; one from before quorums were recorded (one copy, the
+        leader's) reads as write and ack quorum 1."""
         value = json.loads(raw)
         return cls(
             value["leader"],
             value["epoch"],
             tuple(value["ensemble"]),
             value["since_ms"],
+            value.get("write_quorum", 1),
+            value.get("ack_quorum", 1),
             value.get("current_ledger", -1),
             {int(k): v for k, v in value.get("closed_ledgers", {}).items()},
         )
@@ -176,9 +199,17 @@ class TopicOwnership:
     """This broker's view of the cluster's topic ownership (see the module docstring);
     the cluster's TopicPlacement (topics/placement.py)."""
 
-    def __init__(self, store: ClusterMetadataStore, cluster: str):
+    def __init__(
+        self,
+        store: ClusterMetadataStore,
+        cluster: str,
+        persistence_of: Callable[[str], PersistencePolicy] = lambda namespace: SINGLE_COPY,
+    ):
+        """`persistence_of(namespace)`: the policy a topic of that namespace is placed
+        with (the namespace's, else the broker's default)."""
         self.store = store
         self.cluster = cluster
+        self.persistence_of = persistence_of
         # This broker's id, known once its gRPC port is bound (start()); until then
         # calls for topics not on this broker's disk wait.
         self.broker_id = ""
@@ -350,10 +381,19 @@ class TopicOwnership:
                 f"it has no owner yet, and this broker places none while its session with "
                 f"the metadata store {self.store.description} is {state.value}",
             )
-        leader = min(self._live, key=lambda b: (self._led.get(b, 0), b), default=self.broker_id)
-        if here:
-            leader = self.broker_id
-        record = OwnershipRecord(leader, 0, (leader,), int(time.time() * 1000))
+        policy = self.persistence_of(name.namespace_path)
+        ensemble = self.choose_ensemble(
+            f"topic {name}", name.namespace_path, policy, self.broker_id if here else None
+        )
+        leader = ensemble[0]
+        record = OwnershipRecord(
+            leader,
+            0,
+            ensemble,
+            int(time.time() * 1000),
+            policy.write_quorum,
+            policy.ack_quorum,
+        )
         try:
             await self.store.put(ownership_path(self.cluster, name), record.to_json(), -1)
         except MetadataStoreUnavailable as error:
@@ -370,6 +410,19 @@ class TopicOwnership:
         log.info("placed topic %s on broker %s", name, leader)
         self._records[str(name)] = record
         return record, True
+
+    def choose_ensemble(
+        self, what: str, namespace: str, policy: PersistencePolicy, leader: str | None = None
+    ) -> tuple[str, ...]:
+        """The ensemble of something placed now under `policy`, the leader first
+        (`leader`, or the least loaded live broker); NotEnoughBrokersError naming
+        `what` and `namespace` when fewer brokers are live than it asks for."""
+        # Before any registration is read (a cluster's first broker) it is alone.
+        live = self._live.keys() or {self.broker_id}
+        ensemble = choose_ensemble(live, self._led, policy.ensemble_size, leader)
+        if ensemble is None:
+            raise NotEnoughBrokersError(what, namespace, len(live), policy)
+        return ensemble
 
     async def forget(self, name: TopicName) -> None:
         """Delete the topic's record (its topic was deleted on this broker, its leader)."""

@@ -1,5 +1,6 @@
-"""Namespaces and their policies set by an admin; today one policy: auto topic
-creation (Pulsar's `set-auto-topic-creation`, its AutoTopicCreationOverride).
+"""Namespaces and their policies set by an admin: auto topic creation (Pulsar's
+`set-auto-topic-creation`, its AutoTopicCreationOverride) and persistence (Pulsar's
+`set-persistence`: ensemble, write and ack quorum, topics/persistence.py).
 
 Promises:
 - `NamespacePolicies` is the whole interface: whether a namespace exists, making
@@ -18,6 +19,9 @@ Promises:
   namespace: enabled, topics are created on first use (with authorization on, only
   by a role with `produce` on the topic); disabled, never on first use, whoever
   asks (an admin still creates topics explicitly).
+- A namespace without a persistence policy follows the broker's default
+  (`default_persistence`, topics/persistence.py); set, it decides the ensemble of
+  every topic placed in the namespace from then on (topics placed before keep theirs).
 - Topics made on first use are not partitioned, so the only topic type is
   "non-partitioned".
 """
@@ -32,8 +36,10 @@ from typing import Protocol
 from managed_ledger import LocalStore
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
+from stableline.broker.topics.persistence import PersistencePolicy
 
 _PREFIX = "namespace-policy:auto-topic-creation:"
+_PERSISTENCE_PREFIX = "namespace-policy:persistence:"
 # A namespace made by its first topic (the registry's keys live in the same database).
 _NAMESPACE_PREFIX = "namespace:"
 NON_PARTITIONED = "non-partitioned"
@@ -100,6 +106,16 @@ class NamespacePolicies(Protocol):
         """Back to the broker's default; False when the namespace had no policy."""
         ...
 
+    def persistence(self, namespace: str) -> PersistencePolicy | None:
+        """The namespace's persistence policy; None: the broker's default applies."""
+        ...
+
+    async def set_persistence(self, namespace: str, policy: PersistencePolicy) -> None: ...
+
+    async def remove_persistence(self, namespace: str) -> bool:
+        """Back to the broker's default; False when the namespace had no policy."""
+        ...
+
 
 class EmbeddedNamespacePolicies:
     """Namespaces and their policies in the broker's own metadata store."""
@@ -111,6 +127,10 @@ class EmbeddedNamespacePolicies:
         self._auto_topic_creation: dict[str, AutoTopicCreation] = {
             key[len(_PREFIX) :]: AutoTopicCreation(**json.loads(raw))
             for key, raw in store.scan_prefix(BROKER_DB, _PREFIX)
+        }
+        self._persistence: dict[str, PersistencePolicy] = {
+            key[len(_PERSISTENCE_PREFIX) :]: PersistencePolicy.from_json(json.loads(raw))
+            for key, raw in store.scan_prefix(BROKER_DB, _PERSISTENCE_PREFIX)
         }
         self._namespaces: set[str] = {DEFAULT_NAMESPACE, *topic_namespaces}
         self._namespaces.update(
@@ -151,4 +171,21 @@ class EmbeddedNamespacePolicies:
         self._store.delete(BROKER_DB, _PREFIX + namespace)
         await self._store.sync_async()
         del self._auto_topic_creation[namespace]
+        return True
+
+    def persistence(self, namespace: str) -> PersistencePolicy | None:
+        return self._persistence.get(namespace)
+
+    async def set_persistence(self, namespace: str, policy: PersistencePolicy) -> None:
+        document = json.dumps(policy.to_json()).encode()
+        self._store.put(BROKER_DB, _PERSISTENCE_PREFIX + namespace, document)
+        await self._store.sync_async()
+        self._persistence[namespace] = policy
+
+    async def remove_persistence(self, namespace: str) -> bool:
+        if namespace not in self._persistence:
+            return False
+        self._store.delete(BROKER_DB, _PERSISTENCE_PREFIX + namespace)
+        await self._store.sync_async()
+        del self._persistence[namespace]
         return True

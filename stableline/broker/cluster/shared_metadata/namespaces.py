@@ -1,9 +1,11 @@
 """Namespaces and their policies in the cluster's metadata store (NamespacePolicies).
 
 `/stableline/namespaces/{tenant}/{namespace}` holds
-`{"created": true, "autoTopicCreationOverride": {...}}`: `created` once a topic was
-made in the namespace through any broker (it exists from then on), the override
-(Pulsar's AutoTopicCreationOverride document) when an admin set one. A policy may
+`{"created": true, "autoTopicCreationOverride": {...}, "persistence": {...}}`:
+`created` once a topic was made in the namespace through any broker (it exists from
+then on), the override (Pulsar's AutoTopicCreationOverride document) and the
+persistence policy (Pulsar's PersistencePolicies document) when an admin set them.
+A record written before persistence policies existed reads as having none. A policy may
 be set before the namespace has a topic, as on one broker; a key left with
 neither is deleted.
 
@@ -18,21 +20,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stableline.broker.topics.namespace_policies import DEFAULT_NAMESPACE, AutoTopicCreation
+from stableline.broker.topics.persistence import PersistencePolicy
 from stableline.metadata import ClusterMetadataStore
 from stableline.metadata.layout import namespace_path, namespaces_dir, relative_segments
 from stableline.metadata.mirror import PrefixMirror
 from stableline.metadata.updates import update_key
 
 _OVERRIDE = "autoTopicCreationOverride"
+_PERSISTENCE = "persistence"
 
 
 @dataclass(frozen=True, slots=True)
 class NamespaceRecord:
     created: bool = False
     auto_topic_creation: AutoTopicCreation | None = None
+    persistence: PersistencePolicy | None = None
 
     def to_json(self) -> bytes | None:
         """The document; None when there is nothing to keep (the key is deleted)."""
@@ -41,6 +46,8 @@ class NamespaceRecord:
             document["created"] = True
         if self.auto_topic_creation is not None:
             document[_OVERRIDE] = self.auto_topic_creation.to_json()
+        if self.persistence is not None:
+            document[_PERSISTENCE] = self.persistence.to_json()
         return json.dumps(document, separators=(",", ":")).encode() if document else None
 
     @classmethod
@@ -50,7 +57,12 @@ class NamespaceRecord:
         document = json.loads(raw)
         override = document.get(_OVERRIDE)
         policy = AutoTopicCreation.from_json(override) if override is not None else None
-        return cls(bool(document.get("created", False)), policy)
+        persistence = document.get(_PERSISTENCE)
+        return cls(
+            bool(document.get("created", False)),
+            policy,
+            PersistencePolicy.from_json(persistence) if persistence is not None else None,
+        )
 
 
 class ClusterNamespacePolicies:
@@ -86,17 +98,19 @@ class ClusterNamespacePolicies:
         record = self._records.get(namespace)
         return record.auto_topic_creation if record is not None else None
 
+    def persistence(self, namespace: str) -> PersistencePolicy | None:
+        record = self._records.get(namespace)
+        return record.persistence if record is not None else None
+
     # --- changing ---------------------------------------------------------------------
 
     async def add(self, namespace: str) -> None:
         if self.exists(namespace):
             return
-        await self._update(
-            namespace, lambda record: NamespaceRecord(True, record.auto_topic_creation)
-        )
+        await self._update(namespace, lambda record: replace(record, created=True))
 
     async def set_auto_topic_creation(self, namespace: str, policy: AutoTopicCreation) -> None:
-        await self._update(namespace, lambda record: NamespaceRecord(record.created, policy))
+        await self._update(namespace, lambda record: replace(record, auto_topic_creation=policy))
 
     async def remove_auto_topic_creation(self, namespace: str) -> bool:
         removed = False
@@ -104,7 +118,21 @@ class ClusterNamespacePolicies:
         def without(record: NamespaceRecord) -> NamespaceRecord:
             nonlocal removed
             removed = record.auto_topic_creation is not None
-            return NamespaceRecord(record.created, None)
+            return replace(record, auto_topic_creation=None)
+
+        await self._update(namespace, without)
+        return removed
+
+    async def set_persistence(self, namespace: str, policy: PersistencePolicy) -> None:
+        await self._update(namespace, lambda record: replace(record, persistence=policy))
+
+    async def remove_persistence(self, namespace: str) -> bool:
+        removed = False
+
+        def without(record: NamespaceRecord) -> NamespaceRecord:
+            nonlocal removed
+            removed = record.persistence is not None
+            return replace(record, persistence=None)
 
         await self._update(namespace, without)
         return removed
