@@ -579,7 +579,9 @@ class ManagedLedger:
         """The frames of entries first..last of a ledger as they are on disk (damaged
         ones left out), for a replica that missed them. Written entries only: it may
         run ahead of the LAC by the batch being confirmed."""
-        segment = self._current if self._current is not None else None
+        if ledger_id not in self._ledgers:
+            return []  # retention deleted it, or it never held an entry here
+        segment = self._current
         if segment is None or segment.ledger_id != ledger_id:
             segment = self._segment(ledger_id)
         last_entry_id = min(last_entry_id, segment.entry_count - 1)

@@ -123,9 +123,9 @@ class FollowerLink:
         self._confirmed = confirmed
         self._on_fenced = on_fenced
         # What the member holds: (ledger, entries in it); None until known.
-        self.held: tuple[int, int] | None = (
-            (held.ledger_id, held.entry_count) if held is not None and not held.closed else None
-        )
+        self.held: tuple[int, int] | None = None
+        if held is not None and held.ledger_id >= 0:
+            self.held = (held.ledger_id, held.entry_count)
         self._queue: deque[_Batch] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
