@@ -155,7 +155,7 @@ def test_with_two_members_down_writes_are_refused_and_resume_when_one_is_back(
     try:
         with stableline.Client(_service_url([leader]), operation_timeout_seconds=3) as client:
             producer = client.create_producer(topic)
-            with pytest.raises(stableline.StableLineError, match="replicas|did not answer"):
+            with pytest.raises(stableline.StableLineError, match=r"replicas|did not answer"):
                 producer.send(b"refused")
         # Reads of what is held go on.
         assert [d for _, d in _read_all([leader], topic, "reader", 5)] == [
