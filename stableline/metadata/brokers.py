@@ -63,6 +63,9 @@ class BrokerInfo:
     # off) and its Kafka node id (kafka_nodes.py; -1 when off).
     kafka_address: str = ""
     kafka_node_id: int = -1
+    # Its data dir's identity (made on its first start there): a broker back with
+    # another data dir holds none of the copies it held before.
+    data_dir_id: str = ""
 
     def __post_init__(self) -> None:
         # InvalidBrokerAddress: a registration is followed (redirects, peers) and

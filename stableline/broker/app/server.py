@@ -53,6 +53,7 @@ from stableline.broker.security.file_modes import (
     use_owner_only_umask,
 )
 from stableline.broker.security.settings import SecuritySettings
+from stableline.broker.topics.data_dir_id import data_dir_id
 from stableline.broker.topics.partitioned import PartitionedTopics
 from stableline.broker.topics.persistence import InvalidPersistenceError, default_persistence
 from stableline.broker.topics.registry import TopicRegistry
@@ -447,7 +448,9 @@ class Broker:
     async def _join(self, addresses: BrokerAddresses, kafka_node_id: int) -> None:
         """Registered as a live broker; in a cluster, its part taken there."""
         try:
-            info = await self.membership.register(addresses, version(), self._load, kafka_node_id)
+            info = await self.membership.register(
+                addresses, version(), self._load, kafka_node_id, data_dir_id(self.store)
+            )
             await self.cluster.join(info.broker_id, self.store, self.registry, self.coordinators)
         except (MetadataStoreError, ShardLogConflictError) as error:
             raise StartupError(str(error)) from None

@@ -11,7 +11,9 @@ empty or behind, so it trusts the ensemble, as BookKeeper's ledger recovery does
    fenced refuses every write of an older epoch, so the last leader can have
    nothing more confirmed once enough members answer: at least E - Qa + 1, so that
    every ack quorum of the old writer includes one that answered. Fewer: the topic
-   is refused (NotEnoughReplicasError, retryable) and nothing is changed.
+   is refused (NotEnoughReplicasError, retryable) and nothing is changed. A member
+   registered with another data dir than the record knows (its disk was lost) is
+   fenced but not counted: an empty answer from it says nothing of what it held.
 3. The ledger the record names as open (the last writer's) is recovered: its end is
    the longest copy among those that answered, which holds every confirmed entry
    (and perhaps some never confirmed, which is allowed: their producers heard
@@ -84,11 +86,14 @@ class LedgerRecovery:
         storage = name.storage_name
         answers = await self._fence(name, record)
         needed = fence_needed(len(record.ensemble), ack_quorum)
-        if len(answers) < needed:
+        # A member back on another data dir answers, but holds nothing it is counted on.
+        counted = [a for a in answers if self.ownership.holds_its_copy(record, a)]
+        if len(counted) < needed:
             raise NotEnoughReplicasError(
-                f"topic {name} cannot be served now: {len(answers)} of its "
-                f"{len(record.ensemble)} replicas answered, {needed} are needed to know "
-                f"its last entry. Retry: it is served once enough replicas are back"
+                f"topic {name} cannot be served now: {len(counted)} of its "
+                f"{len(record.ensemble)} replicas answered on the data dirs their copies "
+                f"are on, {needed} are needed to know its last entry. Retry: it is served "
+                f"once enough replicas are back"
             )
         if record.current_ledger >= 0:
             record = await self._recover_open_ledger(name, record, answers)

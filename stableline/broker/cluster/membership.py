@@ -107,6 +107,7 @@ class Membership:
         version: str,
         load: Callable[[], dict[str, float]],
         kafka_node_id: int = -1,
+        data_dir_id: str = "",
     ) -> BrokerInfo:
         """Register this broker under its advertised gRPC address (BrokerAlreadyRegistered
         if a live broker holds it), with its Kafka address and node id when its Kafka
@@ -123,6 +124,7 @@ class Membership:
             load=load(),
             kafka_address=addresses.kafka_address,
             kafka_node_id=kafka_node_id if addresses.kafka_address else -1,
+            data_dir_id=data_dir_id,
         )
         self.registration = BrokerRegistration(self.store, self.config.cluster_name, info)
         self.registration.on_registered.append(self._open_writes)

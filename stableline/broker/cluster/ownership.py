@@ -96,6 +96,9 @@ class OwnershipRecord:
     # a ledger counts past its recorded end (a refused write's entries may lie there).
     current_ledger: int = -1
     closed_ledgers: dict[int, int] = field(default_factory=dict)
+    # Member -> the data dir id its copy is on (its registration's when it was placed
+    # or last caught up): a member registered with another holds no copy that counts.
+    data_dirs: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.leader in self.ensemble, self
@@ -124,6 +127,7 @@ class OwnershipRecord:
         if self.replicated:
             value["current_ledger"] = self.current_ledger
             value["closed_ledgers"] = {str(k): v for k, v in self.closed_ledgers.items()}
+            value["data_dirs"] = dict(self.data_dirs)
         return json.dumps(value, separators=(",", ":")).encode()
 
     @classmethod
@@ -140,6 +144,7 @@ class OwnershipRecord:
             value.get("ack_quorum", 1),
             value.get("current_ledger", -1),
             {int(k): v for k, v in value.get("closed_ledgers", {}).items()},
+            dict(value.get("data_dirs", {})),
         )
 
 
@@ -393,6 +398,7 @@ class TopicOwnership:
             int(time.time() * 1000),
             policy.write_quorum,
             policy.ack_quorum,
+            data_dirs=self._data_dirs(ensemble) if len(ensemble) > 1 else {},
         )
         try:
             await self.store.put(ownership_path(self.cluster, name), record.to_json(), -1)
@@ -470,9 +476,16 @@ class TopicOwnership:
                     f"topic {name}: broker {self.broker_id} is not in its ensemble "
                     f"{list(record.ensemble)}"
                 )
-            if record.leader != self.broker_id and record.leader in self._live:
+            serving = self.serving_id(record)
+            if serving != self.broker_id:
                 raise RecordChangedError(
-                    f"topic {name} is led by live broker {record.leader} (epoch {record.epoch})"
+                    f"topic {name} is served by broker {serving} (epoch {record.epoch}), "
+                    f"not this one"
+                    + (
+                        ""
+                        if self.holds_its_copy(record, self.broker_id)
+                        else ": this broker's data dir is not the one its copy was on"
+                    )
                 )
             return replace(
                 record,
@@ -513,16 +526,37 @@ class TopicOwnership:
             return None
         return self.owner_of(name, record)
 
+    def _data_dirs(self, members: tuple[str, ...]) -> dict[str, str]:
+        """Each member's registered data dir id (those not known left out)."""
+        dirs = {}
+        for member in members:
+            info = self._live.get(member)
+            if info is not None and info.data_dir_id:
+                dirs[member] = info.data_dir_id
+        return dirs
+
+    def holds_its_copy(self, record: OwnershipRecord, member: str) -> bool:
+        """Whether `member` is live on the data dir the record knows it by (a record
+        that knows none for it takes it as it is)."""
+        info = self._live.get(member)
+        if info is None:
+            return False
+        known = record.data_dirs.get(member)
+        return not known or info.data_dir_id == known
+
     def serving_id(self, record: OwnershipRecord) -> str:
         """The broker that serves (or is to serve) the topic: its leader while that is
-        live or this broker; else, for a replicated topic, the first live member of
-        its ensemble (in the ensemble's order, so every broker names the same one),
-        which takes it on its first use; else the leader (not live)."""
+        live (on the data dir the record knows, when replicated) or this broker; else,
+        for a replicated topic, the first member of its ensemble live on its known data
+        dir (in the ensemble's order, so every broker names the same one), which takes
+        it on its first use; else the leader (not live)."""
         leader = record.leader
-        if leader == self.broker_id or leader in self._live or not record.replicated:
+        if not record.replicated:
+            return leader
+        if self.holds_its_copy(record, leader):
             return leader
         for member in record.ensemble:
-            if member != leader and (member == self.broker_id or member in self._live):
+            if member != leader and self.holds_its_copy(record, member):
                 return member
         return leader
 
