@@ -47,9 +47,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stableline.broker.cluster.ensemble import NotEnoughBrokersError, choose_ensemble
+from stableline.broker.cluster.ensemble import choose_ensemble
 from stableline.broker.errors import BrokerError
-from stableline.broker.topics.persistence import SINGLE_COPY, PersistencePolicy
+from stableline.broker.topics.persistence import (
+    SINGLE_COPY,
+    NotEnoughBrokersError,
+    PersistencePolicy,
+)
 from stableline.broker.topics.placement import Claim, Placement
 from stableline.metadata import (
     AlreadyExists,
@@ -337,8 +341,11 @@ class TopicOwnership:
         one when `here`) if it has none."""
         return (await self.place_new(name, here))[0]
 
-    async def place_new(self, name: TopicName, here: bool = False) -> tuple[OwnershipRecord, bool]:
-        """(the topic's record, whether this call created it)."""
+    async def place_new(
+        self, name: TopicName, here: bool = False, policy: PersistencePolicy | None = None
+    ) -> tuple[OwnershipRecord, bool]:
+        """(the topic's record, whether this call created it). A new record gets an
+        ensemble by `policy`, by default its namespace's (else the broker default)."""
         await self._started.wait()
         record = await self.record(name)
         if record is not None:
@@ -350,7 +357,7 @@ class TopicOwnership:
                 f"it has no owner yet, and this broker places none while its session with "
                 f"the metadata store {self.store.description} is {state.value}",
             )
-        policy = self.persistence_of(name.namespace_path)
+        policy = policy or self.persistence_of(name.namespace_path)
         ensemble = self.choose_ensemble(
             f"topic {name}", name.namespace_path, policy, self.broker_id if here else None
         )
@@ -411,6 +418,9 @@ class TopicOwnership:
         record, new = await self.place_new(name)
         return Claim(here=record.leader == self.broker_id, new=new)
 
+    async def place_with(self, name: TopicName, persistence: PersistencePolicy) -> bool:
+        return (await self.place_new(name, policy=persistence))[1]
+
     def placed_names(self, prefix: str = "") -> set[str]:
         return {topic for topic in self._leader_of if topic.startswith(prefix)}
 
@@ -420,7 +430,13 @@ class TopicOwnership:
             if not place:
                 return None
             record = await self.place(name)
-        return Placement(record.leader, record.epoch, record.leader == self.broker_id)
+        return Placement(
+            record.leader,
+            record.epoch,
+            record.leader == self.broker_id,
+            record.ensemble,
+            record.persistence,
+        )
 
     async def serving_broker(self, name: TopicName) -> BrokerInfo | None:
         record = await self.place(name)

@@ -20,6 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from stableline.broker.topics.persistence import (
+    SINGLE_COPY,
+    NotEnoughBrokersError,
+    PersistencePolicy,
+)
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
 
@@ -39,6 +44,9 @@ class Placement:
     leader: str  # the broker's id (its advertised gRPC address)
     epoch: int
     here: bool  # the leader is this broker
+    # The brokers holding its ledgers, the leader first, and the policy it was placed with.
+    ensemble: tuple[str, ...] = ()
+    persistence: PersistencePolicy = SINGLE_COPY
 
 
 class TopicPlacement(Protocol):
@@ -65,6 +73,12 @@ class TopicPlacement(Protocol):
 
     async def forget(self, name: TopicName) -> None:
         """The topic was deleted here: drop its record."""
+        ...
+
+    async def place_with(self, name: TopicName, persistence: PersistencePolicy) -> bool:
+        """Place the topic, if it has no record yet, by `persistence` rather than its
+        namespace's policy (Kafka's CreateTopics replication factor); whether this
+        call placed it. NotEnoughBrokersError when fewer brokers are live than it asks."""
         ...
 
     def placed_names(self, prefix: str = "") -> set[str]:
@@ -107,6 +121,12 @@ class StandalonePlacement:
 
     async def forget(self, name: TopicName) -> None:
         return None
+
+    async def place_with(self, name: TopicName, persistence: PersistencePolicy) -> bool:
+        # One broker, one copy: nothing is recorded, but more copies cannot be promised.
+        if persistence.ensemble_size > 1:
+            raise NotEnoughBrokersError(f"topic {name}", name.namespace_path, 1, persistence)
+        return False
 
     def placed_names(self, prefix: str = "") -> set[str]:
         return set()

@@ -72,6 +72,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
+from stableline.broker.topics.persistence import PersistencePolicy, default_persistence
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.topic_state import TopicState, check_topic_transition
@@ -194,6 +195,8 @@ class TopicRegistry:
         if namespace_policies is None:
             namespace_policies = EmbeddedNamespacePolicies(store, self._topics_in)
         self.namespace_policies = namespace_policies
+        # For namespaces without a persistence policy (config, resolved by its store).
+        self.default_persistence = default_persistence(config)
         # The store's recover marks (see the module docstring), kept in step too.
         self._marked: set[str] = {
             key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(BROKER_DB, _RECOVER_PREFIX)
@@ -219,6 +222,10 @@ class TopicRegistry:
         ownership records this broker follows): what a namespace holds cluster-wide."""
         prefix = f"persistent://{namespace}/" if namespace else ""
         return sorted(set(self.names(namespace)) | self.placement.placed_names(prefix))
+
+    def persistence_of(self, namespace: str) -> PersistencePolicy:
+        """The persistence policy a topic of `namespace` is placed with now."""
+        return self.namespace_policies.persistence(namespace) or self.default_persistence
 
     def namespace_exists(self, namespace: str) -> bool:
         """True for public/default and for every namespace a topic was ever created in."""
