@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from managed_ledger import LocalStore
 from stableline.broker.config import BrokerConfig
+from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies
 from stableline.broker.topics.persistence import (
     REPLICATED,
     SINGLE_COPY,
@@ -97,3 +99,21 @@ def test_not_enough_brokers_says_how_many_are_live_what_is_asked_and_how_to_lowe
     text = str(error)
     assert "3 live brokers" in text and "ensemble of 4" in text
     assert "stableline admin namespaces set-persistence a/b" in text
+
+
+async def test_an_embedded_namespaces_policy_is_durable_and_read_back_at_start(tmp_path):
+    store = LocalStore(tmp_path / "metadata")
+    try:
+        policies = EmbeddedNamespacePolicies(store)
+        await policies.set_persistence("a/b", REPLICATED)
+        await policies.set_persistence("a/c", SINGLE_COPY)
+        assert await policies.remove_persistence("a/c")
+        assert not await policies.remove_persistence("a/c")
+    finally:
+        store.close()
+    store = LocalStore(tmp_path / "metadata")
+    try:
+        again = EmbeddedNamespacePolicies(store)
+        assert again.persistence("a/b") == REPLICATED and again.persistence("a/c") is None
+    finally:
+        store.close()
