@@ -193,7 +193,7 @@ async def test_fewer_live_brokers_than_the_ensemble_places_nothing(store):
     assert "set-persistence t/ns" in str(refused.value)
     assert await store.get(ownership_path(CLUSTER, name)) is None
     # A policy asked for by the caller (Kafka's replication factor) wins over the namespace's.
-    assert await views[0].place_with(name, PersistencePolicy(2, 2, 1))
+    assert (await views[0].claim(name, PersistencePolicy(2, 2, 1))).new
     record = await views[1].record(name)
     assert record is not None and len(record.ensemble) == 2 and record.ack_quorum == 1
     for view in views:

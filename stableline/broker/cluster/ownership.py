@@ -414,12 +414,9 @@ class TopicOwnership:
     async def needs_placing(self, name: TopicName) -> bool:
         return await self.record(name) is None
 
-    async def claim(self, name: TopicName) -> Claim:
-        record, new = await self.place_new(name)
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
+        record, new = await self.place_new(name, policy=persistence)
         return Claim(here=record.leader == self.broker_id, new=new)
-
-    async def place_with(self, name: TopicName, persistence: PersistencePolicy) -> bool:
-        return (await self.place_new(name, policy=persistence))[1]
 
     def placed_names(self, prefix: str = "") -> set[str]:
         return {topic for topic in self._leader_of if topic.startswith(prefix)}

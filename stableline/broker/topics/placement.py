@@ -61,8 +61,11 @@ class TopicPlacement(Protocol):
         broker then checks the name before it places it."""
         ...
 
-    async def claim(self, name: TopicName) -> Claim:
-        """Place the topic if it has no record yet; whether this broker serves it."""
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
+        """Place the topic if it has no record yet; whether this broker serves it.
+        `persistence`: the policy to place it by rather than its namespace's (Kafka's
+        CreateTopics replication factor); NotEnoughBrokersError when fewer brokers
+        are live than the policy asks."""
         ...
 
     async def check(self, name: TopicName, create: bool, on_disk: bool) -> bool:
@@ -73,12 +76,6 @@ class TopicPlacement(Protocol):
 
     async def forget(self, name: TopicName) -> None:
         """The topic was deleted here: drop its record."""
-        ...
-
-    async def place_with(self, name: TopicName, persistence: PersistencePolicy) -> bool:
-        """Place the topic, if it has no record yet, by `persistence` rather than its
-        namespace's policy (Kafka's CreateTopics replication factor); whether this
-        call placed it. NotEnoughBrokersError when fewer brokers are live than it asks."""
         ...
 
     def placed_names(self, prefix: str = "") -> set[str]:
@@ -113,7 +110,10 @@ class StandalonePlacement:
     async def needs_placing(self, name: TopicName) -> bool:
         return False
 
-    async def claim(self, name: TopicName) -> Claim:
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
+        # One broker, one copy: nothing is recorded, but more cannot be promised.
+        if persistence is not None and persistence.ensemble_size > 1:
+            raise NotEnoughBrokersError(f"topic {name}", name.namespace_path, 1, persistence)
         return Claim(here=True, new=False)
 
     async def check(self, name: TopicName, create: bool, on_disk: bool) -> bool:
@@ -121,12 +121,6 @@ class StandalonePlacement:
 
     async def forget(self, name: TopicName) -> None:
         return None
-
-    async def place_with(self, name: TopicName, persistence: PersistencePolicy) -> bool:
-        # One broker, one copy: nothing is recorded, but more copies cannot be promised.
-        if persistence.ensemble_size > 1:
-            raise NotEnoughBrokersError(f"topic {name}", name.namespace_path, 1, persistence)
-        return False
 
     def placed_names(self, prefix: str = "") -> set[str]:
         return set()

@@ -290,15 +290,22 @@ class TopicRegistry:
                 f"delete a topic or raise max_topics_per_namespace in the broker config"
             )
 
-    async def create(self, name: TopicName, placed: bool = False) -> bool:
+    async def create(
+        self, name: TopicName, placed: bool = False, persistence: PersistencePolicy | None = None
+    ) -> bool:
         """Create the topic without loading it (the first use loads it); durable when
         this returns. False when it existed already. Raises TooManyTopicsError when
         its namespace is full. `placed`: its ownership record names this broker, and
-        the checks were made where it was placed."""
-        return await self._create(name, placed)
+        the checks were made where it was placed. `persistence`: the policy it is
+        placed by, if this call places it (default: its namespace's)."""
+        return await self._create(name, placed, persistence=persistence)
 
     async def _create(
-        self, name: TopicName, placed: bool, loading: _TopicSlot | None = None
+        self,
+        name: TopicName,
+        placed: bool,
+        loading: _TopicSlot | None = None,
+        persistence: PersistencePolicy | None = None,
     ) -> bool:
         """create(); `loading`: the slot of the load that creates the topic on its
         first use (the creation is part of that load, the topic stays LOADING)."""
@@ -310,7 +317,7 @@ class TopicRegistry:
             placed = True
         # In a cluster placed by compare-and-set; the owner creates its files on
         # first use.
-        claim = await self.placement.claim(name)
+        claim = await self.placement.claim(name, persistence)
         if not claim.here:
             return claim.new
         while True:

@@ -51,7 +51,7 @@ from stableline.broker.topics.partitioned import (
 from stableline.broker.topics.persistence import NotEnoughBrokersError, PersistencePolicy
 from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topics.write_gate import BrokerFencedError
-from stableline.partitions import NOT_PARTITIONED, partition_topics, split_partition
+from stableline.partitions import NOT_PARTITIONED, split_partition
 from stableline.topic_name import TopicName
 
 # Kafka's "the broker's default" replication factor.
@@ -174,25 +174,12 @@ class TopicsApis(KafkaApiBase):
     async def _make(
         self, name: TopicName, count: int, persistence: PersistencePolicy | None
     ) -> None:
-        """Create the topic; with `persistence`, its partitions (or it) are placed by
-        that policy first, and those records are dropped again if the creation fails."""
-        placed: list[TopicName] = []
-        try:
-            if persistence is not None:
-                for partition in partition_topics(name, count) if count > 1 else [name]:
-                    if await self._registry.placement.place_with(partition, persistence):
-                        placed.append(partition)
-            await self._make_topic(name, count)
-        except BaseException:
-            for partition in placed:
-                await self._registry.placement.forget(partition)
-            raise
-
-    async def _make_topic(self, name: TopicName, count: int) -> None:
+        """Create the topic; `persistence`: the policy its partitions (or it) are
+        placed by (None: the namespace's)."""
         if count > 1:
             assert self._partitioned is not None, "partitioned topics need PartitionedTopics"
-            await self._partitioned.create(name, count)
-        elif not await self._registry.create(name):
+            await self._partitioned.create(name, count, persistence)
+        elif not await self._registry.create(name, persistence=persistence):
             raise TopicConflictError(f"topic {name} already exists")
 
     # ------------------------------------------------------------ DeleteTopics
