@@ -7,8 +7,9 @@ and nothing here runs.
 A topic's record (`/stableline/ownership/{cluster}/topics/{tenant}/{ns}/{topic}`, see
 stableline.metadata) names its leader, an epoch, an ensemble (the leader first) and
 the write and ack quorums of its namespace's persistence policy when it was placed
-(a record written before ensembles were chosen reads as 1 and 1). It is persistent: a dead leader's ledgers stay on its disk, so the record
-outlives its session, and liveness is read from the brokers' registrations.
+(a record written before ensembles were chosen reads as 1 and 1). It is persistent:
+a dead leader's ledgers stay on its disk, so the record outlives its session, and
+liveness is read from the brokers' registrations.
 
 Promises:
 - A record is created once, by compare-and-set (`expected_version=-1`): of brokers
@@ -17,12 +18,13 @@ Promises:
   (counted from the records, which every broker reads at start and follows by the
   watch), then the lowest id; its ensemble is that leader and the next least-loaded
   live brokers, E of them by the namespace's persistence policy (else the broker's
-  default), and fewer than E live brokers is NotEnoughBrokersError (ensemble.py).
-  Brokers' reported load counts only the topics they
-  have opened, so it would miss topics placed and not used yet. A topic whose
-  files are on this broker and that has no record (made before the broker joined
-  the cluster) is placed here, with its data. A record never changes here (no
-  move, no failover yet); it is deleted with its topic (`forget`).
+  default; a creation may name another, Kafka's replication factor), and fewer than
+  E live brokers is NotEnoughBrokersError (ensemble.py). Brokers' reported load
+  counts only the topics they have opened, so it would miss topics placed and not
+  used yet. A topic whose files are on this broker and that has no record (made
+  before the broker joined the cluster) is placed here, with its data, this broker
+  leading its ensemble. A record never changes here (no move, no failover yet); it
+  is deleted with its topic (`forget`).
 - `check(name)` answers from a cache kept current by watches on the ownership and
   broker prefixes, so a call for a topic this broker owns costs one dict look-up
   after its first use; it raises NotOwnerError when another live broker owns the

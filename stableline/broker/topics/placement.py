@@ -111,7 +111,7 @@ class StandalonePlacement:
         return False
 
     async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
-        # One broker, one copy: nothing is recorded, but more cannot be promised.
+        # One broker, one copy: nothing is recorded, and more cannot be promised.
         if persistence is not None and persistence.ensemble_size > 1:
             raise NotEnoughBrokersError(f"topic {name}", name.namespace_path, 1, persistence)
         return Claim(here=True, new=False)

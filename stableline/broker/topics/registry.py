@@ -317,7 +317,11 @@ class TopicRegistry:
             placed = True
         # In a cluster placed by compare-and-set; the owner creates its files on
         # first use.
-        claim = await self.placement.claim(name, persistence)
+        # The namespace's policy unless the caller chose one: standalone too, where a
+        # policy asking for more than this broker's one copy is refused, not ignored.
+        claim = await self.placement.claim(
+            name, persistence or self.persistence_of(name.namespace_path)
+        )
         if not claim.here:
             return claim.new
         while True:

@@ -213,8 +213,14 @@ def test_a_namespace_persistence_policy_is_set_read_and_removed(broker, client):
     assert "ack quorum 3 is larger than write quorum 2" in bad.stderr
     assert json.loads(_ok(_admin(broker, *get))) == expected  # unchanged
 
+    # The topic made before keeps its one copy; a new one cannot have three here.
+    client.create_producer(f"persistent://{namespace}/t").send(b"still served")
+    with pytest.raises(stableline.NotEnoughBrokers, match=r"1 live broker, but .* ensemble of 3"):
+        client.create_producer(f"persistent://{namespace}/new")
+
     assert "default" in _ok(_admin(broker, "namespaces", "remove-persistence", namespace))
     assert json.loads(_ok(_admin(broker, *get))) is None
+    client.create_producer(f"persistent://{namespace}/new").send(b"one copy again")
 
 
 def test_set_persistence_needs_all_three_numbers(broker):
