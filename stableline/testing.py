@@ -10,6 +10,7 @@ from stableline.local_cluster.broker_process import (
     BrokerExited,
     BrokerProcess,
     open_files_limited,
+    persistence_env,
     temporary_broker,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "BrokerExited",
     "BrokerProcess",
     "open_files_limited",
+    "persistence_env",
     "temporary_broker",
 ]

@@ -347,7 +347,8 @@ def _namespace_path(namespace: str) -> str:
 
 @click.group()
 def namespaces() -> None:
-    """Namespace policies: policies, set-, get-, remove-auto-topic-creation."""
+    """Namespace policies: policies, set-, get-, remove-auto-topic-creation and
+    set-, get-, remove-persistence."""
 
 
 @namespaces.command("policies")
@@ -396,6 +397,54 @@ def namespaces_remove_auto_topic_creation(namespace: str, admin_url: str) -> Non
     """Drop NAMESPACE's auto topic creation policy: the broker's default applies again."""
     admin_request(admin_url, _namespace_path(namespace) + "/autoTopicCreation", "DELETE")
     click.echo(f"auto topic creation on {namespace} follows the broker's default")
+
+
+@namespaces.command("set-persistence")
+@click.argument("namespace")
+@click.option("-e", "--ensemble", type=int, required=True, help="Brokers holding each ledger (E).")
+@click.option(
+    "-w", "--write-quorum", type=int, required=True, help="Brokers each entry is written to (Qw)."
+)
+@click.option(
+    "-a",
+    "--ack-quorum",
+    type=int,
+    required=True,
+    help="Brokers that must hold an entry before it is acknowledged (Qa).",
+)
+@admin_url_option
+def namespaces_set_persistence(
+    namespace: str, ensemble: int, write_quorum: int, ack_quorum: int, admin_url: str
+) -> None:
+    """How many brokers hold each ledger of NAMESPACE's topics placed from now on, and
+    how many must have an entry before it is acknowledged (1 <= Qa <= Qw <= E)."""
+    body = {
+        "bookkeeperEnsemble": ensemble,
+        "bookkeeperWriteQuorum": write_quorum,
+        "bookkeeperAckQuorum": ack_quorum,
+    }
+    admin_request(admin_url, _namespace_path(namespace) + "/persistence", "POST", body)
+    click.echo(
+        f"persistence of {namespace}: ensemble {ensemble}, write quorum {write_quorum}, "
+        f"ack quorum {ack_quorum}"
+    )
+
+
+@namespaces.command("get-persistence")
+@click.argument("namespace")
+@admin_url_option
+def namespaces_get_persistence(namespace: str, admin_url: str) -> None:
+    """Print NAMESPACE's persistence policy (null: the broker's default)."""
+    _print_json(admin_request(admin_url, _namespace_path(namespace) + "/persistence"))
+
+
+@namespaces.command("remove-persistence")
+@click.argument("namespace")
+@admin_url_option
+def namespaces_remove_persistence(namespace: str, admin_url: str) -> None:
+    """Drop NAMESPACE's persistence policy: the broker's default applies again."""
+    admin_request(admin_url, _namespace_path(namespace) + "/persistence", "DELETE")
+    click.echo(f"persistence of {namespace} follows the broker's default")
 
 
 # ---------------------------------------------------------------- brokers

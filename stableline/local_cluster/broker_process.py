@@ -39,6 +39,27 @@ STOP_TIMEOUT_S = 20.0
 _POLL_S = 0.02
 
 
+# A shared store's default ensemble (topics/persistence.py): a cluster of fewer
+# brokers could place no topic with it.
+DEFAULT_CLUSTER_ENSEMBLE = 3
+
+
+def persistence_env(brokers: int, ack_quorum: int | None = None) -> dict[str, str]:
+    """Environment giving a cluster of `brokers` a default persistence policy it can
+    hold when it has fewer brokers than the default ensemble: E = Qw = `brokers`,
+    Qa = `ack_quorum` (default: one fewer than E, at least 1, so one broker may be
+    down, as 3/3/2 allows); empty for clusters of 3 or more. Variables already in
+    this process's environment are left to win."""
+    if brokers >= DEFAULT_CLUSTER_ENSEMBLE:
+        return {}
+    wanted = {
+        "STABLELINE_DEFAULT_ENSEMBLE_SIZE": str(brokers),
+        "STABLELINE_DEFAULT_WRITE_QUORUM": str(brokers),
+        "STABLELINE_DEFAULT_ACK_QUORUM": str(ack_quorum or max(1, brokers - 1)),
+    }
+    return {key: value for key, value in wanted.items() if key not in os.environ}
+
+
 class BrokerExited(RuntimeError):
     """The broker process ended before the awaited event."""
 

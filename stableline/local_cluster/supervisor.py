@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stableline.local_cluster import etcd_auth, etcd_tls
-from stableline.local_cluster.broker_process import BrokerExited, BrokerProcess
+from stableline.local_cluster.broker_process import BrokerExited, BrokerProcess, persistence_env
 from stableline.local_cluster.etcd import EtcdNotReady, EtcdProcess
 from stableline.local_cluster.layout import ClusterLayout, save
 
@@ -182,7 +182,8 @@ class LocalCluster:
                 kafka_port=slot.kafka_port,
                 output_stem=base_dir / slot.name / "broker",
                 supervised=True,
-                env=store_env,
+                # A cluster of one or two keeps topics placeable (3 copies need 3).
+                env={**store_env, **persistence_env(len(layout.brokers))},
             )
             for slot in layout.brokers
         ]

@@ -20,7 +20,7 @@ Key layout. Everything lives under `/stableline`; names are those of topics
         Kafka clients, recorded once and kept, the same on every broker.
     /stableline/namespaces/{tenant}/{namespace}
         The namespace: {"created": true once a topic was made in it (it exists from
-        then on), "autoTopicCreationOverride": {...} when set}; later other policies.
+        then on), "autoTopicCreationOverride": {...}, "persistence": {...} when set}.
     /stableline/permissions/{tenant}/{namespace}
     /stableline/permissions/{tenant}/{namespace}/{topic}
         Grants: {role: ["produce", "consume"]} for the namespace, for one topic.
@@ -34,13 +34,15 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
 (mirror.py), kept current by watches. Ownership and brokers are per cluster.
     /stableline/ownership/{cluster}/topics/{tenant}/{namespace}/{topic}
         Placement of one topic (or partition): {"leader": broker id, "epoch": E,
-        "ensemble": [broker ids], "since_ms": T}. Persistent, not ephemeral: the
+        "ensemble": [broker ids], "since_ms": T, "write_quorum": Qw,
+        "ack_quorum": Qa} (the quorums absent from records written before them: 1). Persistent, not ephemeral: the
         topic's ledgers stay on its leader's disk while that broker is down, so the
         record outlives the leader's session and its liveness is read from
         /stableline/brokers. Changed only by compare-and-set on the record's version;
         each change of leader raises the epoch, which the new leader writes into
         its ledgers so an old leader's late writes are refused (fencing). The
-        ensemble lists the brokers holding replicas (only the leader today).
+        ensemble lists the brokers holding replicas, the leader first, as many as
+        the namespace's persistence policy asked when it was placed.
     /stableline/ownership/{cluster}/coordinators/{shard}
         The same record for coordinator shard `shard` (0..K-1): a transaction id's
         high half names its shard, whose leader decides and ends the transaction.

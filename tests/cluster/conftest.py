@@ -18,7 +18,13 @@ import pytest
 
 from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer, _find_etcd, _install_etcd
+from tests.metadata.conftest import (
+    ONE_COPY_ENV,
+    SHORT_SESSION_TIMEOUT_S,
+    EtcdServer,
+    _find_etcd,
+    _install_etcd,
+)
 
 _clusters = itertools.count()
 
@@ -49,12 +55,14 @@ def cluster_brokers(
     etcd: EtcdServer, name: str, root: Path, count: int, session_timeout_s: float
 ) -> list[BrokerProcess]:
     """`count` brokers of cluster `name` on `etcd`, not started, each in a directory of
-    its own under `root` (its data dir, and beside it its logs)."""
+    its own under `root` (its data dir, and beside it its logs). Fewer than 3 keep
+    one copy of each topic (ONE_COPY_ENV): 3, the default ensemble, could not be placed."""
+    persistence = ONE_COPY_ENV if count < 3 else {}
     return [
         BrokerProcess(
             root / f"broker-{i}" / "data",
             extra_args=["--metadata-store", etcd.url, "--cluster", name],
-            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(session_timeout_s)},
+            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(session_timeout_s), **persistence},
         )
         for i in range(count)
     ]

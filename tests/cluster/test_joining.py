@@ -14,7 +14,7 @@ import pytest
 import stableline
 from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer
+from tests.metadata.conftest import ONE_COPY_ENV, SHORT_SESSION_TIMEOUT_S, EtcdServer
 
 TOPIC = "persistent://public/default/brought-along"
 
@@ -67,7 +67,11 @@ def test_a_standalone_broker_joining_a_cluster_brings_its_partitioned_topics(
     cluster = f"join{os.getpid()}"
     in_cluster = {
         "extra_args": ["--metadata-store", cluster_etcd.url, "--cluster", cluster],
-        "env": {"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S)},
+        # Two brokers: one copy of each topic.
+        "env": {
+            "STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S),
+            **ONE_COPY_ENV,
+        },
     }
     peer = BrokerProcess(tmp_path / "peer", **in_cluster)
     joiner = BrokerProcess(tmp_path / "joiner", **in_cluster)

@@ -19,7 +19,7 @@ from stableline.metadata import MetadataStoreUnavailable, open_metadata_store
 from stableline.metadata.layout import cluster_path
 from stableline.testing import BrokerExited, BrokerProcess
 
-from .conftest import EtcdServer, etcd_binary_or_skip, new_cluster_name
+from .conftest import ONE_COPY_ENV, EtcdServer, etcd_binary_or_skip, new_cluster_name
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,8 @@ def secured_etcd(tmp_path_factory) -> Iterator[tuple[EtcdServer, Path]]:
 
 
 def _broker(root: Path, *args: str, env: dict | None = None) -> BrokerProcess:
-    return BrokerProcess(root / "data", extra_args=list(args), env=env or {})
+    # One or two brokers a test here: one copy of each topic.
+    return BrokerProcess(root / "data", extra_args=list(args), env={**ONE_COPY_ENV, **(env or {})})
 
 
 def _cmdline(broker: BrokerProcess) -> bytes:

@@ -18,6 +18,7 @@ from stableline.broker.cluster.ownership import (
     TopicUnavailableError,
     ownership_path,
 )
+from stableline.broker.topics.persistence import NotEnoughBrokersError, PersistencePolicy
 from stableline.metadata import (
     BrokerInfo,
     BrokerRegistration,
@@ -152,5 +153,48 @@ async def test_every_broker_counts_a_placed_topic_once_under_its_full_name(store
         assert view.leaders()[str(name)] == leader
         assert set(view.leaders()) == {str(name), "persistent://public/default/after"}
         assert sum(view.led_by(b) for b in ("h:1", "h:2")) == 2
+    for view in views:
+        await view.close()
+
+
+async def _views_with(store, ids: list[str], policy: PersistencePolicy) -> list[TopicOwnership]:
+    for broker_id in ids:
+        REGISTRATIONS[broker_id] = BrokerRegistration(store, CLUSTER, _info(broker_id))
+        await REGISTRATIONS[broker_id].register()
+    views = []
+    for broker_id in ids:
+        view = TopicOwnership(store, CLUSTER, lambda namespace: policy)
+        await view.start(broker_id)
+        views.append(view)
+    return views
+
+
+async def test_a_new_topic_gets_an_ensemble_of_the_policys_size_leader_first(store):
+    views = await _views_with(store, ["h:1", "h:2", "h:3"], PersistencePolicy(3, 3, 2))
+    records = [await views[0].place(TopicName.parse(f"e{i}")) for i in range(3)]
+    for record in records:
+        assert len(set(record.ensemble)) == 3 and record.ensemble[0] == record.leader
+        assert (record.write_quorum, record.ack_quorum) == (3, 2)
+    assert sorted(record.leader for record in records) == ["h:1", "h:2", "h:3"]
+    # Another broker reads the same record back, quorums and all.
+    assert await views[1].record(TopicName.parse("e0")) == records[0]
+    placement = await views[2].placement_of(TopicName.parse("e0"), place=False)
+    assert placement.ensemble == records[0].ensemble
+    assert placement.persistence == PersistencePolicy(3, 3, 2)
+    for view in views:
+        await view.close()
+
+
+async def test_fewer_live_brokers_than_the_ensemble_places_nothing(store):
+    views = await _views_with(store, ["h:1", "h:2"], PersistencePolicy(3, 3, 2))
+    name = TopicName.parse("persistent://t/ns/too-few")
+    with pytest.raises(NotEnoughBrokersError, match=r"2 live brokers.*ensemble of 3") as refused:
+        await views[0].place(name)
+    assert "set-persistence t/ns" in str(refused.value)
+    assert await store.get(ownership_path(CLUSTER, name)) is None
+    # A policy asked for by the caller (Kafka's replication factor) wins over the namespace's.
+    assert (await views[0].claim(name, PersistencePolicy(2, 2, 1))).new
+    record = await views[1].record(name)
+    assert record is not None and len(record.ensemble) == 2 and record.ack_quorum == 1
     for view in views:
         await view.close()

@@ -19,7 +19,7 @@ from stableline import AuthenticationToken
 from stableline.broker.security.tokens import create_secret_key, create_token
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer
+from tests.metadata.conftest import ONE_COPY_ENV, SHORT_SESSION_TIMEOUT_S, EtcdServer
 
 SUPERUSER = "admin"
 _names = itertools.count()
@@ -74,7 +74,10 @@ def secure_cluster(
                 "--superuser-roles",
                 SUPERUSER,
             ],
-            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S)},
+            env={
+                "STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S),
+                **ONE_COPY_ENV,  # two brokers: one copy of each topic
+            },
         )
         for i in range(2)
     ]

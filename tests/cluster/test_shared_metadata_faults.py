@@ -13,6 +13,7 @@ import pytest
 
 from stableline.testing import BrokerProcess
 from tests.metadata.conftest import (  # noqa: F401 - etcd_binary and own_etcd are fixtures
+    ONE_COPY_ENV,
     SHORT_SESSION_TIMEOUT_S,
     etcd_binary,
     own_etcd,
@@ -40,7 +41,8 @@ def test_a_change_with_etcd_away_is_refused_503_and_goes_through_when_it_is_back
     broker = BrokerProcess(
         tmp_path / "broker",
         extra_args=["--metadata-store", own_etcd.url, "--cluster", f"faults{os.getpid()}"],
-        env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S)},
+        # One broker: one copy of each topic.
+        env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S), **ONE_COPY_ENV},
     )
     broker.start()
     try:

@@ -24,6 +24,9 @@ from stableline.metadata import ClusterMetadataStore, open_metadata_store
 
 # etcd's shortest lease with its default election timeout (it raises shorter ones).
 SHORT_SESSION_TIMEOUT_S = 2.0
+# For brokers of a cluster of fewer than 3 (etcd's default ensemble): one copy of
+# each topic, the leader's, as such a test's topics had before ensembles were placed.
+ONE_COPY_ENV = {"STABLELINE_DEFAULT_ENSEMBLE_SIZE": "1"}
 
 # The tests' etcd is the one `stableline cluster up` runs.
 EtcdServer = EtcdProcess

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from stableline.cli.main import main
 from stableline.testing import BrokerExited, BrokerProcess
 
-from .conftest import SHORT_SESSION_TIMEOUT_S, _free_port
+from .conftest import ONE_COPY_ENV, SHORT_SESSION_TIMEOUT_S, _free_port
 
 _clusters = itertools.count()
 
@@ -31,7 +31,12 @@ def _cluster_broker(tmp_path: Path, name: str, url: str, cluster: str, **env: st
     return BrokerProcess(
         tmp_path / name / "data",
         extra_args=["--metadata-store", url, "--cluster", cluster],
-        env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S), **env},
+        # Clusters of one or two brokers here: one copy of each topic.
+        env={
+            "STABLELINE_METADATA_SESSION_TIMEOUT_S": str(SHORT_SESSION_TIMEOUT_S),
+            **ONE_COPY_ENV,
+            **env,
+        },
     )
 
 
@@ -115,7 +120,9 @@ def test_a_second_broker_advertising_a_taken_address_is_refused(etcd, cluster, t
 
 def test_an_unreachable_metadata_store_stops_the_start_in_one_line(tmp_path):
     url = f"etcd://127.0.0.1:{_free_port()}"
-    broker = BrokerProcess(tmp_path / "data", extra_args=["--metadata-store", url])
+    broker = BrokerProcess(
+        tmp_path / "data", extra_args=["--metadata-store", url], env=ONE_COPY_ENV
+    )
     started = time.monotonic()
     with pytest.raises(BrokerExited) as refused:
         broker.start()

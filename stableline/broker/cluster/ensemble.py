@@ -6,7 +6,7 @@ Promises:
   lowest id, as placement always chose), then the next least-loaded live brokers in
   the same order. Spreading followers by the same load as leaders keeps every
   broker's share of copies even when topics are placed one at a time.
-- Fewer than E live brokers is a refusal, NotEnoughBrokersError (retryable: it
+- Fewer than E live brokers is a refusal, NotEnoughBrokersError (topics/persistence.py) (retryable: it
   succeeds once enough brokers are live, or after the policy is lowered), never a
   smaller ensemble: a topic placed with fewer copies than its policy asks would
   break the promise its namespace makes, silently (Kafka refuses a replication
@@ -16,28 +16,6 @@ Promises:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-
-from stableline.broker.errors import BrokerError
-from stableline.broker.topics.persistence import PersistencePolicy
-
-
-class NotEnoughBrokersError(BrokerError):
-    """Fewer live brokers than the persistence policy's ensemble: nothing was placed."""
-
-    code = "NotEnoughBrokers"
-
-    def __init__(self, what: str, namespace: str, live: int, policy: PersistencePolicy):
-        self.live = live
-        self.policy = policy
-        super().__init__(
-            f"{what} cannot be placed: {live} live broker{'s' if live != 1 else ''} but "
-            f"the persistence policy of namespace {namespace} asks for an ensemble of "
-            f"{policy.ensemble_size} (write quorum {policy.write_quorum}, ack quorum "
-            f"{policy.ack_quorum}); retry once more brokers are up, or lower it with "
-            f"`stableline admin namespaces set-persistence {namespace} --ensemble N "
-            f"--write-quorum N --ack-quorum N` (the broker default: config "
-            f"default_ensemble_size, default_write_quorum, default_ack_quorum)"
-        )
 
 
 def choose_ensemble(

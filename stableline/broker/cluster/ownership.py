@@ -7,8 +7,9 @@ and nothing here runs.
 A topic's record (`/stableline/ownership/{cluster}/topics/{tenant}/{ns}/{topic}`, see
 stableline.metadata) names its leader, an epoch, an ensemble (the leader first) and
 the write and ack quorums of its namespace's persistence policy when it was placed
-(a record written before ensembles were chosen reads as 1 and 1). It is persistent: a dead leader's ledgers stay on its disk, so the record
-outlives its session, and liveness is read from the brokers' registrations.
+(a record written before ensembles were chosen reads as 1 and 1). It is persistent:
+a dead leader's ledgers stay on its disk, so the record outlives its session, and
+liveness is read from the brokers' registrations.
 
 Promises:
 - A record is created once, by compare-and-set (`expected_version=-1`): of brokers
@@ -17,12 +18,13 @@ Promises:
   (counted from the records, which every broker reads at start and follows by the
   watch), then the lowest id; its ensemble is that leader and the next least-loaded
   live brokers, E of them by the namespace's persistence policy (else the broker's
-  default), and fewer than E live brokers is NotEnoughBrokersError (ensemble.py).
-  Brokers' reported load counts only the topics they
-  have opened, so it would miss topics placed and not used yet. A topic whose
-  files are on this broker and that has no record (made before the broker joined
-  the cluster) is placed here, with its data. A record never changes here (no
-  move, no failover yet); it is deleted with its topic (`forget`).
+  default; a creation may name another, Kafka's replication factor), and fewer than
+  E live brokers is NotEnoughBrokersError (ensemble.py). Brokers' reported load
+  counts only the topics they have opened, so it would miss topics placed and not
+  used yet. A topic whose files are on this broker and that has no record (made
+  before the broker joined the cluster) is placed here, with its data, this broker
+  leading its ensemble. A record never changes here (no move, no failover yet); it
+  is deleted with its topic (`forget`).
 - `check(name)` answers from a cache kept current by watches on the ownership and
   broker prefixes, so a call for a topic this broker owns costs one dict look-up
   after its first use; it raises NotOwnerError when another live broker owns the
@@ -47,9 +49,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from stableline.broker.cluster.ensemble import NotEnoughBrokersError, choose_ensemble
+from stableline.broker.cluster.ensemble import choose_ensemble
 from stableline.broker.errors import BrokerError
-from stableline.broker.topics.persistence import SINGLE_COPY, PersistencePolicy
+from stableline.broker.topics.persistence import (
+    SINGLE_COPY,
+    NotEnoughBrokersError,
+    PersistencePolicy,
+)
 from stableline.broker.topics.placement import Claim, Placement
 from stableline.metadata import (
     AlreadyExists,
@@ -373,8 +379,11 @@ class TopicOwnership:
         one when `here`) if it has none."""
         return (await self.place_new(name, here))[0]
 
-    async def place_new(self, name: TopicName, here: bool = False) -> tuple[OwnershipRecord, bool]:
-        """(the topic's record, whether this call created it)."""
+    async def place_new(
+        self, name: TopicName, here: bool = False, policy: PersistencePolicy | None = None
+    ) -> tuple[OwnershipRecord, bool]:
+        """(the topic's record, whether this call created it). A new record gets an
+        ensemble by `policy`, by default its namespace's (else the broker default)."""
         await self._started.wait()
         record = await self.record(name)
         if record is not None:
@@ -386,7 +395,7 @@ class TopicOwnership:
                 f"it has no owner yet, and this broker places none while its session with "
                 f"the metadata store {self.store.description} is {state.value}",
             )
-        policy = self.persistence_of(name.namespace_path)
+        policy = policy or self.persistence_of(name.namespace_path)
         ensemble = self.choose_ensemble(
             f"topic {name}", name.namespace_path, policy, self.broker_id if here else None
         )
@@ -504,8 +513,8 @@ class TopicOwnership:
     async def needs_placing(self, name: TopicName) -> bool:
         return await self.record(name) is None
 
-    async def claim(self, name: TopicName) -> Claim:
-        record, new = await self.place_new(name)
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
+        record, new = await self.place_new(name, policy=persistence)
         return Claim(here=self.serving_id(record) == self.broker_id, new=new)
 
     def placed_names(self, prefix: str = "") -> set[str]:
@@ -518,7 +527,13 @@ class TopicOwnership:
                 return None
             record = await self.place(name)
         serving = self.serving_id(record)
-        return Placement(serving, record.epoch, serving == self.broker_id)
+        return Placement(
+            serving,
+            record.epoch,
+            serving == self.broker_id,
+            record.ensemble,
+            record.persistence,
+        )
 
     async def serving_broker(self, name: TopicName) -> BrokerInfo | None:
         record = await self.place(name)

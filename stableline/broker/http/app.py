@@ -86,7 +86,8 @@ def make_app(
 
     async def topic_stats(request: web.Request) -> web.Response:
         topic = await registry.get(topic_name(request), create=False)
-        return web.json_response(stats.topic_stats(topic))
+        placement = await registry.placement.placement_of(topic.name, place=False)
+        return web.json_response(stats.topic_stats(topic, placement))
 
     async def internal_stats(request: web.Request) -> web.Response:
         topic = await registry.get(topic_name(request), create=False)

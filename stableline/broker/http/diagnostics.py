@@ -37,7 +37,10 @@ def add_routes(app: web.Application, registry: TopicRegistry, coordinators: Coor
         for topic in sorted(registry.loaded(), key=lambda t: str(t.name)):
             namespace = f"{topic.name.tenant}/{topic.name.namespace}"
             bundle = nested.setdefault(namespace, {}).setdefault(FULL_BUNDLE, {})
-            bundle.setdefault("persistent", {})[str(topic.name)] = stats.topic_stats(topic)
+            placement = await registry.placement.placement_of(topic.name, place=False)
+            bundle.setdefault("persistent", {})[str(topic.name)] = stats.topic_stats(
+                topic, placement
+            )
         return web.json_response(nested)
 
     async def all_stable_positions(_request: web.Request) -> web.Response:

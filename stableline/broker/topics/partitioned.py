@@ -48,6 +48,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics import stats
 from stableline.broker.topics.partition_counts import CountChanged, PartitionedMetadata
+from stableline.broker.topics.persistence import PersistencePolicy
 from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError, TopicRegistry
 from stableline.partitions import NOT_PARTITIONED, partition_topics, split_partition
 from stableline.topic_name import TopicName
@@ -225,8 +226,11 @@ class PartitionedTopics:
 
     # ------------------------------------------------------------ changes
 
-    async def create(self, name: TopicName, count: int) -> None:
-        """Create partitioned topic `name` with `count` partitions; durable on return."""
+    async def create(
+        self, name: TopicName, count: int, persistence: PersistencePolicy | None = None
+    ) -> None:
+        """Create partitioned topic `name` with `count` partitions; durable on return.
+        `persistence`: the policy its partitions are placed by (default: the namespace's)."""
         self._check_count(name, count)
         if split_partition(name) is not None:
             raise InvalidPartitionCountError(
@@ -246,7 +250,7 @@ class PartitionedTopics:
             self._making[str(name)] = count
             try:
                 for partition in self._all(name, count):
-                    await self.registry.create(partition)
+                    await self.registry.create(partition, persistence=persistence)
                 try:
                     await self.metadata.create(name, count)
                 except CountChanged as error:

@@ -40,6 +40,25 @@ class InvalidPersistenceError(BrokerError, ValueError):
     code = "InvalidArgument"
 
 
+class NotEnoughBrokersError(BrokerError):
+    """Fewer live brokers than the persistence policy's ensemble: nothing was placed."""
+
+    code = "NotEnoughBrokers"
+
+    def __init__(self, what: str, namespace: str, live: int, policy: PersistencePolicy):
+        self.live = live
+        self.policy = policy
+        super().__init__(
+            f"{what} cannot be placed: {live} live broker{'s' if live != 1 else ''}, but "
+            f"its persistence policy asks for an ensemble of {policy.ensemble_size} "
+            f"(write quorum {policy.write_quorum}, ack quorum {policy.ack_quorum}); retry "
+            f"once more brokers are up, or lower namespace {namespace}'s policy with "
+            f"`stableline admin namespaces set-persistence {namespace} --ensemble N "
+            f"--write-quorum N --ack-quorum N` (without one, the broker config's "
+            f"default_ensemble_size, default_write_quorum and default_ack_quorum apply)"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class PersistencePolicy:
     """E, Qw, Qa of a namespace's ledgers (see the module docstring)."""

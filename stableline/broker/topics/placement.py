@@ -21,6 +21,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from managed_ledger.replication import Replication
+from stableline.broker.topics.persistence import (
+    SINGLE_COPY,
+    NotEnoughBrokersError,
+    PersistencePolicy,
+)
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
 
@@ -40,6 +45,9 @@ class Placement:
     leader: str  # the broker's id (its advertised gRPC address)
     epoch: int
     here: bool  # the leader is this broker
+    # The brokers holding its ledgers, the leader first, and the policy it was placed with.
+    ensemble: tuple[str, ...] = ()
+    persistence: PersistencePolicy = SINGLE_COPY
 
 
 class TopicPlacement(Protocol):
@@ -54,8 +62,11 @@ class TopicPlacement(Protocol):
         broker then checks the name before it places it."""
         ...
 
-    async def claim(self, name: TopicName) -> Claim:
-        """Place the topic if it has no record yet; whether this broker serves it."""
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
+        """Place the topic if it has no record yet; whether this broker serves it.
+        `persistence`: the policy to place it by rather than its namespace's (Kafka's
+        CreateTopics replication factor); NotEnoughBrokersError when fewer brokers
+        are live than the policy asks."""
         ...
 
     async def check(self, name: TopicName, create: bool, on_disk: bool) -> bool:
@@ -106,7 +117,10 @@ class StandalonePlacement:
     async def needs_placing(self, name: TopicName) -> bool:
         return False
 
-    async def claim(self, name: TopicName) -> Claim:
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
+        # One broker, one copy: nothing is recorded, and more cannot be promised.
+        if persistence is not None and persistence.ensemble_size > 1:
+            raise NotEnoughBrokersError(f"topic {name}", name.namespace_path, 1, persistence)
         return Claim(here=True, new=False)
 
     async def check(self, name: TopicName, create: bool, on_disk: bool) -> bool:

@@ -72,6 +72,7 @@ from stableline.broker.config import BrokerConfig
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
+from stableline.broker.topics.persistence import PersistencePolicy, default_persistence
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.topic_state import TopicState, check_topic_transition
@@ -194,6 +195,8 @@ class TopicRegistry:
         if namespace_policies is None:
             namespace_policies = EmbeddedNamespacePolicies(store, self._topics_in)
         self.namespace_policies = namespace_policies
+        # For namespaces without a persistence policy (config, resolved by its store).
+        self.default_persistence = default_persistence(config)
         # The store's recover marks (see the module docstring), kept in step too.
         self._marked: set[str] = {
             key[len(_RECOVER_PREFIX) :] for key, _ in store.scan_prefix(BROKER_DB, _RECOVER_PREFIX)
@@ -224,6 +227,10 @@ class TopicRegistry:
         ownership records this broker follows): what a namespace holds cluster-wide."""
         prefix = f"persistent://{namespace}/" if namespace else ""
         return sorted(set(self.names(namespace)) | self.placement.placed_names(prefix))
+
+    def persistence_of(self, namespace: str) -> PersistencePolicy:
+        """The persistence policy a topic of `namespace` is placed with now."""
+        return self.namespace_policies.persistence(namespace) or self.default_persistence
 
     def namespace_exists(self, namespace: str) -> bool:
         """True for public/default and for every namespace a topic was ever created in."""
@@ -288,15 +295,22 @@ class TopicRegistry:
                 f"delete a topic or raise max_topics_per_namespace in the broker config"
             )
 
-    async def create(self, name: TopicName, placed: bool = False) -> bool:
+    async def create(
+        self, name: TopicName, placed: bool = False, persistence: PersistencePolicy | None = None
+    ) -> bool:
         """Create the topic without loading it (the first use loads it); durable when
         this returns. False when it existed already. Raises TooManyTopicsError when
         its namespace is full. `placed`: its ownership record names this broker, and
-        the checks were made where it was placed."""
-        return await self._create(name, placed)
+        the checks were made where it was placed. `persistence`: the policy it is
+        placed by, if this call places it (default: its namespace's)."""
+        return await self._create(name, placed, persistence=persistence)
 
     async def _create(
-        self, name: TopicName, placed: bool, loading: _TopicSlot | None = None
+        self,
+        name: TopicName,
+        placed: bool,
+        loading: _TopicSlot | None = None,
+        persistence: PersistencePolicy | None = None,
     ) -> bool:
         """create(); `loading`: the slot of the load that creates the topic on its
         first use (the creation is part of that load, the topic stays LOADING)."""
@@ -308,7 +322,11 @@ class TopicRegistry:
             placed = True
         # In a cluster placed by compare-and-set; the owner creates its files on
         # first use.
-        claim = await self.placement.claim(name)
+        # The namespace's policy unless the caller chose one: standalone too, where a
+        # policy asking for more than this broker's one copy is refused, not ignored.
+        claim = await self.placement.claim(
+            name, persistence or self.persistence_of(name.namespace_path)
+        )
         if not claim.here:
             return claim.new
         while True:

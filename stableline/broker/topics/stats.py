@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher import Subscription, SubscriptionType
+from stableline.broker.topics.persistence import SINGLE_COPY
+from stableline.broker.topics.placement import Placement
 from stableline.broker.topics.topic import Topic
 
 
@@ -63,7 +65,23 @@ def _add_key_shared_stats(subscription: Subscription, stats: dict[str, Any]) -> 
         consumer_stats["drainingHashesUnackedMessages"] = sum(d.messages for d in mine)
 
 
-def topic_stats(topic: Topic) -> dict[str, Any]:
+def persistence_stats(placement: Placement | None) -> dict[str, Any]:
+    """A topic's copies: its policy's E, Qw, Qa and, in a cluster, the brokers of its
+    ensemble (leader first); standalone (no placement) the one copy here."""
+    policy = SINGLE_COPY if placement is None else placement.persistence
+    stats: dict[str, Any] = {
+        "ensemble": policy.ensemble_size,
+        "writeQuorum": policy.write_quorum,
+        "ackQuorum": policy.ack_quorum,
+    }
+    if placement is not None:
+        stats["ensembleBrokers"] = list(placement.ensemble)
+    return stats
+
+
+def topic_stats(topic: Topic, placement: Placement | None = None) -> dict[str, Any]:
+    """Pulsar's TopicStats, with `persistence` from the topic's placement (None:
+    standalone, one copy)."""
     topic.rate_in.roll()
     rate = topic.rate_in
     ledger = topic.ledger
@@ -89,6 +107,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "corruptEntries": ledger.corrupt_entries,
         "lastConfirmedEntry": str(ledger.last_confirmed),
         "transactionBuffer": topic.buffer.stats(),
+        "persistence": persistence_stats(placement),
         "publishers": [
             {
                 "producerName": publisher.name,

@@ -190,3 +190,39 @@ def test_set_auto_topic_creation_needs_enable_or_disable_and_a_namespace(broker)
     assert missing.returncode == 2 and "--enable" in missing.stderr
     bad = _admin(broker, "namespaces", "get-auto-topic-creation", "no-slash")
     assert bad.returncode == 2 and "expected tenant/namespace" in bad.stderr
+
+
+def test_a_namespace_persistence_policy_is_set_read_and_removed(broker, client):
+    namespace = "cli/kept"
+    get = ("namespaces", "get-persistence", namespace)
+    assert json.loads(_ok(_admin(broker, *get))) is None  # the broker's default
+    client.create_producer(f"persistent://{namespace}/t").send(b"one copy")
+    stats = json.loads(_ok(_admin(broker, "topics", "stats", f"persistent://{namespace}/t")))
+    assert stats["persistence"] == {"ensemble": 1, "writeQuorum": 1, "ackQuorum": 1}
+
+    set_ = ("namespaces", "set-persistence", namespace)
+    out = _ok(_admin(broker, *set_, "--ensemble", "3", "--write-quorum", "3", "--ack-quorum", "2"))
+    assert "ensemble 3, write quorum 3, ack quorum 2" in out
+    expected = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2}
+    assert json.loads(_ok(_admin(broker, *get))) == expected
+    policies = json.loads(_ok(_admin(broker, "namespaces", "policies", namespace)))
+    assert policies["persistence"] == expected
+
+    bad = _admin(broker, *set_, "--ensemble", "3", "--write-quorum", "2", "--ack-quorum", "3")
+    assert bad.returncode == 1 and "400" in bad.stderr
+    assert "ack quorum 3 is larger than write quorum 2" in bad.stderr
+    assert json.loads(_ok(_admin(broker, *get))) == expected  # unchanged
+
+    # The topic made before keeps its one copy; a new one cannot have three here.
+    client.create_producer(f"persistent://{namespace}/t").send(b"still served")
+    with pytest.raises(stableline.NotEnoughBrokers, match=r"1 live broker, but .* ensemble of 3"):
+        client.create_producer(f"persistent://{namespace}/new")
+
+    assert "default" in _ok(_admin(broker, "namespaces", "remove-persistence", namespace))
+    assert json.loads(_ok(_admin(broker, *get))) is None
+    client.create_producer(f"persistent://{namespace}/new").send(b"one copy again")
+
+
+def test_set_persistence_needs_all_three_numbers(broker):
+    missing = _admin(broker, "namespaces", "set-persistence", "cli/ns", "--ensemble", "1")
+    assert missing.returncode == 2 and "--write-quorum" in missing.stderr

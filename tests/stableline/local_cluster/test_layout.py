@@ -113,6 +113,7 @@ def test_an_unreadable_record_is_refused(tmp_path: Path):
 
 
 def test_an_etcd_password_given_in_the_url_reaches_brokers_by_the_environment(tmp_path):
+    from stableline.local_cluster.broker_process import persistence_env
     from stableline.local_cluster.supervisor import LocalCluster
 
     layout = ClusterLayout(
@@ -122,4 +123,5 @@ def test_an_etcd_password_given_in_the_url_reaches_brokers_by_the_environment(tm
     (broker,) = cluster.brokers
     assert "p@ss" not in " ".join(broker.extra_args)
     assert "etcd://u@10.0.0.1:2379?tls=true" in broker.extra_args
-    assert broker.env == {"STABLELINE_METADATA_STORE_PASSWORD": "p@ss"}
+    # And beside it only the persistence a one-broker cluster can hold.
+    assert broker.env == {"STABLELINE_METADATA_STORE_PASSWORD": "p@ss", **persistence_env(1)}

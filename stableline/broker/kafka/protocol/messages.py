@@ -262,6 +262,10 @@ class PartitionMetadata:
     leader: int  # node id; -1 when no live broker leads it (error says why)
     error: ErrorCode = ErrorCode.NONE
     leader_epoch: int = 0
+    # Node ids holding copies, the leader first, and those in sync; empty: the
+    # leader alone (none while it has no leader).
+    replicas: tuple[int, ...] = ()
+    in_sync: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,9 +300,9 @@ def write_metadata(
         w.int16(p.error).int32(p.index).int32(p.leader)
         if version >= 7:
             w.int32(p.leader_epoch)
-        # One replica, the leader, in sync with itself (none while it has no leader).
-        replicas = [p.leader] if p.leader >= 0 else []
-        w.array(replicas, Writer.int32).array(replicas, Writer.int32)
+        alone = [p.leader] if p.leader >= 0 else []
+        w.array(list(p.replicas) or alone, Writer.int32)
+        w.array(list(p.in_sync) or alone, Writer.int32)
         if version >= 5:
             w.array([], Writer.int32)  # offline replicas
 

@@ -175,6 +175,12 @@ class KafkaApiBase:
         info = self._registry.placement.live_broker(placement.leader)
         return None if info is None else kafka_node(info)
 
+    def _node_of_broker(self, broker_id: str) -> m.BrokerInfo | None:
+        """The Kafka node of live broker `broker_id` (this one included: it is
+        registered too), None when it is not live or its Kafka port is off."""
+        info = self._registry.placement.live_broker(broker_id)
+        return None if info is None else kafka_node(info)
+
     def _live_nodes(self) -> list[m.BrokerInfo]:
         """Every live broker with a Kafka port, this one first, then by node id."""
         this = self._this_node()

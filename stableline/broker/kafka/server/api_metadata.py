@@ -29,6 +29,7 @@ from stableline.broker.kafka.server.api_base import KAFKA_TOPIC, KafkaApiBase
 from stableline.broker.security.caller import may_create_on_first_use
 from stableline.broker.security.permissions import Action
 from stableline.broker.topics.partitioned import TopicConflictError
+from stableline.broker.topics.persistence import NotEnoughBrokersError
 from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.partitions import NOT_PARTITIONED, partition_topics, split_partition
 from stableline.topic_name import TopicName
@@ -115,6 +116,11 @@ class MetadataApis(KafkaApiBase):
                 await self._partition_metadata(index, partition)
                 for index, partition in enumerate(partitions)
             ]
+        except NotEnoughBrokersError as error:
+            # Too few live brokers to place it by its policy: clients retry, as for a
+            # topic Kafka is still creating.
+            code = self._refused(m.ErrorCode.LEADER_NOT_AVAILABLE, f"metadata of {name}: {error}")
+            return m.TopicMetadata(short, code, [])
         except TopicUnavailableError as error:
             # The cluster's metadata store cannot be read now: clients retry.
             code = self._refused(m.ErrorCode.LEADER_NOT_AVAILABLE, f"metadata of {name}: {error}")
@@ -133,7 +139,13 @@ class MetadataApis(KafkaApiBase):
         node = self._node_of(placement)
         if node is None:
             return m.PartitionMetadata(index, -1, m.ErrorCode.LEADER_NOT_AVAILABLE, placement.epoch)
-        return m.PartitionMetadata(index, node.node_id, m.ErrorCode.NONE, placement.epoch)
+        # The ensemble's members known as Kafka nodes (live, Kafka port on), the
+        # leader first: a member that is down is not in sync, and its node is unknown.
+        members = [self._node_of_broker(broker) for broker in placement.ensemble]
+        replicas = tuple(member.node_id for member in members if member is not None)
+        return m.PartitionMetadata(
+            index, node.node_id, m.ErrorCode.NONE, placement.epoch, replicas, replicas
+        )
 
     async def _create(self, name: TopicName) -> m.ErrorCode | None:
         """Create `name` on its first Metadata, as its first Produce would: None when

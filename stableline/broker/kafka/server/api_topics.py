@@ -3,9 +3,17 @@
 CreateTopics makes, per topic: with one partition a plain topic, with more a
 partitioned topic of that many (`T-partition-0..N-1`), both placed over the
 cluster's brokers as an admin's creation would be. num_partitions -1 means one,
-Kafka's num.partitions default. A topic keeps one copy, on its owner's disk, so
-the replication factor must be 1 or -1 (INVALID_REPLICATION_FACTOR otherwise);
-manual replica assignments are refused (INVALID_REPLICA_ASSIGNMENT) and so are
+Kafka's num.partitions default. The replication factor is the topic's persistence
+policy (topics/persistence.py): -1 takes its namespace's (else the broker's
+default); n places each partition on an ensemble of n brokers, each entry written to
+all n (E = Qw = n) and acknowledged at Qa = min(n, the namespace's ack quorum). Why
+that Qa: the ack quorum plays Kafka's min.insync.replicas, a broker-wide setting a
+topic inherits unless it overrides it (topic configs are not taken here), so the
+namespace's (3/3/2 gives 2, as Kafka clusters of factor 3 usually set it); capped at
+n, since a topic of factor 1 under min.insync.replicas 2 could take no acks=all
+write at all in Kafka, which no one asks for on purpose. A factor below 1 (other
+than -1), or larger than the live brokers, is INVALID_REPLICATION_FACTOR, saying
+how many are live; manual replica assignments are refused (INVALID_REPLICA_ASSIGNMENT) and so are
 topic configs (INVALID_CONFIG: retention here is the broker's, retention_time_s).
 A name taken by any topic, plain or partitioned, is TOPIC_ALREADY_EXISTS; a count
 outside 1..max_num_partitions_per_partitioned_topic is INVALID_PARTITIONS; a
@@ -40,13 +48,14 @@ from stableline.broker.topics.partitioned import (
     InvalidPartitionCountError,
     TopicConflictError,
 )
+from stableline.broker.topics.persistence import NotEnoughBrokersError, PersistencePolicy
 from stableline.broker.topics.registry import TooManyTopicsError, TopicNotFoundError
 from stableline.broker.topics.write_gate import BrokerFencedError
 from stableline.partitions import NOT_PARTITIONED, split_partition
 from stableline.topic_name import TopicName
 
-# A topic's copies: its owner's disk, one.
-REPLICATION_FACTOR = 1
+# Kafka's "the broker's default" replication factor.
+DEFAULT_REPLICATION_FACTOR = -1
 
 
 class TopicsApis(KafkaApiBase):
@@ -95,11 +104,19 @@ class TopicsApis(KafkaApiBase):
                 m.ErrorCode.INVALID_PARTITIONS,
                 f"{topic.num_partitions} partitions: ask for 1 or more (or -1 for one)",
             )
-        if topic.replication_factor not in (REPLICATION_FACTOR, -1):
+        factor = topic.replication_factor
+        if factor < 1 and factor != DEFAULT_REPLICATION_FACTOR:
             return refused(
                 m.ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {topic.replication_factor}: a topic here keeps one "
-                "copy, on its owner's disk; ask for 1 (or -1)",
+                f"replication factor {factor}: ask for 1 or more copies, or -1 for the "
+                f"namespace's persistence policy",
+            )
+        persistence = self._persistence(name, factor)
+        live = len(self._registry.placement.live_brokers()) or 1  # standalone: this one
+        if persistence.ensemble_size > live:
+            return refused(
+                m.ErrorCode.INVALID_REPLICATION_FACTOR,
+                str(NotEnoughBrokersError(f"topic {name}", name.namespace_path, live, persistence)),
             )
         if topic.assignments:
             return refused(
@@ -126,16 +143,27 @@ class TopicsApis(KafkaApiBase):
                     )
             if validate_only:
                 return mt.TopicResult(topic.name, m.ErrorCode.NONE)
-            await self._make(name, count)
+            await self._make(
+                name, count, None if factor == DEFAULT_REPLICATION_FACTOR else persistence
+            )
         except (TopicConflictError, TooManyTopicsError) as error:
             return refused(kafka_error(error), str(error))  # TOPIC_ALREADY_EXISTS, POLICY_VIOLATION
         except InvalidPartitionCountError as error:
             return refused(m.ErrorCode.INVALID_PARTITIONS, str(error))
         except TopicNotFoundError as error:  # a creation check refused the name
             return refused(m.ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
+        except NotEnoughBrokersError as error:  # a broker left since the count above
+            return refused(m.ErrorCode.INVALID_REPLICATION_FACTOR, str(error))
         except (TopicUnavailableError, PeerCallError, BrokerFencedError) as error:
             return refused(m.ErrorCode.LEADER_NOT_AVAILABLE, str(error))
         return mt.TopicResult(topic.name, m.ErrorCode.NONE)
+
+    def _persistence(self, name: TopicName, factor: int) -> PersistencePolicy:
+        """The policy a replication factor asks for (see the module docstring)."""
+        namespaces = self._registry.persistence_of(name.namespace_path)
+        if factor == DEFAULT_REPLICATION_FACTOR:
+            return namespaces
+        return PersistencePolicy(factor, factor, min(factor, namespaces.ack_quorum))
 
     async def _topic_exists(self, name: TopicName) -> bool:
         """Whether any topic, plain or partitioned, has this name in the cluster."""
@@ -143,11 +171,15 @@ class TopicsApis(KafkaApiBase):
             return True
         return await self._registry.taken_in_cluster(name)
 
-    async def _make(self, name: TopicName, count: int) -> None:
+    async def _make(
+        self, name: TopicName, count: int, persistence: PersistencePolicy | None
+    ) -> None:
+        """Create the topic; `persistence`: the policy its partitions (or it) are
+        placed by (None: the namespace's)."""
         if count > 1:
             assert self._partitioned is not None, "partitioned topics need PartitionedTopics"
-            await self._partitioned.create(name, count)
-        elif not await self._registry.create(name):
+            await self._partitioned.create(name, count, persistence)
+        elif not await self._registry.create(name, persistence=persistence):
             raise TopicConflictError(f"topic {name} already exists")
 
     # ------------------------------------------------------------ DeleteTopics

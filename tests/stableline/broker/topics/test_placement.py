@@ -8,6 +8,7 @@ import pytest
 
 from managed_ledger import LocalStore
 from stableline.broker.config import load_config
+from stableline.broker.topics.persistence import PersistencePolicy
 from stableline.broker.topics.placement import (
     Claim,
     Placement,
@@ -37,7 +38,7 @@ class RecordedPlacement:
     async def needs_placing(self, name: TopicName) -> bool:
         return str(name) not in self.records
 
-    async def claim(self, name: TopicName) -> Claim:
+    async def claim(self, name: TopicName, persistence: PersistencePolicy | None = None) -> Claim:
         new = str(name) not in self.records
         leader = self.records.setdefault(str(name), self.leader_for_new)
         return Claim(here=leader == self.broker_id, new=new)

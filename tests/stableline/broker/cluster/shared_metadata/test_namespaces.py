@@ -8,6 +8,7 @@ import json
 
 from stableline.broker.cluster.shared_metadata.namespaces import ClusterNamespacePolicies
 from stableline.broker.topics.namespace_policies import AutoTopicCreation
+from stableline.broker.topics.persistence import PersistencePolicy
 from stableline.metadata.layout import namespace_path
 
 from .conftest import eventually
@@ -66,3 +67,25 @@ async def test_public_default_exists_from_the_start_and_a_key_left_empty_is_dele
     await mine.set_auto_topic_creation(namespace, DISABLED)
     await mine.remove_auto_topic_creation(namespace)
     assert await mine.store.get(namespace_path(namespace)) is None
+
+
+async def test_a_persistence_policy_is_shared_kept_beside_the_other_and_removed(two_views, tenant):
+    mine, theirs = await two_views(ClusterNamespacePolicies)
+    namespace = f"{tenant}/replicated"
+    policy = PersistencePolicy(3, 3, 2)
+    assert mine.persistence(namespace) is None
+    await mine.set_auto_topic_creation(namespace, DISABLED)
+    await mine.set_persistence(namespace, policy)
+    assert mine.persistence(namespace) == policy  # read your writes
+    await eventually(lambda: theirs.persistence(namespace) == policy, "the policy")
+    document = json.loads((await mine.store.get(namespace_path(namespace))).value)
+    assert document["persistence"] == {
+        "bookkeeperEnsemble": 3,
+        "bookkeeperWriteQuorum": 3,
+        "bookkeeperAckQuorum": 2,
+    }
+    assert theirs.auto_topic_creation(namespace) == DISABLED  # the other policy stays
+    assert await theirs.remove_persistence(namespace)
+    assert not await theirs.remove_persistence(namespace)
+    await eventually(lambda: mine.persistence(namespace) is None, "the removal")
+    assert mine.auto_topic_creation(namespace) == DISABLED

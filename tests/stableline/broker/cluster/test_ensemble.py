@@ -1,0 +1,53 @@
+"""choose_ensemble and the ownership record: E distinct live brokers, the leader first
+and the least loaded after it; records written before quorums were kept still read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stableline.broker.cluster.ensemble import choose_ensemble
+from stableline.broker.cluster.ownership import OwnershipRecord
+from stableline.broker.topics.persistence import PersistencePolicy
+
+LIVE = ["h:3", "h:1", "h:4", "h:2"]
+
+
+def test_the_leader_is_the_least_loaded_then_the_next_least_loaded_follow_ties_by_id():
+    led = {"h:1": 5, "h:2": 1, "h:3": 1, "h:4": 0}
+    assert choose_ensemble(LIVE, led, 3) == ("h:4", "h:2", "h:3")
+    assert choose_ensemble(LIVE, {}, 1) == ("h:1",)
+    assert choose_ensemble(LIVE, {}, 4) == ("h:1", "h:2", "h:3", "h:4")
+
+
+def test_a_given_leader_comes_first_and_counts_as_live():
+    assert choose_ensemble(["h:2", "h:3"], {"h:3": 1}, 3, leader="h:9") == ("h:9", "h:2", "h:3")
+    assert choose_ensemble(LIVE, {}, 2, leader="h:3") == ("h:3", "h:1")
+
+
+def test_fewer_live_brokers_than_the_ensemble_is_no_ensemble():
+    assert choose_ensemble(LIVE, {}, 5) is None
+    assert choose_ensemble([], {}, 1) is None
+    assert choose_ensemble(["h:1"], {}, 2, leader="h:1") is None
+
+
+def test_a_record_keeps_its_quorums_and_an_old_record_reads_as_one_copy():
+    record = OwnershipRecord("h:1", 0, ("h:1", "h:2", "h:3"), 7, 3, 2)
+    assert OwnershipRecord.from_json(record.to_json()) == record
+    assert record.persistence == PersistencePolicy(3, 3, 2)
+    old = json.dumps({"leader": "h:1", "epoch": 2, "ensemble": ["h:1"], "since_ms": 7})
+    assert OwnershipRecord.from_json(old.encode()) == OwnershipRecord("h:1", 2, ("h:1",), 7, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ("h:1", 0, ("h:1", "h:1"), 0, 1, 1),  # a broker twice
+        ("h:1", 0, ("h:1", "h:2"), 0, 3, 2),  # Qw > E
+        ("h:1", 0, ("h:1", "h:2"), 0, 1, 2),  # Qa > Qw
+    ],
+)
+def test_a_record_breaking_the_ensemble_rules_is_never_made(fields):
+    with pytest.raises(AssertionError):
+        OwnershipRecord(*fields)
