@@ -210,7 +210,7 @@ class ManagedLedger:
                     max(ledger._next_ledger_id, replication.next_ledger_id), -1
                 )
             ledger._next_ledger_id = max(ledger._next_ledger_id, replication.next_ledger_id)
-            replication.attach(ledger.frames, lambda: ledger.last_confirmed)
+            replication.attach(ledger.frames, lambda: ledger.last_confirmed, ledger.ledger_ids)
         return ledger
 
     def _recover(self) -> None:

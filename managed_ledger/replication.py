@@ -76,10 +76,11 @@ class Replication(Protocol):
         self,
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
+        ledger_ids: Callable[[], list[int]],
     ) -> None:
         """Called once the ledger is open: `read_frames(ledger_id, first, last)` reads
-        written entries back as frames (for a replica that missed them) and
-        `confirmed()` is the LAC."""
+        written entries back as frames (for a replica that missed them),
+        `confirmed()` is the LAC and `ledger_ids()` the ledgers it holds."""
         ...
 
     def close(self) -> None:

@@ -73,6 +73,7 @@ class LedgerRecovery:
         self.peers = peers
         self.replicas = replicas
         self.on_fenced = on_fenced
+        self._tasks: set[asyncio.Task] = set()
 
     async def recover(self, name: TopicName) -> EnsembleReplication | None:
         """Take the topic and recover it (None: it is not replicated)."""
@@ -120,6 +121,21 @@ class LedgerRecovery:
                 self.on_fenced(name)
                 raise NotEnoughReplicasError(str(error)) from None
 
+        # Members back on another data dir: their copies are made again, from the first
+        # ledger; once one holds everything, the record counts it again.
+        remake = frozenset(
+            a
+            for a in record.ensemble
+            if a != me
+            and self.ownership.live_broker(a) is not None
+            and not self.ownership.holds_its_copy(record, a)
+        )
+
+        def remade(address: str) -> None:
+            task = asyncio.create_task(self._count_again(name, epoch, address))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
         self.replicas.unload(storage)
         return EnsembleReplication(
             str(name),
@@ -130,7 +146,27 @@ class LedgerRecovery:
             open_ledger,
             lambda: self.on_fenced(name),
             next_ledger_id=max([record.current_ledger, *record.closed_ledgers]) + 1,
+            remake=remake,
+            on_remade=remade,
         )
+
+    async def _count_again(self, name: TopicName, epoch: int, address: str) -> None:
+        """`address` holds every ledger again: the record knows its copy by the data
+        dir it is registered with now."""
+        info = self.ownership.live_broker(address)
+        if info is None:
+            return
+
+        def counted(current: OwnershipRecord) -> OwnershipRecord:
+            _check_still_ours(name, current, self.ownership.broker_id, epoch)
+            return replace(current, data_dirs={**current.data_dirs, address: info.data_dir_id})
+
+        try:
+            await self.ownership.change_record(name, counted)
+        except Exception as error:
+            log.warning("topic %s: replica %s not counted again: %r", name, address, error)
+            return
+        log.info("topic %s: replica %s is counted again (its copy was made again)", name, address)
 
     async def _fence(self, name: TopicName, record: OwnershipRecord) -> dict[str, ReplicaState]:
         me = self.ownership.broker_id

@@ -100,6 +100,8 @@ class Peers(Protocol):
         deleted: list[str],
     ) -> None: ...
 
+    async def fence_replica(self, address: str, topic: str, epoch: int) -> ReplicaState: ...
+
 
 class FollowerLink:
     """Sends one member every batch, in order; see the module docstring."""
@@ -113,18 +115,24 @@ class FollowerLink:
         peers: Peers,
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
+        ledger_ids: Callable[[], list[int]],
         on_fenced: Callable[[ReplicaFencedError], None],
+        on_remade: Callable[[str], None] | None = None,
     ):
+        """`on_remade(address)`: called once, when a member whose copy is being made
+        again (its disk was lost) holds everything confirmed."""
         self.address = address
         self._topic = topic
         self._epoch = epoch
         self._peers = peers
         self._read_frames = read_frames
         self._confirmed = confirmed
+        self._ledger_ids = ledger_ids
         self._on_fenced = on_fenced
+        self._on_remade = on_remade
         # What the member holds: (ledger, entries in it); None until known.
         self.held: tuple[int, int] | None = None
-        if held is not None and held.ledger_id >= 0:
+        if held is not None:
             self.held = (held.ledger_id, held.entry_count)
         self._queue: deque[_Batch] = deque()
         self._wake = asyncio.Event()
@@ -155,6 +163,15 @@ class FollowerLink:
                 self._run(), name=f"replicate:{self._topic}:{self.address}"
             )
         return mine.done
+
+    def _holds_confirmed(self) -> bool:
+        confirmed = self._confirmed()
+        held = self.held
+        return held is not None and (
+            held[0] > confirmed.ledger_id
+            or (held[0] == confirmed.ledger_id and held[1] > confirmed.entry_id)
+            or (confirmed.entry_id < 0 and held[0] >= confirmed.ledger_id)
+        )
 
     def start_catching_up(self) -> None:
         """Treat the member as away until it holds what is confirmed (a member that
@@ -215,6 +232,10 @@ class FollowerLink:
             if not self.up:
                 log.info("%s: replica %s is back and caught up", self._topic, self.address)
                 self.up = True
+            if self._on_remade is not None and self._holds_confirmed():
+                log.info("%s: replica %s holds every ledger again", self._topic, self.address)
+                self._on_remade(self.address)
+                self._on_remade = None
             self._backoff_s = RETRY_BACKOFF_S
             if self._queue and self._queue[0] is batch:
                 self._queue.popleft()
@@ -224,22 +245,31 @@ class FollowerLink:
     async def _deliver(self, batch: _Batch) -> None:
         """Make the member hold `batch` and everything before it."""
         while True:
+            if self.held is None:
+                # Not known (it did not answer the fence): ask it, at this epoch.
+                state = await self._peers.fence_replica(self.address, self._topic, self._epoch)
+                self.held = (state.ledger_id, state.entry_count)
             held = self.held
-            if held is not None and held[0] > batch.ledger_id:
+            if held[0] < 0:
+                # It holds nothing (a new member, or one whose disk was lost): every
+                # ledger the writer has goes to it, from the first.
+                self.held = (self._next_ledger_after(-1, batch.ledger_id), 0)
+                continue
+            if held[0] > batch.ledger_id:
                 # It holds a ledger the writer opened and has not confirmed into yet.
                 if batch.frames:
                     raise ReplicaError(f"replica {self.address} is ahead of the writer")
                 return
-            if held is not None and held[0] < batch.ledger_id:
-                # It is behind in an older ledger: finish that one first.
+            if held[0] < batch.ledger_id:
+                # It is behind in an older ledger: finish that one, then the next.
                 frames = self._read_frames(held[0], held[1], held[1] + 1_000_000)
                 frames = _within(frames, CATCH_UP_BYTES)
                 if not frames:
-                    self.held = (batch.ledger_id, 0)
+                    self.held = (self._next_ledger_after(held[0], batch.ledger_id), 0)
                     continue
                 await self._call(held[0], held[1], frames, batch.last_add_confirmed)
                 continue
-            start = 0 if held is None or held[0] != batch.ledger_id else held[1]
+            start = held[1]
             if start < batch.first_entry_id:
                 frames = _within(
                     self._read_frames(batch.ledger_id, start, batch.first_entry_id - 1),
@@ -257,6 +287,11 @@ class FollowerLink:
                     batch.ledger_id, batch.first_entry_id, batch.frames, batch.last_add_confirmed
                 )
             return
+
+    def _next_ledger_after(self, ledger_id: int, upto: int) -> int:
+        """The writer's first ledger after `ledger_id` (`upto` when none is before it)."""
+        following = [i for i in self._ledger_ids() if ledger_id < i < upto]
+        return min(following, default=upto)
 
     async def _call(
         self, ledger_id: int, first_entry_id: int, frames: list[bytes], lac: Position
@@ -301,11 +336,14 @@ class EnsembleReplication:
         open_ledger: Callable[[int, tuple[int, int] | None], Awaitable[None]],
         on_fenced: Callable[[], None] = lambda: None,
         next_ledger_id: int = 0,
+        remake: frozenset[str] = frozenset(),
+        on_remade: Callable[[str], None] = lambda address: None,
     ):
         """`followers`: each other member's address and what it held when fenced
         (None: it did not answer); `open_ledger(ledger_id)`: the record's
         compare-and-set, recording where `closing` ends (raises ReplicationError once
-        the epoch has passed)."""
+        the epoch has passed); `remake`: members whose copies are made again from the
+        first ledger (their disks were lost), `on_remade(address)` once one holds all."""
         assert 1 <= ack_quorum <= len(followers) + 1, (ack_quorum, followers)
         self.topic = topic
         self.epoch = epoch
@@ -317,9 +355,19 @@ class EnsembleReplication:
         self._fenced: ReplicaFencedError | None = None
         self._read_frames: Callable[[int, int, int], list[bytes]] = _no_frames
         self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
+        self._list_ledgers: Callable[[], list[int]] = list
         self.links = [
             FollowerLink(
-                address, topic, epoch, held, peers, self._frames, self._confirmed, self._fenced_by
+                address,
+                topic,
+                epoch,
+                held,
+                peers,
+                self._frames,
+                self._confirmed,
+                self._ledger_ids,
+                self._fenced_by,
+                on_remade if address in remake else None,
             )
             for address, held in followers.items()
         ]
@@ -328,17 +376,22 @@ class EnsembleReplication:
         self,
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
+        ledger_ids: Callable[[], list[int]],
     ) -> None:
-        """Where lagging members' entries are read back from (the ledger's `frames`)
-        and how far the log is confirmed (its `last_confirmed`)."""
+        """Where lagging members' entries are read back from (the ledger's `frames`),
+        how far the log is confirmed (its `last_confirmed`) and which ledgers it has."""
         self._read_frames = read_frames
         self._confirmed_position = confirmed
+        self._list_ledgers = ledger_ids
         for link in self.links:
             if not link.up or link.held is None:
                 link.start_catching_up()
 
     def _confirmed(self) -> Position:
         return self._confirmed_position()
+
+    def _ledger_ids(self) -> list[int]:
+        return self._list_ledgers()
 
     def _frames(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         return self._read_frames(ledger_id, first, last)

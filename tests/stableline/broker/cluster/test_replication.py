@@ -60,6 +60,9 @@ class InProcessPeers:
             STORAGE, epoch, ledger_id, first_entry_id, frames, lac
         )
 
+    async def fence_replica(self, address, topic, epoch):
+        return await self._copy(address).fence(STORAGE, epoch)
+
     async def replicate_cursors(self, address, topic, epoch, states, deleted):
         await self._copy(address).write_cursors(STORAGE, epoch, states, deleted)
 
@@ -68,7 +71,9 @@ def header(i: int) -> EntryHeader:
     return EntryHeader(publish_time_ms=1_000 + i, sequence_id=i, producer_name="p")
 
 
-async def _writer(tmp_path: Path, peers: InProcessPeers, epoch: int = 1):
+async def _writer(
+    tmp_path: Path, peers: InProcessPeers, epoch: int = 1, remake=frozenset(), on_remade=None
+):
     opened: list[tuple[int, object]] = []
 
     async def open_ledger(ledger_id, closing):
@@ -83,6 +88,8 @@ async def _writer(tmp_path: Path, peers: InProcessPeers, epoch: int = 1):
         peers,
         open_ledger,
         lambda: fenced.append(True),
+        remake=remake,
+        on_remade=on_remade or (lambda address: None),
     )
     for copy in peers.copies.values():
         await copy.fence(STORAGE, epoch)
@@ -181,3 +188,28 @@ async def test_the_copies_refuse_an_older_epoch_outright(tmp_path):
     await peers.copies["b"].fence(STORAGE, 5)
     with pytest.raises(ReplicaFencedError):
         await peers.replicate("b", TOPIC, 4, 0, 0, [], Position(0, -1))
+
+
+async def test_a_member_whose_disk_was_lost_is_sent_every_ledger_from_the_first(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    remade: list[str] = []
+    ledger, _replication, _ = await _writer(
+        tmp_path, peers, remake=frozenset({"c"}), on_remade=remade.append
+    )
+    peers.down.add("c")
+    for i in range(10):  # three ledgers of 4, 4 and 2 entries, all while c is away
+        await ledger.append(header(i), b"m%d" % i)
+    # c comes back on an empty data dir.
+    lost = peers.copies["c"]
+    peers.copies["c"] = ReplicaLogs(
+        LocalStore(tmp_path / "c-new" / "metadata"),
+        lambda name: tmp_path / "c-new" / "ledgers" / name,
+        LedgerFiles(64),
+        fsync=False,
+    )
+    lost.close()
+    peers.down.clear()
+    await ledger.append(header(10), b"m10")
+    await _wait(lambda: remade == ["c"], "the lost copy is made again, every ledger of it")
+    assert peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 3}
+    await ledger.close()
