@@ -1,7 +1,7 @@
 """Topic ownership over three real brokers on one real etcd: placement spreads topics,
 a client given one address reaches them all, a broker that does not own a topic
-refuses it naming the owner, and a killed owner's topics are unavailable (and only
-those) until it is back, with nothing acknowledged lost."""
+refuses it naming the owner, and a killed owner's topics of one copy are unavailable
+(and only those) until it is back, with nothing acknowledged lost."""
 
 from __future__ import annotations
 
@@ -105,8 +105,26 @@ def test_a_broker_that_does_not_own_a_topic_refuses_it_naming_the_owner(cluster)
         client.close()
 
 
-def test_a_killed_owner_makes_only_its_topics_unavailable_and_loses_nothing(cluster):
-    topics = _new_topics(6)
+def _one_copy_namespace(broker) -> str:
+    """A namespace whose topics keep one copy, on their owner's disk (1/1/1)."""
+    namespace = f"public/one-copy-{next(_topics)}"
+    request = urllib.request.Request(
+        f"{broker.http_url}/admin/v2/namespaces/{namespace}/persistence",
+        json.dumps(
+            {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1}
+        ).encode(),
+        {"Content-Type": "application/json", "X-Stableline-Request": "test"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 204
+    return namespace
+
+
+def test_a_killed_owner_makes_only_its_one_copy_topics_unavailable_and_loses_nothing(cluster):
+    # Replicated topics are taken by another member (test_failover.py); one copy waits.
+    namespace = _one_copy_namespace(cluster.brokers[0])
+    topics = [t.replace("public/default", namespace) for t in _new_topics(6)]
     client = stableline.Client(cluster.brokers[0].service_url)
     try:
         sent = {}
