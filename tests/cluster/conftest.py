@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import json
 import os
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +67,26 @@ def cluster_brokers(
         )
         for i in range(count)
     ]
+
+
+_one_copy = itertools.count()
+
+
+def one_copy_namespace(broker: BrokerProcess) -> str:
+    """A fresh namespace whose topics keep one copy, on their owner's disk (1/1/1):
+    for the promises of topics that do not move (replicated ones fail over)."""
+    namespace = f"public/one-copy-{os.getpid()}-{next(_one_copy)}"
+    request = urllib.request.Request(
+        f"{broker.http_url}/admin/v2/namespaces/{namespace}/persistence",
+        json.dumps(
+            {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1}
+        ).encode(),
+        {"Content-Type": "application/json", "X-Stableline-Request": "test"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 204
+    return namespace
 
 
 class Cluster:

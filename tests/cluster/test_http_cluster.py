@@ -9,7 +9,7 @@ import urllib.request
 
 from tests.conftest import wait_until
 
-from .conftest import Cluster
+from .conftest import Cluster, one_copy_namespace
 
 
 def _get(broker, path: str):
@@ -78,7 +78,9 @@ def test_every_broker_lists_the_cluster_s_brokers_and_the_same_owner_of_each_top
 
 
 def test_a_killed_broker_is_listed_as_down_with_the_topics_it_leads(cluster: Cluster):
-    topics = [f"persistent://public/default/http-down-{i}" for i in range(3)]
+    # One copy: the killed broker keeps leading them (replicated ones move away).
+    namespace = one_copy_namespace(cluster.brokers[0])
+    topics = [f"persistent://{namespace}/http-down-{i}" for i in range(3)]
     for topic in topics:
         _create(cluster.brokers[0], topic)
     victim = cluster.brokers[2]

@@ -20,7 +20,7 @@ from stableline.metadata import open_metadata_store
 from tests.conftest import wait_until
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 
-from .conftest import Cluster
+from .conftest import Cluster, one_copy_namespace
 
 _topics = itertools.count()
 
@@ -105,25 +105,9 @@ def test_a_broker_that_does_not_own_a_topic_refuses_it_naming_the_owner(cluster)
         client.close()
 
 
-def _one_copy_namespace(broker) -> str:
-    """A namespace whose topics keep one copy, on their owner's disk (1/1/1)."""
-    namespace = f"public/one-copy-{next(_topics)}"
-    request = urllib.request.Request(
-        f"{broker.http_url}/admin/v2/namespaces/{namespace}/persistence",
-        json.dumps(
-            {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1}
-        ).encode(),
-        {"Content-Type": "application/json", "X-Stableline-Request": "test"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 204
-    return namespace
-
-
 def test_a_killed_owner_makes_only_its_one_copy_topics_unavailable_and_loses_nothing(cluster):
     # Replicated topics are taken by another member (test_failover.py); one copy waits.
-    namespace = _one_copy_namespace(cluster.brokers[0])
+    namespace = one_copy_namespace(cluster.brokers[0])
     topics = [t.replace("public/default", namespace) for t in _new_topics(6)]
     client = stableline.Client(cluster.brokers[0].service_url)
     try:

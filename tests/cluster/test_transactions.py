@@ -17,7 +17,7 @@ import stableline
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from tests.conftest import wait_until
 
-from .conftest import Cluster
+from .conftest import Cluster, one_copy_namespace
 
 EARLIEST = stableline.InitialPosition.Earliest
 READ_UNCOMMITTED = stableline.IsolationLevel.READ_UNCOMMITTED
@@ -33,11 +33,15 @@ def _broker_id(broker) -> str:
 def _topics_led_by_each(cluster: Cluster, per_broker: int) -> dict[str, list[str]]:
     """Fresh topics created through broker 0 until each broker leads `per_broker`."""
     base = next(_names)
+    # One copy each: these promises are the coordinator's, for topics that stay put
+    # while their broker is down (a replicated topic would move to another broker).
+    namespace = one_copy_namespace(cluster.brokers[0])
     led: dict[str, list[str]] = {_broker_id(b): [] for b in cluster.brokers}
     with grpc.insecure_channel(_broker_id(cluster.brokers[0])) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)
-        for index in range(12 * per_broker):
-            topic = f"persistent://public/default/txn-{base}-{index}"
+        # Placement evens out the leaders' counts first (a restart moved some away).
+        for index in range(100 * per_broker):
+            topic = f"persistent://{namespace}/txn-{base}-{index}"
             admin.CreateTopic(admin_pb2.TopicRequest(topic=topic))
             owned = led[cluster.topic_leader(topic)]
             if len(owned) < per_broker:

@@ -20,6 +20,7 @@ the other brokers until then).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
 
 from managed_ledger import LocalStore, ReplicaLogs
@@ -52,6 +53,8 @@ from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks, Remo
 from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders, ShardLeaders
 from stableline.metadata import ClusterMetadataStore
 from stableline.topic_name import TopicName
+
+log = logging.getLogger(__name__)
 
 
 class ClusterServices(Protocol):
@@ -209,8 +212,20 @@ class InCluster:
             self._letting_go.add(task)
             task.add_done_callback(self._letting_go.discard)
 
+        async def take(name: TopicName) -> None:
+            try:
+                await registry.get(name, create=False)
+            except Exception as error:  # its first use takes it then
+                log.warning("topic %s not taken after its leader left: %s", name, error)
+
+        def succeed(name: TopicName) -> None:
+            task = asyncio.create_task(take(name), name=f"take:{name}")
+            self._letting_go.add(task)
+            task.add_done_callback(self._letting_go.discard)
+
         self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)
         self.ownership.on_taken = let_go
+        self.ownership.on_successor = succeed
 
     async def join(
         self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators

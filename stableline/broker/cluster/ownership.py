@@ -101,10 +101,10 @@ class OwnershipRecord:
     # open (-1: none), and how many entries each closed ledger ends with. No copy of
     # a ledger counts past its recorded end (a refused write's entries may lie there).
     current_ledger: int = -1
-    closed_ledgers: dict[int, int] = field(default_factory=dict)
+    closed_ledgers: dict[int, int] = field(default_factory=dict, hash=False)
     # Member -> the data dir id its copy is on (its registration's when it was placed
     # or last caught up): a member registered with another holds no copy that counts.
-    data_dirs: dict[str, str] = field(default_factory=dict)
+    data_dirs: dict[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         assert self.leader in self.ensemble, self
@@ -239,6 +239,8 @@ class TopicOwnership:
         self.recovery = None
         # Called with a topic whose record now names another broker (a takeover).
         self.on_taken: Callable[[TopicName], None] = lambda name: None
+        # Called with a replicated topic this broker is to take, its leader gone.
+        self.on_successor: Callable[[TopicName], None] = lambda name: None
 
     async def start(self, broker_id: str) -> None:
         """As broker `broker_id`: watch the ownership and broker prefixes, read the
@@ -340,14 +342,36 @@ class TopicOwnership:
             try:
                 async for notification in watch:
                     assert isinstance(notification, Notification)
+                    gone = None
                     if notification.type is NotificationType.DELETED:
-                        broker_id = notification.path.rpartition("/")[2]
-                        self._gone_since.setdefault(broker_id, int(time.time() * 1000))
+                        gone = notification.path.rpartition("/")[2]
+                        self._gone_since.setdefault(gone, int(time.time() * 1000))
                     await self._read_brokers()
+                    if gone is not None:
+                        await self._succeed(gone)
                 return  # the store closed
             except WatchOverflow:
                 watch = await self.store.watch(brokers_dir(self.cluster))
                 await self._read_brokers()
+
+    async def _succeed(self, gone: str) -> None:
+        """`gone` left the cluster: the replicated topics it led whose next server is
+        this broker are taken now (on_successor), not on their first use, so they are
+        served again as soon as they can be."""
+        for topic, leader in list(self._leader_of.items()):
+            if leader != gone:
+                continue
+            name = TopicName.parse(topic)
+            try:
+                record = await self.record(name)
+            except OwnershipUnavailableError:
+                return
+            if (
+                record is not None
+                and record.replicated
+                and self.serving_id(record) == self.broker_id
+            ):
+                self.on_successor(name)
 
     async def wait_started(self) -> None:
         """Return once start() has run (this broker's id and the live brokers are known)."""
