@@ -73,6 +73,9 @@ class RecordedPlacement:
     def live_brokers(self) -> list[BrokerInfo]:
         return []
 
+    async def recover(self, name: TopicName) -> None:
+        return None  # one copy: nothing to recover from others
+
 
 @pytest.fixture
 def config(tmp_path):
