@@ -9,6 +9,7 @@ from stableline.local_cluster.broker_process import (
     STOP_TIMEOUT_S,
     BrokerExited,
     BrokerProcess,
+    cluster_brokers,
     open_files_limited,
     temporary_broker,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "STOP_TIMEOUT_S",
     "BrokerExited",
     "BrokerProcess",
+    "cluster_brokers",
     "open_files_limited",
     "temporary_broker",
 ]

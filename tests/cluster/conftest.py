@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stableline.metadata import open_metadata_store
+from stableline import testing
 from stableline.testing import BrokerProcess
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer, _find_etcd, _install_etcd
 
@@ -48,16 +49,8 @@ def cluster_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServe
 def cluster_brokers(
     etcd: EtcdServer, name: str, root: Path, count: int, session_timeout_s: float
 ) -> list[BrokerProcess]:
-    """`count` brokers of cluster `name` on `etcd`, not started, each in a directory of
-    its own under `root` (its data dir, and beside it its logs)."""
-    return [
-        BrokerProcess(
-            root / f"broker-{i}" / "data",
-            extra_args=["--metadata-store", etcd.url, "--cluster", name],
-            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(session_timeout_s)},
-        )
-        for i in range(count)
-    ]
+    """`count` brokers of cluster `name` on `etcd`, not started (stableline.testing's)."""
+    return testing.cluster_brokers(etcd.url, name, root, count, session_timeout_s)
 
 
 class Cluster:
