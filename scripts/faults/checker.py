@@ -279,13 +279,19 @@ def _positions_back(positions: dict[str, list[str]]) -> list[Violation]:
     violations = []
     for topic, samples in sorted(positions.items()):
         highest: str | None = None
+        behind = False  # a dip is reported once, however many samples it lasts
         for sample in samples:
             if highest is not None and _position(sample) < _position(highest):
-                violations.append(
-                    Violation("position-back", f"{topic}: maxReadPosition {highest} -> {sample}")
-                )
-            if highest is None or _position(sample) > _position(highest):
-                highest = sample
+                if not behind:
+                    violations.append(
+                        Violation(
+                            "position-back", f"{topic}: maxReadPosition {highest} -> {sample}"
+                        )
+                    )
+                behind = True
+                continue
+            behind = False
+            highest = sample
     return violations
 
 

@@ -407,6 +407,23 @@ async def run_cycle(cluster: FaultCluster, load: Load, args, number: int) -> dic
     }
 
 
+async def read_back(client: aio.Client) -> list[SubscriptionLog]:
+    """Every topic read from its first message at both isolation levels."""
+    logs = []
+    for topic in TOPICS:
+        for level, name in ((RC, "rc"), (RU, "ru")):
+            log = SubscriptionLog(f"read-back-{name}-{topic}", topic, level is RC, exclusive=True)
+            reader = await client.create_reader(topic, aio.MessageId.earliest, level)
+            try:
+                while await reader.has_message_available():
+                    message = await reader.read_next(10_000)
+                    log.delivered(message.data().decode(), str(message.message_id()))
+            finally:
+                await reader.close()
+            logs.append(log)
+    return logs
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -462,6 +479,10 @@ async def drive(cluster: FaultCluster, args) -> tuple[list[dict], Load, list[str
             ):
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1.0)  # whatever should not arrive has had its chance
+            # What a subscription delivered may since have been lost from the store:
+            # fresh readers read every topic back from its start.
+            for log in await read_back(client):
+                load.history.subscriptions.append(log)
         except TimeoutError as error:
             problems.append(str(error))
         finally:

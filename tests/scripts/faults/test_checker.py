@@ -172,6 +172,16 @@ def test_a_stable_position_that_moves_back(checker):
     assert found[0].detail == "A: maxReadPosition 1:5 -> 1:4"
 
 
+def test_a_stable_position_behind_for_many_samples_is_one_violation_per_dip(checker):
+    history = clean_history(checker)
+    history.positions["A"] += ["1:1", "1:1", "1:3", "1:5", "1:6", "0:0", "1:7"]
+    found = checker.check(history)
+    assert [v.detail for v in found] == [
+        "A: maxReadPosition 1:5 -> 1:1",
+        "A: maxReadPosition 1:6 -> 0:0",
+    ]
+
+
 def test_positions_compare_as_numbers_not_text(checker):
     history = clean_history(checker)
     history.positions["C"] += ["9:99", "10:0", "10:100"]
