@@ -559,8 +559,9 @@ def main() -> int:
     print("|---|---|")
     for kind, count in counts.items():
         print(f"| {kind} | {count} |")
-    for violation in found[:20]:
-        print(f"  {violation}")
+    for kind in checker.KINDS:  # the first few of each kind
+        for violation in [v for v in found if v.kind == kind][:3]:
+            print(f"  {violation}")
     print(
         f"totals: {figures['sends_acked']} sends acknowledged, {figures['sends_unknown']} "
         f"unknown, transactions {figures['transactions']}, {figures['deliveries']} deliveries"
