@@ -303,3 +303,25 @@ def temporary_broker(parent: Path, prefix: str = "broker-", **options) -> Iterat
         if code != 0:
             print(f"warning: broker exited with {code}\n{broker.log()[-4000:]}", file=sys.stderr)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def cluster_brokers(
+    metadata_store_url: str,
+    cluster: str,
+    root: Path,
+    count: int,
+    session_timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> list[BrokerProcess]:
+    """`count` brokers of cluster `cluster` on one metadata store, not started, each in
+    a directory of its own under `root` (broker-I/data, and beside it its logs), with
+    the metadata session (its lease) lasting `session_timeout_s`: the cluster of the
+    tests and of the fault tools."""
+    return [
+        BrokerProcess(
+            root / f"broker-{i}" / "data",
+            extra_args=["--metadata-store", metadata_store_url, "--cluster", cluster],
+            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(session_timeout_s), **(env or {})},
+        )
+        for i in range(count)
+    ]

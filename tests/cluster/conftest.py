@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from stableline import testing
 from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
 from tests.metadata.conftest import (
@@ -55,18 +56,11 @@ def cluster_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServe
 def cluster_brokers(
     etcd: EtcdServer, name: str, root: Path, count: int, session_timeout_s: float
 ) -> list[BrokerProcess]:
-    """`count` brokers of cluster `name` on `etcd`, not started, each in a directory of
-    its own under `root` (its data dir, and beside it its logs). Fewer than 3 keep
-    one copy of each topic (ONE_COPY_ENV): 3, the default ensemble, could not be placed."""
+    """`count` brokers of cluster `name` on `etcd`, not started (stableline.testing's).
+    Fewer than 3 keep one copy of each topic (ONE_COPY_ENV): 3, the default ensemble,
+    could not be placed."""
     persistence = ONE_COPY_ENV if count < 3 else {}
-    return [
-        BrokerProcess(
-            root / f"broker-{i}" / "data",
-            extra_args=["--metadata-store", etcd.url, "--cluster", name],
-            env={"STABLELINE_METADATA_SESSION_TIMEOUT_S": str(session_timeout_s), **persistence},
-        )
-        for i in range(count)
-    ]
+    return testing.cluster_brokers(etcd.url, name, root, count, session_timeout_s, persistence)
 
 
 _one_copy = itertools.count()
