@@ -83,6 +83,11 @@ class Replication(Protocol):
         `confirmed()` is the LAC and `ledger_ids()` the ledgers it holds."""
         ...
 
+    def describe(self) -> dict:
+        """What the topic's stats show of its copies (JSON-ready): at least
+        `membersUp` (this copy included) and `underReplicated`."""
+        ...
+
     def close(self) -> None:
         """The ledger is closing: stop sending, fail what waits."""
         ...

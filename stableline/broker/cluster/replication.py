@@ -164,6 +164,11 @@ class FollowerLink:
             )
         return mine.done
 
+    @property
+    def remaking(self) -> bool:
+        """Its copy is being made again (its disk was lost) and it holds not all yet."""
+        return self._on_remade is not None
+
     def _holds_confirmed(self) -> bool:
         confirmed = self._confirmed()
         held = self.held
@@ -232,8 +237,9 @@ class FollowerLink:
             if not self.up:
                 log.info("%s: replica %s is back and caught up", self._topic, self.address)
                 self.up = True
-            if self._on_remade is not None and self._holds_confirmed():
+            if self.remaking and self._holds_confirmed():
                 log.info("%s: replica %s holds every ledger again", self._topic, self.address)
+                assert self._on_remade is not None
                 self._on_remade(self.address)
                 self._on_remade = None
             self._backoff_s = RETRY_BACKOFF_S
@@ -413,6 +419,24 @@ class EnsembleReplication:
     def members_up(self) -> int:
         """Members (this broker included) that took the last batch sent to them."""
         return 1 + sum(1 for link in self.links if link.up)
+
+    def describe(self) -> dict:
+        """The writer's view of its copies: a member is up while it takes what it is
+        sent; one away (or being made again) leaves the topic under-replicated."""
+        return {
+            "epoch": self.epoch,
+            "ackQuorum": self.ack_quorum,
+            "membersUp": self.members_up,
+            "underReplicated": self.members_up < len(self.links) + 1,
+            "replicas": {
+                link.address: {
+                    "up": link.up,
+                    "held": None if link.held is None else list(link.held),
+                    "beingRemade": link.remaking,
+                }
+                for link in self.links
+            },
+        }
 
     async def open_ledger(self, ledger_id: int, closing: tuple[int, int] | None) -> None:
         self._check_not_fenced()

@@ -121,8 +121,24 @@ class _TopicCollector:
             "Entries between maxReadPosition and the last confirmed entry (what READ_COMMITTED cannot see yet)",
             labels=["topic"],
         )
+        under = GaugeMetricFamily(
+            "stableline_under_replicated_topics",
+            "Replicated topics served here with a member of their ensemble away (or its "
+            "copy being made again): one more loss and writes stop",
+        )
+        members_up = GaugeMetricFamily(
+            "stableline_replication_members_up",
+            "Members of a replicated topic's ensemble taking its writes (this broker included)",
+            labels=["topic"],
+        )
+        under_count = 0
         for topic in self._registry.loaded():
             name = str(topic.name)
+            replication = topic.ledger.replication
+            if replication is not None:
+                described = replication.describe()
+                members_up.add_metric([name], described["membersUp"])
+                under_count += described["underReplicated"]
             ongoing.add_metric([name], len(topic.buffer.ongoing))
             aborted.add_metric([name], len(topic.buffer.aborted))
             lag.add_metric(
@@ -157,7 +173,10 @@ class _TopicCollector:
         )
         pending.add_metric(["used"], budget.used_bytes)
         pending.add_metric(["max"], budget.max_bytes)
+        under.add_metric([], under_count)
         yield from (
+            under,
+            members_up,
             topics,
             cached,
             pending,

@@ -108,6 +108,10 @@ def topic_stats(topic: Topic, placement: Placement | None = None) -> dict[str, A
         "lastConfirmedEntry": str(ledger.last_confirmed),
         "transactionBuffer": topic.buffer.stats(),
         "persistence": persistence_stats(placement),
+        # A replicated topic's copies as its writer sees them (absent with one copy).
+        **(
+            {"replication": ledger.replication.describe()} if ledger.replication is not None else {}
+        ),
         "publishers": [
             {
                 "producerName": publisher.name,
