@@ -47,6 +47,8 @@ from stableline.topic_name import TopicName
 log = logging.getLogger(__name__)
 
 FENCE_TIMEOUT_S = 2.0
+# Once enough members have answered a fence, how long the others are still waited for.
+FENCE_GRACE_S = 0.2
 COPY_ENTRIES = 1000
 COPY_BYTES = 4 * 1024 * 1024
 
@@ -85,8 +87,8 @@ class LedgerRecovery:
         epoch = record.epoch
         ack_quorum = _ack_quorum(record)
         storage = name.storage_name
-        answers = await self._fence(name, record)
         needed = fence_needed(len(record.ensemble), ack_quorum)
+        answers = await self._fence(name, record, needed)
         # A member back on another data dir answers, but holds nothing it is counted on.
         counted = [a for a in answers if self.ownership.holds_its_copy(record, a)]
         if len(counted) < needed:
@@ -168,27 +170,52 @@ class LedgerRecovery:
             return
         log.info("topic %s: replica %s is counted again (its copy was made again)", name, address)
 
-    async def _fence(self, name: TopicName, record: OwnershipRecord) -> dict[str, ReplicaState]:
+    async def _fence(
+        self, name: TopicName, record: OwnershipRecord, needed: int
+    ) -> dict[str, ReplicaState]:
+        """Fence every member; return once `needed` members counted on have answered
+        (and the others had FENCE_GRACE_S more), or at FENCE_TIMEOUT_S. A member that
+        did not answer in time is not waited for: with E - Qa + 1 fenced, the old writer
+        can have nothing more confirmed whatever the others do (a paused member would
+        otherwise hold every failover up for the whole timeout)."""
         me = self.ownership.broker_id
         storage = name.storage_name
 
-        async def fence(address: str) -> ReplicaState:
+        async def fence(address: str) -> tuple[str, ReplicaState]:
             if address == me:
-                return await self.replicas.fence(storage, record.epoch)
-            return await self.peers.fence_replica(address, str(name), record.epoch)
+                return address, await self.replicas.fence(storage, record.epoch)
+            return address, await self.peers.fence_replica(address, str(name), record.epoch)
 
-        results = await asyncio.gather(
-            *(asyncio.wait_for(fence(a), FENCE_TIMEOUT_S) for a in record.ensemble),
-            return_exceptions=True,
-        )
+        calls = {asyncio.ensure_future(fence(a)): a for a in record.ensemble}
         answers: dict[str, ReplicaState] = {}
-        for address, result in zip(record.ensemble, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning(
-                    "topic %s: replica %s did not take the fence: %r", name, address, result
-                )
-            else:
-                answers[address] = result
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FENCE_TIMEOUT_S
+        pending = set(calls)
+        while pending:
+            counted = sum(1 for a in answers if self.ownership.holds_its_copy(record, a))
+            if counted >= needed:
+                deadline = min(deadline, loop.time() + FENCE_GRACE_S)
+            timeout = deadline - loop.time()
+            if timeout <= 0:
+                break
+            done, pending = await asyncio.wait(
+                pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            for call in done:
+                error = call.exception()
+                if error is None:
+                    address, state = call.result()
+                    answers[address] = state
+                else:
+                    log.warning(
+                        "topic %s: replica %s did not take the fence: %r",
+                        name,
+                        calls[call],
+                        error,
+                    )
+        for call in pending:
+            call.cancel()
+            log.warning("topic %s: replica %s did not answer the fence in time", name, calls[call])
         return answers
 
     async def _recover_open_ledger(
