@@ -6,9 +6,11 @@ before, else the first broker of the service URL. A broker that does not own the
 topic refuses with NotOwner; the topic is then looked up on the service URL's
 brokers in turn (the first that answers names the owner, one not reached is passed
 over) and the call made again on the owner, at most `max_redirects` times, after
-which the last answer, NotOwner included, is the caller's. With several brokers in
-the service URL, a first broker that cannot be reached is passed over the same way,
-when the policy allows it (`past_unavailable`) and no owner was known.
+which the last answer, NotOwner included, is the caller's. A broker that cannot be
+reached is passed over the same way when a lookup may name another: with several
+brokers in the service URL (when the policy allows it, `past_unavailable`), or when
+it was the owner a lookup named (it may have died, and another broker taken the
+topic over). The owner a call was refused or not answered by is forgotten first.
 
 The policy is kept apart from the I/O: Redirects decides, and the two small loops
 below (one blocking, one awaiting) carry it out, so both faces follow it alike.
@@ -35,8 +37,8 @@ class RedirectPolicy:
     """How far a call follows redirects."""
 
     max_redirects: int = MAX_REDIRECTS
-    # Whether a first broker not reached is passed over for a lookup on the others
-    # (only with several brokers named, and only while no owner is known).
+    # Whether a broker not reached is passed over for a lookup on the others when
+    # several brokers are named (an owner a lookup named is always passed over).
     past_unavailable: bool = True
 
     def redirects(self, several_seeds: bool) -> Redirects:
@@ -65,7 +67,7 @@ class Redirects:
         if isinstance(error, NotOwner):
             self._left -= 1
             return True
-        if isinstance(error, BrokerUnavailable) and self._past_unavailable and not owner_known:
+        if isinstance(error, BrokerUnavailable) and (self._past_unavailable or owner_known):
             self._left -= 1
             return True
         return False
@@ -126,7 +128,8 @@ async def on_owner_async(
     owner_known: bool = False,
     forget: Callable[[], None] | None = None,
 ) -> T:
-    """on_owner, awaiting; `forget()` drops a cached owner that answered NotOwner."""
+    """on_owner, awaiting; `forget()` drops a cached owner that answered NotOwner or
+    could not be reached."""
     connection = first
     while not redirects.last_try:
         try:
@@ -134,7 +137,7 @@ async def on_owner_async(
         except StableLineError as error:
             if not redirects.follow(error, owner_known):
                 raise
-            if forget is not None and isinstance(error, NotOwner):
+            if forget is not None:
                 forget()
         connection = await lookup()
         owner_known = True

@@ -20,6 +20,7 @@ from stableline._errors import (
     AuthorizationError,
     OperationNotSupported,
     StableLineError,
+    TopicUnavailable,
 )
 from stableline._keys import BatchingType, KeySharedPolicy
 from stableline._owners import MAX_REDIRECTS, RedirectPolicy, first_answer_async, on_owner_async
@@ -44,7 +45,7 @@ from stableline.aio._multi_consumer import (
 from stableline.aio._partitioned_producer import PartitionedProducer
 from stableline.aio._producer import Producer
 from stableline.aio._reader import Reader
-from stableline.aio._reconnect import Backoff
+from stableline.aio._reconnect import Backoff, FindOwner, is_transient
 from stableline.aio._transaction import Transaction
 from stableline.aio._transport import ChannelFactory, grpc_channel
 from stableline.aio.options import (
@@ -62,6 +63,13 @@ from stableline.partitions import partition_topic, partition_topics, split_parti
 from stableline.topic_name import TopicName
 
 T = TypeVar("T")
+
+
+def _owner_moving(error: BaseException) -> bool:
+    """A call on a topic's owner worth another round: the broker is away or not ready,
+    or the owner named is down (a lookup may name it until its session lapses)."""
+    return is_transient(error) or type(error) is TopicUnavailable
+
 
 # How a topic's open follows NotOwner answers (stableline._owners).
 REDIRECTS = RedirectPolicy(max_redirects=MAX_REDIRECTS)
@@ -206,7 +214,7 @@ class Client:
 
     async def _open_producer_on_owner(self, topic: str, options: ProducerOptions) -> Producer:
         async def open_on(connection: Connection) -> Producer:
-            producer = Producer(connection, topic, options)
+            producer = Producer(connection, topic, options, self._owner_finder(topic))
             await producer._open()
             return producer
 
@@ -291,7 +299,9 @@ class Client:
             partition = -1 if split is None else split[1]
 
             async def open_on(on: Connection) -> Consumer:
-                consumer = Consumer(on, name, subscription_name, options, partition)
+                consumer = Consumer(
+                    on, name, subscription_name, options, partition, self._owner_finder(name)
+                )
                 await consumer._open()
                 return consumer
 
@@ -398,7 +408,14 @@ class Client:
         )
 
     async def get_last_message_id(self, topic: str) -> MessageId:
-        last = await self._on_owner(topic, lambda connection: connection.last_confirmed(topic))
+        """The id of the topic's last confirmed entry, asked of its owner; an owner
+        that went away is looked up again each round of the backoff (another broker
+        may have taken the topic over), within operation_timeout_seconds."""
+        last = await self._connections.retried(
+            lambda: self._on_owner(topic, lambda c: c.last_confirmed_now(topic)),
+            f"last message id of {topic}",
+            retried=_owner_moving,
+        )
         return MessageId(last.ledger_id, last.entry_id, -1)
 
     async def lookup_topic(self, topic: str) -> LookupResult:
@@ -428,6 +445,26 @@ class Client:
             owner_known=key in self._owners,
             forget=lambda: self._owners.pop(key, None),
         )
+
+    def _owner_finder(self, topic: str) -> FindOwner:
+        """Where a stream on `topic` goes after its broker failed it (FindOwner)."""
+        key = str(TopicName.parse(topic))
+
+        async def owner_after(failed_on: Connection, failure: StableLineError) -> Connection:
+            # The same broker again when no other could be named: the service URL
+            # names only it, no lookup ever sent the topic elsewhere, and it is merely
+            # away or not ready (a standalone broker restarting). Else the owner a
+            # fresh lookup names, the cached one forgotten first: it may be dead.
+            if (
+                is_transient(failure)
+                and key not in self._owners
+                and self._connections.seeds == [failed_on.address]
+            ):
+                return failed_on
+            self._owners.pop(key, None)
+            return await self._owner_connection(key)
+
+        return owner_after
 
     async def _owner_connection(self, topic: str) -> Connection:
         """The connection to `topic`'s owner, by a lookup on the first seed broker

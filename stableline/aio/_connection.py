@@ -39,7 +39,7 @@ from stableline._errors import (
 from stableline._proto import admin_pb2_grpc, broker_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._types import service_addresses
-from stableline.aio._reconnect import with_retries, within
+from stableline.aio._reconnect import is_transient, with_retries, within
 from stableline.aio._transport import ChannelFactory, grpc_channel
 from stableline.aio.options import ClientOptions
 
@@ -85,7 +85,7 @@ class Connection:
         self.tls = tls
         self.timeout_s = options.operation_timeout_seconds
         self._authentication = options.authentication
-        self._backoff = options.backoff
+        self.backoff = options.backoff
         self._channel = open_channel(address, tls, options)
         self.broker = broker_pb2_grpc.BrokerStub(self._channel)
         self.admin = admin_pb2_grpc.AdminStub(self._channel)  # a pattern's topic list
@@ -165,7 +165,7 @@ class Connection:
             )
             self._reached = True
             return result
-        return await with_retries(attempt, self._backoff, self.timeout_s, what)
+        return await with_retries(attempt, self.backoff, self.timeout_s, what)
 
     async def open_stream(
         self, method: Callable[..., Any], opening: Any, answer: str, what: str
@@ -204,20 +204,23 @@ class Connection:
         return call, getattr(response, answer), token
 
     async def last_confirmed(self, topic: str, missing_ok: bool = False) -> pb.Position:
-        """The topic's last confirmed entry; (-1, -1) for an unknown one if missing_ok."""
+        """The topic's last confirmed entry; (-1, -1) for an unknown one if missing_ok.
+        Retried across an outage of this broker."""
+        return await self.with_retries(
+            lambda: self.last_confirmed_now(topic, missing_ok), f"last message id of {topic}"
+        )
 
-        async def attempt() -> pb.Position:
-            try:
-                response = await self.unary(
-                    self.broker.GetLastMessageId, pb.GetLastMessageIdRequest(topic=topic)
-                )
-            except TopicNotFound:
-                if not missing_ok:
-                    raise
-                return pb.Position(ledger_id=-1, entry_id=-1)
-            return response.last_confirmed_entry
-
-        return await self.with_retries(attempt, f"last message id of {topic}")
+    async def last_confirmed_now(self, topic: str, missing_ok: bool = False) -> pb.Position:
+        """last_confirmed, asked once."""
+        try:
+            response = await self.unary(
+                self.broker.GetLastMessageId, pb.GetLastMessageIdRequest(topic=topic)
+            )
+        except TopicNotFound:
+            if not missing_ok:
+                raise
+            return pb.Position(ledger_id=-1, entry_id=-1)
+        return response.last_confirmed_entry
 
     async def close(self) -> None:
         self.closed = True
@@ -273,6 +276,20 @@ class ConnectionPool:
         return await with_retries(
             each_seed, self._options.backoff, self._options.operation_timeout_seconds, what
         )
+
+    async def retried(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        what: str,
+        retried: Callable[[BaseException], bool] = is_transient,
+    ) -> T:
+        """`attempt()` with the backoff until it succeeds or the operation timeout is
+        spent, retrying the failures `retried` allows; while no broker of the pool
+        ever answered, it is tried once (a broker never reached fails at once)."""
+        budget_s = self._options.operation_timeout_seconds
+        if not any(connection._reached for connection in self._connections.values()):
+            return await within(time.monotonic() + budget_s, attempt(), what, budget_s)
+        return await with_retries(attempt, self._options.backoff, budget_s, what, retried)
 
     def get(self, address: str) -> Connection:
         """The connection to the broker at `address`, made on first use."""

@@ -41,7 +41,14 @@ from stableline._types import (
 )
 from stableline.aio._ack_grouping import AckGrouping
 from stableline.aio._connection import Connection, rpc_failure
-from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, is_transient, read_until_gone
+from stableline.aio._reconnect import (
+    AnswerWatch,
+    FindOwner,
+    cancelled_by_watch,
+    is_transient,
+    on_following_owner,
+    read_until_gone,
+)
 from stableline.aio._state import StreamState, check_transition
 from stableline.aio.options import (
     BATCH_RECEIVE_MAX_MESSAGES,
@@ -108,9 +115,13 @@ class Consumer:
         subscription_name: str,
         options: ConsumerOptions,
         partition: int = -1,
+        find_owner: FindOwner | None = None,
     ):
         self.options = options
         self._connection = connection
+        # Where a broken stream is resubscribed when its broker is gone or no longer
+        # owns the topic (None: always on `connection`).
+        self._find_owner = find_owner
         self._topic = topic
         # Its partition's index when it reads one partition of a partitioned topic:
         # its messages' ids carry it (MessageId.partition()).
@@ -265,16 +276,21 @@ class Consumer:
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the topic's last confirmed entry (batch index -1)."""
-        last = await self._connection.last_confirmed(self._topic)
+        last, _ = await on_following_owner(
+            self._connection,
+            lambda connection: connection.last_confirmed_now(self._topic),
+            self._find_owner,
+            f"last message id of {self._topic}",
+        )
         return MessageId(last.ledger_id, last.entry_id, -1)
 
     async def _receive(self) -> None:
         """Deliveries and answers, until closed or the broker stays away too long."""
         try:
             reason = await read_until_gone(
-                self._connection,
+                lambda: self._connection,
                 self._read_stream,
-                self._reopen_once,
+                self._reconnect,
                 lambda: self._state is StreamState.CLOSED,
                 f"consumer of {self._subscription} on {self._topic}",
                 lambda: self._stream_token,
@@ -293,7 +309,17 @@ class Consumer:
             self._waiting.clear()
             self._arrived.set()
 
-    async def _reopen_once(self) -> None:
+    async def _reconnect(self) -> None:
+        """Subscribe again after a broken stream, on the topic's owner wherever it now is."""
+        _, self._connection = await on_following_owner(
+            self._connection,
+            self._reopen_once,
+            self._find_owner,
+            f"consumer of {self._subscription} on {self._topic}",
+        )
+
+    async def _reopen_once(self, connection: Connection) -> None:
+        self._connection = connection
         try:
             await self._reopen()
         except grpc.aio.AioRpcError as error:

@@ -32,7 +32,13 @@ from stableline._proto import broker_pb2 as pb
 from stableline._types import MessageId, TransactionState
 from stableline.aio._batch import Batch, SendReceipt, frames, new_receipt
 from stableline.aio._connection import Connection, rpc_failure
-from stableline.aio._reconnect import AnswerWatch, cancelled_by_watch, read_until_gone
+from stableline.aio._reconnect import (
+    AnswerWatch,
+    FindOwner,
+    cancelled_by_watch,
+    on_following_owner,
+    read_until_gone,
+)
 from stableline.aio._state import StreamState, check_transition
 from stableline.aio.options import ProducerOptions
 from stableline.wire import (
@@ -85,7 +91,13 @@ class Producer:
     """Sends to one topic over one Produce stream on its connection; made by
     Client.create_producer."""
 
-    def __init__(self, connection: Connection, topic: str, options: ProducerOptions):
+    def __init__(
+        self,
+        connection: Connection,
+        topic: str,
+        options: ProducerOptions,
+        find_owner: FindOwner | None = None,
+    ):
         self.options = options
         # The queue: messages in sent batches without a receipt (_pending_messages)
         # plus the open batch, which may grow to _batch_cap, the room left when it
@@ -94,6 +106,9 @@ class Producer:
         self._pending_messages = 0
         self._batch_cap = options.batching_max_messages
         self._connection = connection
+        # Where a broken stream is reopened when its broker is gone or no longer owns
+        # the topic (None: always on `connection`).
+        self._find_owner = find_owner
         self._requested_topic = topic
         self._name = options.producer_name or ""
         self._max_messages = options.batching_max_messages
@@ -170,10 +185,21 @@ class Producer:
         self._name = opened.producer_name
         return opened
 
-    async def _reopen(self) -> None:
-        """After a broken stream: a new one, then every batch without a receipt again,
-        in sequence order, before anything newer. Batches the broker already holds
-        are answered as duplicates with their first copy's position."""
+    async def _reconnect(self) -> None:
+        """A new stream after a broken one, on the topic's owner wherever it now is."""
+        _, self._connection = await on_following_owner(
+            self._connection,
+            self._reopen,
+            self._find_owner,
+            f"producer {self._name} on {self.topic}",
+        )
+
+    async def _reopen(self, connection: Connection) -> None:
+        """After a broken stream: a new one on `connection`, then every batch without a
+        receipt again, in sequence order, before anything newer. Batches the broker
+        already holds (the same or a new owner of the topic, from the replicated
+        log) are answered as duplicates with their first copy's position."""
+        self._connection = connection
         await self._open_stream()
         self._watch.reset()
         if self._pending:
@@ -200,9 +226,9 @@ class Producer:
         """Receipts, until the producer closes or the broker stays away too long."""
         try:
             reason = await read_until_gone(
-                self._connection,
+                lambda: self._connection,
                 self._read_receipts,
-                self._reopen,
+                self._reconnect,
                 lambda: self._state is StreamState.CLOSED,
                 f"producer {self._name} on {self.topic}",
                 lambda: self._stream_token,

@@ -17,7 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from stableline._errors import AuthenticationError, BrokerUnavailable, NotReady, StableLineError
+from stableline._errors import (
+    AuthenticationError,
+    BrokerUnavailable,
+    NotOwner,
+    NotReady,
+    StableLineError,
+    TopicUnavailable,
+)
 
 if TYPE_CHECKING:
     from stableline.aio._connection import Connection
@@ -44,18 +51,30 @@ def is_transient(error: BaseException) -> bool:
     return type(error) in (BrokerUnavailable, NotReady)
 
 
+def owner_may_have_moved(error: BaseException) -> bool:
+    """A failure a fresh lookup of the topic may answer: the broker is gone or not
+    ready (another may take its topics over), it no longer owns the topic, or the
+    owner it knows is down (it may name that owner until its session lapses)."""
+    return is_transient(error) or type(error) in (NotOwner, TopicUnavailable)
+
+
 async def with_retries(
-    attempt: Callable[[], Awaitable[T]], backoff: Backoff, budget_s: float, what: str
+    attempt: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    budget_s: float,
+    what: str,
+    retried: Callable[[BaseException], bool] = is_transient,
 ) -> T:
-    """`attempt()` until it succeeds, retrying transient failures with backoff; after
-    `budget_s` the last failure surfaces as BrokerUnavailable saying what was tried."""
+    """`attempt()` until it succeeds, retrying the failures `retried` allows (transient
+    ones) with backoff; after `budget_s` the last failure surfaces as
+    BrokerUnavailable saying what was tried."""
     deadline = time.monotonic() + budget_s
     delay = backoff.initial_s
     while True:
         try:
             return await within(deadline, attempt(), what, budget_s)
         except StableLineError as error:
-            if not is_transient(error):
+            if not retried(error):
                 raise
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -148,8 +167,50 @@ class AnswerWatch:
         self._on_silent()
 
 
-async def read_until_gone(
+# Where to try a topic's stream or call next after it failed on a broker (the
+# connection and the failure): the owner a fresh lookup names, or the same broker
+# when no other could be named (Client._owner_after).
+FindOwner = Callable[["Connection", StableLineError], Awaitable["Connection"]]
+
+
+async def on_following_owner(
     connection: Connection,
+    attempt: Callable[[Connection], Awaitable[T]],
+    find_owner: FindOwner | None,
+    what: str,
+) -> tuple[T, Connection]:
+    """`attempt(connection)`, retried with the connection's backoff within the
+    operation timeout; (its answer, the connection that gave it). Without
+    `find_owner`, every try is on `connection` and only transient failures are
+    retried. With it, a try that failed in a way a lookup may answer
+    (owner_may_have_moved) sends the next one where `find_owner` says: so a stream
+    whose owner died is reopened on the broker that took its topic over."""
+    if find_owner is None:
+        answer = await connection.with_retries(lambda: attempt(connection), what)
+        return answer, connection
+    current = connection
+    failure: StableLineError | None = None
+
+    async def follow() -> T:
+        nonlocal current, failure
+        if failure is not None:
+            current = await find_owner(current, failure)
+            failure = None  # only once a lookup answered: else the next try asks again
+        try:
+            return await attempt(current)
+        except StableLineError as error:
+            if owner_may_have_moved(error):
+                failure = error
+            raise
+
+    answer = await with_retries(
+        follow, connection.backoff, connection.timeout_s, what, retried=owner_may_have_moved
+    )
+    return answer, current
+
+
+async def read_until_gone(
+    connection: Callable[[], Connection],
     read: Callable[[], Awaitable[StableLineError]],
     reopen: Callable[[], Awaitable[None]],
     is_closed: Callable[[], bool],
@@ -158,30 +219,32 @@ async def read_until_gone(
     silent: Callable[[], bool] | None = None,
 ) -> StableLineError:
     """Read a producer's or consumer's stream until it ends for good: after a transient
-    break, or an expired token when the token provider gives a fresh one, reopen it
-    (the connection's backoff and time limit) and read on. Returns why it ended: the
-    owner closed, a lasting error, or the broker staying away too long. `reopen`
-    replaces the broken call with a new one; `stream_token` is the token the current
-    call was opened with; `silent()` says the stream ended because its broker
-    answered nothing for the operation timeout (AnswerWatch), which is final."""
+    break or one that says the topic moved, or an expired token when the token provider gives a fresh token, reopen it
+    and read on. Returns why it ended: the owner closed, a lasting error, or the
+    broker staying away too long. `connection()` is the stream's current connection;
+    `reopen` replaces the broken call with a new one, with its retries and time limit
+    (on_following_owner); `stream_token` is the token the current call was opened
+    with; `silent()` says the stream ended because its broker answered nothing for
+    the operation timeout (AnswerWatch), which is final."""
     while True:
         failure = await read()
         if is_closed():
             return failure
+        current = connection()
         if silent is not None and silent():
             # The broker kept the connection and answered nothing for the whole
             # operation timeout: the time to wait it out is spent.
             return BrokerUnavailable(
-                f"{what}: the broker at {connection.address} answered nothing for "
-                f"{connection.timeout_s:g} s (operation_timeout_seconds)"
+                f"{what}: the broker at {current.address} answered nothing for "
+                f"{current.timeout_s:g} s (operation_timeout_seconds)"
             )
         if type(failure) is AuthenticationError:
-            final = connection.refused_for_good(failure, stream_token())
+            final = current.refused_for_good(failure, stream_token())
             if final is not None:
                 return final
-        elif not is_transient(failure):
+        elif not owner_may_have_moved(failure):
             return failure
         try:
-            await connection.with_retries(reopen, what)
+            await reopen()
         except StableLineError as error:
             return error

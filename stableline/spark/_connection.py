@@ -77,10 +77,17 @@ class Connection:
 
     def on_owner(self, topic: str, call: Callable[[Connection], T]) -> tuple[T, Connection]:
         """`call(connection)` on the broker owning `topic`: first here, then, refused
-        with NotOwner, on the owner a lookup names. (The answer, the connection that
+        with NotOwner (or not reached, with other brokers named), on the owner a
+        lookup names. (The answer, the connection that
         gave it.)"""
         return on_owner(
-            REDIRECTS.redirects(several_seeds=False), self, call, lambda: self.lookup(topic)
+            REDIRECTS.redirects(several_seeds=False),
+            self,
+            call,
+            lambda: self.lookup(topic),
+            # A broker not reached is passed over for a lookup when another broker is
+            # named that could answer it (the owner may have died and been replaced).
+            owner_known=any(seed != self.target for seed in self.seeds),
         )
 
 
