@@ -138,7 +138,7 @@ async def _open_in_cluster(
     except MetadataStoreError as error:
         raise StartupError(f"cannot read the cluster's metadata: {error}") from None
     try:
-        peers = GrpcPeerClient(peer_credentials(config, settings))
+        peers = GrpcPeerClient(peer_credentials(config, settings), config.max_message_size)
     except (ValueError, OSError) as error:
         await shared.close()
         raise StartupError(f"cannot call the cluster's other brokers: {error}") from None

@@ -78,13 +78,23 @@ ENGINE_ERRORS: dict[str, type[Exception]] = {
 
 Stub = TypeVar("Stub")
 
+# The default max_message_size: a peer's gRPC port takes requests up to it plus 1 MiB.
+DEFAULT_MAX_REPLICATE_BYTES = 5 * 1024 * 1024
+
 
 class GrpcPeerClient:
     """Implements cluster.peers.PeerClient over the peers' gRPC services."""
 
-    def __init__(self, credentials: PeerCredentials | None = None):
+    def __init__(
+        self,
+        credentials: PeerCredentials | None = None,
+        max_replicate_bytes: int = DEFAULT_MAX_REPLICATE_BYTES,
+    ):
         self._credentials = credentials or PeerCredentials()
         self.timeout_s = PEER_CALL_TIMEOUT_S
+        # The frames one ReplicateEntries request carries at most (a lone larger frame
+        # goes alone): a peer takes requests of up to max_message_size plus 1 MiB.
+        self.max_replicate_bytes = max_replicate_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, type], Any] = {}
 
@@ -238,18 +248,24 @@ class GrpcPeerClient:
         last_add_confirmed: Position,
         timeout_s: float | None = None,
     ) -> ReplicaState:
-        request = cpb.ReplicateEntriesRequest(
-            topic=topic,
-            epoch=epoch,
-            ledger_id=ledger_id,
-            first_entry_id=first_entry_id,
-            frames=frames,
-            last_add_confirmed_ledger_id=last_add_confirmed.ledger_id,
-            last_add_confirmed_entry_id=last_add_confirmed.entry_id,
-        )
-        response = await self._call(
-            address, lambda s: s.ReplicateEntries, request, timeout_s=timeout_s
-        )
+        """One request per `max_replicate_bytes` of frames, in order: a batch larger
+        than a peer takes goes in parts, each made durable before the next is sent
+        (a part refused leaves the ones before it held, which a resend finds)."""
+        response = None
+        for first, part in replicate_parts(first_entry_id, frames, self.max_replicate_bytes):
+            request = cpb.ReplicateEntriesRequest(
+                topic=topic,
+                epoch=epoch,
+                ledger_id=ledger_id,
+                first_entry_id=first,
+                frames=part,
+                last_add_confirmed_ledger_id=last_add_confirmed.ledger_id,
+                last_add_confirmed_entry_id=last_add_confirmed.entry_id,
+            )
+            response = await self._call(
+                address, lambda s: s.ReplicateEntries, request, timeout_s=timeout_s
+            )
+        assert response is not None
         return convert.replica_state(response)
 
     async def fence_replica(self, address: str, topic: str, epoch: int) -> ReplicaState:
@@ -311,6 +327,23 @@ class GrpcPeerClient:
             admin_pb2_grpc.AdminStub,
             lambda error: admin_refusal(owner, topic, what, error),
         )
+
+
+def replicate_parts(
+    first_entry_id: int, frames: list[bytes], max_bytes: int
+) -> list[tuple[int, list[bytes]]]:
+    """`frames` cut into runs of at most `max_bytes` (a larger frame alone), each with
+    the entry id it starts at; no frames: one empty run (it still carries the LAC)."""
+    parts: list[tuple[int, list[bytes]]] = []
+    start, part, size = first_entry_id, [], 0
+    for frame in frames:
+        if part and size + len(frame) > max_bytes:
+            parts.append((start, part))
+            start, part, size = start + len(part), [], 0
+        part.append(frame)
+        size += len(frame)
+    parts.append((start, part))
+    return parts
 
 
 def _trailing(error: grpc.aio.AioRpcError, wanted: str) -> str:

@@ -22,7 +22,7 @@ from stableline.broker.cluster.peer_admin import PeerCallError
 from stableline.broker.cluster.peers import PeerClient, PeerTransaction, PeerTransactionState
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import RpcRefusal, abort
-from stableline.broker.grpc.peer_client import ENGINE_ERRORS, GrpcPeerClient
+from stableline.broker.grpc.peer_client import ENGINE_ERRORS, GrpcPeerClient, replicate_parts
 from stableline.broker.topics.registry import TopicNotFoundError
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
@@ -348,3 +348,20 @@ async def test_a_replica_gap_comes_back_with_the_count_the_replica_holds(peer):
     with pytest.raises(ReplicaGapError) as refused:
         await client.close_replica_ledger(address, "persistent://t/n/a", 1, 4, 20)
     assert refused.value.held == 7
+
+
+def test_a_replicated_batch_is_cut_into_parts_a_peer_takes():
+    frames = [b"a" * 4, b"b" * 4, b"c" * 9, b"d" * 2, b"e" * 2]
+    assert replicate_parts(7, frames, 8) == [
+        (7, [b"a" * 4, b"b" * 4]),
+        (9, [b"c" * 9]),  # larger than a part: alone
+        (10, [b"d" * 2, b"e" * 2]),
+    ]
+    assert replicate_parts(3, [], 8) == [(3, [])]
+
+
+async def test_a_batch_larger_than_a_part_reaches_the_peer_in_order(peer):
+    fake, client, address = peer
+    client.max_replicate_bytes = 4
+    await client.replicate(address, "persistent://t/n/a", 1, 0, 5, [b"aaa", b"bbb"], Position(0, 4))
+    assert [(values[3], values[4]) for _, values in fake.seen] == [(5, [b"aaa"]), (6, [b"bbb"])]
