@@ -93,6 +93,10 @@ class _Replica:
     # The highest last add confirmed a writer told: nothing at or below it is cut.
     last_add_confirmed: Position = EARLIEST
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Ledger -> the epoch whose recovery closed it here (close_ledger): no writer of
+    # that epoch extends it. Kept in memory only: a correct writer of a later epoch
+    # never sends past the end its record gives, so a restart losing it is harmless.
+    closed_at_epoch: dict[int, int] = field(default_factory=dict)
 
     def path(self, ledger_id: int) -> Path:
         return self.directory / f"{ledger_id:016x}.log"
@@ -191,12 +195,24 @@ class ReplicaLogs:
             await self._take_epoch(replica, epoch)
             newest = replica.newest
             newest_id = newest.ledger_id if newest is not None else -1
+            held = replica.entry_count(ledger_id) if ledger_id == newest_id else 0
+            if (
+                ledger_id == newest_id
+                and newest.closed
+                and first_entry_id == held
+                and frames
+                and epoch > replica.closed_at_epoch.get(ledger_id, NO_EPOCH)
+            ):
+                # Closed here when this broker let go of the topic (its own writer
+                # sealed it) or by a writer of an older epoch: a writer of a newer
+                # epoch, which matched its copy to the ledger's end in the record,
+                # completes it. A close made at this epoch (recovery's) stays final.
+                await self._reopen_newest(replica, newest)
             if ledger_id < newest_id or (ledger_id == newest_id and newest.closed):
                 raise ReplicaLedgerClosedError(
                     f"{name}: ledger {ledger_id} is closed on this replica (its newest is "
                     f"{newest_id}); it takes no more entries"
                 )
-            held = replica.entry_count(ledger_id) if ledger_id == newest_id else 0
             if first_entry_id > held:
                 raise ReplicaGapError(
                     f"{name}: ledger {ledger_id} holds {held} entries here; a write "
@@ -298,6 +314,7 @@ class ReplicaLogs:
                 )
             if held > wanted:
                 self._check_cut(replica, ledger_id, wanted, replica.last_add_confirmed)
+            replica.closed_at_epoch[ledger_id] = epoch
             if info.closed and held == wanted:
                 return replica.state()
             await self._close_at(replica, info, wanted)
@@ -418,6 +435,19 @@ class ReplicaLogs:
             if segment is not None:
                 segment.delete()
             raise
+        replica.current = segment
+
+    async def _reopen_newest(self, replica: _Replica, info: LedgerInfo) -> None:
+        """Take appends again at the end of the newest ledger, listed closed here."""
+        segment = replica.segment(info.ledger_id, self.files)
+        if segment is None:  # listed empty, with no file: start its file now
+            del replica.ledgers[info.ledger_id]
+            await self._start_ledger(replica, info.ledger_id)
+            return
+        replica.segments.pop(info.ledger_id, None)
+        info.closed = False
+        await self._persist(replica)
+        segment.reopen()
         replica.current = segment
 
     async def _close_at(self, replica: _Replica, info: LedgerInfo, entries: int) -> None:

@@ -238,14 +238,15 @@ def test_a_paused_leader_is_replaced_and_acknowledges_nothing_once_woken(cluster
             )
         finally:
             os.kill(leader.process.pid, signal.SIGCONT)
-        # Woken, the old leader takes no write of the topic as its own any more.
-        with pytest.raises(stableline.StableLineError):
-            stale_producer.send(b"must-not-be-acknowledged")
+        # Woken, the old leader writes nothing of the topic as its own: its client's
+        # next send follows the topic to the new leader, into the new leader's ledger.
+        woken = stale_producer.send(b"after-the-wake")
     assert cluster.topic_leader(topic) != f"127.0.0.1:{leader.grpc_port}"
-    received = [d for _, d in _read_all(_live(cluster, leader), topic, "all", 21)]
+    assert woken.ledger_id >= min(after).ledger_id > max(before).ledger_id
+    received = [d for _, d in _read_all(_live(cluster, leader), topic, "all", 22)]
     assert received == [b"before-%d" % i for i in range(10)] + [b"through-the-old-leader"] + [
         b"after-%d" % i for i in range(10)
-    ]
-    ids = [(m.ledger_id, m.entry_id) for m in before + after]
+    ] + [b"after-the-wake"]
+    ids = [(m.ledger_id, m.entry_id) for m in before + after + [woken]]
     assert len(set(ids)) == len(ids)
     print(f"served by another broker {took:.2f} s after the pause")

@@ -197,6 +197,27 @@ async def test_a_newer_ledger_closes_the_newest_and_older_or_closed_ones_are_ref
     assert logs.read(TOPIC, 0, 0, 100, 1 << 20) == frames(range(3))
 
 
+async def test_a_newest_ledger_closed_here_is_completed_by_a_writer_of_a_newer_epoch(
+    logs, replicas
+):
+    # As a broker that let go of a topic leaves its copy: the newest ledger sealed.
+    await logs.append(TOPIC, 1, 0, 0, frames(range(3)), NOTHING)
+    await logs.close_ledger(TOPIC, 1, 0, 2)
+    # Epoch 1's own close is final for epoch 1...
+    with pytest.raises(ReplicaLedgerClosedError):
+        await logs.append(TOPIC, 1, 0, 3, frames([3]), NOTHING)
+    # ...while the writer of epoch 2, whose copy ends later, completes it at its end.
+    assert await logs.append(TOPIC, 2, 0, 3, frames([3, 4]), Position(0, 2)) == ReplicaState(
+        2, 0, 5, False
+    )
+    assert logs.read(TOPIC, 0, 0, 100, 1 << 20) == frames(range(5))
+    ledger = await replicas.promote()
+    try:
+        assert [e.header.sequence_id for e in ledger.read(Position(0, 0), 100)] == list(range(5))
+    finally:
+        await ledger.close()
+
+
 # ---------------------------------------------------------------- closing
 
 

@@ -28,6 +28,7 @@ from stableline.broker.cluster.ledger_recovery import LedgerRecovery
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
 from stableline.broker.cluster.peers import PeerClient
+from stableline.broker.cluster.replication import EnsembleReplication
 from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.cluster.shared_metadata.joining import join_cluster
 from stableline.broker.config import BrokerConfig
@@ -51,7 +52,7 @@ from stableline.broker.txn.coordinator_shards import (
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks, RemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, RecordedShardLeaders, ShardLeaders
-from stableline.metadata import ClusterMetadataStore
+from stableline.metadata import BrokerInfo, ClusterMetadataStore
 from stableline.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -223,6 +224,24 @@ class InCluster:
             self._letting_go.add(task)
             task.add_done_callback(self._letting_go.discard)
 
+        async def remake(info: BrokerInfo) -> None:
+            # A member back on a data dir its topics' records do not know for it: the
+            # writers here make its copies again.
+            for topic in registry.loaded():
+                replication = topic.ledger.replication
+                if not isinstance(replication, EnsembleReplication):
+                    continue
+                record = await self.ownership.record(topic.name)
+                known = None if record is None else record.data_dirs.get(info.broker_id)
+                if known and known != info.data_dir_id:
+                    replication.remake(info.broker_id)
+
+        def member_back(info: BrokerInfo) -> None:
+            task = asyncio.create_task(remake(info), name=f"remake:{info.broker_id}")
+            self._letting_go.add(task)
+            task.add_done_callback(self._letting_go.discard)
+
+        self.ownership.on_member_back = member_back
         self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)
         self.ownership.on_taken = let_go
         self.ownership.on_successor = succeed

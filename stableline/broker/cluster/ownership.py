@@ -241,6 +241,8 @@ class TopicOwnership:
         self.on_taken: Callable[[TopicName], None] = lambda name: None
         # Called with a replicated topic this broker is to take, its leader gone.
         self.on_successor: Callable[[TopicName], None] = lambda name: None
+        # Called with a broker that (re)joined, perhaps on another data dir.
+        self.on_member_back: Callable[[BrokerInfo], None] = lambda info: None
 
     async def start(self, broker_id: str) -> None:
         """As broker `broker_id`: watch the ownership and broker prefixes, read the
@@ -305,12 +307,22 @@ class TopicOwnership:
 
     async def _read_brokers(self) -> None:
         live = {info.broker_id: info for info in await list_brokers(self.store, self.cluster)}
+        back = [
+            info
+            for broker_id, info in live.items()
+            if broker_id != self.broker_id
+            and (
+                broker_id not in self._live or self._live[broker_id].data_dir_id != info.data_dir_id
+            )
+        ]
         now_ms = int(time.time() * 1000)
         for broker_id in self._live.keys() - live.keys():
             self._gone_since.setdefault(broker_id, now_ms)
         for broker_id in live:
             self._gone_since.pop(broker_id, None)
         self._live = live
+        for info in back:
+            self.on_member_back(info)
 
     async def _follow_records(self, watch: Watch) -> None:
         prefix = ownership_dir(self.cluster) + "/"

@@ -187,6 +187,12 @@ class FollowerLink:
                 self._run(), name=f"replicate:{self._topic}:{self.address}"
             )
 
+    def remake(self, on_remade: Callable[[str], None]) -> None:
+        """Forget what the member held: it is asked, then sent every ledger it lacks."""
+        self.held = None
+        self._on_remade = on_remade
+        self.start_catching_up()
+
     def rewind(self, ledger_id: int, entry_id: int) -> None:
         """The writer refused entries from `entry_id` on: whatever the member kept of
         them is overwritten by the next batch, which it must be sent whole."""
@@ -355,6 +361,7 @@ class EnsembleReplication:
         self.epoch = epoch
         self.ack_quorum = ack_quorum
         self.next_ledger_id = next_ledger_id
+        self._on_remade = on_remade
         self._open_ledger = open_ledger
         self._on_fenced = on_fenced
         self._peers = peers
@@ -419,6 +426,18 @@ class EnsembleReplication:
     def members_up(self) -> int:
         """Members (this broker included) that took the last batch sent to them."""
         return 1 + sum(1 for link in self.links if link.up)
+
+    def remake(self, address: str) -> None:
+        """`address` is back on another data dir: its copy is made again from the first
+        ledger, and `on_remade(address)` called once it holds everything confirmed."""
+        for link in self.links:
+            if link.address == address and not link.remaking:
+                log.info(
+                    "%s: replica %s is back on another data dir; making its copy again",
+                    self.topic,
+                    address,
+                )
+                link.remake(self._on_remade)
 
     def describe(self) -> dict:
         """The writer's view of its copies: a member is up while it takes what it is
