@@ -210,7 +210,12 @@ class ManagedLedger:
                     max(ledger._next_ledger_id, replication.next_ledger_id), -1
                 )
             ledger._next_ledger_id = max(ledger._next_ledger_id, replication.next_ledger_id)
-            replication.attach(ledger.frames, lambda: ledger.last_confirmed, ledger.ledger_ids)
+            replication.attach(
+                ledger.frames,
+                lambda: ledger.last_confirmed,
+                ledger.ledger_ids,
+                ledger.cursor_states,
+            )
         return ledger
 
     def _recover(self) -> None:
@@ -937,6 +942,11 @@ class ManagedLedger:
     def _cursor_replication_done(self, future: asyncio.Future) -> None:
         if not future.cancelled() and future.exception() is not None:
             log.warning("%s: cursors not replicated: %s", self.name, future.exception())
+
+    def cursor_states(self) -> dict[str, bytes]:
+        """Every cursor's persisted form, by name."""
+        limit = self.config.max_persisted_acked_positions
+        return {name: cursor.to_json(limit) for name, cursor in self.cursors.items()}
 
     async def write_cursor(self, name: str) -> None:
         """Write one cursor now and return once it is durable (ManagedCursor.persist):

@@ -77,10 +77,12 @@ class Replication(Protocol):
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
         ledger_ids: Callable[[], list[int]],
+        cursor_states: Callable[[], dict[str, bytes]],
     ) -> None:
         """Called once the ledger is open: `read_frames(ledger_id, first, last)` reads
         written entries back as frames (for a replica that missed them),
-        `confirmed()` is the LAC and `ledger_ids()` the ledgers it holds."""
+        `confirmed()` is the LAC, `ledger_ids()` the ledgers it holds and
+        `cursor_states()` every cursor's persisted form (for a replica back from away)."""
         ...
 
     def describe(self) -> dict:

@@ -45,8 +45,8 @@ class ScriptedReplication:
     async def replicate_cursors(self, states, deleted) -> None:
         self.cursor_writes.append((dict(states), list(deleted)))
 
-    def attach(self, read_frames, confirmed, ledger_ids) -> None:
-        self.attached = (read_frames, confirmed, ledger_ids)
+    def attach(self, read_frames, confirmed, ledger_ids, cursor_states) -> None:
+        self.attached = (read_frames, confirmed, ledger_ids, cursor_states)
 
     def close(self) -> None:
         self.closed = True

@@ -118,6 +118,7 @@ class FollowerLink:
         ledger_ids: Callable[[], list[int]],
         on_fenced: Callable[[ReplicaFencedError], None],
         on_remade: Callable[[str], None] | None = None,
+        send_cursors: Callable[[str], Awaitable[None]] = lambda address: _nothing(),
     ):
         """`on_remade(address)`: called once, when a member whose copy is being made
         again (its disk was lost) holds everything confirmed."""
@@ -128,6 +129,7 @@ class FollowerLink:
         self._read_frames = read_frames
         self._confirmed = confirmed
         self._ledger_ids = ledger_ids
+        self._send_cursors = send_cursors
         self._on_fenced = on_fenced
         self._on_remade = on_remade
         # What the member holds: (ledger, entries in it); None until known.
@@ -241,6 +243,17 @@ class FollowerLink:
                 self._backoff_s = min(self._backoff_s * 2, RETRY_BACKOFF_MAX_S)
                 continue
             if not self.up:
+                # Cursors written while it was away never reached it: all of them now,
+                # before it counts again (a subscription it lacks would not hold back
+                # retention, were it to take the topic).
+                try:
+                    await self._send_cursors(self.address)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    log.warning("%s: cursors not sent to %s: %r", self._topic, self.address, error)
+                    await asyncio.sleep(self._backoff_s)
+                    continue
                 log.info("%s: replica %s is back and caught up", self._topic, self.address)
                 self.up = True
             if self.remaking and self._holds_confirmed():
@@ -369,6 +382,7 @@ class EnsembleReplication:
         self._read_frames: Callable[[int, int, int], list[bytes]] = _no_frames
         self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
         self._list_ledgers: Callable[[], list[int]] = list
+        self._cursor_states: Callable[[], dict[str, bytes]] = dict
         self.links = [
             FollowerLink(
                 address,
@@ -381,6 +395,7 @@ class EnsembleReplication:
                 self._ledger_ids,
                 self._fenced_by,
                 on_remade if address in remake else None,
+                self._send_all_cursors,
             )
             for address, held in followers.items()
         ]
@@ -390,12 +405,15 @@ class EnsembleReplication:
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
         ledger_ids: Callable[[], list[int]],
+        cursor_states: Callable[[], dict[str, bytes]],
     ) -> None:
         """Where lagging members' entries are read back from (the ledger's `frames`),
-        how far the log is confirmed (its `last_confirmed`) and which ledgers it has."""
+        how far the log is confirmed (its `last_confirmed`), which ledgers it has, and
+        its cursors' states (sent whole to a member back from away)."""
         self._read_frames = read_frames
         self._confirmed_position = confirmed
         self._list_ledgers = ledger_ids
+        self._cursor_states = cursor_states
         for link in self.links:
             if not link.up or link.held is None:
                 link.start_catching_up()
@@ -405,6 +423,11 @@ class EnsembleReplication:
 
     def _ledger_ids(self) -> list[int]:
         return self._list_ledgers()
+
+    async def _send_all_cursors(self, address: str) -> None:
+        states = self._cursor_states()
+        if states:
+            await self._peers.replicate_cursors(address, self.topic, self.epoch, states, [])
 
     def _frames(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         return self._read_frames(ledger_id, first, last)
@@ -559,3 +582,7 @@ class EnsembleReplication:
 
 def _no_frames(ledger_id: int, first: int, last: int) -> list[bytes]:
     return []
+
+
+async def _nothing() -> None:
+    return None

@@ -17,6 +17,7 @@ from managed_ledger import (
     ManagedLedgerConfig,
     Position,
 )
+from managed_ledger.ledger import CURSORS_DB
 from managed_ledger.replica import ReplicaFencedError, ReplicaLogs
 from stableline.broker.cluster.replication import (
     EnsembleReplication,
@@ -212,4 +213,25 @@ async def test_a_member_whose_disk_was_lost_is_sent_every_ledger_from_the_first(
     await ledger.append(header(10), b"m10")
     await _wait(lambda: remade == ["c"], "the lost copy is made again, every ledger of it")
     assert peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 3}
+    await ledger.close()
+
+
+async def test_a_member_back_from_away_is_sent_every_cursor(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, _replication, _ = await _writer(tmp_path, peers)
+    await ledger.append(header(0), b"m0")
+    peers.down.add("c")
+    await ledger.append(header(1), b"m1")  # the writer finds c away
+    cursor, _ = ledger.open_cursor("held-while-away", start_at_earliest=True)
+    await ledger.write_cursor("held-while-away")
+    key = f"{STORAGE}\x00held-while-away"
+    assert peers.copies["c"].store.get(CURSORS_DB, key) is None
+    peers.down.clear()
+    await _wait(
+        lambda: peers.copies["c"].store.get(CURSORS_DB, key) is not None,
+        "the cursor written while c was away reaches it once it is back",
+    )
+    assert peers.copies["c"].store.get(CURSORS_DB, key) == cursor.to_json(
+        ledger.config.max_persisted_acked_positions
+    )
     await ledger.close()
