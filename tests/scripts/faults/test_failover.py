@@ -12,10 +12,6 @@ import pytest
 from tests.cluster.conftest import etcd_binary_or_skip
 from tests.scripts.conftest import SCRIPTS
 
-# Whether a killed owner's topics are taken over by another broker of their ensemble.
-# Until then a killed owner's topic waits for that broker to come back, and the run
-# with the owner down for --down 10 s reports it unavailable.
-REPLICATION = False
 FAILOVER_P99_LIMIT_S = 5.0
 
 
@@ -24,18 +20,33 @@ def figures(json_path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REPLICATION, reason="failover to another broker is not built yet")
 def test_a_killed_owner_is_replaced_within_seconds_and_nothing_breaks(tmp_path, run_script):
+    """The owner stays down longer than the run waits: another member must serve."""
     etcd_binary_or_skip()
     rows = tmp_path / "rows.json"
     run = run_script(
         "faults/failover.py", "--fault", "kill", "--cycles", 3, "--interval", 5,
-        "--down", 10, "--json", rows, timeout=600,
+        "--down", 10, "--session-timeout", 2, "--json", rows, timeout=600,
     )  # fmt: skip
     assert "3 cycles, 0 violations" in run.stdout
     found = figures(rows)
     assert found["failovers"] >= 3
     assert found["unavailable_p99_s"] < FAILOVER_P99_LIMIT_S
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["pause", "two-down"])
+def test_a_paused_owner_or_two_members_down_break_no_promise(tmp_path, run_script, fault):
+    """pause: SIGSTOP past the session, then SIGCONT (the woken owner acknowledges
+    nothing of what it lost); two-down: writes refused until one is back, reads go on."""
+    etcd_binary_or_skip()
+    rows = tmp_path / "rows.json"
+    run = run_script(
+        "faults/failover.py", "--fault", fault, "--cycles", 2, "--interval", 5,
+        "--down", 3, "--session-timeout", 2, "--json", rows, timeout=600,
+    )  # fmt: skip
+    assert "2 cycles, 0 violations" in run.stdout
+    assert set(json.loads(rows.read_text())["checker"].values()) == {0}
 
 
 @pytest.mark.slow

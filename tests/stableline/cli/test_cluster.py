@@ -39,6 +39,7 @@ class ClusterUp:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.output: list[str] = []
@@ -46,9 +47,12 @@ class ClusterUp:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+        try:
+            for line in self.process.stdout:
+                self._lines.put(line.rstrip("\n"))
+        finally:
+            # Whatever ended the reading, the end is told: interrupt() waits for it.
+            self._lines.put(None)
 
     def wait_for(self, pattern: str, timeout_s: float = START_TIMEOUT_S) -> re.Match:
         """The first line from here on matching `pattern`."""
