@@ -349,7 +349,25 @@ async def wait_first_ack(load: Load, topic: str, since: float, deadline_s: float
     return None
 
 
-async def run_cycle(cluster: FaultCluster, load: Load, args, number: int) -> dict:
+async def reads_go_on(client: aio.Client, topics: list[str], deadline_s: float) -> list[str]:
+    """A new reader of each topic reads its first message within `deadline_s`."""
+    problems = []
+    for topic in topics:
+        try:
+            async with asyncio.timeout(deadline_s):
+                reader = await client.create_reader(topic, aio.MessageId.earliest, RU)
+                try:
+                    await reader.read_next(int(deadline_s * 1000))
+                finally:
+                    await reader.close()
+        except (aio.StableLineError, TimeoutError):
+            problems.append(f"reads stopped: topic {topic} not read within {deadline_s:g} s")
+    return problems
+
+
+async def run_cycle(
+    client: aio.Client, cluster: FaultCluster, load: Load, args, number: int
+) -> dict:
     await asyncio.sleep(args.interval)
     topic = TOPICS[number % len(TOPICS)]
     victim = await asyncio.to_thread(cluster.owner, topic)
@@ -368,6 +386,7 @@ async def run_cycle(cluster: FaultCluster, load: Load, args, number: int) -> dic
     unavailability: list[float] = []
     if args.fault == "two-down":
         first_back = struck.at + struck.restore[0][0]
+        violations += await reads_go_on(client, owned, args.deadline)
         await asyncio.sleep(max(0.0, first_back - time.monotonic()))
         refused_window_end = time.monotonic()
         acked_meanwhile = load.acks_between(struck.at, refused_window_end)
@@ -472,7 +491,7 @@ async def drive(cluster: FaultCluster, args) -> tuple[list[dict], Load, list[str
             print("|" + "---|" * (len(COLUMNS) + 1), flush=True)
             rows = []
             for number in range(args.cycles):
-                row = await run_cycle(cluster, load, args, number)
+                row = await run_cycle(client, cluster, load, args, number)
                 rows.append(row)
                 cells = [str(row[column]) for column in COLUMNS]
                 print(f"| {' | '.join(cells)} | {'; '.join(row['violations']) or 0} |", flush=True)
