@@ -141,6 +141,7 @@ class Load:
     # topic -> (when the send was asked, when its acknowledgement came), monotonic
     acked_at: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     running: bool = True
+    consumer_errors: list[str] = field(default_factory=list)  # each one resubscribed
     busy: int = 0
 
     def acked(self, topic: str, asked_at: float) -> None:
@@ -252,7 +253,9 @@ async def txn_producer(client: aio.Client, load: Load, rng: random.Random) -> No
             load.busy -= 1
 
 
-async def consume(client: aio.Client, log: SubscriptionLog) -> None:
+async def consume(client: aio.Client, log: SubscriptionLog, errors: list[str]) -> None:
+    """Receive, record and acknowledge; after an error, subscribe again (as an
+    application would: the subscription redelivers from its acknowledged position)."""
     level = RC if log.read_committed else RU
     consumer = None
     while True:
@@ -271,7 +274,12 @@ async def consume(client: aio.Client, log: SubscriptionLog) -> None:
             if messages:
                 await consumer.acknowledge(list(messages))
                 log.ack_confirmed(payloads)
-        except aio.StableLineError:
+        except aio.StableLineError as error:
+            errors.append(f"{log.name}: {type(error).__name__}: {error}")
+            if consumer is not None:
+                with contextlib.suppress(aio.StableLineError):
+                    await consumer.close()
+                consumer = None
             await asyncio.sleep(0.2)
 
 
@@ -477,7 +485,9 @@ async def drive(cluster: FaultCluster, args) -> tuple[list[dict], Load, list[str
                 topic, "read-back-hold", initial_position=aio.InitialPosition.Earliest
             )
             await holder.close()
-        consumers = [asyncio.create_task(consume(client, log)) for log in logs]
+        consumers = [
+            asyncio.create_task(consume(client, log, load.consumer_errors)) for log in logs
+        ]
         producers = [
             asyncio.create_task(plain_producer(client, load, topic, n, args.rate))
             for topic in TOPICS
@@ -541,10 +551,8 @@ def main() -> int:
     )
     try:
         etcd.start()
-        for broker in cluster.brokers:
-            broker.launch()
-        for broker in cluster.brokers:
-            broker.wait_ready()
+        for broker in cluster.brokers:  # one after another, as the cluster tests do
+            broker.start()
         print(f"cluster up: {cluster.service_url}", flush=True)
         rows, load, problems = asyncio.run(drive(cluster, args))
     finally:
@@ -570,6 +578,7 @@ def main() -> int:
             for outcome in TxnOutcome
         },
         "deliveries": load.delivered(),
+        "consumer_errors": load.consumer_errors[:20],
         "position_samples": sum(len(s) for s in load.history.positions.values()),
     }
     print()
