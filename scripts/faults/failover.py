@@ -141,6 +141,7 @@ class Load:
     # topic -> (when the send was asked, when its acknowledgement came), monotonic
     acked_at: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     running: bool = True
+    consumer_errors: list[str] = field(default_factory=list)  # each one resubscribed
     busy: int = 0
 
     def acked(self, topic: str, asked_at: float) -> None:
@@ -252,7 +253,9 @@ async def txn_producer(client: aio.Client, load: Load, rng: random.Random) -> No
             load.busy -= 1
 
 
-async def consume(client: aio.Client, log: SubscriptionLog) -> None:
+async def consume(client: aio.Client, log: SubscriptionLog, errors: list[str]) -> None:
+    """Receive, record and acknowledge; after an error, subscribe again (as an
+    application would: the subscription redelivers from its acknowledged position)."""
     level = RC if log.read_committed else RU
     consumer = None
     while True:
@@ -271,7 +274,12 @@ async def consume(client: aio.Client, log: SubscriptionLog) -> None:
             if messages:
                 await consumer.acknowledge(list(messages))
                 log.ack_confirmed(payloads)
-        except aio.StableLineError:
+        except aio.StableLineError as error:
+            errors.append(f"{log.name}: {type(error).__name__}: {error}")
+            if consumer is not None:
+                with contextlib.suppress(aio.StableLineError):
+                    await consumer.close()
+                consumer = None
             await asyncio.sleep(0.2)
 
 
@@ -349,7 +357,25 @@ async def wait_first_ack(load: Load, topic: str, since: float, deadline_s: float
     return None
 
 
-async def run_cycle(cluster: FaultCluster, load: Load, args, number: int) -> dict:
+async def reads_go_on(client: aio.Client, topics: list[str], deadline_s: float) -> list[str]:
+    """A new reader of each topic reads its first message within `deadline_s`."""
+    problems = []
+    for topic in topics:
+        try:
+            async with asyncio.timeout(deadline_s):
+                reader = await client.create_reader(topic, aio.MessageId.earliest, RU)
+                try:
+                    await reader.read_next(int(deadline_s * 1000))
+                finally:
+                    await reader.close()
+        except (aio.StableLineError, TimeoutError):
+            problems.append(f"reads stopped: topic {topic} not read within {deadline_s:g} s")
+    return problems
+
+
+async def run_cycle(
+    client: aio.Client, cluster: FaultCluster, load: Load, args, number: int
+) -> dict:
     await asyncio.sleep(args.interval)
     topic = TOPICS[number % len(TOPICS)]
     victim = await asyncio.to_thread(cluster.owner, topic)
@@ -368,6 +394,7 @@ async def run_cycle(cluster: FaultCluster, load: Load, args, number: int) -> dic
     unavailability: list[float] = []
     if args.fault == "two-down":
         first_back = struck.at + struck.restore[0][0]
+        violations += await reads_go_on(client, owned, args.deadline)
         await asyncio.sleep(max(0.0, first_back - time.monotonic()))
         refused_window_end = time.monotonic()
         acked_meanwhile = load.acks_between(struck.at, refused_window_end)
@@ -458,7 +485,9 @@ async def drive(cluster: FaultCluster, args) -> tuple[list[dict], Load, list[str
                 topic, "read-back-hold", initial_position=aio.InitialPosition.Earliest
             )
             await holder.close()
-        consumers = [asyncio.create_task(consume(client, log)) for log in logs]
+        consumers = [
+            asyncio.create_task(consume(client, log, load.consumer_errors)) for log in logs
+        ]
         producers = [
             asyncio.create_task(plain_producer(client, load, topic, n, args.rate))
             for topic in TOPICS
@@ -472,7 +501,7 @@ async def drive(cluster: FaultCluster, args) -> tuple[list[dict], Load, list[str
             print("|" + "---|" * (len(COLUMNS) + 1), flush=True)
             rows = []
             for number in range(args.cycles):
-                row = await run_cycle(cluster, load, args, number)
+                row = await run_cycle(client, cluster, load, args, number)
                 rows.append(row)
                 cells = [str(row[column]) for column in COLUMNS]
                 print(f"| {' | '.join(cells)} | {'; '.join(row['violations']) or 0} |", flush=True)
@@ -522,10 +551,8 @@ def main() -> int:
     )
     try:
         etcd.start()
-        for broker in cluster.brokers:
-            broker.launch()
-        for broker in cluster.brokers:
-            broker.wait_ready()
+        for broker in cluster.brokers:  # one after another, as the cluster tests do
+            broker.start()
         print(f"cluster up: {cluster.service_url}", flush=True)
         rows, load, problems = asyncio.run(drive(cluster, args))
     finally:
@@ -551,6 +578,7 @@ def main() -> int:
             for outcome in TxnOutcome
         },
         "deliveries": load.delivered(),
+        "consumer_errors": load.consumer_errors[:20],
         "position_samples": sum(len(s) for s in load.history.positions.values()),
     }
     print()
