@@ -257,7 +257,7 @@ async def bench_failover(
 ) -> dict:
     """The kills, in one event loop (gRPC's channels belong to the loop they were
     made on); the brokers' own kill and restart block it, nothing else runs then."""
-    unavailable, fresh, tries = [], [], []
+    unavailable, fresh, tries, restarts = [], [], [], []
     killed: dict[str, int] = {broker.target: 0 for broker in brokers}
     for kill in range(args.kills):
         topic = f"persistent://{namespace}/failover-{kill}"
@@ -268,6 +268,8 @@ async def bench_failover(
         began = monotonic()
         acknowledged, _ = await first_send(seeds(brokers, 0), topic, FAILOVER_GIVE_UP_S)
         fresh.append(acknowledged - began)
+        if fresh[-1] > 1:
+            progress(f"failover {kill + 1}: a first send, nothing killed, took {fresh[-1]:.2f} s")
         leader_id = await topic_leader(etcd_url, cluster, topic)
         (leader,) = [broker for broker in brokers if broker.target == leader_id]
         live = [broker for broker in brokers if broker is not leader]
@@ -283,7 +285,9 @@ async def bench_failover(
             f"failover {kill + 1}/{args.kills}: killed {leader_id}, first send acknowledged "
             f"{took:.2f} s later by {new_leader} ({attempts} tries)"
         )
+        restarted = monotonic()
         leader.start()
+        restarts.append(monotonic() - restarted)
     return {
         "kills": args.kills,
         "kill_to_first_ack": percentiles_ms(unavailable),
@@ -291,6 +295,8 @@ async def bench_failover(
         "kills_per_broker": killed,
         "tries": tries,
         "samples_s": [round(sample, 3) for sample in unavailable],
+        "fresh_samples_s": [round(sample, 3) for sample in fresh],
+        "restart_s": [round(sample, 2) for sample in restarts],
         "attempt_timeout_s": ATTEMPT_TIMEOUT_S,
     }
 
