@@ -41,7 +41,7 @@ test: $(VENV)/.all-installed
 	bash scripts/dev/install_test_servers.sh
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-# The whole suite, one table: bench-results/RESULTS.md and results.json (< 10 min),
+# The whole suite, one table: bench-results/RESULTS.md and results.json (about 11 min),
 # and the results section of docs/benchmarks.md.
 bench: $(VENV)/.all-installed
 	$(PY) scripts/bench/bench_all.py --out bench-results --docs-page docs/benchmarks.md

@@ -98,6 +98,9 @@ class Sizes:
     cluster_clients: int = 3
     cluster_trials: int = 15  # first sends to new topics
     cluster_lookups: int = 500
+    replication_seconds: float = 4.0  # each throughput run of bench_replication
+    replication_rounds: int = 3  # runs of each policy, alternated; the median
+    failover_kills: int = 20
 
 
 # Each figure's smallest run: the wiring from its measurement to its rows is what the
@@ -137,6 +140,9 @@ QUICK = Sizes(
     cluster_clients=2,
     cluster_trials=3,
     cluster_lookups=20,
+    replication_seconds=0.5,
+    replication_rounds=1,
+    failover_kills=3,
 )
 
 
@@ -1162,6 +1168,116 @@ def fig_cluster(sizes: Sizes, ctx: dict) -> list[Row]:
     return rows
 
 
+def fig_replication(sizes: Sizes, ctx: dict) -> list[Row]:
+    """Replicated (3/3/2) against one-copy (1/1/1) topics on the same three brokers, and
+    failover after kill -9 (bench_replication); without an etcd on PATH, no row."""
+    result = run_script(
+        "bench_replication.py",
+        ctx["out"] / "replication.json",
+        "--seconds", str(sizes.replication_seconds),
+        "--rounds", str(sizes.replication_rounds),
+        "--latency-seconds", str(sizes.latency_seconds),
+        "--kills", str(sizes.failover_kills),
+    )  # fmt: skip
+    if not result["etcd"]:
+        progress("replication: no etcd, so no replication rows")
+        return []
+    return replication_rows(result)
+
+
+def replication_rows(result: dict) -> list[Row]:
+    """The rows of bench_replication's JSON."""
+    replicated, one_copy = result["policies"]["replicated"], result["policies"]["one_copy"]
+    baseline_label = f"{one_copy} on the same brokers"
+    figure = (
+        f"Replication: {replicated} against {one_copy}, 3 brokers on one etcd, 100 B batched "
+        "(bench_replication)"
+    )
+
+    def runs(summary: dict) -> str:
+        return " / ".join(f"{run['msgs_per_s']:,}" for run in summary["runs"])
+
+    rows = []
+    throughput = result["throughput"]
+    for kind, label in (
+        ("publish", "publish (acknowledged)"),
+        ("e2e", "e2e (produce + READ_COMMITTED consume)"),
+    ):
+        ours, theirs = throughput[kind]["replicated"], throughput[kind]["one_copy"]
+        rows.append(
+            Row(
+                figure,
+                f"{replicated} {label}: msgs/s, median of {len(ours['runs'])}",
+                ours["msgs_per_s"],
+                "msgs/s",
+                baseline_label,
+                theirs["msgs_per_s"],
+                goal=(Bound("ratio", ">=", 0.5),),
+                note=f"runs {runs(ours)} ({one_copy}: {runs(theirs)}); broker CPU us/msg "
+                f"{ours['broker_cpu_us_per_msg_total']} ({one_copy}: "
+                f"{theirs['broker_cpu_us_per_msg_total']})",
+            )
+        )
+    ours, theirs = throughput["e2e"]["replicated"], throughput["e2e"]["one_copy"]
+    rows.append(
+        Row(
+            figure,
+            f"{replicated} e2e: broker CPU per message, 3 brokers summed",
+            ours["broker_cpu_us_per_msg_total"],
+            "us/msg",
+            baseline_label,
+            theirs["broker_cpu_us_per_msg_total"],
+            note=f"each broker (medians): {ours['broker_cpu_us_per_msg']} ({one_copy}: "
+            f"{theirs['broker_cpu_us_per_msg']}, its topic on one of them)",
+        )
+    )
+    latency = result["latency"]
+    figure = (
+        f"Replication: publish latency at half the {replicated} max rate "
+        f"({latency['rate']:,} msgs/s, bench_replication)"
+    )
+    for percentile, goal in (("p50", ()), ("p99", (Bound("value", "<", 20),))):
+        rows.append(
+            Row(
+                figure,
+                f"{replicated} send -> acknowledged {percentile}",
+                latency["replicated"][f"{percentile}_ms"],
+                "ms",
+                f"{one_copy} at the same rate, {percentile}",
+                latency["one_copy"][f"{percentile}_ms"],
+                goal=goal,
+                note=f"p99.9 {latency['replicated']['p99.9_ms']} ms ({one_copy}: "
+                f"{latency['one_copy']['p99.9_ms']} ms)"
+                if percentile == "p99"
+                else "",
+            )
+        )
+    failover = result["failover"]
+    figure = (
+        f"Replication: kill -9 of a {replicated} topic's owner -> first send acknowledged "
+        f"through another broker, {failover['kills']} kills, "
+        f"{result['session_timeout_s']:g} s session (bench_replication)"
+    )
+    down, fresh = failover["kill_to_first_ack"], failover["fresh_client_first_send"]
+    for percentile, goal in (("p50", ()), ("p99", (Bound("value", "<", 5),))):
+        rows.append(
+            Row(
+                figure,
+                f"kill -> first acknowledged send, {percentile}",
+                round(down[f"{percentile}_ms"] / 1e3, 3),
+                "s",
+                f"a fresh client's first send, nothing killed, {percentile}",
+                round(fresh[f"{percentile}_ms"] / 1e3, 3),
+                goal=goal,
+                note=f"max {down['max_ms'] / 1e3:.2f} s; each try a fresh client "
+                f"(up to {failover['attempt_timeout_s']:g} s a try)"
+                if percentile == "p99"
+                else "",
+            )
+        )
+    return rows
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -1177,6 +1293,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "kafka": fig_kafka,
     "metadata": fig_metadata,
     "cluster": fig_cluster,
+    "replication": fig_replication,
 }
 
 

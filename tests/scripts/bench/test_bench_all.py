@@ -32,11 +32,14 @@ GROUPS = (
     "Kafka port",
     "Metadata store",
 )
-# bench_cluster's rows, made only where an etcd can be started.
+# bench_cluster's and bench_replication's rows, made only where an etcd can be started.
 CLUSTER_GROUPS = (
     "Cluster on one machine: e2e",
     "Cluster: 1-message transactions",
     "Cluster: finding a topic's owner",
+    "Replication: 3/3/2 against 1/1/1",
+    "Replication: publish latency",
+    "Replication: kill -9",
 )
 
 
@@ -73,6 +76,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
         "kafka.json",
         "metadata.json",
         "cluster.json",
+        "replication.json",
     ):
         assert (tmp_path / produced).exists(), produced
 

@@ -1,0 +1,367 @@
+"""What replication costs and how fast a topic fails over: three brokers on one etcd.
+
+Three broker processes (stableline.testing.BrokerProcess, data dirs of their own,
+the default 4 s session) on one etcd started here from PATH. Two namespaces on the
+same brokers: one whose topics are replicated as the cluster's default, ensemble 3,
+write quorum 3, ack quorum 2 (every byte written to three disks, acknowledged once
+two hold it), and one keeping one copy (1/1/1), the baseline. Each run has a fresh
+topic, placed before its clock starts.
+
+1. throughput: `stableline perf` publish-only runs (msgs/s acknowledged) and
+   end-to-end runs (a READ_COMMITTED subscription consuming what is produced), the
+   two namespaces alternated forth and back over `--rounds`; each figure the median
+   of its runs. Beside it the CPU seconds each broker process spent per message
+   (/proc), and their sum.
+2. latency: a rate-limited producer at half the replicated topic's median
+   publish rate from 1, on each namespace (the same rate on both): publish latency
+   p50/p99/p99.9, send to acknowledged.
+3. failover: `--kills` times, a new replicated topic gets a message; a fresh client
+   times a first send to it (the baseline: nothing failed); its owner (from its
+   ownership record in etcd) is killed with SIGKILL; from the kill, fresh clients
+   given the live brokers' addresses try to send one message, each try a new
+   client (so the figure is the brokers' failover, not a client's reconnection),
+   until one is acknowledged. The killed broker is restarted before the next kill.
+
+    python scripts/bench/bench_replication.py [--seconds 4] [--rounds 3]
+        [--latency-seconds 8] [--kills 20] [--only throughput,latency,failover] [--json PATH]
+
+Without an etcd on PATH nothing can be measured: the script says so and its JSON
+has `"etcd": false`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_cluster import CpuSampler, brokers_running, in_turn, place_topics, seeds
+from bench_metadata import start_etcd  # scripts/ is on the path of a script
+from results_file import finish
+
+from stableline import perf
+from stableline._errors import StableLineError
+from stableline.aio import Client
+from stableline.broker.config import BrokerConfig
+from stableline.metadata import open_metadata_store
+from stableline.perf.coordination import monotonic
+from stableline.testing import BrokerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+BROKERS = 3
+MESSAGE = b"f" * 100
+REPLICATED, ONE_COPY = "replicated", "one_copy"
+# A failed try of a first send (its owner dead, or not yet taken) fails within this.
+ATTEMPT_TIMEOUT_S = 2.0
+# Between failed tries: keeps fresh clients from spinning on the cores the brokers
+# need, and is the resolution of the failover figure.
+RETRY_PAUSE_S = 0.02
+# A kill's topic must be served again within this, else the run fails (the
+# cluster's promise is 5 s; a loaded machine may take longer, never this long).
+FAILOVER_GIVE_UP_S = 60.0
+_STARTED = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A namespace's persistence policy: ensemble, write quorum, ack quorum."""
+
+    ensemble: int
+    write_quorum: int
+    ack_quorum: int
+
+    def body(self) -> bytes:
+        return json.dumps(
+            {
+                "bookkeeperEnsemble": self.ensemble,
+                "bookkeeperWriteQuorum": self.write_quorum,
+                "bookkeeperAckQuorum": self.ack_quorum,
+            }
+        ).encode()
+
+    @property
+    def text(self) -> str:
+        return f"{self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
+
+
+POLICIES = {REPLICATED: Policy(3, 3, 2), ONE_COPY: Policy(1, 1, 1)}
+
+
+def set_persistence(broker: BrokerProcess, namespace: str, policy: Policy) -> None:
+    request = urllib.request.Request(
+        f"{broker.http_url}/admin/v2/namespaces/{namespace}/persistence",
+        policy.body(),
+        {"Content-Type": "application/json", "X-Stableline-Request": "bench"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        if response.status != 204:
+            raise RuntimeError(f"set persistence of {namespace}: HTTP {response.status}")
+
+
+def percentiles_ms(samples: list[float]) -> dict:
+    """p50/p99/max of durations in seconds, in ms (p99: the sample at or above 99%)."""
+    ordered = sorted(samples)
+    if not ordered:
+        return {"count": 0}
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "count": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1e3, 1),
+        "p99_ms": round(p99 * 1e3, 1),
+        "max_ms": round(ordered[-1] * 1e3, 1),
+    }
+
+
+def median_of(runs: list[dict], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+# ---------------------------------------------------------------- 1. throughput
+
+
+def perf_run(
+    label: str,
+    brokers: list[BrokerProcess],
+    etcd_pid: int,
+    topic: str,
+    seconds: float,
+    subscriptions: int,
+    rate: float = 0.0,
+) -> dict:
+    """One perf run on `topic` (placed first, off the clock); its rate and the
+    brokers' CPU per message."""
+    workload = perf.Workload(
+        service_url=seeds(brokers, 0),
+        topic=topic,
+        subscriptions=subscriptions,
+        duration_s=seconds,
+        rate=rate,
+    )
+    placed = place_topics(brokers, [topic])
+    sampler = CpuSampler(brokers, etcd_pid)
+    result = perf.run(workload, out=lambda line: progress(f"  {label}: {line}"), broker_cpu=sampler)
+    if not result["checks"]["ok"]:
+        raise RuntimeError(f"{label}: consistency checks failed: {result['checks']}")
+    side = result["consumed"] if subscriptions else result["produced"]
+    spent = sampler.spent()
+    messages = side["messages"]
+    row = {
+        "owner": next(target for target, count in placed.items() if count),
+        "msgs_per_s": side["msgs_per_s"],
+        "messages": messages,
+        "broker_cpu_us_per_msg": [round(cpu * 1e6 / messages, 3) for cpu in spent["brokers"]],
+        "broker_cpu_us_per_msg_total": round(sum(spent["brokers"]) * 1e6 / messages, 3),
+        "etcd_cpu_us_per_msg": round(spent["etcd"] * 1e6 / messages, 3),
+        "publish_latency": result["produced"]["publish_latency"],
+    }
+    if subscriptions:
+        row["e2e_latency"] = result["consumed"]["e2e_latency"]
+    progress(
+        f"{label}: {row['msgs_per_s']:,} msgs/s, brokers {row['broker_cpu_us_per_msg']} us/msg"
+    )
+    return row
+
+
+def summary(runs: list[dict]) -> dict:
+    """The median of runs' figures, with every run kept."""
+    return {
+        "msgs_per_s": round(median_of(runs, "msgs_per_s")),
+        "broker_cpu_us_per_msg_total": round(median_of(runs, "broker_cpu_us_per_msg_total"), 3),
+        "broker_cpu_us_per_msg": [
+            round(statistics.median(each), 3)
+            for each in zip(*(run["broker_cpu_us_per_msg"] for run in runs), strict=True)
+        ],
+        "runs": runs,
+    }
+
+
+def bench_throughput(args, brokers, etcd_pid: int, namespaces: dict[str, str]) -> dict:
+    result = {}
+    for kind, subscriptions in (("publish", 0), ("e2e", 1)):
+        runs: dict[str, list[dict]] = {name: [] for name in POLICIES}
+        for index, name in enumerate(in_turn(list(POLICIES), args.rounds)):
+            topic = f"persistent://{namespaces[name]}/{kind}-{index}"
+            label = f"{kind}-{POLICIES[name].text}-{index}"
+            runs[name].append(
+                perf_run(label, brokers, etcd_pid, topic, args.seconds, subscriptions)
+            )
+        result[kind] = {name: summary(rows) for name, rows in runs.items()}
+        ratio = result[kind][REPLICATED]["msgs_per_s"] / result[kind][ONE_COPY]["msgs_per_s"]
+        progress(f"{kind}: replicated / one copy = {ratio:.2f}")
+    return result
+
+
+# ---------------------------------------------------------------- 2. latency
+
+
+def bench_latency(args, brokers, etcd_pid: int, namespaces: dict[str, str], rate: float) -> dict:
+    result: dict = {"rate": rate}
+    for name in POLICIES:
+        topic = f"persistent://{namespaces[name]}/latency"
+        label = f"latency-{POLICIES[name].text}"
+        run = perf_run(label, brokers, etcd_pid, topic, args.latency_seconds, 0, rate=rate)
+        result[name] = {**run["publish_latency"], "msgs_per_s": run["msgs_per_s"]}
+        progress(f"{label}: {json.dumps(result[name])}")
+    return result
+
+
+# ---------------------------------------------------------------- 3. failover
+
+
+async def first_send(service_url: str, topic: str, give_up_s: float) -> tuple[float, int]:
+    """Fresh clients on `service_url` try to send one message to `topic` until one is
+    acknowledged: when it was (monotonic) and the tries it took."""
+    started = monotonic()
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            async with Client(service_url, operation_timeout_seconds=ATTEMPT_TIMEOUT_S) as client:
+                producer = await client.create_producer(topic)
+                await producer.send(MESSAGE)
+                return monotonic(), tries
+        except (StableLineError, TimeoutError) as error:
+            if monotonic() - started > give_up_s:
+                raise RuntimeError(f"{topic}: no send acknowledged in {give_up_s} s") from error
+        await asyncio.sleep(RETRY_PAUSE_S)
+
+
+async def topic_leader(etcd_url: str, cluster: str, topic: str) -> str:
+    """The broker id (its gRPC address) leading `topic`, from its ownership record."""
+    store = await open_metadata_store(etcd_url)
+    try:
+        local = topic.removeprefix("persistent://")
+        record = await store.get(f"/stableline/ownership/{cluster}/topics/{local}")
+        if record is None:
+            raise RuntimeError(f"no ownership record for {topic}")
+        return json.loads(record.value)["leader"]
+    finally:
+        await store.close()
+
+
+async def bench_failover(
+    args, brokers: list[BrokerProcess], etcd_url: str, cluster: str, namespace: str
+) -> dict:
+    """The kills, in one event loop (gRPC's channels belong to the loop they were
+    made on); the brokers' own kill and restart block it, nothing else runs then."""
+    unavailable, fresh, tries, restarts = [], [], [], []
+    killed: dict[str, int] = {broker.target: 0 for broker in brokers}
+    for kill in range(args.kills):
+        topic = f"persistent://{namespace}/failover-{kill}"
+        # Placed and written (the broker restarted after the last kill may still be
+        # joining: placement needs all three), then one timed first send of a fresh
+        # client while nothing fails: the baseline.
+        await first_send(seeds(brokers, 0), topic, FAILOVER_GIVE_UP_S)
+        began = monotonic()
+        acknowledged, _ = await first_send(seeds(brokers, 0), topic, FAILOVER_GIVE_UP_S)
+        fresh.append(acknowledged - began)
+        if fresh[-1] > 1:
+            progress(f"failover {kill + 1}: a first send, nothing killed, took {fresh[-1]:.2f} s")
+        leader_id = await topic_leader(etcd_url, cluster, topic)
+        (leader,) = [broker for broker in brokers if broker.target == leader_id]
+        live = [broker for broker in brokers if broker is not leader]
+        began = monotonic()
+        leader.kill()
+        acknowledged, attempts = await first_send(seeds(live, 0), topic, FAILOVER_GIVE_UP_S)
+        took = acknowledged - began
+        new_leader = await topic_leader(etcd_url, cluster, topic)
+        unavailable.append(took)
+        tries.append(attempts)
+        killed[leader_id] += 1
+        progress(
+            f"failover {kill + 1}/{args.kills}: killed {leader_id}, first send acknowledged "
+            f"{took:.2f} s later by {new_leader} ({attempts} tries)"
+        )
+        restarted = monotonic()
+        leader.start()
+        restarts.append(monotonic() - restarted)
+    return {
+        "kills": args.kills,
+        "kill_to_first_ack": percentiles_ms(unavailable),
+        "fresh_client_first_send": percentiles_ms(fresh),
+        "kills_per_broker": killed,
+        "tries": tries,
+        "samples_s": [round(sample, 3) for sample in unavailable],
+        "fresh_samples_s": [round(sample, 3) for sample in fresh],
+        "restart_s": [round(sample, 2) for sample in restarts],
+        "attempt_timeout_s": ATTEMPT_TIMEOUT_S,
+    }
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="each throughput run")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each policy, alternated")
+    parser.add_argument("--latency-seconds", type=float, default=8.0, help="each latency run")
+    parser.add_argument("--kills", type=int, default=20, help="failovers timed")
+    parser.add_argument("--only", default="throughput,latency,failover")
+    parser.add_argument("--dir", type=Path, default=REPO / "bench-results")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    wanted = {part.strip() for part in args.only.split(",")}
+    if "latency" in wanted:
+        wanted.add("throughput")  # its rate is half the replicated publish rate
+    args.dir.mkdir(parents=True, exist_ok=True)
+    result: dict = {
+        "brokers": BROKERS,
+        "policies": {name: policy.text for name, policy in POLICIES.items()},
+        "message_size": len(MESSAGE),
+        "load_before": os.getloadavg(),
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-replication-", dir=args.dir) as scratch:
+        root = Path(scratch)
+        etcd = start_etcd(root)
+        result["etcd"] = etcd is not None
+        if etcd is None:
+            progress("no etcd on PATH (Debian: etcd-server): nothing to measure")
+            return finish(result, _STARTED, args.json)
+        process, etcd_url = etcd
+        cluster = f"replication-{os.getpid()}"
+        try:
+            with brokers_running(root, BROKERS, etcd_url, cluster) as brokers:
+                namespaces = {
+                    name: f"public/{name.replace('_', '-')}-{os.getpid()}" for name in POLICIES
+                }
+                for name, policy in POLICIES.items():
+                    set_persistence(brokers[0], namespaces[name], policy)
+                if "throughput" in wanted:
+                    result["throughput"] = bench_throughput(args, brokers, process.pid, namespaces)
+                if "latency" in wanted:
+                    rate = result["throughput"]["publish"][REPLICATED]["msgs_per_s"] // 2
+                    result["latency"] = bench_latency(args, brokers, process.pid, namespaces, rate)
+                if "failover" in wanted:
+                    # The brokers' own: this script sets no session timeout.
+                    result["session_timeout_s"] = float(
+                        os.environ.get(
+                            "STABLELINE_METADATA_SESSION_TIMEOUT_S",
+                            BrokerConfig().metadata_session_timeout_s,
+                        )
+                    )
+                    result["failover"] = asyncio.run(
+                        bench_failover(args, brokers, etcd_url, cluster, namespaces[REPLICATED])
+                    )
+        finally:
+            process.terminate()
+            process.wait()
+    result["load_after"] = os.getloadavg()
+    return finish(result, _STARTED, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
