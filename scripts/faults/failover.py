@@ -14,9 +14,11 @@ Every --interval s a fault (--fault) strikes the broker that owns the cycle's to
 - kill: SIGKILL, restarted after --down s on the same data dir;
 - lose-disk: SIGKILL, its data dir deleted, restarted empty after --down s;
 - pause: SIGSTOP for the session timeout plus --down s, then SIGCONT;
-- two-down: SIGKILL of the owner and one more broker; writes must then be refused
-  (no acknowledgement) and reads go on; one restarts after --down s (writes must
-  resume), the other --down s later.
+- two-down: SIGKILL of the two other members of the owner's topics (the owner stays
+  up); writes must then be refused (no acknowledgement: below the ack quorum) and
+  reads go on; one restarts after --down s (writes must resume), the other --down s
+  later. (With the owner among the two, no broker may serve: one member cannot know
+  the last acknowledged entry.)
 Per fault it measures the unavailability of each topic the struck broker owned:
 from the fault to the first acknowledged send on the topic (for two-down, from the
 first restart). A topic not served within --deadline s is a violation
@@ -319,7 +321,7 @@ def strike(fault: str, cluster: FaultCluster, owner: BrokerProcess, args) -> Str
         return Strike(at, [owner], [(args.session_timeout + args.down, owner, "cont")])
     struck = [owner]
     if fault == "two-down":
-        struck.append(next(b for b in cluster.alive() if b is not owner))
+        struck = [b for b in cluster.alive() if b is not owner][:2]
     for broker in struck:
         broker.kill()
     if fault == "lose-disk":
