@@ -998,6 +998,9 @@ class ManagedLedger:
             for ledger_id in deleted:
                 for callback in self._ledger_deleted_listeners:
                     callback(ledger_id)
+            if self.replication is not None:
+                # The other copies delete theirs too (they would keep them for ever).
+                self.replication.trimmed(max(deleted) + 1)
         return deleted
 
     # ------------------------------------------------------------ stats

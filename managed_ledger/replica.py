@@ -345,6 +345,35 @@ class ReplicaLogs:
             )
             await self.store.sync_async()
 
+    async def trim(self, name: str, epoch: int, below_ledger_id: int) -> ReplicaState:
+        """Delete the copy's ledgers older than `below_ledger_id` (the writer's retention
+        deleted them; same epoch rule). The newest ledger is never deleted. The shorter
+        list is durable before any file goes, as ManagedLedger.trim does, and the log
+        end it carries never goes back."""
+        replica = self._replica(name)
+        async with replica.lock:
+            replica = self._replica(name)
+            await self._take_epoch(replica, epoch)
+            newest = replica.newest
+            doomed = [
+                ledger_id
+                for ledger_id in replica.ledgers
+                if ledger_id < below_ledger_id and (newest is None or ledger_id != newest.ledger_id)
+            ]
+            if not doomed:
+                return replica.state()
+            replica.next_offset = max(replica.next_offset, self._confirmed_end_offset(replica))
+            for ledger_id in doomed:
+                del replica.ledgers[ledger_id]
+            await self._persist(replica)
+            for ledger_id in doomed:
+                segment = replica.segments.pop(ledger_id, None)
+                if segment is not None:
+                    segment.release()
+                delete_files(replica.path(ledger_id))
+            log.info("%s: retention deleted copies of ledgers %s", name, doomed)
+            return replica.state()
+
     async def drop(self, name: str) -> None:
         """Forget the topic's copy: its files, its ledger list and its epoch (the topic
         was deleted). Metadata goes first, as ManagedLedger.delete does: a crash in

@@ -85,6 +85,11 @@ class Replication(Protocol):
         `cursor_states()` every cursor's persisted form (for a replica back from away)."""
         ...
 
+    def trimmed(self, below_ledger_id: int) -> None:
+        """Retention deleted every ledger below `below_ledger_id` here: the other copies
+        are to delete theirs (in the background; a member away is told on its return)."""
+        ...
+
     def describe(self) -> dict:
         """What the topic's stats show of its copies (JSON-ready): at least
         `membersUp` (this copy included) and `underReplicated`."""

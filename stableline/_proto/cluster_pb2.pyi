@@ -190,6 +190,16 @@ class ReplicateCursorsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class TrimReplicaRequest(_message.Message):
+    __slots__ = ("topic", "epoch", "below_ledger_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BELOW_LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    epoch: int
+    below_ledger_id: int
+    def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ..., below_ledger_id: _Optional[int] = ...) -> None: ...
+
 class CloseReplicaLedgerRequest(_message.Message):
     __slots__ = ("topic", "epoch", "ledger_id", "last_entry_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

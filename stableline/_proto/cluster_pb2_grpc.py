@@ -85,6 +85,11 @@ class PeerStub:
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.CloseReplicaLedgerRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
                 _registered_method=True)
+        self.TrimReplica = channel.unary_unary(
+                '/stableline.v1.Peer/TrimReplica',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.TrimReplicaRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+                _registered_method=True)
         self.ReplicateCursors = channel.unary_unary(
                 '/stableline.v1.Peer/ReplicateCursors',
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsRequest.SerializeToString,
@@ -156,6 +161,12 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TrimReplica(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReplicateCursors(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -213,6 +224,11 @@ def add_PeerServicer_to_server(servicer, server):
             'CloseReplicaLedger': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseReplicaLedger,
                     request_deserializer=stableline_dot_v1_dot_cluster__pb2.CloseReplicaLedgerRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.SerializeToString,
+            ),
+            'TrimReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.TrimReplica,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.TrimReplicaRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicaState.SerializeToString,
             ),
             'ReplicateCursors': grpc.unary_unary_rpc_method_handler(
@@ -490,6 +506,33 @@ class Peer:
             target,
             '/stableline.v1.Peer/CloseReplicaLedger',
             stableline_dot_v1_dot_cluster__pb2.CloseReplicaLedgerRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TrimReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/TrimReplica',
+            stableline_dot_v1_dot_cluster__pb2.TrimReplicaRequest.SerializeToString,
             stableline_dot_v1_dot_cluster__pb2.ReplicaState.FromString,
             options,
             channel_credentials,

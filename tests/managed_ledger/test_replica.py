@@ -218,6 +218,23 @@ async def test_a_newest_ledger_closed_here_is_completed_by_a_writer_of_a_newer_e
         await ledger.close()
 
 
+async def test_trim_deletes_older_ledgers_but_never_the_newest_nor_the_log_end(logs, replicas):
+    await logs.append(TOPIC, 1, 0, 0, frames(range(3)), NOTHING)
+    await logs.append(TOPIC, 1, 1, 0, frames(range(3, 5)), Position(0, 2))
+    await logs.append(TOPIC, 1, 2, 0, frames([5]), Position(1, 1))
+    with pytest.raises(ReplicaFencedError):
+        await logs.trim(TOPIC, 0, 2)
+    await logs.trim(TOPIC, 1, 99)  # asks for all: the newest stays
+    assert logs.ledgers(TOPIC) == {2: 1}
+    assert not (replicas.directory_of(TOPIC) / f"{0:016x}.log").exists()
+    ledger = await replicas.promote()
+    try:
+        assert [e.header.sequence_id for e in ledger.read(Position(0, 0), 100)] == [5]
+        assert ledger.offsets.end_offset >= 6  # the Kafka offsets never go back
+    finally:
+        await ledger.close()
+
+
 # ---------------------------------------------------------------- closing
 
 

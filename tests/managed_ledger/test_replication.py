@@ -45,6 +45,9 @@ class ScriptedReplication:
     async def replicate_cursors(self, states, deleted) -> None:
         self.cursor_writes.append((dict(states), list(deleted)))
 
+    def trimmed(self, below_ledger_id) -> None:
+        self.trimmed_below = below_ledger_id
+
     def attach(self, read_frames, confirmed, ledger_ids, cursor_states) -> None:
         self.attached = (read_frames, confirmed, ledger_ids, cursor_states)
 

@@ -156,6 +156,12 @@ class PeerClient(Protocol):
         """Close the replica's copy of `ledger_id` at `last_entry_id` (cutting the rest)."""
         ...
 
+    async def trim_replica(
+        self, address: str, topic: str, epoch: int, below_ledger_id: int
+    ) -> ReplicaState:
+        """Delete the replica's copies of ledgers below `below_ledger_id` (retention)."""
+        ...
+
     async def replicate_cursors(
         self, address: str, topic: str, epoch: int, states: dict[str, bytes], deleted: list[str]
     ) -> None:

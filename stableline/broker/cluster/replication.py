@@ -102,6 +102,10 @@ class Peers(Protocol):
 
     async def fence_replica(self, address: str, topic: str, epoch: int) -> ReplicaState: ...
 
+    async def trim_replica(
+        self, address: str, topic: str, epoch: int, below_ledger_id: int
+    ) -> ReplicaState: ...
+
 
 class FollowerLink:
     """Sends one member every batch, in order; see the module docstring."""
@@ -383,6 +387,7 @@ class EnsembleReplication:
         self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
         self._list_ledgers: Callable[[], list[int]] = list
         self._cursor_states: Callable[[], dict[str, bytes]] = dict
+        self._trims: set[asyncio.Future] = set()
         self.links = [
             FollowerLink(
                 address,
@@ -425,9 +430,31 @@ class EnsembleReplication:
         return self._list_ledgers()
 
     async def _send_all_cursors(self, address: str) -> None:
+        """What a member back from away missed besides entries: every cursor, and the
+        ledgers retention deleted meanwhile."""
         states = self._cursor_states()
         if states:
             await self._peers.replicate_cursors(address, self.topic, self.epoch, states, [])
+        ledgers = self._ledger_ids()
+        if ledgers:
+            await self._peers.trim_replica(address, self.topic, self.epoch, min(ledgers))
+
+    def trimmed(self, below_ledger_id: int) -> None:
+        for link in self.links:
+            if link.up:
+                task = asyncio.ensure_future(
+                    self._peers.trim_replica(link.address, self.topic, self.epoch, below_ledger_id)
+                )
+                self._trims.add(task)
+                task.add_done_callback(self._trim_done)
+
+    def _trim_done(self, task: asyncio.Future) -> None:
+        self._trims.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Told again when the member next comes back from away.
+            log.warning(
+                "%s: a replica did not delete old ledgers: %r", self.topic, task.exception()
+            )
 
     def _frames(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         return self._read_frames(ledger_id, first, last)

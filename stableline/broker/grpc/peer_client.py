@@ -300,6 +300,13 @@ class GrpcPeerClient:
         response = await self._call(address, lambda s: s.CloseReplicaLedger, request)
         return convert.replica_state(response)
 
+    async def trim_replica(
+        self, address: str, topic: str, epoch: int, below_ledger_id: int
+    ) -> ReplicaState:
+        request = cpb.TrimReplicaRequest(topic=topic, epoch=epoch, below_ledger_id=below_ledger_id)
+        response = await self._call(address, lambda s: s.TrimReplica, request)
+        return convert.replica_state(response)
+
     async def replicate_cursors(
         self, address: str, topic: str, epoch: int, states: dict[str, bytes], deleted: list[str]
     ) -> None:

@@ -170,6 +170,15 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
             await abort(context, error)
         return convert.replica_state_to_proto(state)
 
+    async def TrimReplica(self, request, context):
+        try:
+            state = await self.replicas.trim(
+                self._replica_name(request.topic), request.epoch, request.below_ledger_id
+            )
+        except Exception as error:
+            await abort(context, error)
+        return convert.replica_state_to_proto(state)
+
     async def ReplicateCursors(self, request, context):
         try:
             await self.replicas.write_cursors(

@@ -69,7 +69,7 @@ from managed_ledger.ledger_files import max_open_files
 from managed_ledger.memory import entry_cache_budget, pending_write_budget
 from managed_ledger.write_budget import PendingWriteBudget
 from stableline.broker.config import BrokerConfig
-from stableline.broker.errors import BrokerError
+from stableline.broker.errors import BrokerError, code_of
 from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.namespace_policies import EmbeddedNamespacePolicies, NamespacePolicies
 from stableline.broker.topics.persistence import PersistencePolicy, default_persistence
@@ -84,6 +84,8 @@ from txnbuffer.failpoint import Failpoint
 log = logging.getLogger(__name__)
 
 _TOPIC_PREFIX = "topic:"
+# Codes of a load refused because another broker serves the topic now.
+_SERVED_ELSEWHERE = frozenset({"TopicFenced", "NotOwner"})
 # Loaded by a run and not (yet) closed idle: load at the next start (see above).
 _RECOVER_PREFIX = "recover:"
 # Topics loaded at once by the start's background recovery.
@@ -505,7 +507,11 @@ class TopicRegistry:
                 except TopicNotFoundError:
                     pass  # deleted meanwhile
                 except Exception as error:
-                    log.error("cannot load topic %s: %s", key, error)
+                    if code_of(error) in _SERVED_ELSEWHERE:
+                        # A replicated topic another broker took while this one was away.
+                        log.info("topic %s is served by another broker now: %s", key, error)
+                    else:
+                        log.error("cannot load topic %s: %s", key, error)
 
         await asyncio.gather(*(worker() for _ in range(START_LOAD_CONCURRENCY)))
         log.info("background loading of %d topics done", len(names))

@@ -64,6 +64,9 @@ class InProcessPeers:
     async def fence_replica(self, address, topic, epoch):
         return await self._copy(address).fence(STORAGE, epoch)
 
+    async def trim_replica(self, address, topic, epoch, below_ledger_id):
+        return await self._copy(address).trim(STORAGE, epoch, below_ledger_id)
+
     async def replicate_cursors(self, address, topic, epoch, states, deleted):
         await self._copy(address).write_cursors(STORAGE, epoch, states, deleted)
 
@@ -81,19 +84,19 @@ async def _writer(
         opened.append((ledger_id, closing))
 
     fenced: list[bool] = []
+    # As a recovery hands them over: what each member answered the fence with.
+    answers = {address: await copy.fence(STORAGE, epoch) for address, copy in peers.copies.items()}
     replication = EnsembleReplication(
         TOPIC,
         epoch,
         2,
-        {address: None for address in peers.copies},
+        answers,
         peers,
         open_ledger,
         lambda: fenced.append(True),
         remake=remake,
         on_remade=on_remade or (lambda address: None),
     )
-    for copy in peers.copies.values():
-        await copy.fence(STORAGE, epoch)
     ledger = await ManagedLedger.open(
         STORAGE,
         tmp_path / "writer",
@@ -233,5 +236,20 @@ async def test_a_member_back_from_away_is_sent_every_cursor(tmp_path):
     )
     assert peers.copies["c"].store.get(CURSORS_DB, key) == cursor.to_json(
         ledger.config.max_persisted_acked_positions
+    )
+    await ledger.close()
+
+
+async def test_ledgers_retention_deletes_are_deleted_from_the_copies_too(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, _replication, _ = await _writer(tmp_path, peers)
+    cursor, _ = ledger.open_cursor("all", start_at_earliest=True)
+    for i in range(10):  # ledgers of 4, 4 and 2 entries
+        await ledger.append(header(i), b"m%d" % i)
+    cursor.ack_cumulative(Position(2, 1))
+    assert ledger.trim() == [0, 1]
+    await _wait(
+        lambda: all(copy.ledgers(STORAGE) == {2: 2} for copy in peers.copies.values()),
+        "the copies of the deleted ledgers deleted on every member",
     )
     await ledger.close()
