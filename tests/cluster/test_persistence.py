@@ -16,6 +16,7 @@ import pytest
 
 import stableline
 from stableline.testing import BrokerProcess
+from tests.conftest import wait_until
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 
 from .conftest import Cluster, cluster_brokers, new_cluster_name
@@ -117,7 +118,12 @@ def test_a_namespace_asking_for_four_copies_of_three_brokers_refuses_its_topics(
 
     # Lowered to what three brokers hold, the same call goes through.
     assert _http(cluster.brokers[0], "DELETE", base)[0] == 204
-    assert _http(cluster.brokers[1], "GET", base) == (200, None)
+    # Broker 1 learns of it by its watch on the namespace records.
+    wait_until(
+        lambda: _http(cluster.brokers[1], "GET", base) == (200, None),
+        timeout_s=10,
+        message="the removal seen by another broker",
+    )
     with stableline.Client(f"127.0.0.1:{cluster.brokers[1].grpc_port}") as client:
         client.create_producer(topic).send(b"placed after all")
     assert len(_record(cluster, topic)["ensemble"]) == 3
