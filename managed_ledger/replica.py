@@ -312,7 +312,11 @@ class ReplicaLogs:
                     f"{wanted} recovered: send the rest before closing it",
                     held,
                 )
-            if held > wanted:
+            if held > wanted and replica.last_add_confirmed.ledger_id == ledger_id:
+                # Within the ledger the LAC is in, never below it. An older ledger's end
+                # is the one its record gives (recovery's close): what a copy holds past
+                # it was never confirmed (a batch the quorum refused, the ledger closed
+                # below it), whatever the LAC in a later ledger says.
                 self._check_cut(replica, ledger_id, wanted, replica.last_add_confirmed)
             replica.closed_at_epoch[ledger_id] = epoch
             if info.closed and held == wanted:

@@ -260,6 +260,15 @@ async def test_close_ledger_below_the_last_add_confirmed_is_refused(logs):
         await logs.close_ledger(TOPIC, 2, 0, 2)
 
 
+async def test_close_ledger_cuts_an_older_ledger_past_its_end_whatever_a_later_lac(logs):
+    # Entries 3..4 of ledger 0 were a batch the quorum refused: the writer closed
+    # ledger 0 at 3 entries and went on in ledger 1, whose LAC this copy was told.
+    await logs.append(TOPIC, 1, 0, 0, frames(range(5)), NOTHING)
+    await logs.append(TOPIC, 1, 1, 0, frames([10, 11]), Position(1, 0))
+    await logs.close_ledger(TOPIC, 2, 0, 2)
+    assert logs.read(TOPIC, 0, 0, 100, 1 << 20) == frames(range(3))
+
+
 async def test_close_ledger_of_more_entries_than_held_is_refused_with_the_count(logs):
     await logs.append(TOPIC, 1, 0, 0, frames(range(2)), NOTHING)
     with pytest.raises(ReplicaGapError) as refused:
