@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from managed_ledger import LocalStore, ReplicaLogs
 from stableline.broker.cluster.ledger_recovery import LedgerRecovery
@@ -173,6 +174,8 @@ class InCluster:
         self.permissions: PermissionStore = shared.permissions
         self.partition_counts: PartitionedMetadata = shared.partitioned
         self.peers = peers
+        # Background work the cluster's callbacks start (letting go of a topic, taking
+        # one, making a member's copies again), kept until it ends.
         self._letting_go: set[asyncio.Task] = set()
 
     def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
@@ -206,12 +209,15 @@ class InCluster:
     async def start_coordinators(self, coordinators: Coordinators) -> None:
         return None  # at join, once the shards this broker leads are known
 
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._letting_go.add(task)
+        task.add_done_callback(self._letting_go.discard)
+
     def keep_replicas(self, replicas: ReplicaLogs, registry: TopicRegistry) -> None:
         def let_go(name: TopicName) -> None:
             # Another broker took the topic: its streams end, its clients look again.
-            task = asyncio.create_task(registry.unload(name), name=f"let-go:{name}")
-            self._letting_go.add(task)
-            task.add_done_callback(self._letting_go.discard)
+            self._spawn(registry.unload(name), f"let-go:{name}")
 
         async def take(name: TopicName) -> None:
             try:
@@ -220,9 +226,7 @@ class InCluster:
                 log.warning("topic %s not taken after its leader left: %s", name, error)
 
         def succeed(name: TopicName) -> None:
-            task = asyncio.create_task(take(name), name=f"take:{name}")
-            self._letting_go.add(task)
-            task.add_done_callback(self._letting_go.discard)
+            self._spawn(take(name), f"take:{name}")
 
         async def remake(info: BrokerInfo) -> None:
             # A member back on a data dir its topics' records do not know for it: the
@@ -237,9 +241,7 @@ class InCluster:
                     replication.remake(info.broker_id)
 
         def member_back(info: BrokerInfo) -> None:
-            task = asyncio.create_task(remake(info), name=f"remake:{info.broker_id}")
-            self._letting_go.add(task)
-            task.add_done_callback(self._letting_go.discard)
+            self._spawn(remake(info), f"remake:{info.broker_id}")
 
         self.ownership.on_member_back = member_back
         self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)

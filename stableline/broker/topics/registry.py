@@ -565,14 +565,7 @@ class TopicRegistry:
             or not slot.topic.idle
         ):
             return False
-        self._move(key, slot, TopicState.UNLOADING)
-        slot.pending = asyncio.create_task(self._close_topic(key, slot.topic), name=f"unload:{key}")
-        try:
-            await asyncio.shield(slot.pending)
-        finally:
-            self._move(key, slot, TopicState.UNLOADED)
-        self.unloaded_total += 1
-        return True
+        return await self._close_slot(key, slot)
 
     async def unload(self, name: TopicName) -> bool:
         """Close the topic now, busy or not (another broker took it): its streams end
@@ -581,6 +574,11 @@ class TopicRegistry:
         slot = self._slots.get(key)
         if slot is None or slot.state is not TopicState.LOADED or slot.topic is None:
             return False
+        return await self._close_slot(key, slot)
+
+    async def _close_slot(self, key: str, slot: _TopicSlot) -> bool:
+        """Close a loaded slot's topic, through UNLOADING to UNLOADED."""
+        assert slot.topic is not None
         self._move(key, slot, TopicState.UNLOADING)
         slot.pending = asyncio.create_task(self._close_topic(key, slot.topic), name=f"unload:{key}")
         try:
