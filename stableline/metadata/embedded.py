@@ -31,7 +31,7 @@ from stableline.metadata.errors import (
     NotFound,
 )
 from stableline.metadata.paths import check_path, check_prefix, child_names, children_prefix, under
-from stableline.metadata.store import ClusterMetadataStore
+from stableline.metadata.store import MAX_GUARDED_OPS, ClusterMetadataStore
 from stableline.metadata.values import GetResult, Notification, NotificationType, Stat
 
 # version, created revision, modified revision, ephemeral; then the value.
@@ -162,6 +162,37 @@ class EmbeddedMetadataStore(ClusterMetadataStore):
         self._pending.append(Notification(kind, path, revision, GetResult(value, stat)))
         await self._durable()
         return stat
+
+    async def write_guarded(
+        self, guard: str, guard_version: int, puts: dict[str, bytes], deletes: list[str]
+    ) -> None:
+        self._check_open()
+        assert guard_version >= 0 and len(puts) + len(deletes) <= MAX_GUARDED_OPS
+        notifications = []
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(check_path(guard).encode(), db=self._kv)
+            current = _decode(raw).stat if raw is not None else None
+            if current is None or current.version != guard_version:
+                raise BadVersion(guard, guard_version, current and current.version)
+            revision = self._next_revision(txn)
+            for path, value in puts.items():
+                key = check_path(path).encode()
+                raw = txn.get(key, db=self._kv)
+                before = _decode(raw).stat if raw is not None else None
+                assert before is None or not before.ephemeral, path
+                if before is None:
+                    stat = Stat(0, revision, revision, False)
+                    kind = NotificationType.CREATED
+                else:
+                    stat = Stat(before.version + 1, before.created_revision, revision, False)
+                    kind = NotificationType.MODIFIED
+                txn.put(key, _encode(stat, value), db=self._kv)
+                notifications.append(Notification(kind, path, revision, GetResult(value, stat)))
+            for path in deletes:
+                if txn.delete(check_path(path).encode(), db=self._kv):
+                    notifications.append(Notification(NotificationType.DELETED, path, revision))
+        self._pending.extend(notifications)
+        await self._durable()
 
     async def delete(self, path: str, expected_version: int | None = None) -> int:
         self._check_open()

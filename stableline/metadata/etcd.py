@@ -58,7 +58,7 @@ from stableline.metadata.paths import (
     children_prefix,
     under,
 )
-from stableline.metadata.store import ClusterMetadataStore
+from stableline.metadata.store import MAX_GUARDED_OPS, ClusterMetadataStore
 from stableline.metadata.values import (
     GetResult,
     Notification,
@@ -361,6 +361,41 @@ class EtcdMetadataStore(ClusterMetadataStore):
             previous = put_reply.prev_kv
             return Stat(previous.version, previous.create_revision, revision, ephemeral)
         return Stat(0, revision, revision, ephemeral)
+
+    async def write_guarded(
+        self, guard: str, guard_version: int, puts: dict[str, bytes], deletes: list[str]
+    ) -> None:
+        self._check_open()
+        assert guard_version >= 0 and len(puts) + len(deletes) <= MAX_GUARDED_OPS
+        guard_key = check_path(guard).encode()
+        operations = [
+            rpc.RequestOp(request_put=rpc.PutRequest(key=check_path(path).encode(), value=value))
+            for path, value in puts.items()
+        ]
+        operations += [
+            rpc.RequestOp(
+                request_delete_range=rpc.DeleteRangeRequest(key=check_path(path).encode())
+            )
+            for path in deletes
+        ]
+        reply = await self._call(
+            self._kv.Txn,
+            rpc.TxnRequest(
+                compare=[
+                    rpc.Compare(
+                        key=guard_key,
+                        target=rpc.Compare.VERSION,
+                        result=rpc.Compare.EQUAL,
+                        version=guard_version + 1,
+                    )
+                ],
+                success=operations,
+                failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=guard_key))],
+            ),
+        )
+        if not reply.succeeded:
+            kvs = reply.responses[0].response_range.kvs
+            raise BadVersion(guard, guard_version, kvs[0].version - 1 if kvs else None)
 
     async def delete(self, path: str, expected_version: int | None = None) -> int:
         self._check_open()

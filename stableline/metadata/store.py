@@ -46,6 +46,10 @@ from stableline.metadata.values import (
 
 log = logging.getLogger(__name__)
 
+# Keys one write_guarded may change: etcd refuses a transaction of more than 128
+# operations by default (--max-txn-ops).
+MAX_GUARDED_OPS = 100
+
 # Notifications one watch holds for its reader before it ends with WatchOverflow.
 MAX_PENDING_NOTIFICATIONS = 10_000
 
@@ -168,6 +172,16 @@ class ClusterMetadataStore(abc.ABC):
     async def scan(self, prefix: str) -> list[tuple[str, GetResult]]:
         """Every key at or below `prefix` ("/" for all) with its value and stat, sorted
         by path; one read, so it shows the store at one moment."""
+
+    @abc.abstractmethod
+    async def write_guarded(
+        self, guard: str, guard_version: int, puts: dict[str, bytes], deletes: list[str]
+    ) -> None:
+        """Write `puts` and delete `deletes` (absent keys are skipped) together, only if
+        the key `guard` is at `guard_version` (else `BadVersion`, nothing written): a
+        log whose writer holds `guard` at that version, and whose every write stops
+        once another writer has changed it (fencing). At most MAX_GUARDED_OPS keys;
+        no key may be ephemeral."""
 
     async def exists(self, path: str) -> bool:
         return await self.get(path) is not None

@@ -64,6 +64,39 @@ async def test_compare_and_set_applies_only_at_the_expected_version(open_store, 
     assert (await store.get(path)).value == b"v1"
 
 
+async def test_a_guarded_write_applies_all_of_it_only_while_its_guard_is_unchanged(
+    open_store, root
+):
+    store = await open_store()
+    guard = f"{root}/guard"
+    await store.put(guard, b"writer 1", -1)
+    await store.put(f"{root}/log/old", b"gone soon")
+    watch = await store.watch(f"{root}/log")
+    await store.write_guarded(
+        guard, 0, {f"{root}/log/a": b"1", f"{root}/log/b": b"2"}, [f"{root}/log/old"]
+    )
+    await store.write_guarded(guard, 0, {f"{root}/log/a": b"1 again"}, [f"{root}/log/absent"])
+    assert [(path, result.value) for path, result in await store.scan(f"{root}/log")] == [
+        (f"{root}/log/a", b"1 again"),
+        (f"{root}/log/b", b"2"),
+    ]
+    seen = [await _next(watch) for _ in range(4)]
+    assert [(n.type, n.path) for n in seen] == [
+        (NotificationType.CREATED, f"{root}/log/a"),
+        (NotificationType.CREATED, f"{root}/log/b"),
+        (NotificationType.DELETED, f"{root}/log/old"),
+        (NotificationType.MODIFIED, f"{root}/log/a"),
+    ]
+    # Another writer takes the guard: the first one's next write changes nothing.
+    await store.put(guard, b"writer 2", 0)
+    with pytest.raises(BadVersion, match="at version 1, expected version 0"):
+        await store.write_guarded(guard, 0, {f"{root}/log/a": b"stale"}, [f"{root}/log/b"])
+    assert [result.value for _, result in await store.scan(f"{root}/log")] == [b"1 again", b"2"]
+    with pytest.raises(BadVersion, match="does not exist"):
+        await store.write_guarded(f"{root}/no-guard", 0, {f"{root}/log/c": b"3"}, [])
+    assert await store.get(f"{root}/log/c") is None
+
+
 async def test_of_two_writers_at_one_version_exactly_one_wins(open_store, root):
     first, second = await _two_writers(open_store)
     path = f"{root}/race"
