@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from stableline.error_codes import ERROR_METADATA_KEY
+from stableline.error_codes import ERROR_METADATA_KEY, LEADER_METADATA_KEY
 
 
 class StableLineError(Exception):
@@ -147,7 +147,10 @@ class NotEnoughBrokers(TopicUnavailable):
 
 class NotOwner(StableLineError):
     """The broker asked does not own the topic; the client looks the topic up again
-    and follows the answer (raised only once those retries are spent)."""
+    and follows the answer (raised only once those retries are spent). For a
+    transaction, `leader_address` names the broker leading its coordinator shard."""
+
+    leader_address: str = ""
 
 
 class InvalidArgument(StableLineError):
@@ -219,11 +222,16 @@ def from_code(code: str, message: str) -> StableLineError:
 
 
 def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> StableLineError:
-    code = ""
+    code = leader = ""
     for key, value in error.trailing_metadata() or ():
         if key == ERROR_METADATA_KEY:
             code = value
+        elif key == LEADER_METADATA_KEY:
+            leader = value
     message = error.details() or str(error.code())
-    if code in CODES:
-        return CODES[code](message)
-    return STATUSES.get(error.code(), StableLineError)(message)
+    if code not in CODES:
+        return STATUSES.get(error.code(), StableLineError)(message)
+    converted = CODES[code](message)
+    if leader and isinstance(converted, NotOwner):
+        converted.leader_address = leader
+    return converted

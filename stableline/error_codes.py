@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import grpc
 
 ERROR_METADATA_KEY = "stableline-error"
+# With NotOwner for a transaction: the gRPC address of its coordinator shard's leader.
+LEADER_METADATA_KEY = "stableline-leader"
 
 
 @dataclass(frozen=True, slots=True)

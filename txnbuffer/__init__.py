@@ -10,6 +10,7 @@ from txnbuffer.coordinator import (
     TxnMetadata,
 )
 from txnbuffer.errors import (
+    CoordinatorFencedError,
     TooManyTransactionsError,
     TransactionBufferNotReadyError,
     TransactionEndedError,
@@ -24,6 +25,7 @@ __all__ = [
     "AbortIndex",
     "AbortedTxn",
     "BufferState",
+    "CoordinatorFencedError",
     "IllegalTxnTransition",
     "SnapshotPolicy",
     "TooManyTransactionsError",

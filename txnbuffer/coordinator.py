@@ -45,6 +45,7 @@ from sortedcontainers import SortedSet
 from managed_ledger import LocalStore, TxnId
 from txnbuffer.ended_txns import EndedTransactions
 from txnbuffer.errors import (
+    CoordinatorFencedError,
     TooManyTransactionsError,
     TransactionEndedError,
     TransactionNotFoundError,
@@ -190,6 +191,30 @@ TXN_PREFIX = "txn:"
 ACK_PREFIX = "ack:"
 
 
+class CoordinatorLog(Protocol):
+    """Where a coordinator's writes go besides its own store: in a cluster, the copy a
+    successor recovers the shard from (the broker's txn/shard_log.py)."""
+
+    def written(self, puts: dict[str, bytes], deletes: list[str]) -> None:
+        """The records just written to (and deleted from) the coordinator's store."""
+        ...
+
+    async def flushed(self) -> None:
+        """Return once every record written so far is where a successor finds it;
+        CoordinatorFencedError when another broker has taken the shard."""
+        ...
+
+
+class LocalLog:
+    """A coordinator whose store is its only log (one broker, or the embedded store)."""
+
+    def written(self, puts: dict[str, bytes], deletes: list[str]) -> None:
+        pass
+
+    async def flushed(self) -> None:
+        pass
+
+
 def txn_key(sequence: int, prefix: str = "") -> str:
     return f"{prefix}{TXN_PREFIX}{sequence:020d}"
 
@@ -213,14 +238,17 @@ class TransactionCoordinator:
         limits: TransactionLimits | None = None,
         clock: Callable[[], float] = time.time,
         key_prefix: str = "",
+        log: CoordinatorLog | None = None,
     ):
         """`key_prefix`: what this coordinator's records' keys start with, so several
-        coordinators (a cluster's shards) share one store; "" for the first."""
+        coordinators (a cluster's shards) share one store; "" for the first. `log`:
+        where its writes go besides the store (LocalLog: nowhere)."""
         assert ":" not in key_prefix, key_prefix
         self.coordinator_id = coordinator_id
         self._prefix = key_prefix
         self.limits = limits or TransactionLimits()
         self.store = store
+        self.log: CoordinatorLog = log or LocalLog()
         self.participant = participant
         self._clock = clock  # wall-clock seconds: stamps and retention (tests move it)
         # Open transactions, and ended ones not yet forgotten (see self._ended).
@@ -335,6 +363,7 @@ class TransactionCoordinator:
         """Write records, deleting those of forgotten transactions in the same LMDB
         transaction."""
         self.store.write_many(COORDINATOR_DB, puts, self._doomed_keys)
+        self.log.written(puts, self._doomed_keys)
         self._doomed_keys = []
 
     def _persist(self, meta: TxnMetadata) -> None:
@@ -359,12 +388,11 @@ class TransactionCoordinator:
         sequence = self._next_sequence
         if sequence > self._reserved_until:
             self._reserved_until = sequence + SEQUENCE_BLOCK - 1
-            self.store.put(
-                COORDINATOR_DB,
-                f"sequence:{self.coordinator_id}",
-                str(self._reserved_until).encode(),
-            )
+            key, value = f"sequence:{self.coordinator_id}", str(self._reserved_until).encode()
+            self.store.put(COORDINATOR_DB, key, value)
             self.store.sync()
+            # Before any id of the block is answered (the caller awaits durable()).
+            self.log.written({key: value}, [])
         self._next_sequence += 1
         return sequence
 
@@ -515,6 +543,12 @@ class TransactionCoordinator:
         meta.acks.append(ack)
         meta.acked_ids += len(ack.message_ids)
 
+    async def durable(self) -> None:
+        """Return once every change so far is durable (fsynced, and in the log a
+        successor recovers from); CoordinatorFencedError when another broker has
+        taken the shard. A change is answered only after this."""
+        await asyncio.gather(self.store.sync_async(), self.log.flushed())
+
     def list_open(self) -> list[TxnMetadata]:
         return [self._txns[s] for s in self._open]
 
@@ -563,13 +597,17 @@ class TransactionCoordinator:
     def _driver_done(self, sequence: int, driver: asyncio.Task) -> None:
         if self._drivers.get(sequence) is driver:
             del self._drivers[sequence]
+        if not driver.cancelled() and driver.exception() is not None:
+            # Fenced: the new leader ends it. Read here, so a re-driven end that
+            # nobody awaits is not logged as a lost exception.
+            log.info("transaction %d left to the shard's new leader", sequence)
 
     async def _drive(self, meta: TxnMetadata) -> None:
         commit = meta.state.commits
         delay = 0.05
         while True:
             try:
-                await self.store.sync_async()
+                await self.durable()
                 await reach(self.failpoint, TXN_DECIDED, str(meta.txn_id))
                 # Read after the sync: a transaction that ended meanwhile raises it.
                 watermark = self.low_watermark
@@ -582,7 +620,8 @@ class TransactionCoordinator:
                 for ack in meta.acks:
                     await self.participant.end_acks(ack, meta.txn_id, commit)
                 break
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, CoordinatorFencedError):
+                # Fenced: the shard's new leader ends it from the log it took over.
                 raise
             except Exception:
                 # A decided transaction must end: retry with backoff until it does.
@@ -633,6 +672,12 @@ class TransactionCoordinator:
         if meta.state is TxnState.OPEN:
             log.info("transaction %s timed out after %d ms; aborting", meta.txn_id, meta.timeout_ms)
             self._decide(meta, TxnState.TIMEOUT)
+
+    def stop_timers(self) -> None:
+        """No transaction times out here any more (another broker leads the shard)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     async def close(self) -> None:
         for timer in self._timers.values():

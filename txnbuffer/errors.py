@@ -28,3 +28,8 @@ class TransactionTooLargeError(TransactionError):
 
 class TransactionBufferNotReadyError(TransactionError):
     """The topic's transaction buffer is recovering or closed."""
+
+
+class CoordinatorFencedError(TransactionError):
+    """Another broker leads this coordinator's shard now (its log was taken): this one
+    decides, joins and ends nothing more."""

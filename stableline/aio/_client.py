@@ -404,7 +404,11 @@ class Client:
             # In a cluster: the broker leading the transaction's shard ends it.
             connection = self._connections.get(response.coordinator_address)
         return Transaction(
-            connection, response.txn_id.most_bits, response.txn_id.least_bits, timeout_ms
+            connection,
+            response.txn_id.most_bits,
+            response.txn_id.least_bits,
+            timeout_ms,
+            self._connections,
         )
 
     async def get_last_message_id(self, topic: str) -> MessageId:

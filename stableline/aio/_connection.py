@@ -291,6 +291,17 @@ class ConnectionPool:
             return await within(time.monotonic() + budget_s, attempt(), what, budget_s)
         return await with_retries(attempt, self._options.backoff, budget_s, what, retried)
 
+    def other_than(self, address: str) -> Connection:
+        """A connection to some broker other than the one at `address` (which went
+        away): a seed, else one this client reached, else the service connection."""
+        for seed in self.seeds:
+            if seed != address:
+                return self.get(seed)
+        for connection in self._connections.values():
+            if connection.address != address and connection._reached:
+                return connection
+        return self.service
+
     def get(self, address: str) -> Connection:
         """The connection to the broker at `address`, made on first use."""
         connection = self._connections.get(address)

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from stableline._errors import StableLineError, TransactionEnded
+from stableline._errors import (
+    BrokerUnavailable,
+    NotOwner,
+    StableLineError,
+    TopicUnavailable,
+    TransactionEnded,
+)
 from stableline._proto import broker_pb2 as pb
 from stableline._types import TransactionState, txn_id_text
-from stableline.aio._connection import Connection
+from stableline.aio._connection import Connection, ConnectionPool
+from stableline.aio._reconnect import is_transient
 
 _ENDED_BY = {
     pb.TXN_ACTION_COMMIT: TransactionState.COMMITTED,
@@ -15,12 +22,28 @@ _ENDED_BY = {
 }
 
 
+def _shard_may_have_moved(error: BaseException) -> bool:
+    """A failure another attempt may answer: a broker away or starting, a shard led
+    elsewhere, or a leader down until another takes its shard over."""
+    return is_transient(error) or type(error) in (NotOwner, TopicUnavailable)
+
+
 class Transaction:
     """One transaction on the coordinator its connection reaches; made by
     Client.new_transaction."""
 
-    def __init__(self, connection: Connection, most_bits: int, least_bits: int, timeout_ms: int):
+    def __init__(
+        self,
+        connection: Connection,
+        most_bits: int,
+        least_bits: int,
+        timeout_ms: int,
+        pool: ConnectionPool | None = None,
+    ):
+        """`connection`: to the leader of the transaction's coordinator shard; `pool`:
+        the client's brokers, to find the shard's next leader should it move."""
         self._connection = connection
+        self._pool = pool
         self.id = (most_bits, least_bits)
         self.timeout_ms = timeout_ms
         self._sends: list[asyncio.Future] = []
@@ -51,13 +74,15 @@ class Transaction:
     async def _end(self, action: int) -> None:
         """End on the coordinator, retried across a reconnect. Asking again for the same
         end joins one still under way; when the first ask was lost with the broker and
-        the end has completed since, the coordinator's record says how it ended."""
+        the end has completed since, the coordinator's record says how it ended. In a
+        cluster the shard follows its leader: a broker that went away is passed over
+        for another, which ends it or names the shard's new leader (NotOwner)."""
         attempts = 0
-        connection = self._connection
 
         async def attempt() -> pb.EndTransactionResponse:
             nonlocal attempts
             attempts += 1
+            connection = self._connection
             try:
                 return await connection.unary(
                     connection.broker.EndTransaction,
@@ -69,9 +94,25 @@ class Transaction:
                     if state == _ENDED_BY[action]:
                         return pb.EndTransactionResponse(txn_id=self._proto_id(), state=state)
                 raise
+            except (NotOwner, BrokerUnavailable, TopicUnavailable) as error:
+                self._follow(connection, error)
+                raise
 
-        response = await connection.with_retries(attempt, f"ending transaction {self}")
+        what = f"ending transaction {self}"
+        if self._pool is None:
+            response = await self._connection.with_retries(attempt, what)
+        else:
+            response = await self._pool.retried(attempt, what, retried=_shard_may_have_moved)
         self._state = TransactionState(response.state)
+
+    def _follow(self, failed_on: Connection, error: StableLineError) -> None:
+        """Where the next attempt goes after `failed_on` failed with `error`."""
+        if self._pool is None:
+            return
+        if isinstance(error, NotOwner) and error.leader_address:
+            self._connection = self._pool.get(error.leader_address)
+        elif isinstance(error, BrokerUnavailable):
+            self._connection = self._pool.other_than(failed_on.address)
 
     async def _recorded_state(self) -> str | None:
         """The coordinator's state of this transaction ("COMMITTED", ...), or None if it

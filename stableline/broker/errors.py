@@ -37,6 +37,7 @@ from managed_ledger import (
 from stableline.metadata import MetadataStoreUnavailable
 from stableline.topic_name import InvalidTopicNameError
 from txnbuffer import (
+    CoordinatorFencedError,
     TooManyTransactionsError,
     TransactionBufferNotReadyError,
     TransactionEndedError,
@@ -93,6 +94,8 @@ FOREIGN_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (ReplicaCorruptEntryError, "ReplicaCorruptEntry"),
     (ReplicaError, "ReplicaRefused"),
     (TransactionEndedError, "TransactionEnded"),
+    # The shard moved on: the client asks again and is sent to its new leader.
+    (CoordinatorFencedError, "CoordinatorUnavailable"),
     (TransactionNotFoundError, "TransactionNotFound"),
     (TooManyTransactionsError, "TooManyTransactions"),
     (TransactionTooLargeError, "TooManyTransactionAcks"),

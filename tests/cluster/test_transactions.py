@@ -1,8 +1,9 @@
 """Transactions whose topics and coordinator shard live on different brokers, over three
 real brokers on one real etcd: all-or-nothing on every topic at commit, nothing at
 abort, acknowledgements on a fourth topic applied or given back with it, named
-transactions found through any broker, and a decision that survives kill -9 of the
-shard's leader."""
+transactions found through any broker, and a shard that outlives its leader: kill -9
+of it before or after the decision, and the broker that takes the shard over ends
+the transaction from its log in etcd."""
 
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ def _broker_id(broker) -> str:
     return f"127.0.0.1:{broker.grpc_port}"
 
 
-def _topics_led_by_each(cluster: Cluster, per_broker: int) -> dict[str, list[str]]:
+def _topics_led_by_each(
+    cluster: Cluster, per_broker: int, replicated: bool = False
+) -> dict[str, list[str]]:
     """Fresh topics created through broker 0 until each broker leads `per_broker`."""
     base = next(_names)
-    # One copy each: these promises are the coordinator's, for topics that stay put
-    # while their broker is down (a replicated topic would move to another broker).
-    namespace = one_copy_namespace(cluster.brokers[0])
+    # One copy each unless `replicated`: most promises here are the coordinator's, for
+    # topics that stay put while their broker is down (a replicated one moves on).
+    namespace = "public/default" if replicated else one_copy_namespace(cluster.brokers[0])
     led: dict[str, list[str]] = {_broker_id(b): [] for b in cluster.brokers}
     with grpc.insecure_channel(_broker_id(cluster.brokers[0])) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)
@@ -173,6 +176,9 @@ def test_ending_a_transaction_on_a_broker_that_does_not_lead_its_shard_names_the
 
 
 def test_a_decided_commit_completes_on_every_broker_after_kill_9_of_the_shard_leader(cluster):
+    """The leader decides and is killed before one topic's marker: the broker that
+    takes the shard over re-drives the commit from the shard's log in etcd, without
+    the killed leader; back, that one leads the shard no more."""
     led = _topics_led_by_each(cluster, 1)
     leader = cluster.brokers[0]
     leader_id = _broker_id(leader)
@@ -196,22 +202,57 @@ def test_a_decided_commit_completes_on_every_broker_after_kill_9_of_the_shard_le
         committing.join(WAIT_S)
     finally:
         client.close()
-    # The topic held at the failpoint stays undecided while the leader is down.
     owner = cluster.by_id(cluster.topic_leader(remote))
     with stableline.Client(_broker_id(owner)) as reader_client:
         reader = reader_client.subscribe(remote, "after-kill", initial_position=EARLIEST)
-        _nothing_more(reader)
-        leader.start()
         assert _receive_all(reader, 1) == [remote.encode()]
+    successor = cluster.by_id(cluster.shard_leader(txn.id[0]))
+    assert successor is not leader
+    # The killed leader's own topic (one copy: it waits for its broker) ends last.
+    assert _transaction_status(successor, txn.id) == "COMMITTING"
+    leader.start()
     with stableline.Client(leader_id) as client:
         for topic in writes:
             consumer = client.subscribe(topic, "after-restart", initial_position=EARLIEST)
             assert _receive_all(consumer, 1) == [topic.encode()]
     wait_until(
-        lambda: _transaction_status(leader, txn.id) == "COMMITTED",
+        lambda: _transaction_status(successor, txn.id) == "COMMITTED",
         WAIT_S,
-        "the re-driven commit to complete",
+        "the new leader to complete the commit",
     )
+    assert cluster.shard_leader(txn.id[0]) == _broker_id(successor)
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
+def test_an_open_transaction_is_ended_by_the_shards_next_leader_after_kill_9(cluster, commit):
+    """The shard's leader is killed with a transaction open on three brokers' topics:
+    the client's end goes to the broker that took the shard over, which knows every
+    topic the transaction wrote to; all of it or none of it becomes visible. The
+    topics are replicated, so the killed broker's own moves on too."""
+    led = _topics_led_by_each(cluster, 1, replicated=True)
+    seeds = ",".join(_broker_id(b) for b in cluster.brokers)
+    client = stableline.Client(seeds, operation_timeout_seconds=20.0)
+    try:
+        txn = client.new_transaction(timeout_ms=60_000)
+        leader = cluster.by_id(cluster.shard_leader(txn.id[0]))
+        writes = [topics[0] for topics in led.values()]
+        for topic in writes:
+            client.create_producer(topic).send(topic.encode(), txn=txn)
+        leader.kill()
+        (txn.commit if commit else txn.abort)()
+        assert txn.state == ("COMMITTED" if commit else "ABORTED")
+        successor = cluster.by_id(cluster.shard_leader(txn.id[0]))
+        assert successor is not leader
+        assert _transaction_status(successor, txn.id) == txn.state
+    finally:
+        client.close()
+    leader.start()
+    with stableline.Client(seeds) as reader_client:
+        for topic in writes:
+            reader = reader_client.subscribe(topic, "after", initial_position=EARLIEST)
+            reader_client.create_producer(topic).send(b"after")
+            expected = [topic.encode()] if commit else []
+            assert _receive_all(reader, len(expected) + 1) == [*expected, b"after"]
 
 
 def _commit_quietly(txn) -> None:

@@ -251,6 +251,10 @@ class InCluster:
     async def join(
         self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators
     ) -> None:
+        def leader_gone(gone: str) -> None:
+            self._spawn(coordinators.leader_gone(gone), f"shards-of:{gone}")
+
+        self.ownership.on_gone = leader_gone
         await self.ownership.start(broker_id)
         await join_cluster(local, self._shared, registry, self.ownership, self._config.cluster_name)
         await coordinators.start(broker_id)

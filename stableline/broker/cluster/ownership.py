@@ -243,6 +243,8 @@ class TopicOwnership:
         self.on_successor: Callable[[TopicName], None] = lambda name: None
         # Called with a broker that (re)joined, perhaps on another data dir.
         self.on_member_back: Callable[[BrokerInfo], None] = lambda info: None
+        # Called with the id of a broker that left the cluster (its lease lapsed).
+        self.on_gone: Callable[[str], None] = lambda broker_id: None
 
     async def start(self, broker_id: str) -> None:
         """As broker `broker_id`: watch the ownership and broker prefixes, read the
@@ -360,6 +362,7 @@ class TopicOwnership:
                         self._gone_since.setdefault(gone, int(time.time() * 1000))
                     await self._read_brokers()
                     if gone is not None:
+                        self.on_gone(gone)
                         await self._succeed(gone)
                 return  # the store closed
             except WatchOverflow:

@@ -16,7 +16,7 @@ import grpc
 
 from managed_ledger import ReplicaGapError
 from stableline.broker.errors import INTERNAL, Refusal, code_of, internal_error_message
-from stableline.error_codes import ERROR_METADATA_KEY, row_of
+from stableline.error_codes import ERROR_METADATA_KEY, LEADER_METADATA_KEY, row_of
 
 __all__ = [
     "ERROR_METADATA_KEY",
@@ -74,4 +74,7 @@ async def abort(context: grpc.aio.ServicerContext, error: BaseException) -> None
     if isinstance(error, ReplicaGapError):
         # What the writer needs to act on: where to resend from.
         metadata += ((REPLICA_HELD_METADATA_KEY, str(error.held)),)
+    leader_address = getattr(error, "leader_address", "")
+    if leader_address:  # a transaction's coordinator shard is led there
+        metadata += ((LEADER_METADATA_KEY, leader_address),)
     await context.abort(refusal.status, str(refusal), trailing_metadata=metadata)

@@ -51,7 +51,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
     async def OpenTransaction(self, request, context):
         try:
             await self.coordinators.ready.wait()
-            opened = self.coordinators.open_on_shard(
+            opened = await self.coordinators.open_on_shard(
                 request.coordinator_shard,
                 request.timeout_ms,
                 request.name,
@@ -67,6 +67,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
             txn_id = convert.txn_id(request.txn_id)
             coordinator = await self.coordinators.deciding(txn_id)
             coordinator.add_topic(txn_id, request.topic, convert.checked_as(request.caller))
+            await coordinator.log.flushed()
         except Exception as error:
             await abort(context, error)
         return cpb.AddTopicToTransactionResponse()
@@ -86,6 +87,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
                     convert.acked_messages(request.messages),
                     caller,
                 )
+                await coordinator.log.flushed()
         except Exception as error:
             await abort(context, error)
         return cpb.AddAckToTransactionResponse()

@@ -9,9 +9,10 @@ other), and shard s has a record `/stableline/ownership/{cluster}/coordinators/{
 of the same shape as a topic's (leader, epoch, ensemble, since).
 
 Promises:
-- A shard record is created once, by compare-and-set, and never changes (shards
-  do not move yet): a record read once is cached for good, and only the broker a
-  record names runs that shard's coordinator, from its own data dir.
+- A shard record is created once, by compare-and-set, and changes only by a take
+  (ShardRecords.take): only the broker a record names runs that shard's
+  coordinator, and its log's writes hold only while the record is at the version it
+  took it at (txn/shard_log.py), so a broker that lost the shard writes nothing more.
 - A broker takes a shard only for itself (`place_on_self`): when a client asks it for
   a transaction and it leads none, or for a named transaction whose shard nobody
   leads yet. Shards so spread over the brokers clients ask.
@@ -22,6 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import replace
 
 from managed_ledger import LocalStore
 from stableline.broker.cluster.ownership import OwnershipRecord
@@ -135,36 +138,59 @@ def check_shard_count(local: LocalStore, cluster: str, count: int, configured: i
 
 
 class ShardRecords:
-    """The cluster's shard records, as this broker reads and writes them."""
+    """The cluster's shard records, as this broker reads and writes them.
+
+    A record changes only by compare-and-set: placed once (`place_on_self`), then
+    taken by another broker when its leader is gone (`take_over`), or taken again by
+    its own leader as it starts (`renew`); each take bumps the epoch, and the record's
+    version is what the leader's log writes are guarded by (txn/shard_log.py). The
+    cache follows the records' changes (`follow`)."""
 
     def __init__(self, store: ClusterMetadataStore, cluster: str, count: int):
         assert 1 <= count <= MAX_SHARDS, count
         self.store = store
         self.cluster = cluster
         self.count = count
-        self._records: dict[int, OwnershipRecord] = {}
+        self._records: dict[int, tuple[OwnershipRecord, int]] = {}
 
     def check_shard(self, shard: int) -> None:
         assert 0 <= shard < self.count, (shard, self.count)
 
+    def path(self, shard: int) -> str:
+        return shard_path(self.cluster, shard)
+
     async def record(self, shard: int) -> OwnershipRecord | None:
         """The shard's record, None if no broker leads it yet."""
+        found = await self.versioned(shard)
+        return None if found is None else found[0]
+
+    async def versioned(
+        self, shard: int, fresh: bool = False
+    ) -> tuple[OwnershipRecord, int] | None:
+        """(the shard's record, its version); read from the store when `fresh`."""
         self.check_shard(shard)
-        record = self._records.get(shard)
-        if record is None:
+        found = None if fresh else self._records.get(shard)
+        if found is None:
             result = await self.store.get(shard_path(self.cluster, shard))
             if result is None:
                 return None
-            record = self._records[shard] = OwnershipRecord.from_json(result.value)
-        return record
+            found = self._records[shard] = (
+                OwnershipRecord.from_json(result.value),
+                result.stat.version,
+            )
+        return found
 
-    async def all(self) -> dict[int, OwnershipRecord]:
-        """Every placed shard's record."""
+    def forget(self, shard: int) -> None:
+        """Drop the cached record (it changed): the next read asks the store."""
+        self._records.pop(shard, None)
+
+    async def all(self, fresh: bool = False) -> dict[int, OwnershipRecord]:
+        """Every placed shard's record (read from the store when `fresh`)."""
         records = {}
         for shard in range(self.count):
-            record = await self.record(shard)
-            if record is not None:
-                records[shard] = record
+            found = await self.versioned(shard, fresh)
+            if found is not None:
+                records[shard] = found[0]
         return records
 
     async def place_on_self(self, shard: int, broker_id: str) -> OwnershipRecord:
@@ -180,5 +206,31 @@ class ShardRecords:
             assert record is not None
             return record
         log.info("coordinator shard %d placed on this broker (%s)", shard, broker_id)
-        self._records[shard] = mine
+        self._records[shard] = (mine, 0)  # a created key is at version 0
         return mine
+
+    async def take(
+        self, shard: int, broker_id: str, allowed: Callable[[OwnershipRecord], bool]
+    ) -> tuple[OwnershipRecord, int]:
+        """Make `broker_id` the shard's leader at the next epoch, if the record as read
+        now passes `allowed` (its leader is gone, or is `broker_id` itself); the
+        record and version that hold then (another broker's when it came first)."""
+        while True:
+            found = await self.versioned(shard, fresh=True)
+            assert found is not None, f"shard {shard} was never placed"
+            record, version = found
+            if not allowed(record):
+                return found
+            mine = replace(
+                record,
+                leader=broker_id,
+                epoch=record.epoch + 1,
+                ensemble=(broker_id,),
+                since_ms=int(time.time() * 1000),
+            )
+            try:
+                await self.store.put(shard_path(self.cluster, shard), mine.to_json(), version)
+            except BadVersion:
+                continue
+            self._records[shard] = (mine, version + 1)
+            return mine, version + 1

@@ -33,9 +33,10 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from managed_ledger import LocalStore, TxnId
-from stableline.broker.cluster.peers import PeerClient
+from stableline.broker.errors import BrokerError
 from stableline.broker.topics.write_gate import WriteGate
 from stableline.broker.txn.coordinator_errors import (
     CoordinatorNotLeaderError,
@@ -43,6 +44,7 @@ from stableline.broker.txn.coordinator_errors import (
 )
 from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, ShardLeaders
+from stableline.broker.txn.shard_log import shard_key_prefix
 from stableline.metadata import BrokerInfo
 from txnbuffer import (
     TransactionCoordinator,
@@ -58,6 +60,13 @@ from txnbuffer.failpoint import Failpoint
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED_JOINS = 100_000
+# How long a call for a transaction of a shard led elsewhere looks for its leader:
+# past a session timeout (4 s by default), so a killed leader's shard is taken over.
+LEADER_RETRY_S = 6.0
+# A shard leader's refusals that another look-up may answer.
+_LEADER_MOVING = frozenset({"BrokerUnavailable", "NotOwner", "CoordinatorUnavailable"})
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +75,6 @@ class OpenedTransaction:
     state: TxnState
     # The gRPC address of the shard's leader; "" when it is this broker.
     coordinator_address: str
-
-
-def shard_key_prefix(shard: int) -> str:
-    """Shard 0's records keep the keys of a single coordinator (a broker that ran
-    alone keeps its log); the others' start with their shard."""
-    return "" if shard == 0 else f"shard-{shard}/"
 
 
 def named_shard(owner: str, name: str, count: int) -> int:
@@ -113,6 +116,8 @@ class Coordinators:
         self._round_robin = itertools.count()
         self._starting: dict[int, asyncio.Task] = {}
         self._taking = asyncio.Lock()
+        # Background work: following the shard records, taking over shards.
+        self._tasks: set[asyncio.Task] = set()
         self._joined: OrderedDict[tuple[TxnId, str, str | None], None] = OrderedDict()
 
     # ------------------------------------------------------------ life
@@ -121,9 +126,15 @@ class Coordinators:
         """Recover the coordinators of the shards this broker leads: every shard with
         the embedded store, those whose records name `broker_id` in a cluster."""
         self.broker_id = broker_id
+        self._spawn(self.leaders.follow(self._record_changed), "coordinator-shards")
         for shard in await self.leaders.led_here(broker_id):
             await self._start_local(shard)
         self.ready.set()
+
+    def _spawn(self, coroutine, name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _start_local(self, shard: int) -> TransactionCoordinator:
         coordinator = self.local.get(shard)
@@ -135,18 +146,54 @@ class Coordinators:
         return await asyncio.shield(task)
 
     async def _recover(self, shard: int) -> TransactionCoordinator:
-        coordinator = TransactionCoordinator(
-            shard, self.store, self.participant, self.limits, key_prefix=shard_key_prefix(shard)
-        )
-        coordinator.failpoint = self.failpoint
-        await coordinator.recover()
+        try:
+            log_ = await self.leaders.open_log(shard, self.broker_id, self._fenced)
+            coordinator = TransactionCoordinator(
+                shard,
+                self.store,
+                self.participant,
+                self.limits,
+                key_prefix=shard_key_prefix(shard),
+                log=log_,
+            )
+            coordinator.failpoint = self.failpoint
+            await coordinator.recover()
+        finally:
+            self._starting.pop(shard, None)
         self.local[shard] = coordinator
-        self._starting.pop(shard, None)
         if self.on_started is not None:
             self.on_started(coordinator)
         return coordinator
 
+    def _fenced(self, shard: int) -> None:
+        """Another broker took the shard: this one decides nothing more for it (its
+        ends under way finish or fail; the new leader re-drives them)."""
+        self.leaders.forget(shard)
+        coordinator = self.local.pop(shard, None)
+        if coordinator is not None:
+            coordinator.stop_timers()
+
+    def _record_changed(self, shard: int, leader: str) -> None:
+        if leader != self.broker_id and shard in self.local:
+            log.warning("coordinator shard %d: now led by broker %s; letting it go", shard, leader)
+            self._fenced(shard)
+
+    async def leader_gone(self, gone: str) -> None:
+        """Broker `gone` left the cluster: the shards it led whose successor is this
+        broker are taken over now, so their decided transactions end within seconds
+        whether or not a client asks."""
+        await self.ready.wait()
+        for shard, leader in (await self.leaders.placed(fresh=True)).items():
+            if leader == gone and self.leaders.successor(shard) == self.broker_id:
+                try:
+                    await self._reach(shard, leader)
+                except Exception as error:  # the next call for it tries again
+                    log.warning("coordinator shard %d not taken over: %s", shard, error)
+
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for coordinator in self.local.values():
             await coordinator.close()
 
@@ -170,9 +217,18 @@ class Coordinators:
             # Led here but not started yet: only a broker that placed it starts it.
             await self._start_local(shard)
             return None
-        return self._live(shard, leader)
+        return await self._reach(shard, leader)
 
-    def _live(self, shard: int, leader: str) -> BrokerInfo:
+    async def _reach(self, shard: int, leader: str) -> BrokerInfo | None:
+        """The live broker leading `shard`, whose record names `leader`; when that
+        one is gone, the shard is taken over (by this broker: None)."""
+        owner = self.leaders.live_broker(leader)
+        if owner is not None:
+            return owner
+        leader = await self.leaders.take_over(shard, self.broker_id, leader)
+        if leader == self.broker_id:
+            await self._start_local(shard)
+            return None
         owner = self.leaders.live_broker(leader)
         if owner is None:
             raise CoordinatorUnavailableError(shard, leader)
@@ -190,7 +246,7 @@ class Coordinators:
         if leader == self.broker_id:
             await self._start_local(shard)
             return None
-        return self._live(shard, leader)
+        return await self._reach(shard, leader)
 
     async def deciding(self, txn_id: TxnId) -> TransactionCoordinator:
         """leading(), for a call that changes the transaction (an end, a join): refused
@@ -211,12 +267,45 @@ class Coordinators:
             return self.local[txn_id.most_bits]
         raise CoordinatorNotLeaderError(txn_id.most_bits, leader.grpc_address, leader.http_url)
 
-    async def _leader_elsewhere(self, txn_id: TxnId) -> tuple[PeerClient, str]:
-        """The peers and the address of the leader of the transaction's shard, which
-        is another broker (TransactionNotFoundError without one: standalone)."""
+    async def _where(self, txn_id: TxnId) -> tuple[TransactionCoordinator | None, str]:
+        """(the local coordinator of the transaction, "") when its shard is led here,
+        perhaps just taken over; else (None, the gRPC address of its live leader).
+        TransactionNotFoundError without a leader anywhere (standalone: none)."""
+        coordinator = self.coordinator_of(txn_id)
+        if coordinator is not None:
+            return coordinator, ""
         address = await self.leader_address(txn_id.most_bits)
-        assert address, f"shard {txn_id.most_bits} is led here"
-        return self.leaders.peers, address
+        if not address:
+            return self.local[txn_id.most_bits], ""
+        return None, address
+
+    async def _on_leader(
+        self,
+        txn_id: TxnId,
+        here: Callable[[TransactionCoordinator], Awaitable[T]],
+        there: Callable[[str], Awaitable[T]],
+    ) -> T:
+        """`here(coordinator)` when the transaction's shard is led here, else
+        `there(address of its leader)`. A leader that cannot be reached, or no longer
+        leads the shard, is looked up again with a backoff for up to
+        LEADER_RETRY_S: it may be restarting, or another broker taking the shard
+        over; a caller answered at once would fail a send a moment later would take."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEADER_RETRY_S
+        delay = 0.05
+        while True:
+            try:
+                coordinator, address = await self._where(txn_id)
+                if coordinator is None:
+                    return await there(address)
+            except BrokerError as error:
+                if error.code not in _LEADER_MOVING or loop.time() + delay > deadline:
+                    raise
+                self.leaders.forget(txn_id.most_bits)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            return await here(coordinator)
 
     # ------------------------------------------------------------ opening
 
@@ -232,14 +321,16 @@ class Coordinators:
         if coordinator is None and await self.leaders.take(shard, self.broker_id) == self.broker_id:
             coordinator = await self._start_local(shard)
         if coordinator is not None:
-            return self._open_here(coordinator, timeout_ms, name, owner, client)
+            opened = self._open_here(coordinator, timeout_ms, name, owner, client)
+            await coordinator.log.flushed()
+            return opened
         address = await self.leader_address(shard)
         opened = await self.leaders.peers.open_transaction(
             address, shard, timeout_ms, name, owner, client
         )
         return OpenedTransaction(opened.txn_id, opened.state, address)
 
-    def open_on_shard(
+    async def open_on_shard(
         self, shard: int, timeout_ms: int, name: str, owner: str, client: str
     ) -> OpenedTransaction:
         """Open on a shard led here (a peer's OpenTransaction)."""
@@ -247,7 +338,9 @@ class Coordinators:
         coordinator = self.local.get(shard)
         if coordinator is None:
             raise TransactionNotFoundError(f"coordinator shard {shard} is not led here")
-        return self._open_here(coordinator, timeout_ms, name, owner, client)
+        opened = self._open_here(coordinator, timeout_ms, name, owner, client)
+        await coordinator.log.flushed()
+        return opened
 
     @staticmethod
     def _open_here(
@@ -284,20 +377,27 @@ class Coordinators:
     async def add_topic(self, txn_id: TxnId, topic: str, caller: str | None) -> None:
         """Record that the transaction writes to `topic` (before the write)."""
         coordinator = self.coordinator_of(txn_id)
+        if coordinator is None:
+            await self.ready.wait()
+            coordinator = self.coordinator_of(txn_id)
         if coordinator is not None:
             coordinator.add_topic(txn_id, topic, caller)
-            return
-        await self.ready.wait()
-        coordinator = self.coordinator_of(txn_id)
-        if coordinator is not None:
-            coordinator.add_topic(txn_id, topic, caller)
+            await coordinator.log.flushed()
             return
         key = (txn_id, topic, caller)
         if key in self._joined:
             self._joined.move_to_end(key)
             return
-        peers, address = await self._leader_elsewhere(txn_id)
-        await peers.add_topic(address, txn_id, topic, caller)
+
+        async def here(coordinator: TransactionCoordinator) -> None:
+            coordinator.add_topic(txn_id, topic, caller)
+            await coordinator.log.flushed()
+
+        await self._on_leader(
+            txn_id,
+            here,
+            lambda address: self.leaders.peers.add_topic(address, txn_id, topic, caller),
+        )
         self._joined[key] = None
         if len(self._joined) > MAX_REMEMBERED_JOINS:
             self._joined.popitem(last=False)
@@ -308,11 +408,16 @@ class Coordinators:
         if coordinator is not None:
             coordinator.check_ack(txn_id, caller, count)
             return
+
+        async def here(coordinator: TransactionCoordinator) -> None:
+            coordinator.check_ack(txn_id, caller, count)
+
         await self.ready.wait()
-        if self.coordinator_of(txn_id) is not None:
-            return await self.check_ack(txn_id, caller, count)
-        peers, address = await self._leader_elsewhere(txn_id)
-        await peers.check_ack(address, txn_id, caller, count)
+        await self._on_leader(
+            txn_id,
+            here,
+            lambda address: self.leaders.peers.check_ack(address, txn_id, caller, count),
+        )
 
     async def add_ack(
         self,
@@ -323,12 +428,15 @@ class Coordinators:
         caller: str | None,
     ) -> None:
         """Record a transactional ack with the transaction's coordinator."""
-        coordinator = self.coordinator_of(txn_id)
-        if coordinator is not None:
+
+        async def here(coordinator: TransactionCoordinator) -> None:
             coordinator.add_ack(txn_id, topic, subscription, message_ids, caller)
-            return
-        peers, address = await self._leader_elsewhere(txn_id)
-        await peers.add_ack(address, txn_id, TxnAck(topic, subscription, message_ids), caller)
+            await coordinator.log.flushed()
+
+        ack = TxnAck(topic, subscription, message_ids)
+        await self._on_leader(
+            txn_id, here, lambda address: self.leaders.peers.add_ack(address, txn_id, ack, caller)
+        )
 
     async def state_of(self, txn_id: TxnId) -> tuple[TxnState, int]:
         """(the transaction's state, its shard's low watermark) from its coordinator;
@@ -337,9 +445,15 @@ class Coordinators:
         coordinator = self.coordinator_of(txn_id)
         if coordinator is not None:
             return coordinator.get(txn_id).state, coordinator.low_watermark
-        peers, address = await self._leader_elsewhere(txn_id)
-        answer = await peers.transaction_state(address, txn_id)
-        return answer.state, answer.low_watermark
+
+        async def here(coordinator: TransactionCoordinator) -> tuple[TxnState, int]:
+            return coordinator.get(txn_id).state, coordinator.low_watermark
+
+        async def there(address: str) -> tuple[TxnState, int]:
+            answer = await self.leaders.peers.transaction_state(address, txn_id)
+            return answer.state, answer.low_watermark
+
+        return await self._on_leader(txn_id, here, there)
 
     # ------------------------------------------------------------ reading
 

@@ -18,21 +18,35 @@ Promises of both:
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from managed_ledger import LocalStore
+from stableline.broker.cluster.ownership import OwnershipRecord
 from stableline.broker.cluster.peers import PeerClient
+from stableline.broker.topics.database import BROKER_DB
+from stableline.broker.txn import shard_log
 from stableline.broker.txn.coordinator_errors import ShardLogConflictError
-from stableline.broker.txn.coordinator_shards import ShardRecords
-from stableline.metadata import BrokerInfo
-from txnbuffer import TransactionNotFoundError
-from txnbuffer.coordinator import COORDINATOR_DB
+from stableline.broker.txn.coordinator_shards import ShardRecords, shards_dir
+from stableline.metadata import BrokerInfo, WatchOverflow
+from txnbuffer import CoordinatorFencedError, TransactionNotFoundError
+from txnbuffer.coordinator import COORDINATOR_DB, CoordinatorLog, LocalLog
+
+log = logging.getLogger(__name__)
 
 
 class Liveness(Protocol):
     """Whether a broker is live (the cluster's TopicOwnership answers it)."""
 
     def live_broker(self, broker_id: str) -> BrokerInfo | None: ...
+
+    def live_brokers(self) -> list[BrokerInfo]: ...
+
+
+# In the broker's store (BROKER_DB): the shards whose log this data dir has copied
+# from, or written to, the cluster's (per cluster).
+_COPIED_PREFIX = "coordinator-log-copied:"
 
 
 class ShardLeaders(Protocol):
@@ -58,8 +72,35 @@ class ShardLeaders(Protocol):
         """Lead `shard` as `broker_id` unless another broker does: the leader's id."""
         ...
 
-    async def placed(self) -> dict[int, str]:
-        """Every shard some broker leads -> its leader's id."""
+    async def placed(self, fresh: bool = False) -> dict[int, str]:
+        """Every shard some broker leads -> its leader's id (read anew when `fresh`)."""
+        ...
+
+    async def open_log(
+        self, shard: int, broker_id: str, on_fenced: Callable[[int], None]
+    ) -> CoordinatorLog:
+        """The log of a shard `broker_id` leads and is about to recover: what its
+        coordinator writes goes there too, and this broker's store holds the shard's
+        records as the log has them."""
+        ...
+
+    async def take_over(self, shard: int, broker_id: str, gone: str) -> str:
+        """Lead `shard` as `broker_id` if its leader is still `gone` and not live:
+        the leader's id afterwards (another broker's when it came first)."""
+        ...
+
+    def successor(self, shard: int) -> str:
+        """The live broker that takes `shard` when its leader goes (each broker
+        computes the same from the live brokers it knows; a take decides)."""
+        ...
+
+    def forget(self, shard: int) -> None:
+        """The shard's record may have changed: read it again on its next use."""
+        ...
+
+    async def follow(self, on_change: Callable[[int, str], None]) -> None:
+        """Call `on_change(shard, leader)` for every change of a shard's record from
+        now on ("" when it is deleted), until cancelled."""
         ...
 
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
@@ -89,8 +130,25 @@ class EveryShardHere:
     async def take(self, shard: int, broker_id: str) -> str:
         return broker_id
 
-    async def placed(self) -> dict[int, str]:
+    async def placed(self, fresh: bool = False) -> dict[int, str]:
         return {}
+
+    async def open_log(
+        self, shard: int, broker_id: str, on_fenced: Callable[[int], None]
+    ) -> CoordinatorLog:
+        return LocalLog()
+
+    async def take_over(self, shard: int, broker_id: str, gone: str) -> str:
+        return broker_id
+
+    def successor(self, shard: int) -> str:
+        return ""
+
+    def forget(self, shard: int) -> None:
+        pass
+
+    async def follow(self, on_change: Callable[[int, str], None]) -> None:
+        return None
 
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
         return None
@@ -120,9 +178,11 @@ class RecordedShardLeaders:
     async def _claim_logs_here(self, broker_id: str) -> None:
         """A shard whose log is in this data dir (a standalone run's shard 0, or a data
         dir that led shards before) is this broker's: taken if nobody leads it, and a
-        ShardLogConflictError if another broker does."""
+        ShardLogConflictError if another broker does, unless the log is a copy of
+        that shard's log in this cluster (it led the shard here before: the cluster's
+        log is the truth, loaded again should the shard come back)."""
         records = self.records
-        for key, _ in self._local.scan_prefix(COORDINATOR_DB, "sequence:"):
+        for key, _ in list(self._local.scan_prefix(COORDINATOR_DB, "sequence:")):
             shard = int(key.removeprefix("sequence:"))
             if shard >= records.count:
                 raise ShardLogConflictError(
@@ -131,7 +191,7 @@ class RecordedShardLeaders:
                     "start this broker in its own cluster or with a new data dir"
                 )
             record = await records.place_on_self(shard, broker_id)
-            if record.leader != broker_id:
+            if record.leader != broker_id and not self._copied_here(shard):
                 raise ShardLogConflictError(
                     f"this data dir holds the log of transaction coordinator shard {shard} "
                     f"(transactions this broker coordinated before it joined cluster "
@@ -139,6 +199,55 @@ class RecordedShardLeaders:
                     "there: two logs of one shard would give two transactions one id. "
                     "Start this broker with a new data dir, or in its own cluster"
                 )
+
+    def _copied_key(self, shard: int) -> str:
+        return f"{_COPIED_PREFIX}{self.records.cluster}:{shard}"
+
+    def _copied_here(self, shard: int) -> bool:
+        return self._local.get(BROKER_DB, self._copied_key(shard)) is not None
+
+    async def open_log(
+        self, shard: int, broker_id: str, on_fenced: Callable[[int], None]
+    ) -> CoordinatorLog:
+        records = self.records
+        record, version = await records.take(shard, broker_id, lambda r: r.leader == broker_id)
+        if record.leader != broker_id:
+            raise CoordinatorFencedError(
+                f"transaction coordinator shard {shard} was taken by broker {record.leader}"
+            )
+        prefix = shard_log.shard_key_prefix(shard)
+        loaded = await shard_log.load(records.store, records.cluster, shard, prefix, self._local)
+        shard_log_ = shard_log.ShardLog(
+            records.store, records.cluster, shard, prefix, records.path(shard), version, on_fenced
+        )
+        if not loaded:
+            # The cluster has no log of the shard yet: the one this data dir kept (a
+            # run alone, or one from before logs were kept in the cluster) goes there.
+            shard_log.upload(shard_log_, self._local, shard, prefix)
+            await shard_log_.flushed()
+        if not self._copied_here(shard):
+            self._local.put(BROKER_DB, self._copied_key(shard), b"1")
+            self._local.sync()
+        log.info(
+            "coordinator shard %d: led here at epoch %d (%d records in its log)",
+            shard,
+            record.epoch,
+            loaded,
+        )
+        return shard_log_
+
+    async def take_over(self, shard: int, broker_id: str, gone: str) -> str:
+        def leader_gone(record: OwnershipRecord) -> bool:
+            return record.leader == gone and self.liveness.live_broker(gone) is None
+
+        record, _ = await self.records.take(shard, broker_id, leader_gone)
+        if record.leader == broker_id:
+            log.info("coordinator shard %d: taken over from broker %s", shard, gone)
+        return record.leader
+
+    def successor(self, shard: int) -> str:
+        live = sorted(info.broker_id for info in self.liveness.live_brokers())
+        return live[shard % len(live)] if live else ""
 
     async def leader(self, shard: int) -> str:
         if not 0 <= shard < self.records.count:
@@ -154,8 +263,32 @@ class RecordedShardLeaders:
     async def take(self, shard: int, broker_id: str) -> str:
         return (await self.records.place_on_self(shard, broker_id)).leader
 
-    async def placed(self) -> dict[int, str]:
-        return {shard: record.leader for shard, record in (await self.records.all()).items()}
+    async def placed(self, fresh: bool = False) -> dict[int, str]:
+        records = await self.records.all(fresh)
+        return {shard: record.leader for shard, record in records.items()}
+
+    def forget(self, shard: int) -> None:
+        self.records.forget(shard)
+
+    async def follow(self, on_change: Callable[[int, str], None]) -> None:
+        records = self.records
+        directory = shards_dir(records.cluster)
+        watch = await records.store.watch(directory)
+        while True:
+            try:
+                async for notification in watch:
+                    shard = int(notification.path.rpartition("/")[2])
+                    records.forget(shard)
+                    result = notification.result
+                    leader = (
+                        "" if result is None else OwnershipRecord.from_json(result.value).leader
+                    )
+                    on_change(shard, leader)
+                return  # the store closed
+            except WatchOverflow:
+                watch = await records.store.watch(directory)
+                for shard in range(records.count):
+                    records.forget(shard)
 
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
         return self.liveness.live_broker(broker_id)

@@ -95,6 +95,7 @@ async def ack_in_any_transaction(
         # Before anything is held: another role's transaction is refused untouched.
         local.check_ack(txn_id, caller, len(message_ids))
         ack_in_transaction(local, subscription, txn_id, message_ids, cumulative)
+        await local.log.flushed()
         return
     if not message_ids:
         raise ValueError("an ack must name at least one message id")

@@ -477,7 +477,7 @@ class KafkaTransactionCoordinator:
         coordinators = self._coordinators
         shard = named_shard(tid.owner, tid.name, coordinators.shard_count)
         if shard in coordinators.local:
-            opened = coordinators.open_on_shard(shard, timeout_ms, "", tid.owner, client)
+            opened = await coordinators.open_on_shard(shard, timeout_ms, "", tid.owner, client)
         else:
             opened = await coordinators.open(timeout_ms, "", tid.owner, client)
         return opened.txn_id

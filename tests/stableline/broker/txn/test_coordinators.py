@@ -11,14 +11,13 @@ import pytest
 
 from managed_ledger import LocalStore
 from stableline.broker.txn.coordinator_errors import (
-    CoordinatorUnavailableError,
     ShardLogConflictError,
 )
 from stableline.broker.txn.coordinator_shards import ShardRecords, cluster_shard_count
 from stableline.broker.txn.coordinators import Coordinators, named_shard
 from stableline.broker.txn.shard_leaders import RecordedShardLeaders
 from stableline.metadata import BrokerInfo, open_metadata_store
-from txnbuffer import TransactionLimits, TransactionNotFoundError
+from txnbuffer import CoordinatorFencedError, TransactionLimits, TransactionNotFoundError, TxnState
 
 SHARDS = 4
 
@@ -36,6 +35,9 @@ class NoPeers:
 
     def live_broker(self, broker_id: str):
         return None
+
+    def live_brokers(self) -> list:
+        return []
 
 
 @pytest.fixture
@@ -73,8 +75,8 @@ class TakenMeanwhile:
         self.records = records
         self.other = other
 
-    async def all(self):
-        placed = await self.records.all()
+    async def all(self, fresh: bool = False):
+        placed = await self.records.all(fresh)
         for shard in range(self.records.count):
             await self.records.place_on_self(shard, self.other)
         return placed
@@ -153,6 +155,9 @@ class Live:
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
         return self.live.get(broker_id)
 
+    def live_brokers(self) -> list[BrokerInfo]:
+        return list(self.live.values())
+
 
 def _registration(broker_id: str) -> BrokerInfo:
     return BrokerInfo(broker_id, broker_id, f"http://{broker_id}", "v", 0, "h", 1, "i", {})
@@ -172,8 +177,15 @@ async def test_a_shards_leader_is_the_broker_that_took_it_and_the_first_asked_ta
     # A transaction of that name opened through the leader lives on that shard.
     opened = await first.open(60_000, "payments", "", "")
     assert opened.txn_id.most_bits == shard and opened.coordinator_address == ""
-    second.leaders.liveness = Live({})  # h:1 went down
-    with pytest.raises(CoordinatorUnavailableError, match="broker h:1"):
-        await second.shard_leader(shard)
+    stale = first.local[shard]
+    second.leaders.liveness = Live({})  # h:1 went down: the first asked takes the shard over
+    assert await second.shard_leader(shard) is None
+    assert second.get(opened.txn_id).state is TxnState.OPEN  # from the shard's log
+    assert (await second.open(60_000, "payments", "", "")).txn_id == opened.txn_id
+    # h:1, back, writes nothing more for the shard: its log's next write is refused.
+    stale.add_topic(opened.txn_id, "persistent://public/default/late")
+    with pytest.raises(CoordinatorFencedError, match="taken by another broker"):
+        await stale.log.flushed()
+    assert "persistent://public/default/late" not in second.get(opened.txn_id).topics
     await first.close()
     await second.close()
