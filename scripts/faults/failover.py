@@ -14,6 +14,9 @@ Every --interval s a fault (--fault) strikes the broker that owns the cycle's to
 - kill: SIGKILL, restarted after --down s on the same data dir;
 - lose-disk: SIGKILL, its data dir deleted, restarted empty after --down s;
 - pause: SIGSTOP for the session timeout plus --down s, then SIGCONT;
+- kill-coordinator: SIGKILL of the leader of the transaction coordinator shard the
+  transactional producer's latest transaction is on (not the cycle topic's owner,
+  though it may own topics too), restarted after --down s;
 - two-down: SIGKILL of the two other members of the owner's topics (the owner stays
   up); writes must then be refused (no acknowledgement: below the ack quorum) and
   reads go on; one restarts after --down s (writes must resume), the other --down s
@@ -21,7 +24,9 @@ Every --interval s a fault (--fault) strikes the broker that owns the cycle's to
   the last acknowledged entry.)
 Per fault it measures the unavailability of each topic the struck broker owned:
 from the fault to the first acknowledged send on the topic (for two-down, from the
-first restart). A topic not served within --deadline s is a violation
+first restart); for kill-coordinator, from the kill to the first transaction
+decided after it (committed or aborted, asked after the kill). A topic not served,
+or no transaction decided, within --deadline s is a violation
 ("unavailable: topic X not served within N s after the kill"); every wait has a
 deadline, so a run never hangs. maxReadPosition is sampled from each topic's owner
 as the load runs. At the end the load stops, the subscriptions catch up, and
@@ -66,7 +71,7 @@ from stableline.testing import BrokerProcess, cluster_brokers
 REPO = Path(__file__).resolve().parents[2]
 BROKERS = 3
 TOPICS = ("failover-0", "failover-1", "failover-2")
-FAULTS = ("kill", "lose-disk", "pause", "two-down")
+FAULTS = ("kill", "lose-disk", "pause", "two-down", "kill-coordinator")
 ABORT_FRACTION = 0.2
 TXN_TIMEOUT_MS = 5000
 CATCH_UP_TIMEOUT_S = 60.0
@@ -74,7 +79,10 @@ SERVED_AGAIN_TIMEOUT_S = 60.0
 SAMPLE_EVERY_S = 0.5
 RC = aio.IsolationLevel.READ_COMMITTED
 RU = aio.IsolationLevel.READ_UNCOMMITTED
-COLUMNS = ("cycle", "fault", "topic", "struck", "owned", "unavailable_s", "acked", "delivered")
+COLUMNS = (
+    "cycle", "fault", "topic", "struck", "owned", "unavailable_s", "decided_s", "acked",
+    "delivered",
+)  # fmt: skip
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -128,6 +136,17 @@ class FaultCluster:
                     return broker
         return None
 
+    def shard_leader(self, shard: int) -> BrokerProcess | None:
+        """The live broker whose coordinator stats say it leads `shard`."""
+        for broker in self.alive():
+            try:
+                stats = broker.admin("/admin/v3/transactions/coordinatorStats")
+            except (OSError, ValueError):
+                continue
+            if str(shard) in stats.get("coordinators", {}):
+                return broker
+        return None
+
     def name(self, broker: BrokerProcess | None) -> str:
         return "-" if broker is None else f"b{self.brokers.index(broker)}"
 
@@ -145,6 +164,9 @@ class Load:
     running: bool = True
     consumer_errors: list[str] = field(default_factory=list)  # each one resubscribed
     busy: int = 0
+    # (when an end was asked, when it was answered), monotonic; the latest txn's shard.
+    decided_at: list[tuple[float, float]] = field(default_factory=list)
+    last_shard: int = -1
 
     def acked(self, topic: str, asked_at: float) -> None:
         self.acked_at.setdefault(topic, []).append((asked_at, time.monotonic()))
@@ -221,6 +243,7 @@ async def txn_producer(client: aio.Client, load: Load, rng: random.Random) -> No
                 await asyncio.sleep(0.2)
                 continue
             number += 1
+            load.last_shard = txn.id[0]
             load.history.transactions[txn_name] = TxnOutcome.OPEN
             all_acked = True
             for topic in TOPICS:
@@ -244,10 +267,12 @@ async def txn_producer(client: aio.Client, load: Load, rng: random.Random) -> No
                 continue  # never ended: it times out, and nothing of it may show
             abort = rng.random() < ABORT_FRACTION
             load.history.transactions[txn_name] = TxnOutcome.UNKNOWN
+            asked_at = time.monotonic()
             try:
                 await (txn.abort() if abort else txn.commit())
             except aio.StableLineError:
                 continue
+            load.decided_at.append((asked_at, time.monotonic()))
             load.history.transactions[txn_name] = (
                 TxnOutcome.ABORTED if abort else TxnOutcome.COMMITTED
             )
@@ -359,6 +384,18 @@ async def wait_first_ack(load: Load, topic: str, since: float, deadline_s: float
     return None
 
 
+async def wait_first_decision(load: Load, since: float, deadline_s: float) -> float | None:
+    """Seconds from `since` to the answer of the first end (commit or abort) asked for
+    after it; None if none within `deadline_s`."""
+    deadline = since + deadline_s
+    while time.monotonic() < deadline:
+        for asked, decided in load.decided_at[-50:]:
+            if asked > since:
+                return decided - since
+        await asyncio.sleep(0.02)
+    return None
+
+
 async def reads_go_on(client: aio.Client, topics: list[str], deadline_s: float) -> list[str]:
     """A new reader of each topic reads its first message within `deadline_s`."""
     problems = []
@@ -380,15 +417,19 @@ async def run_cycle(
 ) -> dict:
     await asyncio.sleep(args.interval)
     topic = TOPICS[number % len(TOPICS)]
-    victim = await asyncio.to_thread(cluster.owner, topic)
+    if args.fault == "kill-coordinator":
+        victim = await asyncio.to_thread(cluster.shard_leader, load.last_shard)
+    else:
+        victim = await asyncio.to_thread(cluster.owner, topic)
     violations: list[str] = []
     if victim is None:
         return {"cycle": number, "fault": args.fault, "topic": topic, "struck": "-", "owned": "",
-                "unavailable_s": None, "acked": load.sent(), "delivered": load.delivered(),
-                "unavailability": [], "violations": [f"no owner found for {topic}"]}  # fmt: skip
+                "unavailable_s": None, "decided_s": None, "acked": load.sent(),
+                "delivered": load.delivered(), "unavailability": [], "decisions": [],
+                "violations": [f"no owner found for {topic}"]}  # fmt: skip
     others = [b for b in cluster.alive() if b is not victim]
     owned = [t for t in TOPICS if await asyncio.to_thread(cluster.owner, t, others) is victim]
-    if topic not in owned:
+    if topic not in owned and args.fault != "kill-coordinator":
         owned.insert(0, topic)
     struck = strike(args.fault, cluster, victim, args)
     struck_names = "+".join(cluster.name(b) for b in struck.brokers)
@@ -408,6 +449,13 @@ async def run_cycle(
         since, what = refused_window_end, "the first restart"
     else:
         since, what = struck.at, f"the {args.fault}"
+    decisions: list[float] = []
+    if args.fault == "kill-coordinator":
+        decided = await wait_first_decision(load, since, args.deadline)
+        if decided is None:
+            violations.append(f"no transaction decided within {args.deadline:g} s after {what}")
+        else:
+            decisions.append(round(decided, 3))
     for each in owned:
         waited = await wait_first_ack(load, each, since, args.deadline)
         if waited is None:
@@ -429,9 +477,11 @@ async def run_cycle(
         "struck": struck_names,
         "owned": ",".join(t.rsplit("-", 1)[1] for t in owned),
         "unavailable_s": max(unavailability) if unavailability else None,
+        "decided_s": decisions[0] if decisions else None,
         "acked": load.sent(),
         "delivered": load.delivered(),
         "unavailability": unavailability,
+        "decisions": decisions,
         "violations": violations,
     }
 
@@ -567,12 +617,15 @@ def main() -> int:
     found = checker.check(load.history)
     counts = checker.summary(found)
     waits = [w for row in rows for w in row["unavailability"]]
+    decisions = [d for row in rows for d in row["decisions"]]
     figures = {
         "failovers": len(waits),
         "unserved": sum(v.startswith("unavailable:") for row in rows for v in row["violations"]),
         "unavailable_p50_s": percentile(waits, 0.5),
         "unavailable_p99_s": percentile(waits, 0.99),
         "unavailable_max_s": max(waits) if waits else None,
+        "decided_p50_s": percentile(decisions, 0.5),
+        "decided_p99_s": percentile(decisions, 0.99),
         "sends_acked": load.sent(),
         "sends_unknown": sum(s.outcome == UNKNOWN for s in load.history.sends),
         "transactions": {
@@ -591,6 +644,11 @@ def main() -> int:
         f"{figures['unavailable_p99_s']} | {figures['unavailable_max_s']} | {len(waits)} | "
         f"{figures['unserved']} |"
     )
+    if decisions:
+        print(
+            f"| kill to first decided transaction | {figures['decided_p50_s']} | "
+            f"{figures['decided_p99_s']} | {max(decisions)} | {len(decisions)} | - |"
+        )
     print()
     print("| checker | count |")
     print("|---|---|")

@@ -54,6 +54,25 @@ def test_a_paused_owner_or_two_members_down_break_no_promise(tmp_path, run_scrip
 
 
 @pytest.mark.slow
+def test_a_killed_coordinator_shard_leaders_transactions_are_decided_by_another(
+    tmp_path, run_script
+):
+    """kill -9 of the leader of the shard the transactional producer uses: another
+    broker takes the shard over and decides its transactions within the deadline."""
+    etcd_binary_or_skip()
+    rows = tmp_path / "rows.json"
+    run = run_script(
+        "faults/failover.py", "--fault", "kill-coordinator", "--cycles", 1, "--interval", 5,
+        "--down", 3, "--session-timeout", 2, "--deadline", DEADLINE_S, "--json", rows,
+        timeout=600,
+    )  # fmt: skip
+    assert "1 cycles, 0 violations" in run.stdout
+    result = json.loads(rows.read_text())
+    assert set(result["checker"].values()) == {0}
+    assert result["figures"]["decided_p50_s"] is not None
+
+
+@pytest.mark.slow
 def test_an_owner_back_on_its_own_disk_breaks_no_promise(tmp_path, run_script):
     """Killed and restarted 2 s later on the same data dir: the harness and the
     checker on real processes, clean today."""
