@@ -152,6 +152,9 @@ class ShardRecords:
         self.cluster = cluster
         self.count = count
         self._records: dict[int, tuple[OwnershipRecord, int]] = {}
+        # Shard -> the version this broker just wrote its record at (placed or taken),
+        # until its coordinator starts with it (taken_here).
+        self._taken: dict[int, int] = {}
 
     def check_shard(self, shard: int) -> None:
         assert 0 <= shard < self.count, (shard, self.count)
@@ -207,6 +210,7 @@ class ShardRecords:
             return record
         log.info("coordinator shard %d placed on this broker (%s)", shard, broker_id)
         self._records[shard] = (mine, 0)  # a created key is at version 0
+        self._taken[shard] = 0
         return mine
 
     async def take(
@@ -233,4 +237,14 @@ class ShardRecords:
             except BadVersion:
                 continue
             self._records[shard] = (mine, version + 1)
+            self._taken[shard] = version + 1
             return mine, version + 1
+
+    def taken_here(self, shard: int) -> tuple[OwnershipRecord, int] | None:
+        """The record and version this broker last placed or took `shard` at, once
+        (its coordinator starts on it without taking the shard again)."""
+        version = self._taken.pop(shard, None)
+        found = self._records.get(shard)
+        if version is None or found is None or found[1] != version:
+            return None
+        return found

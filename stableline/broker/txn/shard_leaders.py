@@ -210,7 +210,13 @@ class RecordedShardLeaders:
         self, shard: int, broker_id: str, on_fenced: Callable[[int], None]
     ) -> CoordinatorLog:
         records = self.records
-        record, version = await records.take(shard, broker_id, lambda r: r.leader == broker_id)
+        # Taken again at start (a new epoch: a copy of this broker still running from
+        # the same record, say a paused process on a lost disk, is fenced), unless
+        # this broker has just placed or taken it.
+        found = records.taken_here(shard)
+        if found is None or found[0].leader != broker_id:
+            found = await records.take(shard, broker_id, lambda r: r.leader == broker_id)
+        record, version = found
         if record.leader != broker_id:
             raise CoordinatorFencedError(
                 f"transaction coordinator shard {shard} was taken by broker {record.leader}"
