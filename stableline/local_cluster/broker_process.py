@@ -1,6 +1,6 @@
 """A real broker in a child process, for tests, benchmarks and crash tools.
 
-`python -m stableline serve` on 127.0.0.1 with its own data dir, ready once it
+`python -m stableline serve` on 127.0.0.1 (or `host`) with its own data dir, ready once it
 prints its `ready` event. It restarts on the same data dir and ports; kill() is
 SIGKILL. Its stdout (one JSON event a line) and stderr (the log) go to files
 beside the data dir, one pair per run, so nothing blocks on a full pipe and the
@@ -12,7 +12,9 @@ raises `BrokerExited` whose first line is the broker's own one-line reason.
 `stableline cluster up` runs its brokers with it too: `output_stem` keeps one log
 per broker (appended to across runs), `launch()` and `wait_ready()` start several at
 once, and `supervised` keeps a broker out of the terminal's Ctrl-C (its supervisor
-stops it) and ends it should the supervisor die.
+stops it) and ends it should the supervisor die. The fault tools run a broker on a
+test host of their own: `host` is the address it binds and advertises, and
+`command_prefix` (e.g. `ip netns exec NAME`) runs it in that host's network namespace.
 """
 
 from __future__ import annotations
@@ -92,14 +94,19 @@ class BrokerProcess:
     output_stem: Path | None = None
     # Started by a supervisor (stableline.local_cluster.children).
     supervised: bool = False
+    # The address it binds and advertises (gRPC, HTTP, Kafka) and clients dial.
+    host: str = "127.0.0.1"
+    # Before the interpreter, e.g. ["ip", "netns", "exec", NAME]: a command that execs
+    # the rest in place, so signals reach the broker itself.
+    command_prefix: list[str] = field(default_factory=list)
     _launched_at: float = 0.0
     _log_start: int = 0  # where this run's part of an appended log begins
 
     @property
     def service_url(self) -> str:
         if self.tls:
-            return f"stableline+ssl://127.0.0.1:{self.grpc_port}"
-        return f"127.0.0.1:{self.grpc_port}"
+            return f"stableline+ssl://{self.host}:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     target = service_url
 
@@ -107,11 +114,11 @@ class BrokerProcess:
     def kafka_bootstrap(self) -> str:
         """`bootstrap.servers` for Kafka clients (its Kafka port must be open)."""
         assert self.kafka_port, "a broker started with kafka_port=None has no Kafka port"
-        return f"127.0.0.1:{self.kafka_port}"
+        return f"{self.host}:{self.kafka_port}"
 
     @property
     def http_url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.http_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.http_port}"
 
     @property
     def stdout_path(self) -> Path:
@@ -137,6 +144,7 @@ class BrokerProcess:
         self.runs += 1
         self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
         command = [
+            *self.command_prefix,
             sys.executable,
             *self.interpreter_args,
             "-m",
@@ -145,11 +153,11 @@ class BrokerProcess:
             "--data-dir",
             str(self.data_dir),
             "--grpc",
-            f"127.0.0.1:{self.grpc_port}",
+            f"{self.host}:{self.grpc_port}",
             "--http",
-            f"127.0.0.1:{self.http_port}",
+            f"{self.host}:{self.http_port}",
             "--kafka",
-            "" if self.kafka_port is None else f"127.0.0.1:{self.kafka_port}",
+            "" if self.kafka_port is None else f"{self.host}:{self.kafka_port}",
             *self.extra_args,
         ]
         log_mode = "ab" if self.output_stem is not None else "wb"

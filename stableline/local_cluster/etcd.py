@@ -5,7 +5,9 @@ without one, INSTALL_HINT says how to get it. The member keeps its data in
 DIRECTORY/data and appends its log to DIRECTORY/etcd.log. Its ports are chosen once
 (free ones unless given) and kept: stop() and start() again bring back the same
 member at the same URL. start() returns once etcd's /health says so; stop() is
-SIGTERM, then a wait (etcd re-raises the signal: it exits with -SIGTERM).
+SIGTERM, then a wait (etcd re-raises the signal: it exits with -SIGTERM). The fault
+tools put it on a test host of their own: `host` is the address it listens on, and
+`command_prefix` (e.g. `ip netns exec NAME`) runs it in that host's network namespace.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from stableline.local_cluster.children import supervised_popen_options
@@ -53,7 +55,7 @@ class EtcdNotReady(RuntimeError):
 
 
 class EtcdProcess:
-    """One etcd member on 127.0.0.1 (see the module docstring)."""
+    """One etcd member on 127.0.0.1 or `host` (see the module docstring)."""
 
     def __init__(
         self,
@@ -64,6 +66,8 @@ class EtcdProcess:
         client_port: int = 0,
         peer_port: int = 0,
         supervised: bool = False,
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ):
         """`tls`: {"ca", "cert", "key", "client_cert", "client_key"} files; clients then
         need TLS and a certificate the CA signed. `supervised`: see children.py."""
@@ -73,16 +77,18 @@ class EtcdProcess:
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.supervised = supervised
+        self.host = host
+        self.command_prefix = list(command_prefix)
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         """The metadata store URL brokers take (`--metadata-store`)."""
-        return f"etcd://127.0.0.1:{self.client_port}"
+        return f"etcd://{self.host}:{self.client_port}"
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def log_path(self) -> Path:
@@ -90,7 +96,7 @@ class EtcdProcess:
 
     @property
     def _client_url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client_port}"
 
     def start(
         self, timeout_s: float = READY_TIMEOUT_S, sleep: Callable[[float], None] = time.sleep
@@ -100,8 +106,9 @@ class EtcdProcess:
         the process is then left to stop())."""
         self.directory.mkdir(parents=True, exist_ok=True)
         client = self._client_url
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         command = [
+            *self.command_prefix,
             self.binary,
             "--name=stableline",
             f"--data-dir={self.directory / 'data'}",
