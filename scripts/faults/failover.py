@@ -56,12 +56,14 @@ import sys
 import tempfile
 import time
 import urllib.error
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import checker
 import kill_cycle
 from checker import ACKED, UNKNOWN, Delivered, History, Send, SubscriptionLog, TxnOutcome
+from hosts import Hosts, HostsUnavailable, open_hosts
 from kill_cycle import buffer_stats
 
 from stableline import aio
@@ -71,7 +73,7 @@ from stableline.testing import BrokerProcess, cluster_brokers
 REPO = Path(__file__).resolve().parents[2]
 BROKERS = 3
 TOPICS = ("failover-0", "failover-1", "failover-2")
-FAULTS = ("kill", "lose-disk", "pause", "two-down", "kill-coordinator")
+FAULTS = ("kill", "lose-disk", "pause", "two-down", "kill-coordinator", "partition")
 ABORT_FRACTION = 0.2
 TXN_TIMEOUT_MS = 5000
 CATCH_UP_TIMEOUT_S = 60.0
@@ -114,6 +116,9 @@ def percentile(values: list[float], fraction: float) -> float | None:
 class FaultCluster:
     etcd: EtcdProcess
     brokers: list[BrokerProcess]
+    cluster_name: str = ""
+    # For --fault partition: etcd on host "etcd", broker I on host "bI".
+    hosts: Hosts | None = None
 
     @property
     def service_url(self) -> str:
@@ -130,9 +135,9 @@ class FaultCluster:
                 found = asked.admin(f"/lookup/v2/topic/persistent/public/default/{topic}")
             except (OSError, ValueError):
                 continue
-            port = int(found["nativeUrl"].rsplit(":", 1)[1].rstrip("/"))
+            address = found["nativeUrl"].rstrip("/").rsplit("/", 1)[-1]
             for broker in self.brokers:
-                if broker.grpc_port == port:
+                if address == f"{broker.host}:{broker.grpc_port}":
                     return broker
         return None
 
@@ -336,11 +341,23 @@ class Strike:
 
     at: float
     brokers: list[BrokerProcess]
-    restore: list[tuple[float, BrokerProcess, str]]  # (after s, broker, "start" | "cont")
+    # (after s, broker, "start" | "cont" | "heal")
+    restore: list[tuple[float, BrokerProcess, str]]
+    heal: Callable[[], None] | None = None  # undoes a partition's cuts
+    cut_from: BrokerProcess | None = None  # the member a partition cut the struck one from
 
 
 def strike(fault: str, cluster: FaultCluster, owner: BrokerProcess, args) -> Strike:
     at = time.monotonic()
+    if fault == "partition":
+        # Cut from etcd and from one other member of its ensemble (every topic's is all
+        # three), both ways; the client and the third broker still reach it.
+        hosts = cluster.hosts
+        peer = next(b for b in cluster.alive() if b is not owner)
+        hosts.cut(cluster.name(owner), "etcd")
+        hosts.cut(cluster.name(owner), cluster.name(peer))
+        after_s = args.session_timeout + args.down
+        return Strike(at, [owner], [(after_s, owner, "heal")], hosts.heal, peer)
     if fault == "pause":
         owner.signal(signal.SIGSTOP)
         return Strike(at, [owner], [(args.session_timeout + args.down, owner, "cont")])
@@ -363,6 +380,9 @@ async def restore(strike_: Strike) -> list[str]:
         if how == "cont":
             broker.signal(signal.SIGCONT)
             continue
+        if how == "heal":
+            strike_.heal()
+            continue
         try:
             await asyncio.to_thread(broker.start)
         except (RuntimeError, OSError) as error:
@@ -370,15 +390,19 @@ async def restore(strike_: Strike) -> list[str]:
     return problems
 
 
-async def wait_first_ack(load: Load, topic: str, since: float, deadline_s: float) -> float | None:
+async def wait_first_ack(
+    load: Load, topic: str, since: float, deadline_s: float, asked_after: float | None = None
+) -> float | None:
     """Seconds from `since` to the acknowledgement of the first send on `topic` asked
-    for after it; None if none within `deadline_s`. Counting only sends asked for
-    after `since` keeps out acknowledgements the struck broker sent before it died and
-    the client read after (one send's wait at most is added, a producer's pacing)."""
+    for after it (or after `asked_after`); None if none within `deadline_s`. Counting
+    only sends asked for after `since` keeps out acknowledgements the struck broker
+    sent before it died and the client read after (one send's wait at most is added,
+    a producer's pacing)."""
     deadline = since + deadline_s
+    asked_after = since if asked_after is None else asked_after
     while time.monotonic() < deadline:
         for asked, acked in load.acked_at.get(topic, [])[-200:]:
-            if asked > since:
+            if asked > asked_after:
                 return acked - since
         await asyncio.sleep(0.02)
     return None
@@ -412,6 +436,116 @@ async def reads_go_on(client: aio.Client, topics: list[str], deadline_s: float) 
     return problems
 
 
+PARTITION_SAMPLE_EVERY_S = 0.1
+SESSION_LOST_LINE = "cluster metadata session lost"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # a broker that sends us elsewhere answers nothing of its own
+
+
+_ASK_ONLY = urllib.request.build_opener(_NoRedirect)
+
+
+def ask(broker: BrokerProcess, path: str):
+    """GET `path` from this very broker (no redirect followed), briefly: None when it
+    does not answer it itself."""
+    try:
+        with _ASK_ONLY.open(broker.http_url + path, timeout=2) as reply:
+            return json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+
+
+def live_brokers(cluster: FaultCluster, among: list[BrokerProcess]) -> set[str] | None:
+    """The cluster's registered brokers as the first of `among` to answer sees them."""
+    for broker in among:
+        found = ask(broker, f"/admin/v2/brokers/{cluster.cluster_name}")
+        if isinstance(found, list):
+            return set(found)
+    return None
+
+
+def last_confirmed(broker: BrokerProcess, topic: str) -> str | None:
+    """The topic's last confirmed entry as `broker` itself has it; None if it has no
+    such topic loaded (or does not answer)."""
+    found = ask(broker, f"/admin/v2/persistent/public/default/{topic}/stats")
+    return found.get("lastConfirmedEntry") if isinstance(found, dict) else None
+
+
+async def watch_partition(
+    cluster: FaultCluster, struck: Strike, owned: list[str], args, fenced: asyncio.Future
+) -> tuple[list[str], dict]:
+    """What a partition must bring about, checked from the cut until the heal: the cut
+    broker's lease lapses (the others stop listing it), it declares its own session
+    lost (its log says so), the others name another owner of each of its topics, and,
+    once the lease has lapsed and it knows, its last confirmed entry of each topic
+    moves no more (it acknowledges nothing); after the heal it is listed again.
+    `fenced` gets the moment (monotonic) its log first said its session was lost."""
+    victim = struck.brokers[0]
+    others = [b for b in cluster.brokers if b is not victim]
+    victim_id = f"{victim.host}:{victim.grpc_port}"
+    heal_at = struck.at + struck.restore[0][0]
+    lapsed_s = fenced_s = None
+    moved_s: dict[str, float] = {}
+    baseline: dict[str, str | None] = {}
+    acked_after: dict[str, tuple[str, str]] = {}
+    while time.monotonic() < heal_at:
+        elapsed = time.monotonic() - struck.at
+        if lapsed_s is None:
+            live = await asyncio.to_thread(live_brokers, cluster, others)
+            if live is not None and victim_id not in live:
+                lapsed_s = round(elapsed, 3)
+        if fenced_s is None and SESSION_LOST_LINE in victim.log():
+            fenced_s = round(elapsed, 3)
+            fenced.set_result(struck.at + elapsed)
+        for topic in owned:
+            if topic not in moved_s:
+                owner = await asyncio.to_thread(cluster.owner, topic, others)
+                if owner is not None and owner is not victim:
+                    moved_s[topic] = round(elapsed, 3)
+        if lapsed_s is not None and fenced_s is not None:
+            for topic in owned:
+                position = await asyncio.to_thread(last_confirmed, victim, topic)
+                if baseline.get(topic) is None:
+                    baseline[topic] = position
+                elif position is not None and position != baseline[topic]:
+                    acked_after.setdefault(topic, (baseline[topic], position))
+        await asyncio.sleep(PARTITION_SAMPLE_EVERY_S)
+    name = cluster.name(victim)
+    violations = []
+    if lapsed_s is None:
+        violations.append(f"lease kept: {name} still registered while cut off from etcd")
+    if fenced_s is None:
+        violations.append(f"{name} never declared its session lost while cut off from etcd")
+    for topic in owned:
+        if topic not in moved_s:
+            violations.append(f"topic {topic} still {name}'s while {name} was cut off")
+    for topic, (before, after) in acked_after.items():
+        violations.append(
+            f"{name} acknowledged after losing its lease: topic {topic} last confirmed "
+            f"entry {before} -> {after}"
+        )
+    rejoined_s = None
+    deadline = heal_at + args.deadline
+    while time.monotonic() < deadline:
+        live = await asyncio.to_thread(live_brokers, cluster, others)
+        if live is not None and victim_id in live:
+            rejoined_s = round(time.monotonic() - heal_at, 3)
+            break
+        await asyncio.sleep(PARTITION_SAMPLE_EVERY_S)
+    if rejoined_s is None:
+        violations.append(f"{name} not registered again within {args.deadline:g} s of the heal")
+    return violations, {
+        "cut_from": f"etcd+{cluster.name(struck.cut_from)}",
+        "lease_lapsed_s": lapsed_s,
+        "fenced_s": fenced_s,
+        "moved_s": max(moved_s.values()) if moved_s else None,
+        "rejoined_s": rejoined_s,
+    }
+
+
 async def run_cycle(
     client: aio.Client, cluster: FaultCluster, load: Load, args, number: int
 ) -> dict:
@@ -434,6 +568,17 @@ async def run_cycle(
     struck = strike(args.fault, cluster, victim, args)
     struck_names = "+".join(cluster.name(b) for b in struck.brokers)
     restoring = asyncio.create_task(restore(struck))
+    watching = None
+    asked_after = None
+    if args.fault == "partition":
+        fenced = asyncio.get_running_loop().create_future()
+        watching = asyncio.create_task(watch_partition(cluster, struck, owned, args, fenced))
+        # Until it knows its session lost, the cut broker still serves (its lease
+        # holds): the unavailability counts from the cut to the first send asked for
+        # after that and acknowledged, by another.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(args.deadline):
+                asked_after = await asyncio.shield(fenced)
     unavailability: list[float] = []
     if args.fault == "two-down":
         first_back = struck.at + struck.restore[0][0]
@@ -457,7 +602,7 @@ async def run_cycle(
         else:
             decisions.append(round(decided, 3))
     for each in owned:
-        waited = await wait_first_ack(load, each, since, args.deadline)
+        waited = await wait_first_ack(load, each, since, args.deadline, asked_after)
         if waited is None:
             violations.append(
                 f"unavailable: topic {each} not served within {args.deadline:g} s after {what}"
@@ -465,6 +610,10 @@ async def run_cycle(
         else:
             unavailability.append(round(waited, 3))
     violations += await restoring
+    partition: dict = {}
+    if watching is not None:
+        found, partition = await watching
+        violations += found
     # Back to three brokers serving every topic before the next fault.
     back = time.monotonic()
     for each in TOPICS:
@@ -482,6 +631,7 @@ async def run_cycle(
         "delivered": load.delivered(),
         "unavailability": unavailability,
         "decisions": decisions,
+        "partition": partition,
         "violations": violations,
     }
 
@@ -557,6 +707,8 @@ async def drive(cluster: FaultCluster, args) -> tuple[list[dict], Load, list[str
                 rows.append(row)
                 cells = [str(row[column]) for column in COLUMNS]
                 print(f"| {' | '.join(cells)} | {'; '.join(row['violations']) or 0} |", flush=True)
+                if row["partition"]:
+                    print(f"  partition: {row['partition']}", flush=True)
             load.running = False
             await asyncio.gather(*producers, return_exceptions=True)
             # Transactions left open time out; then every subscription catches up.
@@ -587,15 +739,37 @@ def main() -> int:
     if binary is None:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
+    hosts = None
+    if args.fault == "partition":
+        try:
+            hosts = open_hosts(["etcd", *(f"b{i}" for i in range(BROKERS))])
+        except HostsUnavailable as error:
+            print(f"failover: --fault partition cannot run here: {error}", file=sys.stderr)
+            return 2
+    try:
+        return run(binary, args, hosts)
+    finally:
+        if hosts is not None:
+            hosts.remove()
+
+
+def run(binary: str, args, hosts: Hosts | None) -> int:
     (REPO / "bench-results").mkdir(exist_ok=True)  # git-ignored; absent in a fresh clone
     directory = Path(tempfile.mkdtemp(prefix="failover-", dir=REPO / "bench-results"))
-    etcd = EtcdProcess(binary, directory / "etcd")
-    cluster = FaultCluster(
-        etcd,
-        cluster_brokers(
-            etcd.url, f"failover-{os.getpid()}", directory, BROKERS, args.session_timeout
-        ),
-    )
+    if hosts is None:
+        etcd = EtcdProcess(binary, directory / "etcd")
+    else:
+        etcd = EtcdProcess(
+            binary, directory / "etcd", host=hosts["etcd"].address,
+            command_prefix=hosts["etcd"].command_prefix,
+        )  # fmt: skip
+    cluster_name = f"failover-{os.getpid()}"
+    brokers = cluster_brokers(etcd.url, cluster_name, directory, BROKERS, args.session_timeout)
+    if hosts is not None:
+        for i, broker in enumerate(brokers):
+            broker.host = hosts[f"b{i}"].address
+            broker.command_prefix = hosts[f"b{i}"].command_prefix
+    cluster = FaultCluster(etcd, brokers, cluster_name, hosts)
     print(
         f"failover: --fault {args.fault}, {args.cycles} cycles every {args.interval:g} s, "
         f"down {args.down:g} s, session {args.session_timeout:g} s, data in {directory}",
