@@ -22,6 +22,15 @@ Every --interval s a fault (--fault) strikes the broker that owns the cycle's to
   reads go on; one restarts after --down s (writes must resume), the other --down s
   later. (With the owner among the two, no broker may serve: one member cannot know
   the last acknowledged entry.)
+- partition (root and iproute2 only, else exit 2): etcd and each broker on a test
+  host of its own (scripts/faults/hosts.py: network namespaces on a bridge the client
+  shares); the owner is cut off from etcd and from one other member, both ways, for
+  the session timeout plus --down s, then healed. Checked: its lease lapses (the
+  others stop listing it), its log says its session is lost, the others name another
+  owner of its topics, its last confirmed entry of each moves no more once both
+  happened, and it is listed again within --deadline s of the heal. Its
+  unavailability counts from the cut to the acknowledgement of the first send asked
+  for after the owner declared its session lost (until then it still serves).
 Per fault it measures the unavailability of each topic the struck broker owned:
 from the fault to the first acknowledged send on the topic (for two-down, from the
 first restart); for kill-coordinator, from the kill to the first transaction
