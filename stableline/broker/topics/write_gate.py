@@ -26,8 +26,11 @@ by then. The gate is that rule, in one place:
 - The broker's own writes (wait_open) wait for the gate rather than fail.
 - Standalone (the embedded store) the gate is open for ever.
 
-Topics never move today, so reopening needs no check of their records; once they
-can, reopening must first confirm that each still names this broker (its epoch).
+Replicated topics can move: closing the gate also unloads them (registry), so each
+is taken again at a new epoch, its ensemble fenced, before this broker serves it
+again. Reopening does not check records itself: an unload still under way (held up
+by a call to a member it cannot reach) leaves a topic that can write only to members
+that never saw the newer epoch, and the members that did refuse it.
 """
 
 from __future__ import annotations
