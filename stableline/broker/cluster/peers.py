@@ -71,52 +71,11 @@ class PeerTransactionState:
     low_watermark: int
 
 
-class PeerClient(Protocol):
-    """Calls to the broker at a gRPC `address` (a shard's leader, a topic's owner).
-
-    `caller` is the role a client's call was made with, which the peer checks as if
-    the client had called it; None: this broker's own call, checked by nobody."""
+class ReplicaPeers(Protocol):
+    """The calls a topic's writer and its recovery make to the other members of its
+    ensemble, at their gRPC `address`."""
 
     timeout_s: float
-
-    async def open_transaction(
-        self, address: str, shard: int, timeout_ms: int, name: str, owner: str, client: str
-    ) -> PeerTransaction:
-        """A new (or the named) transaction on `shard`, which the peer leads."""
-        ...
-
-    async def add_topic(self, address: str, txn_id: TxnId, topic: str, caller: str | None) -> None:
-        """Record that the transaction writes to `topic`."""
-        ...
-
-    async def check_ack(self, address: str, txn_id: TxnId, caller: str | None, count: int) -> None:
-        """Raise what add_ack of `count` messages would refuse, recording nothing."""
-        ...
-
-    async def add_ack(self, address: str, txn_id: TxnId, ack: TxnAck, caller: str | None) -> None:
-        """Record a transactional ack with the transaction's coordinator."""
-        ...
-
-    async def transaction_state(self, address: str, txn_id: TxnId) -> PeerTransactionState:
-        """The transaction's state on its shard's leader (TransactionNotFoundError if
-        it does not know it)."""
-        ...
-
-    async def end_on_topic(
-        self, address: str, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
-    ) -> None:
-        """Write the transaction's end marker into `topic`, which the peer owns."""
-        ...
-
-    async def end_acks(self, address: str, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
-        """Apply (commit) or release (abort) the transaction's acks on a subscription of
-        a topic the peer owns."""
-        ...
-
-    async def end_transaction(self, address: str, txn_id: TxnId, commit: bool) -> TxnState:
-        """End the transaction as its client would (Broker.EndTransaction, with this
-        broker's own credentials): its state after the call."""
-        ...
 
     async def replicate(
         self,
@@ -166,6 +125,54 @@ class PeerClient(Protocol):
         self, address: str, topic: str, epoch: int, states: dict[str, bytes], deleted: list[str]
     ) -> None:
         """Keep the writer's cursor states (and forget the deleted ones) beside the copy."""
+        ...
+
+
+class PeerClient(ReplicaPeers, Protocol):
+    """Calls to the broker at a gRPC `address` (a shard's leader, a topic's owner).
+
+    `caller` is the role a client's call was made with, which the peer checks as if
+    the client had called it; None: this broker's own call, checked by nobody."""
+
+    timeout_s: float
+
+    async def open_transaction(
+        self, address: str, shard: int, timeout_ms: int, name: str, owner: str, client: str
+    ) -> PeerTransaction:
+        """A new (or the named) transaction on `shard`, which the peer leads."""
+        ...
+
+    async def add_topic(self, address: str, txn_id: TxnId, topic: str, caller: str | None) -> None:
+        """Record that the transaction writes to `topic`."""
+        ...
+
+    async def check_ack(self, address: str, txn_id: TxnId, caller: str | None, count: int) -> None:
+        """Raise what add_ack of `count` messages would refuse, recording nothing."""
+        ...
+
+    async def add_ack(self, address: str, txn_id: TxnId, ack: TxnAck, caller: str | None) -> None:
+        """Record a transactional ack with the transaction's coordinator."""
+        ...
+
+    async def transaction_state(self, address: str, txn_id: TxnId) -> PeerTransactionState:
+        """The transaction's state on its shard's leader (TransactionNotFoundError if
+        it does not know it)."""
+        ...
+
+    async def end_on_topic(
+        self, address: str, topic: str, txn_id: TxnId, commit: bool, low_watermark: int
+    ) -> None:
+        """Write the transaction's end marker into `topic`, which the peer owns."""
+        ...
+
+    async def end_acks(self, address: str, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
+        """Apply (commit) or release (abort) the transaction's acks on a subscription of
+        a topic the peer owns."""
+        ...
+
+    async def end_transaction(self, address: str, txn_id: TxnId, commit: bool) -> TxnState:
+        """End the transaction as its client would (Broker.EndTransaction, with this
+        broker's own credentials): its state after the call."""
         ...
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:

@@ -27,7 +27,6 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from managed_ledger import Position
 from managed_ledger.replica import (
@@ -37,6 +36,7 @@ from managed_ledger.replica import (
     ReplicaState,
 )
 from managed_ledger.replication import ReplicationError
+from stableline.broker.cluster.peers import ReplicaPeers
 from stableline.broker.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -76,37 +76,6 @@ class _Batch:
         return self.first_entry_id + len(self.frames)
 
 
-class Peers(Protocol):
-    """What a link needs of the peer client (cluster/peers.py PeerClient's replica calls)."""
-
-    async def replicate(
-        self,
-        address: str,
-        topic: str,
-        epoch: int,
-        ledger_id: int,
-        first_entry_id: int,
-        frames: list[bytes],
-        last_add_confirmed: Position,
-        timeout_s: float | None = None,
-    ) -> ReplicaState: ...
-
-    async def replicate_cursors(
-        self,
-        address: str,
-        topic: str,
-        epoch: int,
-        states: dict[str, bytes],
-        deleted: list[str],
-    ) -> None: ...
-
-    async def fence_replica(self, address: str, topic: str, epoch: int) -> ReplicaState: ...
-
-    async def trim_replica(
-        self, address: str, topic: str, epoch: int, below_ledger_id: int
-    ) -> ReplicaState: ...
-
-
 class FollowerLink:
     """Sends one member every batch, in order; see the module docstring."""
 
@@ -116,7 +85,7 @@ class FollowerLink:
         topic: str,
         epoch: int,
         held: ReplicaState | None,
-        peers: Peers,
+        peers: ReplicaPeers,
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
         ledger_ids: Callable[[], list[int]],
@@ -361,7 +330,7 @@ class EnsembleReplication:
         epoch: int,
         ack_quorum: int,
         followers: dict[str, ReplicaState | None],
-        peers: Peers,
+        peers: ReplicaPeers,
         open_ledger: Callable[[int, tuple[int, int] | None], Awaitable[None]],
         on_fenced: Callable[[], None] = lambda: None,
         next_ledger_id: int = 0,

@@ -190,6 +190,20 @@ class ShardLog:
         self._waiters = []
 
 
+def _local_records(local: LocalStore, shard: int, key_prefix: str) -> dict[str, bytes]:
+    """The shard's records in the broker's store: its transactions, their acks and its
+    reserved sequence block."""
+    records = {
+        key: bytes(value)
+        for prefix in (key_prefix + TXN_PREFIX, key_prefix + ACK_PREFIX)
+        for key, value in local.scan_prefix(COORDINATOR_DB, prefix)
+    }
+    sequence = local.get(COORDINATOR_DB, sequence_key(shard))
+    if sequence is not None:
+        records[sequence_key(shard)] = bytes(sequence)
+    return records
+
+
 async def load(
     store: ClusterMetadataStore, cluster: str, shard: int, key_prefix: str, local: LocalStore
 ) -> int:
@@ -198,13 +212,6 @@ async def load(
     """
     directory = shard_log_dir(cluster, shard)
     remote = await store.scan(directory)
-    local_keys = [
-        key
-        for prefix in (key_prefix + TXN_PREFIX, key_prefix + ACK_PREFIX)
-        for key, _ in local.scan_prefix(COORDINATOR_DB, prefix)
-    ]
-    if local.get(COORDINATOR_DB, sequence_key(shard)) is not None:
-        local_keys.append(sequence_key(shard))
     if not remote:
         return 0
     puts = {}
@@ -212,19 +219,12 @@ async def load(
         rest = path[len(directory) + 1 :]
         key = rest if rest.startswith("sequence:") else key_prefix + rest
         puts[key] = result.value
-    local.write_many(COORDINATOR_DB, puts, [key for key in local_keys if key not in puts])
+    stale = [key for key in _local_records(local, shard, key_prefix) if key not in puts]
+    local.write_many(COORDINATOR_DB, puts, stale)
     local.sync()
     return len(puts)
 
 
 def upload(log_: ShardLog, local: LocalStore, shard: int, key_prefix: str) -> None:
     """Queue every record of the shard in `local` for the log (a first flush)."""
-    puts = {
-        key: bytes(value)
-        for prefix in (key_prefix + TXN_PREFIX, key_prefix + ACK_PREFIX)
-        for key, value in local.scan_prefix(COORDINATOR_DB, prefix)
-    }
-    sequence = local.get(COORDINATOR_DB, sequence_key(shard))
-    if sequence is not None:
-        puts[sequence_key(shard)] = bytes(sequence)
-    log_.written(puts, [])
+    log_.written(_local_records(local, shard, key_prefix), [])
