@@ -1,7 +1,7 @@
 """Storage engine: append-only ledgers with group commit, cursors, retention."""
 
 from managed_ledger.config import ManagedLedgerConfig
-from managed_ledger.cursor import ManagedCursor
+from managed_ledger.cursor import ManagedCursor, newest_states
 from managed_ledger.entry import Entry, EntryHeader, EntryType, TxnId
 from managed_ledger.errors import (
     CorruptEntryError,
@@ -54,4 +54,5 @@ __all__ = [
     "StorageFullError",
     "TooManyOpenFilesError",
     "TxnId",
+    "newest_states",
 ]

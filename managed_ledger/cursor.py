@@ -9,6 +9,12 @@ reading resumes after mark-delete, skipping what was individually acknowledged).
 Changes are written in the background; persist() writes at once and waits for
 the fsync, for an acknowledgement that is confirmed only once it is durable.
 
+Each written state carries a version, (epoch, sequence), which its ledger stamps and
+which only grows, though the state itself may go back (a seek). Where copies of a
+replicated topic disagree, the newest version is the cursor (newest_states); a
+deleted cursor leaves a versioned tombstone on the other copies for that reason, so an
+older copy of it cannot bring it back.
+
 A cursor knows its ledger only as a `CursorLedger`: the few reads and writes it
 makes of it, so this module does not import the ledger's.
 """
@@ -22,6 +28,10 @@ from typing import Protocol
 from sortedcontainers import SortedList
 
 from managed_ledger.position import Position
+
+# (the writer's epoch, a sequence the ledger counts up): compared as a tuple.
+CursorVersion = tuple[int, int]
+NO_VERSION: CursorVersion = (0, 0)
 
 
 class CursorLedger(Protocol):
@@ -56,6 +66,7 @@ class ManagedCursor:
         properties: dict[str, str],
         individually_acked: list[Position] | None = None,
         partial_acks: dict[Position, set[int]] | None = None,
+        version: CursorVersion = NO_VERSION,
     ):
         self.ledger = ledger
         self.name = name
@@ -66,6 +77,8 @@ class ManagedCursor:
         # by the subscription, persisted here so a confirmed ack survives a crash.
         self.partial_acks: dict[Position, set[int]] = partial_acks or {}
         self.read_position = mark_delete.next_in_ledger()
+        # The version of the state last written (the ledger stamps each write).
+        self.version = version
         self._persisting: asyncio.Task | None = None
         self._advance_mark_delete()
 
@@ -159,6 +172,7 @@ class ManagedCursor:
                 "acked": acked,
                 "partial": partial,
                 "properties": self.properties,
+                "version": list(self.version),
             },
             separators=(",", ":"),
         ).encode()
@@ -176,4 +190,38 @@ class ManagedCursor:
                 Position(ledger, entry): set(indexes)
                 for ledger, entry, indexes in data.get("partial", ())
             },
+            _version_in(data),
         )
+
+
+def _version_in(data: dict) -> CursorVersion:
+    epoch, sequence = data.get("version", NO_VERSION)
+    return epoch, sequence
+
+
+def state_version(raw: bytes) -> CursorVersion:
+    """The version of a persisted state (NO_VERSION: written before versions were)."""
+    return _version_in(json.loads(raw))
+
+
+def tombstone(version: CursorVersion) -> bytes:
+    """The state a deleted cursor leaves on the other copies of its topic."""
+    return json.dumps({"deleted": True, "version": list(version)}).encode()
+
+
+def is_tombstone(raw: bytes) -> bool:
+    return bool(json.loads(raw).get("deleted"))
+
+
+def newest_states(*copies: dict[str, bytes]) -> dict[str, bytes]:
+    """Per cursor name, the state with the newest version among `copies` (each a
+    name -> persisted state map, as one copy of a topic holds them); on a tie, the
+    first copy's."""
+    newest: dict[str, tuple[CursorVersion, bytes]] = {}
+    for copy in copies:
+        for name, raw in copy.items():
+            version = state_version(raw)
+            held = newest.get(name)
+            if held is None or version > held[0]:
+                newest[name] = (version, raw)
+    return {name: raw for name, (_version, raw) in newest.items()}

@@ -35,7 +35,14 @@ from sortedcontainers import SortedDict
 
 from managed_ledger.cache import SharedEntryCache
 from managed_ledger.config import ManagedLedgerConfig
-from managed_ledger.cursor import ManagedCursor
+from managed_ledger.cursor import (
+    NO_VERSION,
+    CursorVersion,
+    ManagedCursor,
+    is_tombstone,
+    state_version,
+    tombstone,
+)
 from managed_ledger.entry import Entry, EntryHeader, stamp_base_offset, with_base_offset_slot
 from managed_ledger.errors import (
     EntryTooLargeError,
@@ -165,6 +172,8 @@ class ManagedLedger:
         self._ledger_deleted_listeners: list[Callable[[int], None]] = []
         self._dirty_cursors: set[str] = set()
         self._cursor_flush: asyncio.TimerHandle | None = None
+        # The version the last cursor write was stamped with (ManagedCursor.version).
+        self._cursor_version: CursorVersion = NO_VERSION
         # No one holds the ledger before open() has recovered it and adopted the
         # current ledger, so it starts as it will be seen.
         self._state = LedgerState.LEDGER_OPENED
@@ -262,8 +271,14 @@ class ManagedLedger:
             # Nothing yet: the first entry will be entry 0 of the next ledger.
             self.last_confirmed = Position(self._next_ledger_id, -1)
         for key, value in self.store.scan_prefix(CURSORS_DB, self._cursor_prefix()):
+            if is_tombstone(value):
+                # A copy of a cursor deleted by an earlier writer: kept to outvote older
+                # copies of it, never opened.
+                self._cursor_version = max(self._cursor_version, state_version(value))
+                continue
             cursor = ManagedCursor.from_json(self, key[len(self._cursor_prefix()) :], value)
             self.cursors[cursor.name] = cursor
+            self._cursor_version = max(self._cursor_version, cursor.version)
 
     def _path(self, ledger_id: int) -> Path:
         return self.directory / f"{ledger_id:016x}.log"
@@ -900,7 +915,7 @@ class ManagedLedger:
         self._dirty_cursors.discard(name)
         self.store.delete(CURSORS_DB, self._cursor_prefix() + name)
         if self.replication is not None:
-            self._replicate_cursors({}, [name])
+            self._replicate_cursors({name: tombstone(self._next_cursor_version())}, [])
         self.trim()
 
     def cursor_changed(self, name: str) -> None:
@@ -922,13 +937,27 @@ class ManagedLedger:
         (the future is done once the ack quorum holds them)."""
         prefix = self._cursor_prefix()
         limit = self.config.max_persisted_acked_positions
-        states = {n: self.cursors[n].to_json(limit) for n in names if n in self.cursors}
+        states = {}
+        for name in names:
+            cursor = self.cursors.get(name)
+            if cursor is not None:
+                cursor.version = self._next_cursor_version()
+                states[name] = cursor.to_json(limit)
         if not states:
             return None
         self.store.write_many(CURSORS_DB, {prefix + n: v for n, v in states.items()})
         if self.replication is None:
             return None
         return self._replicate_cursors(states, [])
+
+    def _next_cursor_version(self) -> CursorVersion:
+        """A version above every cursor state written before, by this writer or an
+        earlier one: a new writer's epoch is above its predecessors', so its first
+        write already is."""
+        epoch = self.replication.epoch if self.replication is not None else 0
+        last_epoch, last_sequence = self._cursor_version
+        self._cursor_version = max((epoch, 1), (last_epoch, last_sequence + 1))
+        return self._cursor_version
 
     def _replicate_cursors(self, states: dict[str, bytes], deleted: list[str]) -> asyncio.Future:
         """Cursor states travel beside the log, so a broker taking the topic opens its

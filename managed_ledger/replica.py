@@ -38,6 +38,7 @@ from pathlib import Path
 
 from sortedcontainers import SortedDict
 
+from managed_ledger.cursor import newest_states
 from managed_ledger.entry import EntryHeader
 from managed_ledger.errors import (
     CorruptEntryError,
@@ -336,18 +337,38 @@ class ReplicaLogs:
         self, name: str, epoch: int, states: dict[str, bytes], deleted: list[str]
     ) -> None:
         """Keep the writer's cursor states (name -> ManagedCursor.to_json) where a
-        ManagedLedger opening this copy reads them, durably; same epoch rule."""
+        ManagedLedger opening this copy reads them, durably; same epoch rule. A state
+        older than the one held (two writes of one writer crossing on the way) is
+        dropped: a cursor's version only grows."""
         replica = self._replica(name)
         async with replica.lock:
             replica = self._replica(name)
             await self._take_epoch(replica, epoch)
             prefix = f"{name}\x00"
+            held = {
+                cursor: raw
+                for cursor in states
+                if (raw := self.store.get(CURSORS_DB, prefix + cursor)) is not None
+            }
+            newer = newest_states(states, held)
             self.store.write_many(
                 CURSORS_DB,
-                {prefix + cursor: value for cursor, value in states.items()},
+                {
+                    prefix + cursor: value
+                    for cursor, value in newer.items()
+                    if value is states[cursor]
+                },
                 [prefix + cursor for cursor in deleted],
             )
             await self.store.sync_async()
+
+    def cursor_states(self, name: str) -> dict[str, bytes]:
+        """The cursor states this copy holds (name -> ManagedCursor.to_json), which a
+        broker taking the topic merges with the other members' (newest_states)."""
+        prefix = f"{name}\x00"
+        return {
+            key[len(prefix) :]: value for key, value in self.store.scan_prefix(CURSORS_DB, prefix)
+        }
 
     async def trim(self, name: str, epoch: int, below_ledger_id: int) -> ReplicaState:
         """Delete the copy's ledgers older than `below_ledger_id` (the writer's retention

@@ -45,6 +45,9 @@ class Replication(Protocol):
     # The lowest id the ledger's next new ledger may take: above every ledger any copy
     # may know of, including those this copy never held an entry of.
     next_ledger_id: int
+    # The writer's epoch: the first part of every cursor version it stamps, so that
+    # its cursor states are newer than any an earlier writer left (cursor.py).
+    epoch: int
 
     async def open_ledger(self, ledger_id: int, closing: tuple[int, int] | None) -> None:
         """Before the first write to ledger `ledger_id`: make it the topic's current

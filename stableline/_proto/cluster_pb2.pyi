@@ -190,6 +190,25 @@ class ReplicateCursorsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ReadReplicaCursorsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ReadReplicaCursorsResponse(_message.Message):
+    __slots__ = ("states",)
+    class StatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.ScalarMap[str, bytes]
+    def __init__(self, states: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
+
 class TrimReplicaRequest(_message.Message):
     __slots__ = ("topic", "epoch", "below_ledger_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -95,6 +95,11 @@ class PeerStub:
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsResponse.FromString,
                 _registered_method=True)
+        self.ReadReplicaCursors = channel.unary_unary(
+                '/stableline.v1.Peer/ReadReplicaCursors',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -173,6 +178,12 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadReplicaCursors(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +246,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.ReplicateCursors,
                     request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsResponse.SerializeToString,
+            ),
+            'ReadReplicaCursors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadReplicaCursors,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -561,6 +577,33 @@ class Peer:
             '/stableline.v1.Peer/ReplicateCursors',
             stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsRequest.SerializeToString,
             stableline_dot_v1_dot_cluster__pb2.ReplicateCursorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadReplicaCursors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/ReadReplicaCursors',
+            stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

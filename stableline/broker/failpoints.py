@@ -13,6 +13,10 @@ if the disk were slow: the broker's back-pressure on producers shows.
 the broker expects (InjectedFault), until SIGUSR1: the send is answered with an
 internal error id, the traceback goes to the log under that id.
 
+`replica-cursors:TOPIC` holds every cursor write the topic's owner sends this broker
+as a replica of TOPIC (full name), as if it never arrived: a taking broker must find
+the acks elsewhere.
+
 Two more make the disk misbehave under every ledger (managed_ledger.disk):
 - `disk-full`: every ledger write fails with ENOSPC until SIGUSR1 (space is
   back); `disk-full:N`: the next N writes fail.
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 
 PUBLISH = "publish"
 INTERNAL_ERROR = "internal-error"
+REPLICA_CURSORS = "replica-cursors"
 DISK_FULL = "disk-full"
 FSYNC_FAIL = "fsync-fail"
 

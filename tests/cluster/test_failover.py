@@ -140,6 +140,54 @@ def test_subscriptions_move_with_the_topic(cluster: Cluster):
         leader.start()
 
 
+def test_acks_a_member_missed_are_kept_when_it_takes_the_topic(cluster: Cluster):
+    """The member that takes the topic never received the cursor writes (a failpoint
+    holds them there): the acks were answered by the leader and the other member, the
+    ack quorum. It takes each cursor's newest state from that member, so nothing
+    acknowledged is delivered again."""
+    topic = _topic()
+    _produce(cluster.brokers, topic, [b"m0"])
+    record = cluster.read_record(
+        f"/stableline/ownership/{cluster.name}/topics/{topic.removeprefix('persistent://')}"
+    )
+    leader = cluster.by_id(record["leader"])
+    # The member every broker names to serve the topic once its leader is gone.
+    successor_id = next(m for m in record["ensemble"] if m != record["leader"])
+    successor = cluster.by_id(successor_id)
+    _restart(successor, {"STABLELINE_FAILPOINTS": f"replica-cursors:{topic}"})
+    stats_path = f"/admin/v2/{topic.replace('://', '/')}/stats"
+    try:
+        _produce(cluster.brokers, topic, [b"m%d" % i for i in range(1, 20)])
+        wait_until(
+            lambda: leader.admin(stats_path)["replication"]["membersUp"] == 3,
+            timeout_s=TAKEN_WITHIN_S,
+            message="the restarted member back in the ensemble",
+        )
+        with _client(cluster.brokers) as client:
+            consumer = client.subscribe(
+                topic, "acked", initial_position=stableline.InitialPosition.Earliest
+            )
+            for _ in range(10):
+                consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+        leader.kill()
+        try:
+            _produce_once_served(_live(cluster, leader), topic, [b"m20"])
+            assert cluster.topic_leader(topic) == successor_id
+            with _client(_live(cluster, leader)) as client:
+                consumer = client.subscribe(topic, "acked")
+                assert consumer.receive(timeout_millis=10_000).data() == b"m10"
+        finally:
+            leader.start()
+    finally:
+        _restart(successor, {})
+
+
+def _restart(broker, env: dict[str, str]) -> None:
+    broker.kill()
+    broker.env = env
+    broker.start()
+
+
 def _cursor_on_members(cluster: Cluster, topic: str, leader) -> bool:
     """Whether the subscription 'moving' shows 10 acknowledged on the leader's stats
     (the flush replicates it to the members)."""

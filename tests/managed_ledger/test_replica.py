@@ -5,6 +5,7 @@ BookKeeper's bookies refuse (stale epochs, gaps, closed ledgers, damaged frames)
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from managed_ledger import EntryHeader, LedgerFiles, LocalStore, ManagedLedger, Position
 from managed_ledger.config import ManagedLedgerConfig
+from managed_ledger.cursor import newest_states, tombstone
 from managed_ledger.errors import (
     ReplicaCorruptEntryError,
     ReplicaError,
@@ -556,3 +558,53 @@ async def test_random_appends_resends_fences_and_closes_match_a_list_model(seed,
         ] == expected
     finally:
         await copy.close()
+
+
+# ---------------------------------------------------------------- cursors
+
+
+def cursor_state(mark_delete_entry: int, version: tuple[int, int]) -> bytes:
+    return json.dumps(
+        {
+            "mark_delete": [0, mark_delete_entry],
+            "acked": [],
+            "partial": [],
+            "properties": {},
+            "version": list(version),
+        }
+    ).encode()
+
+
+async def test_a_cursor_state_older_than_the_one_held_is_dropped(logs, replicas):
+    await logs.write_cursors(TOPIC, 1, {"sub": cursor_state(5, (1, 7))}, [])
+    # An earlier write of the same writer arriving late changes nothing...
+    await logs.write_cursors(TOPIC, 1, {"sub": cursor_state(3, (1, 6))}, [])
+    assert logs.cursor_states(TOPIC) == {"sub": cursor_state(5, (1, 7))}
+    # ...while a newer one, even further back (a seek), is kept, and survives a restart.
+    await logs.write_cursors(TOPIC, 2, {"sub": cursor_state(1, (2, 1))}, [])
+    assert replicas.restart().cursor_states(TOPIC) == {"sub": cursor_state(1, (2, 1))}
+
+
+async def test_newest_states_keeps_each_cursors_newest_copy_and_its_tombstone():
+    mine = {
+        "a": cursor_state(1, (2, 4)),
+        "b": cursor_state(9, (2, 9)),
+        "gone": cursor_state(3, (2, 1)),
+    }
+    other = {"a": cursor_state(4, (2, 5)), "b": cursor_state(2, (2, 8)), "gone": tombstone((2, 2))}
+    assert newest_states(mine, other) == {"a": other["a"], "b": mine["b"], "gone": other["gone"]}
+    assert newest_states(mine, {"c": cursor_state(0, (1, 1))})["c"] == cursor_state(0, (1, 1))
+
+
+async def test_a_promoted_copy_opens_the_cursors_it_holds_but_not_the_deleted_ones(replicas):
+    await replicas.logs.write_cursors(
+        TOPIC, 1, {"kept": cursor_state(-1, (1, 3)), "deleted": tombstone((1, 4))}, []
+    )
+    ledger = await replicas.promote()
+    try:
+        assert set(ledger.cursors) == {"kept"}
+        # The next write outversions the tombstone too.
+        await ledger.write_cursor("kept")
+        assert ledger.cursors["kept"].version > (1, 4)
+    finally:
+        await ledger.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from managed_ledger import EntryHeader, ManagedLedger, ManagedLedgerConfig, Position
+from managed_ledger.cursor import is_tombstone, state_version
 from managed_ledger.framing import encode_frame
 from managed_ledger.replication import ReplicationError
 
@@ -29,6 +30,7 @@ class ScriptedReplication:
     opened: list[int] = field(default_factory=list)
     closed: bool = False
     next_ledger_id: int = 0
+    epoch: int = 1
     cursor_writes: list = field(default_factory=list)
 
     async def open_ledger(self, ledger_id: int, closing) -> None:
@@ -159,12 +161,43 @@ async def test_cursor_writes_and_deletions_go_to_the_replication(harness):
     assert written and all(set(states) == {"sub"} for states in written)
     assert written[-1]["sub"] == cursor.to_json(ledger.config.max_persisted_acked_positions)
     assert cursor.mark_delete == Position(0, 0)
+    written_version = cursor.version
     ledger.delete_cursor("sub")
     for _ in range(100):  # the deletion is sent from a task of its own
-        if replication.cursor_writes[-1] == ({}, ["sub"]):
+        if is_tombstone(replication.cursor_writes[-1][0].get("sub", b"{}")):
             break
         await asyncio.sleep(0)
-    assert replication.cursor_writes[-1] == ({}, ["sub"])
+    states, deleted = replication.cursor_writes[-1]
+    # A tombstone newer than every state written, so no older copy brings it back.
+    assert is_tombstone(states["sub"]) and deleted == []
+    assert state_version(states["sub"]) > written_version
+    await ledger.close()
+
+
+async def test_cursor_versions_start_at_the_writers_epoch_and_only_grow(harness):
+    replication = ScriptedReplication(epoch=3)
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    await ledger.append(header(0), b"a")
+    await ledger.append(header(1), b"b")
+    cursor, _ = ledger.open_cursor("sub", start_at_earliest=True)
+    versions = [cursor.version]
+    cursor.ack_cumulative(Position(0, 1))
+    await ledger.write_cursor("sub")
+    versions.append(cursor.version)
+    cursor.reset(Position(0, -1))  # back: the state goes back, its version does not
+    await ledger.write_cursor("sub")
+    versions.append(cursor.version)
+    assert versions[0][0] == 3 and versions == sorted(set(versions))
+    await ledger.close()
+    # A later writer (epoch 4) opens the copy: its first write is newer than all.
+    replication = ScriptedReplication(epoch=4)
+    replication.release.set()
+    ledger = await _open(harness, replication)
+    reopened = ledger.cursors["sub"]
+    assert reopened.version == cursor.version >= versions[-1]  # close() wrote it last
+    await ledger.write_cursor("sub")
+    assert reopened.version == (4, 1)
     await ledger.close()
 
 

@@ -22,7 +22,10 @@ empty or behind, so it trusts the ensemble, as BookKeeper's ledger recovery does
    compare-and-set on the epoch.
 4. This broker's copy is cut to, or completed up to, every closed ledger's recorded
    end: no entry past a recorded end is ever served, and none is missing.
-5. The topic's ManagedLedger opens on that copy with an EnsembleReplication at the
+5. Every subscription cursor is taken at its newest state among the members that
+   answered (by the version each state carries, since a seek moves a cursor back):
+   an ack was answered once an ack quorum held it, maybe not on this broker.
+6. The topic's ManagedLedger opens on that copy with an EnsembleReplication at the
    new epoch; the transaction buffer replays it before READ_COMMITTED reads are
    served (Topic.start_recovery).
 """
@@ -34,7 +37,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from managed_ledger import Position
+from managed_ledger import Position, newest_states
 from managed_ledger.replica import ReplicaLogs, ReplicaState
 from stableline.broker.cluster.ownership import (
     OwnershipRecord,
@@ -101,6 +104,7 @@ class LedgerRecovery:
         if record.current_ledger >= 0:
             record = await self._recover_open_ledger(name, record, answers)
         await self._match_record(name, record, answers)
+        await self._take_newest_cursors(name, record, answers, needed)
         log.info(
             "topic %s: taken at epoch %d; its ledgers end at %s (replicas answering: %s)",
             name,
@@ -217,6 +221,51 @@ class LedgerRecovery:
             call.cancel()
             log.warning("topic %s: replica %s did not answer the fence in time", name, calls[call])
         return answers
+
+    async def _take_newest_cursors(
+        self,
+        name: TopicName,
+        record: OwnershipRecord,
+        answers: dict[str, ReplicaState],
+        needed: int,
+    ) -> None:
+        """Keep, of each cursor, the newest state among the fenced members' copies.
+
+        The last writer answered an ack once `ack_quorum` copies held the cursor, which
+        need not include this broker's: reading `needed` counted copies (E - Qa + 1, as
+        for the fence) meets every such quorum. They are fenced, so what they hold is
+        final. Versions decide, not positions, since a seek moves a cursor back."""
+        me = self.ownership.broker_id
+        storage = name.storage_name
+        mine = self.replicas.cursor_states(storage)
+        others = [a for a in answers if a != me and self.ownership.holds_its_copy(record, a)]
+        results = await asyncio.gather(
+            *(self.peers.read_replica_cursors(a, str(name)) for a in others),
+            return_exceptions=True,
+        )
+        copies = []
+        for address, result in zip(others, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("topic %s: cursors not read from %s: %r", name, address, result)
+            else:
+                copies.append(result)
+        read = len(copies) + (1 if self.ownership.holds_its_copy(record, me) else 0)
+        if read < needed:
+            raise NotEnoughReplicasError(
+                f"topic {name} cannot be served now: the cursors of {read} of its "
+                f"{len(record.ensemble)} replicas were read, {needed} are needed to know "
+                f"every acknowledgement. Retry: it is served once enough replicas answer"
+            )
+        newest = newest_states(mine, *copies)
+        newer = {cursor: raw for cursor, raw in newest.items() if raw is not mine.get(cursor)}
+        if newer:
+            await self.replicas.write_cursors(storage, record.epoch, newer, [])
+            log.info(
+                "topic %s: %d cursor states taken newer from the other replicas: %s",
+                name,
+                len(newer),
+                sorted(newer),
+            )
 
     async def _recover_open_ledger(
         self, name: TopicName, record: OwnershipRecord, answers: dict[str, ReplicaState]

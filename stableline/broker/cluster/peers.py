@@ -127,6 +127,10 @@ class ReplicaPeers(Protocol):
         """Keep the writer's cursor states (and forget the deleted ones) beside the copy."""
         ...
 
+    async def read_replica_cursors(self, address: str, topic: str) -> dict[str, bytes]:
+        """The cursor states the replica holds beside its copy (name -> persisted form)."""
+        ...
+
 
 class PeerClient(ReplicaPeers, Protocol):
     """Calls to the broker at a gRPC `address` (a shard's leader, a topic's owner).

@@ -315,6 +315,11 @@ class GrpcPeerClient:
         )
         await self._call(address, lambda s: s.ReplicateCursors, request)
 
+    async def read_replica_cursors(self, address: str, topic: str) -> dict[str, bytes]:
+        request = cpb.ReadReplicaCursorsRequest(topic=topic)
+        response = await self._call(address, lambda s: s.ReadReplicaCursors, request)
+        return dict(response.states)
+
     # ------------------------------------------------------------ admin
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:

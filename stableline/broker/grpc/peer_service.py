@@ -20,6 +20,7 @@ from managed_ledger import Position, ReplicaLogs
 from stableline._proto import cluster_pb2 as cpb
 from stableline._proto import cluster_pb2_grpc
 from stableline.broker.errors import BrokerError
+from stableline.broker.failpoints import REPLICA_CURSORS
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import abort
 from stableline.broker.topics.registry import TopicRegistry
@@ -183,6 +184,8 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
 
     async def ReplicateCursors(self, request, context):
         try:
+            if self.registry.failpoint is not None:
+                await self.registry.failpoint(REPLICA_CURSORS, request.topic)
             await self.replicas.write_cursors(
                 self._replica_name(request.topic),
                 request.epoch,
@@ -192,6 +195,13 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
         except Exception as error:
             await abort(context, error)
         return cpb.ReplicateCursorsResponse()
+
+    async def ReadReplicaCursors(self, request, context):
+        try:
+            states = self.replicas.cursor_states(self._replica_name(request.topic))
+        except Exception as error:
+            await abort(context, error)
+        return cpb.ReadReplicaCursorsResponse(states=states)
 
     def _replica_name(self, topic: str) -> str:
         """The name the copy is kept under (the one its owner's ManagedLedger uses);
