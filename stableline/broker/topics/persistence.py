@@ -5,7 +5,10 @@ Promises:
 - `PersistencePolicy(ensemble_size, write_quorum, ack_quorum)` is BookKeeper's
   E, Qw and Qa: a ledger lives on E brokers (its ensemble), each entry is written to
   Qw of them and acknowledged once Qa have it, and 1 <= Qa <= Qw <= E always holds
-  (a value breaking it is never made: ValueError naming the rule).
+  (a value breaking it is never made: ValueError naming the rule). Entries are not
+  striped: every member holds every entry (its copy is the log it opens as the topic
+  on a takeover), so a Qw below E is kept, as Pulsar's document has it, and written
+  as E.
 - Its JSON is Pulsar's PersistencePolicies document (`bookkeeperEnsemble`,
   `bookkeeperWriteQuorum`, `bookkeeperAckQuorum`); Pulsar's
   `managedLedgerMaxMarkDeleteRate` is taken and ignored (cursor positions are
