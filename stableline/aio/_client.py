@@ -381,7 +381,7 @@ class Client:
         key = str(TopicName.parse(topic))
 
         async def open_on(connection: Connection) -> Reader:
-            reader = Reader(connection, topic, options, lambda: self._owner_connection(key))
+            reader = Reader(connection, topic, options, self._owner_finder(key))
             await reader._open()
             return reader
 

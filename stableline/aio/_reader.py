@@ -2,20 +2,22 @@
 
 Opening a reader from `earliest` or a message id asks the broker nothing, so in a
 cluster the first Fetch may be the call a non-owner refuses: the reader then asks
-its client for the owner's connection (`find_owner`) and fetches there.
+its client for the owner's connection (`find_owner`) and fetches there. It does the
+same when the topic moves (its owner died and another member took it): the read
+position is the reader's own, so it goes on where it was, on the new owner.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 
 from stableline._aborted_filter import AbortedFilter
-from stableline._errors import NotOwner, Timeout, TopicNotFound
+from stableline._errors import Timeout, TopicNotFound
 from stableline._proto import broker_pb2 as pb
 from stableline._types import ISOLATION_LEVEL_PROTO, Message, MessageId, messages_of
 from stableline.aio._connection import Connection
+from stableline.aio._reconnect import FindOwner, on_following_owner
 from stableline.aio.options import ReaderOptions
 
 FETCH_MAX_ENTRIES = 500
@@ -32,7 +34,7 @@ class Reader:
         connection: Connection,
         topic: str,
         options: ReaderOptions,
-        find_owner: Callable[[], Awaitable[Connection]] | None = None,
+        find_owner: FindOwner | None = None,
     ):
         self.options = options
         self._connection = connection
@@ -94,16 +96,20 @@ class Reader:
         return moved
 
     async def _fetch_on_owner(self, request: pb.FetchRequest, wait_ms: int) -> pb.FetchResponse:
-        try:
-            return await self._fetch_once(request, wait_ms)
-        except NotOwner:
-            if self._find_owner is None:
-                raise
-            self._connection = await self._find_owner()
-        return await self._fetch_once(request, wait_ms)  # a second NotOwner is the caller's
+        """One Fetch on the topic's owner, following the topic when its broker says it
+        is not the owner, went away, or names an owner that is down (a failover):
+        within the client's operation timeout, as a producer's stream follows it."""
+        response, self._connection = await on_following_owner(
+            self._connection,
+            lambda connection: self._fetch_once(connection, request, wait_ms),
+            self._find_owner,
+            f"reader on {self._topic}",
+        )
+        return response
 
-    async def _fetch_once(self, request: pb.FetchRequest, wait_ms: int) -> pb.FetchResponse:
-        connection = self._connection
+    async def _fetch_once(
+        self, connection: Connection, request: pb.FetchRequest, wait_ms: int
+    ) -> pb.FetchResponse:
         # The broker holds the call up to wait_ms: the deadline allows for that.
         return await connection.unary(
             connection.broker.Fetch, request, connection.timeout_s + wait_ms / 1000

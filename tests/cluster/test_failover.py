@@ -140,6 +140,25 @@ def test_subscriptions_move_with_the_topic(cluster: Cluster):
         leader.start()
 
 
+def test_a_reader_follows_its_topic_to_the_new_leader_and_reads_on_in_order(cluster: Cluster):
+    topic = _topic()
+    _produce(cluster.brokers, topic, [b"r%d" % i for i in range(20)])
+    leader = cluster.by_id(cluster.topic_leader(topic))
+    with _client(cluster.brokers) as client:
+        reader = client.create_reader(topic, stableline.MessageId.earliest)
+        read = [reader.read_next(10_000).data() for _ in range(10)]
+        leader.kill()
+        try:
+            _produce_once_served(_live(cluster, leader), topic, [b"r%d" % i for i in range(20, 30)])
+            # Its next Fetch fails on the dead broker, looks the topic up again and
+            # goes on where it was: no message twice, none skipped.
+            read += [reader.read_next(int(TAKEN_WITHIN_S * 1000)).data() for _ in range(20)]
+            assert read == [b"r%d" % i for i in range(30)]
+            assert not reader.has_message_available()
+        finally:
+            leader.start()
+
+
 def test_acks_a_member_missed_are_kept_when_it_takes_the_topic(cluster: Cluster):
     """The member that takes the topic never received the cursor writes (a failpoint
     holds them there): the acks were answered by the leader and the other member, the
