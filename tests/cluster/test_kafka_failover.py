@@ -1,12 +1,13 @@
-"""Kafka clients, unchanged, while a partition's leader is killed (three real brokers on
-one real etcd, the default 3/3/2 policy): a confluent-kafka transactional producer
-carries on through the new leader, and a read_committed consumer reads every
-committed message once, in order, and nothing of an aborted transaction. (The
-consumer is assigned its partition: a group's coordinator shard stays with its
-broker for now.)"""
+"""Kafka clients, unchanged, while leaders are killed (three real brokers on one real
+etcd, the default 3/3/2 policy): a confluent-kafka transactional producer carries on
+through a partition's new leader, and through its coordinator shard's new leader; a
+read_committed consumer reads every committed message once, in order, and nothing of
+an aborted or open transaction; a read_committed consumer group rides out the kill of
+its partition's leader or of its coordinator and resumes at its committed offset."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import uuid
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from stableline.broker.txn.coordinators import named_shard
+from stableline.metadata.layout import kafka_transactional_id_path
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
@@ -93,8 +95,8 @@ def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leade
         }
     )
     producer.init_transactions(CLIENT_TIMEOUT_S)
-    # The partition's leader is killed, never the producer's coordinator shard's: shard
-    # logs do not move with their broker yet.
+    # The partition's leader is killed, not the producer's coordinator shard's (the
+    # next tests kill that).
     coordinator = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
     for _ in range(20):
         topic = f"kfo-{next(_names)}"
@@ -120,8 +122,8 @@ def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leade
             }
         )
         try:
-            # Assigned, not subscribed: a group's coordinator shard does not move with
-            # its broker yet, and this is about the partition's leader.
+            # Assigned, not subscribed: this is about the partition's leader (groups
+            # are the next tests').
             consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
             received: list[bytes] = []
             deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
@@ -334,3 +336,131 @@ def test_a_read_committed_consumer_group_rides_out_a_kill(kafka_cluster: Cluster
     finally:
         consumer.close()
         killed.start()
+
+
+# ---------------------------------------------------------------- transaction coordinator
+
+
+def _commit_across_a_coordinator_kill(new_producer, producer, topic: str, payloads: list[bytes]):
+    """Commit `payloads` in one transaction while the producer's coordinator moves, as
+    a Kafka application does: abort what is abortable and try again, and after a
+    fatal error make the producer anew (InitProducerId again). The producer used."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+    while True:
+        try:
+            _transaction(producer, topic, payloads, commit=True)
+            return producer
+        except KafkaException as error:
+            if time.monotonic() > deadline:
+                raise
+            if error.args[0].fatal():
+                producer = new_producer()
+                continue
+            if error.args[0].txn_requires_abort():
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(CLIENT_TIMEOUT_S)
+
+
+def _transactional_record(cluster: Cluster, transactional_id: str) -> dict:
+    record = cluster.read_record(kafka_transactional_id_path(cluster.name, "", transactional_id))
+    assert record is not None
+    return record
+
+
+@pytest.mark.slow
+def test_a_transactional_producer_commits_after_its_coordinator_is_killed(
+    kafka_cluster: Cluster,
+):
+    """The leader of the shard of a producer's transactional.id is killed with a
+    transaction open: the producer's next transaction commits through the shard's new
+    leader, its producer id stays its own (the epoch only rises), and a read_committed
+    consumer reads every committed message once, in order, and nothing of the
+    aborted or the open transaction."""
+    from confluent_kafka import KafkaException, Producer
+
+    transactional_id = f"kfo-c-{uuid.uuid4().hex}"
+    live: list = list(kafka_cluster.brokers)
+
+    def new_producer():
+        producer = Producer(
+            {
+                "bootstrap.servers": _bootstrap(live),
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": 10_000,
+            }
+        )
+        deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+        while True:
+            try:
+                producer.init_transactions(CLIENT_TIMEOUT_S)
+                return producer
+            except KafkaException as error:
+                if time.monotonic() > deadline or not error.args[0].retriable():
+                    raise
+
+    producer = new_producer()
+    coordinator_id = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
+    for _ in range(20):
+        topic = f"kfo-c-{next(_names)}"
+        _transaction(producer, topic, [b"before-%d" % i for i in range(20)], commit=True)
+        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
+        if leader_id != coordinator_id:
+            break
+    else:
+        pytest.fail("every topic was placed on the coordinator's broker")
+    first = _transactional_record(kafka_cluster, transactional_id)
+    _transaction(producer, topic, [b"aborted-%d" % i for i in range(5)], commit=False)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, b"open-%d" % i)
+    producer.flush(CLIENT_TIMEOUT_S)
+    coordinator = kafka_cluster.by_id(coordinator_id)
+    coordinator.kill()
+    live.remove(coordinator)
+    try:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+        after = [b"after-%d" % i for i in range(20)]
+        _commit_across_a_coordinator_kill(new_producer, producer, topic, after)
+        assert kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS)) != (
+            coordinator_id
+        )
+        last = _transactional_record(kafka_cluster, transactional_id)
+        assert last["producerId"] == first["producerId"]
+        assert last["epoch"] >= first["epoch"]
+        received = _read_committed(live, topic, 40)
+        assert received == [b"before-%d" % i for i in range(20)] + after
+    finally:
+        coordinator.start()
+
+
+def _read_committed(brokers, topic: str, count: int) -> list[bytes]:
+    """What a read_committed consumer assigned partition 0 reads from its start,
+    waiting for `count` messages and one poll more (none may follow)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "group.id": f"kfo-reader-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        received: list[bytes] = []
+        deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+        while len(received) < count and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                received.append(message.value())
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            received.append(message.value())
+    finally:
+        consumer.close()
+    return received
