@@ -230,3 +230,63 @@ class CloseReplicaLedgerRequest(_message.Message):
     ledger_id: int
     last_entry_id: int
     def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ..., ledger_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ...) -> None: ...
+
+class GroupOffsetCommit(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "metadata")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ...) -> None: ...
+
+class CommitGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group_id", "read_committed", "offsets")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    READ_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    read_committed: bool
+    offsets: _containers.RepeatedCompositeFieldContainer[GroupOffsetCommit]
+    def __init__(self, group_id: _Optional[str] = ..., read_committed: _Optional[bool] = ..., offsets: _Optional[_Iterable[_Union[GroupOffsetCommit, _Mapping]]] = ...) -> None: ...
+
+class CommitGroupOffsetsResponse(_message.Message):
+    __slots__ = ("error_codes",)
+    ERROR_CODES_FIELD_NUMBER: _ClassVar[int]
+    error_codes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, error_codes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GroupPartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class FetchGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group_id", "partitions")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupPartition]
+    def __init__(self, group_id: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[GroupPartition, _Mapping]]] = ...) -> None: ...
+
+class FetchedGroupOffset(_message.Message):
+    __slots__ = ("offset", "metadata", "error_code")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    metadata: str
+    error_code: int
+    def __init__(self, offset: _Optional[int] = ..., metadata: _Optional[str] = ..., error_code: _Optional[int] = ...) -> None: ...
+
+class FetchGroupOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[FetchedGroupOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[FetchedGroupOffset, _Mapping]]] = ...) -> None: ...

@@ -100,6 +100,16 @@ class PeerStub:
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.FromString,
                 _registered_method=True)
+        self.CommitGroupOffsets = channel.unary_unary(
+                '/stableline.v1.Peer/CommitGroupOffsets',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsResponse.FromString,
+                _registered_method=True)
+        self.FetchGroupOffsets = channel.unary_unary(
+                '/stableline.v1.Peer/FetchGroupOffsets',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -184,6 +194,18 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -251,6 +273,16 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.ReadReplicaCursors,
                     request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.SerializeToString,
+            ),
+            'CommitGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitGroupOffsets,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsResponse.SerializeToString,
+            ),
+            'FetchGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchGroupOffsets,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -604,6 +636,60 @@ class Peer:
             '/stableline.v1.Peer/ReadReplicaCursors',
             stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.SerializeToString,
             stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/CommitGroupOffsets',
+            stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/FetchGroupOffsets',
+            stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,12 +1,13 @@
-"""Kafka clients, unchanged, while a partition's leader is killed (three real brokers on
-one real etcd, the default 3/3/2 policy): a confluent-kafka transactional producer
-carries on through the new leader, and a read_committed consumer reads every
-committed message once, in order, and nothing of an aborted transaction. (The
-consumer is assigned its partition: a group's coordinator shard stays with its
-broker for now.)"""
+"""Kafka clients, unchanged, while leaders are killed (three real brokers on one real
+etcd, the default 3/3/2 policy): a confluent-kafka transactional producer carries on
+through a partition's new leader, and through its coordinator shard's new leader; a
+read_committed consumer reads every committed message once, in order, and nothing of
+an aborted or open transaction; a read_committed consumer group rides out the kill of
+its partition's leader or of its coordinator and resumes at its committed offset."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import uuid
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from stableline.broker.txn.coordinators import named_shard
+from stableline.metadata.layout import kafka_transactional_id_path
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
@@ -93,8 +95,8 @@ def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leade
         }
     )
     producer.init_transactions(CLIENT_TIMEOUT_S)
-    # The partition's leader is killed, never the producer's coordinator shard's: shard
-    # logs do not move with their broker yet.
+    # The partition's leader is killed, not the producer's coordinator shard's (the
+    # next tests kill that).
     coordinator = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
     for _ in range(20):
         topic = f"kfo-{next(_names)}"
@@ -120,8 +122,8 @@ def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leade
             }
         )
         try:
-            # Assigned, not subscribed: a group's coordinator shard does not move with
-            # its broker yet, and this is about the partition's leader.
+            # Assigned, not subscribed: this is about the partition's leader (groups
+            # are the next tests').
             consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
             received: list[bytes] = []
             deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
@@ -136,3 +138,329 @@ def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leade
         ]
     finally:
         leader.start()
+
+
+# ---------------------------------------------------------------- consumer groups
+
+
+def _led_shards(cluster: Cluster) -> dict[int, str]:
+    """Every coordinator shard's leader (broker id), once each shard has one."""
+    leaders = {}
+    for shard in range(SHARDS):
+        record = cluster.read_record(f"/stableline/ownership/{cluster.name}/coordinators/{shard}")
+        if record is not None:
+            leaders[shard] = record["leader"]
+    return leaders
+
+
+def _group_led_elsewhere(cluster: Cluster, avoid: str) -> tuple[str, str]:
+    """A new group name whose coordinator is led by a broker other than `avoid`, and
+    that broker. FindCoordinator of a name on each shard first, so that every shard
+    has a leader."""
+    from confluent_kafka.admin import AdminClient
+
+    prefix = f"kfo-group-{uuid.uuid4().hex}"
+    names = (f"{prefix}-{n}" for n in itertools.count())
+    by_shard: dict[int, str] = {}
+    while len(by_shard) < SHARDS:
+        name = next(names)
+        by_shard.setdefault(named_shard("", name, SHARDS), name)
+    admin = AdminClient({"bootstrap.servers": _bootstrap(cluster.brokers)})
+    for future in admin.describe_consumer_groups(list(by_shard.values())).values():
+        future.result(CLIENT_TIMEOUT_S)
+    for shard, leader in _led_shards(cluster).items():
+        if leader != avoid:
+            return by_shard[shard], leader
+    pytest.skip("every coordinator shard is led by the partition's leader")
+
+
+def _commit(consumer, topic: str, offset: int) -> bool:
+    """Commit `offset` on partition 0: True once the coordinator answered it done."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        (answered,) = consumer.commit(
+            offsets=[TopicPartition(topic, 0, offset)], asynchronous=False
+        )
+    except KafkaException:
+        return False
+    return answered.error is None
+
+
+class GroupChecker:
+    """What one read_committed group member saw: each delivery's payload and offset,
+    and each commit the coordinator answered done. Deliveries go forward; when they
+    go back (the member's partition was assigned again, after the coordinator or the
+    leader moved), they may restart at the last committed offset at the lowest."""
+
+    def __init__(self) -> None:
+        self.delivered: dict[bytes, int] = {}  # payload -> offset, first delivery
+        self.order: list[bytes] = []
+        self.committed: list[int] = []
+        self.problems: list[str] = []
+        self._last_offset = -1
+
+    def deliver(self, payload: bytes, offset: int) -> None:
+        if b"aborted" in payload:
+            self.problems.append(f"aborted {payload!r} delivered at offset {offset}")
+        if offset <= self._last_offset and self.committed and offset < self.committed[-1]:
+            self.problems.append(
+                f"went back to {payload!r} (offset {offset}), below the committed "
+                f"offset {self.committed[-1]}"
+            )
+        self._last_offset = offset
+        if payload not in self.delivered:
+            self.delivered[payload] = offset
+            self.order.append(payload)
+
+    def commit(self, offset: int) -> None:
+        if self.committed and offset < self.committed[-1]:
+            self.problems.append(f"committed {offset} after {self.committed[-1]}")
+        self.committed.append(offset)
+
+
+def _group_consumer(cluster: Cluster, group: str):
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": _bootstrap(cluster.brokers),
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+
+
+def _read_and_commit(consumer, topic: str, checker: GroupChecker, expected: list[bytes]) -> None:
+    """Poll until every payload of `expected` came and the offset after the last one
+    is committed (commits refused while the group or its partition moves are tried
+    again with the next poll)."""
+    deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+    wanted = set(expected)
+    end_offset = None
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            checker.deliver(message.value(), message.offset())
+        if end_offset is None and wanted <= checker.delivered.keys():
+            end_offset = checker.delivered[expected[-1]] + 1
+        # Commit what came so far: every few messages, and the end once there.
+        last = checker.order[-1] if checker.order else None
+        if last is None:
+            continue
+        target = end_offset or checker.delivered[last] + 1
+        if checker.committed and checker.committed[-1] >= target:
+            if end_offset is not None:
+                return
+            continue
+        if (end_offset is not None or len(checker.order) % 5 == 0) and _commit(
+            consumer, topic, target
+        ):
+            checker.commit(target)
+    pytest.fail(
+        f"within {SERVED_AGAIN_WITHIN_S}s: {len(wanted - checker.delivered.keys())} messages "
+        f"never came; committed {checker.committed[-1:]}, wanted {end_offset}"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["partition leader", "group coordinator"])
+def test_a_read_committed_consumer_group_rides_out_a_kill(kafka_cluster: Cluster, victim: str):
+    """A group member reads and commits, the partition's leader or the group's
+    coordinator is killed, the member carries on; a new member of the group then
+    resumes at the last committed offset: nothing committed comes again, nothing is
+    lost, nothing aborted is seen, committed offsets never go back."""
+    from confluent_kafka import Producer, TopicPartition
+
+    transactional_id = f"kfo-g-{uuid.uuid4().hex}"
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(kafka_cluster.brokers),
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer_coordinator = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
+    for _ in range(20):
+        topic = f"kfo-g-{next(_names)}"
+        _transaction(producer, topic, [b"a-%d" % i for i in range(10)], commit=True)
+        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
+        if leader_id != producer_coordinator:
+            break
+    else:
+        pytest.fail("every topic was placed on the producer's coordinator's broker")
+    _transaction(producer, topic, [b"aborted-%d" % i for i in range(5)], commit=False)
+    _transaction(producer, topic, [b"a-%d" % i for i in range(10, 20)], commit=True)
+    group, coordinator_id = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
+    expected = [b"a-%d" % i for i in range(20)]
+
+    checker = GroupChecker()
+    consumer = _group_consumer(kafka_cluster, group)
+    killed = kafka_cluster.by_id(leader_id if victim == "partition leader" else coordinator_id)
+    try:
+        consumer.subscribe([topic])
+        _read_and_commit(consumer, topic, checker, expected[:10])
+        killed.kill()
+        if victim == "partition leader":
+            # The producer's coordinator lives; its next transaction goes to the new leader.
+            more = [b"b-%d" % i for i in range(10)]
+            _committed_through_a_failover(producer, topic, more)
+            expected += more
+        _read_and_commit(consumer, topic, checker, expected)
+        consumer.close()
+        # Written after the last commit: a new member gets exactly these.
+        plain = Producer(
+            {"bootstrap.servers": _bootstrap(kafka_cluster.brokers), "enable.idempotence": True}
+        )
+        after = [b"c-%d" % i for i in range(5)]
+        for payload in after:
+            plain.produce(topic, payload)
+        assert plain.flush(CLIENT_TIMEOUT_S) == 0
+        assert checker.problems == []
+        assert checker.order[: len(expected)] == expected
+
+        resumed = GroupChecker()
+        resumed.committed = list(checker.committed)
+        consumer = _group_consumer(kafka_cluster, group)
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], CLIENT_TIMEOUT_S)
+        assert committed.offset == checker.committed[-1]
+        consumer.subscribe([topic])
+        _read_and_commit(consumer, topic, resumed, after)
+        assert resumed.problems == []
+        assert resumed.order == after, "the group did not resume at its committed offset"
+    finally:
+        consumer.close()
+        killed.start()
+
+
+# ---------------------------------------------------------------- transaction coordinator
+
+
+def _commit_across_a_coordinator_kill(new_producer, producer, topic: str, payloads: list[bytes]):
+    """Commit `payloads` in one transaction while the producer's coordinator moves, as
+    a Kafka application does: abort what is abortable and try again, and after a
+    fatal error make the producer anew (InitProducerId again). The producer used."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+    while True:
+        try:
+            _transaction(producer, topic, payloads, commit=True)
+            return producer
+        except KafkaException as error:
+            if time.monotonic() > deadline:
+                raise
+            if error.args[0].fatal():
+                producer = new_producer()
+                continue
+            if error.args[0].txn_requires_abort():
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(CLIENT_TIMEOUT_S)
+
+
+def _transactional_record(cluster: Cluster, transactional_id: str) -> dict:
+    record = cluster.read_record(kafka_transactional_id_path(cluster.name, "", transactional_id))
+    assert record is not None
+    return record
+
+
+@pytest.mark.slow
+def test_a_transactional_producer_commits_after_its_coordinator_is_killed(
+    kafka_cluster: Cluster,
+):
+    """The leader of the shard of a producer's transactional.id is killed with a
+    transaction open: the producer's next transaction commits through the shard's new
+    leader, its producer id stays its own (the epoch only rises), and a read_committed
+    consumer reads every committed message once, in order, and nothing of the
+    aborted or the open transaction."""
+    from confluent_kafka import KafkaException, Producer
+
+    transactional_id = f"kfo-c-{uuid.uuid4().hex}"
+    live: list = list(kafka_cluster.brokers)
+
+    def new_producer():
+        producer = Producer(
+            {
+                "bootstrap.servers": _bootstrap(live),
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": 10_000,
+            }
+        )
+        deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+        while True:
+            try:
+                producer.init_transactions(CLIENT_TIMEOUT_S)
+                return producer
+            except KafkaException as error:
+                if time.monotonic() > deadline or not error.args[0].retriable():
+                    raise
+
+    producer = new_producer()
+    coordinator_id = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
+    for _ in range(20):
+        topic = f"kfo-c-{next(_names)}"
+        _transaction(producer, topic, [b"before-%d" % i for i in range(20)], commit=True)
+        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
+        if leader_id != coordinator_id:
+            break
+    else:
+        pytest.fail("every topic was placed on the coordinator's broker")
+    first = _transactional_record(kafka_cluster, transactional_id)
+    _transaction(producer, topic, [b"aborted-%d" % i for i in range(5)], commit=False)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, b"open-%d" % i)
+    producer.flush(CLIENT_TIMEOUT_S)
+    coordinator = kafka_cluster.by_id(coordinator_id)
+    coordinator.kill()
+    live.remove(coordinator)
+    try:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+        after = [b"after-%d" % i for i in range(20)]
+        _commit_across_a_coordinator_kill(new_producer, producer, topic, after)
+        assert kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS)) != (
+            coordinator_id
+        )
+        last = _transactional_record(kafka_cluster, transactional_id)
+        assert last["producerId"] == first["producerId"]
+        assert last["epoch"] >= first["epoch"]
+        received = _read_committed(live, topic, 40)
+        assert received == [b"before-%d" % i for i in range(20)] + after
+    finally:
+        coordinator.start()
+
+
+def _read_committed(brokers, topic: str, count: int) -> list[bytes]:
+    """What a read_committed consumer assigned partition 0 reads from its start,
+    waiting for `count` messages and one poll more (none may follow)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "group.id": f"kfo-reader-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        received: list[bytes] = []
+        deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+        while len(received) < count and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                received.append(message.value())
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            received.append(message.value())
+    finally:
+        consumer.close()
+    return received

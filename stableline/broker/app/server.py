@@ -535,6 +535,9 @@ class Broker:
                 self.membership.store,
                 self.caps.kafka,
             )
+            # A group's coordinator on another broker commits its offsets on the
+            # partitions this broker owns through the Peer service.
+            self._grpc.peer_service.group_offsets = self.kafka.handler.group_offsets_here
         except KafkaStartupError as error:
             raise StartupError(str(error)) from None
         except OSError as error:

@@ -71,6 +71,41 @@ class PeerTransactionState:
     low_watermark: int
 
 
+@dataclass(frozen=True, slots=True)
+class GroupOffsetCommit:
+    """A Kafka consumer group's offset for one partition (Kafka topic name), handed
+    to the partition's owner, which alone may acknowledge on its subscription."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedGroupOffset:
+    """A group's committed offset on one partition as its owner answers it (-1: none),
+    with a Kafka error code (0: none)."""
+
+    offset: int
+    metadata: str
+    error_code: int = 0
+
+
+class GroupOffsetsHere(Protocol):
+    """What the Kafka face does for a group's coordinator on another broker: commit and
+    read the group's offsets on the partitions this broker owns (Kafka error codes,
+    one per offset or partition in order; NOT_LEADER_OR_FOLLOWER where it owns none)."""
+
+    async def commit_here(
+        self, group_id: str, read_committed: bool, offsets: list[GroupOffsetCommit]
+    ) -> list[int]: ...
+
+    async def fetch_here(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[FetchedGroupOffset]: ...
+
+
 class ReplicaPeers(Protocol):
     """The calls a topic's writer and its recovery make to the other members of its
     ensemble, at their gRPC `address`."""
@@ -177,6 +212,19 @@ class PeerClient(ReplicaPeers, Protocol):
     async def end_transaction(self, address: str, txn_id: TxnId, commit: bool) -> TxnState:
         """End the transaction as its client would (Broker.EndTransaction, with this
         broker's own credentials): its state after the call."""
+        ...
+
+    async def commit_group_offsets(
+        self, address: str, group_id: str, read_committed: bool, offsets: list[GroupOffsetCommit]
+    ) -> list[int]:
+        """Commit a Kafka group's offsets on partitions the peer owns, durably once this
+        returns: a Kafka error code for each offset, in order (GroupOffsetsHere)."""
+        ...
+
+    async def fetch_group_offsets(
+        self, address: str, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[FetchedGroupOffset]:
+        """A Kafka group's committed offsets on partitions the peer owns, in order."""
         ...
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from stableline._proto import cluster_pb2 as cpb
 from stableline.broker.cluster.peer_admin import PeerCallError
 from stableline.broker.cluster.peers import (
     PEER_CALL_TIMEOUT_S,
+    FetchedGroupOffset,
+    GroupOffsetCommit,
     PeerCredentials,
     PeerTransaction,
     PeerTransactionState,
@@ -234,6 +236,43 @@ class GrpcPeerClient:
             address, lambda s: s.EndTransaction, request, broker_pb2_grpc.BrokerStub
         )
         return TxnState(response.state)
+
+    # ------------------------------------------------------------ Kafka groups
+
+    async def commit_group_offsets(
+        self, address: str, group_id: str, read_committed: bool, offsets: list[GroupOffsetCommit]
+    ) -> list[int]:
+        request = cpb.CommitGroupOffsetsRequest(
+            group_id=group_id,
+            read_committed=read_committed,
+            offsets=[
+                cpb.GroupOffsetCommit(
+                    topic=each.topic,
+                    partition=each.partition,
+                    offset=each.offset,
+                    metadata=each.metadata,
+                )
+                for each in offsets
+            ],
+        )
+        response = await self._call(address, lambda s: s.CommitGroupOffsets, request)
+        return list(response.error_codes)
+
+    async def fetch_group_offsets(
+        self, address: str, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[FetchedGroupOffset]:
+        request = cpb.FetchGroupOffsetsRequest(
+            group_id=group_id,
+            partitions=[
+                cpb.GroupPartition(topic=topic, partition=partition)
+                for topic, partition in partitions
+            ],
+        )
+        response = await self._call(address, lambda s: s.FetchGroupOffsets, request)
+        return [
+            FetchedGroupOffset(each.offset, each.metadata, each.error_code)
+            for each in response.offsets
+        ]
 
     # ------------------------------------------------------------ replicas
 

@@ -12,6 +12,9 @@ their codes (a ReplicaGap with the count held, grpc/errors.py); a replica's copy
 never one of this broker's topics (the registry does not know it), and a topic this
 broker has open as its owner takes no replica call (NotReady: retry once it has let
 go), so the two never write one ledger list.
+The Kafka group calls go to the Kafka face's GroupOffsetsHere, once the app has
+handed it over (`group_offsets`); before that, or without a Kafka port, they are
+refused NotReady (the group's coordinator retries).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from managed_ledger import Position, ReplicaLogs
 from stableline._proto import cluster_pb2 as cpb
 from stableline._proto import cluster_pb2_grpc
+from stableline.broker.cluster.peers import GroupOffsetCommit, GroupOffsetsHere
 from stableline.broker.errors import BrokerError
 from stableline.broker.failpoints import REPLICA_CURSORS
 from stableline.broker.grpc import convert
@@ -28,6 +32,12 @@ from stableline.broker.topics.topic_state import TopicState
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.ending import BrokerParticipant
 from stableline.topic_name import TopicName
+
+
+class NoKafkaGroupsError(BrokerError):
+    """A Kafka group call to a broker whose Kafka port is not open (yet)."""
+
+    code = "NotReady"
 
 
 class OwnedHereError(BrokerError):
@@ -48,6 +58,7 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
         self.participant = participant
         self.replicas = replicas
         self.registry = registry
+        self.group_offsets: GroupOffsetsHere | None = None
 
     async def OpenTransaction(self, request, context):
         try:
@@ -202,6 +213,43 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
         except Exception as error:
             await abort(context, error)
         return cpb.ReadReplicaCursorsResponse(states=states)
+
+    # ------------------------------------------------------------ Kafka groups
+
+    def _groups(self) -> GroupOffsetsHere:
+        if self.group_offsets is None:
+            raise NoKafkaGroupsError("this broker's Kafka port is not open: retry")
+        return self.group_offsets
+
+    async def CommitGroupOffsets(self, request, context):
+        try:
+            codes = await self._groups().commit_here(
+                request.group_id,
+                request.read_committed,
+                [
+                    GroupOffsetCommit(each.topic, each.partition, each.offset, each.metadata)
+                    for each in request.offsets
+                ],
+            )
+        except Exception as error:
+            await abort(context, error)
+        return cpb.CommitGroupOffsetsResponse(error_codes=codes)
+
+    async def FetchGroupOffsets(self, request, context):
+        try:
+            fetched = await self._groups().fetch_here(
+                request.group_id, [(each.topic, each.partition) for each in request.partitions]
+            )
+        except Exception as error:
+            await abort(context, error)
+        return cpb.FetchGroupOffsetsResponse(
+            offsets=[
+                cpb.FetchedGroupOffset(
+                    offset=each.offset, metadata=each.metadata, error_code=each.error_code
+                )
+                for each in fetched
+            ]
+        )
 
     def _replica_name(self, topic: str) -> str:
         """The name the copy is kept under (the one its owner's ManagedLedger uses);

@@ -96,11 +96,13 @@ class GrpcServer:
                 ConnectionLimitInterceptor(connections),
             ],
         )
+        # The app hands it the Kafka face's group offsets once the Kafka port is open.
+        self.peer_service = PeerService(coordinators, participant, replicas, registry)
         add_services(
             self.server,
             BrokerService(registry, config, coordinators, lookup),
             AdminService(registry, coordinators, partitioned),
-            PeerService(coordinators, participant, replicas, registry),
+            self.peer_service,
             self._health,
         )
 

@@ -26,6 +26,14 @@ broker's metadata store ("kafka-group:" keys), for OffsetFetch of every partitio
 ListGroups and DescribeGroups of a group with no member, across restarts; an
 OffsetFetch that finds the subscription deleted drops it from the list.
 
+In a cluster a partition's topic may be owned by another broker than the group's
+coordinator: only the owner may acknowledge on its subscriptions, so the coordinator
+hands the offsets of such partitions to their owners (`elsewhere`,
+OffsetsElsewhere: the Peer service's CommitGroupOffsets and FetchGroupOffsets),
+which commit and read them here with `here_only`. The cursors are replicated with
+their topic, so a group's committed offsets fail over with each partition's topic,
+whichever broker coordinates the group.
+
 The commit metadata string is at most MAX_METADATA_BYTES of UTF-8 (Kafka's
 offset.metadata.max.bytes); longer is refused with OFFSET_METADATA_TOO_LARGE.
 """
@@ -36,6 +44,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from dispatcher import IsolationLevel, Subscription, SubscriptionType
 from managed_ledger import LocalStore, Position
@@ -58,6 +67,20 @@ METADATA_PROPERTY = "kafka.metadata"
 ACKED_PROPERTY = "kafka.acked"
 
 TopicLookup = Callable[[str, int], Awaitable[Topic | ErrorCode]]
+
+
+class OffsetsElsewhere(Protocol):
+    """Commits and reads a group's offsets on partitions another broker owns (those
+    this broker's topic look-up answers NOT_LEADER_OR_FOLLOWER): an error code for
+    each commit, a CommittedOffset for each partition, in the order given."""
+
+    async def commit(
+        self, group_id: str, offsets: Sequence[OffsetToCommit], level: IsolationLevel
+    ) -> list[ErrorCode]: ...
+
+    async def fetch(
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> list[CommittedOffset]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +185,15 @@ class GroupOffsets:
     stands).
     """
 
-    def __init__(self, topic_of: TopicLookup, store: LocalStore) -> None:
+    def __init__(
+        self, topic_of: TopicLookup, store: LocalStore, elsewhere: OffsetsElsewhere | None = None
+    ) -> None:
         """`topic_of(kafka topic, partition)`: the partition's Topic or the error
-        code to answer (KafkaApiBase._topic)."""
+        code to answer (KafkaApiBase._topic); `elsewhere`: how partitions another
+        broker owns are reached (None: standalone, every partition is here)."""
         self._topic_of = topic_of
         self._store = store
+        self._elsewhere = elsewhere
 
     # ------------------------------------------------------------ commit
 
@@ -192,31 +219,64 @@ class GroupOffsets:
         return topic, subscription
 
     async def commit(
-        self, group_id: str, offsets: Sequence[OffsetToCommit], level: IsolationLevel
+        self,
+        group_id: str,
+        offsets: Sequence[OffsetToCommit],
+        level: IsolationLevel,
+        here_only: bool = False,
     ) -> list[tuple[str, int, ErrorCode]]:
-        """Commit each partition's offset; answered once every cursor is durable.
-        `level`: the isolation level of a subscription this commit makes."""
+        """Commit each partition's offset; answered once every cursor is durable
+        (here, or at the partition's owner). `level`: the isolation level of a
+        subscription this commit makes. `here_only`: the group's coordinator on
+        another broker asked for the partitions this broker owns; nothing is handed
+        on, and the coordinator keeps the group's index."""
         results: list[tuple[str, int, ErrorCode]] = []
         durable: list[tuple[int, Topic, int, Subscription]] = []
         for commit in offsets:
-            error, applied = await self._apply(group_id, commit, level)
+            error, applied = await self._apply(group_id, commit, level, index=not here_only)
             results.append((commit.topic, commit.partition, error))
             if applied is not None:
                 durable.append((len(results) - 1, *applied))
-        outcomes = await asyncio.gather(
-            *(
-                self._persist(topic, ticket, subscription)
-                for _, topic, ticket, subscription in durable
-            )
+        elsewhere = [
+            at
+            for at, (_, _, error) in enumerate(results)
+            if error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        ]
+        outcomes, handed_on = await asyncio.gather(
+            asyncio.gather(
+                *(
+                    self._persist(topic, ticket, subscription)
+                    for _, topic, ticket, subscription in durable
+                )
+            ),
+            self._commit_elsewhere(group_id, [offsets[at] for at in elsewhere], level, here_only),
         )
         for (at, _topic, _ticket, _subscription), error in zip(durable, outcomes, strict=True):
             if error is not ErrorCode.NONE:
                 topic_name, partition, _ = results[at]
                 results[at] = (topic_name, partition, error)
+        for at, error in zip(elsewhere, handed_on, strict=True):
+            topic_name, partition, _ = results[at]
+            results[at] = (topic_name, partition, error)
+            if error is ErrorCode.NONE:
+                self._note(group_id, topic_name, partition)
         return results
 
+    async def _commit_elsewhere(
+        self,
+        group_id: str,
+        offsets: Sequence[OffsetToCommit],
+        level: IsolationLevel,
+        here_only: bool,
+    ) -> list[ErrorCode]:
+        if not offsets:
+            return []
+        if here_only or self._elsewhere is None:
+            return [ErrorCode.NOT_LEADER_OR_FOLLOWER] * len(offsets)
+        return await self._elsewhere.commit(group_id, offsets, level)
+
     async def _apply(
-        self, group_id: str, commit: OffsetToCommit, level: IsolationLevel
+        self, group_id: str, commit: OffsetToCommit, level: IsolationLevel, index: bool
     ) -> tuple[ErrorCode, tuple[Topic, int, Subscription] | None]:
         if commit.offset < 0:
             return ErrorCode.INVALID_REQUEST, None
@@ -233,7 +293,7 @@ class GroupOffsets:
             log.info("kafka: commit of group %r refused: %s", group_id, error)
             return ErrorCode.NOT_COORDINATOR, None
         self._acknowledge(topic, subscription, commit.offset)
-        self.record_commit(group_id, commit, topic, subscription)
+        self.record_commit(group_id, commit, topic, subscription, index=index)
         return ErrorCode.NONE, (topic, ticket, subscription)
 
     @staticmethod
@@ -252,11 +312,16 @@ class GroupOffsets:
             subscription.ack([(target.within, index) for index in range(target.messages)])
 
     def record_commit(
-        self, group_id: str, commit: OffsetToCommit, topic: Topic, subscription: Subscription
+        self,
+        group_id: str,
+        commit: OffsetToCommit,
+        topic: Topic,
+        subscription: Subscription,
+        index: bool = True,
     ) -> None:
-        """Note the commit with its cursor (written with its next write) and in the
-        group's index: OffsetFetch answers this offset while the acknowledgement
-        stays where it is now."""
+        """Note the commit with its cursor (written with its next write) and, with
+        `index`, in the group's index: OffsetFetch answers this offset while the
+        acknowledgement stays where it is now."""
         properties = subscription.cursor.properties
         properties[OFFSET_PROPERTY] = str(commit.offset)
         properties[ACKED_PROPERTY] = str(acknowledged_offset(topic, subscription))
@@ -264,9 +329,15 @@ class GroupOffsets:
             properties[METADATA_PROPERTY] = commit.metadata
         else:
             properties.pop(METADATA_PROPERTY, None)
-        key = _index_key(group_id, commit.topic, commit.partition)
+        if index:
+            self._note(group_id, commit.topic, commit.partition)
+
+    def _note(self, group_id: str, kafka_topic: str, partition: int) -> None:
+        """The group's index lists the partition (for OffsetFetch of every partition,
+        ListGroups and DescribeGroups)."""
+        key = _index_key(group_id, kafka_topic, partition)
         if self._store.get(BROKER_DB, key) is None:
-            self._store.put(BROKER_DB, key, str(topic.name).encode())
+            self._store.put(BROKER_DB, key, kafka_topic.encode())
 
     @staticmethod
     async def _persist(topic: Topic, ticket: int, subscription: Subscription) -> ErrorCode:
@@ -284,29 +355,46 @@ class GroupOffsets:
     # ------------------------------------------------------------ fetch
 
     async def fetch(
-        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+        self,
+        group_id: str,
+        partitions: Iterable[tuple[str, int]] | None,
+        here_only: bool = False,
     ) -> list[tuple[str, int, CommittedOffset]]:
         """Each partition's committed offset (None: every partition the group has
-        committed on)."""
+        committed on), read here or at the partition's owner. `here_only`: as for
+        commit (the coordinator forgets what the owner does not have)."""
         if partitions is None:
             partitions = self.committed_partitions(group_id)
         results = []
         for kafka_topic, partition in partitions:
-            results.append(
-                (kafka_topic, partition, await self._fetch_one(group_id, kafka_topic, partition))
-            )
+            fetched = await self._fetch_one(group_id, kafka_topic, partition, forget=not here_only)
+            results.append((kafka_topic, partition, fetched))
+        elsewhere = [
+            at
+            for at, (_, _, fetched) in enumerate(results)
+            if fetched.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        ]
+        if elsewhere and not here_only and self._elsewhere is not None:
+            handed_on = await self._elsewhere.fetch(group_id, [results[at][:2] for at in elsewhere])
+            for at, fetched in zip(elsewhere, handed_on, strict=True):
+                kafka_topic, partition, _ = results[at]
+                results[at] = (kafka_topic, partition, fetched)
         return results
 
-    async def _fetch_one(self, group_id: str, kafka_topic: str, partition: int) -> CommittedOffset:
+    async def _fetch_one(
+        self, group_id: str, kafka_topic: str, partition: int, forget: bool = True
+    ) -> CommittedOffset:
         topic = await self._topic_of(kafka_topic, partition)
         if isinstance(topic, ErrorCode):
             if topic is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 return CommittedOffset(-1, "", topic)
-            self._forget(group_id, kafka_topic, partition)
+            if forget:
+                self._forget(group_id, kafka_topic, partition)
             return NO_OFFSET  # as Kafka: no offset for a topic it does not know
         subscription = topic.subscriptions.get(group_id)
         if subscription is None:
-            self._forget(group_id, kafka_topic, partition)
+            if forget:
+                self._forget(group_id, kafka_topic, partition)
             return NO_OFFSET
         acknowledged = acknowledged_offset(topic, subscription)
         properties = subscription.cursor.properties

@@ -37,6 +37,11 @@ from stableline.broker.kafka.server.api_base import (
     KafkaSettings,
 )
 from stableline.broker.kafka.server.client_address import client_host
+from stableline.broker.kafka.server.group_offsets_peers import (
+    RETRY_LATER,
+    GroupOffsetsHere,
+    PeerGroupOffsets,
+)
 from stableline.broker.security.permissions import Action
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.txn.coordinators import Coordinators
@@ -71,7 +76,16 @@ class GroupApis(KafkaApiBase):
         super().__init__(registry, settings, coordinators, **options)
         self.group_coordinator = GroupCoordinator(settings.groups)
         # The internal API of committed offsets (a transactional commit uses it too).
-        self.group_offsets = GroupOffsets(self._topic, registry.store)
+        elsewhere = None
+        if coordinators is not None:
+            leaders = coordinators.leaders
+            elsewhere = PeerGroupOffsets(
+                self._partition_name, registry.placement, lambda: leaders.peers
+            )
+        self.group_offsets = GroupOffsets(self._topic, registry.store, elsewhere)
+        # What a group's coordinator on another broker asks of this one (the Peer
+        # service's group calls, handed over by the app).
+        self.group_offsets_here = GroupOffsetsHere(self.group_offsets)
         self._group_owners = GroupOwners(registry.store)
 
     async def _group_error(self, group_id: str, claim: bool = False) -> m.ErrorCode:
@@ -319,12 +333,20 @@ class GroupApis(KafkaApiBase):
             results = [(topic, partition, failed) for topic, partition in request.partitions or ()]
             return mg.write_offset_fetch(version, results, error)
         fetched = await self.group_offsets.fetch(request.group_id, request.partitions)
+        # A partition whose owner cannot be reached now: the whole answer says so
+        # (from v2), so that clients retry instead of starting without its offset.
+        whole = (
+            RETRY_LATER
+            if version >= 2 and any(each.error is RETRY_LATER for _, _, each in fetched)
+            else m.ErrorCode.NONE
+        )
         return mg.write_offset_fetch(
             version,
             [
                 (topic, partition, mg.FetchedOffset(each.offset, each.metadata, each.error))
                 for topic, partition, each in fetched
             ],
+            whole,
         )
 
     # ------------------------------------------------------------ DescribeGroups

@@ -78,6 +78,11 @@ class KafkaListener:
         self._timeout_log = ThrottledLog(log)
         self.malformed_frames = 0
         self.oversized_frames = 0
+
+    @property
+    def handler(self) -> KafkaRequestHandler:
+        """The requests' handler (the app hands its group offsets to the Peer service)."""
+        return self._handler
         self.refused_connections = 0
         self.authentication_timeouts = 0
         self.idle_timeouts = 0
