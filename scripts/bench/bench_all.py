@@ -101,6 +101,7 @@ class Sizes:
     replication_seconds: float = 4.0  # each throughput run of bench_replication
     replication_rounds: int = 3  # runs of each policy, alternated; the median
     failover_kills: int = 20
+    shard_failover_kills: int = 20  # coordinator shard leaders killed
 
 
 # Each figure's smallest run: the wiring from its measurement to its rows is what the
@@ -143,6 +144,7 @@ QUICK = Sizes(
     replication_seconds=0.5,
     replication_rounds=1,
     failover_kills=3,
+    shard_failover_kills=3,
 )
 
 
@@ -1170,7 +1172,8 @@ def fig_cluster(sizes: Sizes, ctx: dict) -> list[Row]:
 
 def fig_replication(sizes: Sizes, ctx: dict) -> list[Row]:
     """Replicated (3/3/2) against one-copy (1/1/1) topics on the same three brokers, and
-    failover after kill -9 (bench_replication); without an etcd on PATH, no row."""
+    failover of a topic and of a coordinator shard after kill -9 (bench_replication);
+    without an etcd on PATH, no row."""
     result = run_script(
         "bench_replication.py",
         ctx["out"] / "replication.json",
@@ -1178,6 +1181,7 @@ def fig_replication(sizes: Sizes, ctx: dict) -> list[Row]:
         "--rounds", str(sizes.replication_rounds),
         "--latency-seconds", str(sizes.latency_seconds),
         "--kills", str(sizes.failover_kills),
+        "--shard-kills", str(sizes.shard_failover_kills),
     )  # fmt: skip
     if not result["etcd"]:
         progress("replication: no etcd, so no replication rows")
@@ -1271,6 +1275,37 @@ def replication_rows(result: dict) -> list[Row]:
                 goal=goal,
                 note=f"max {down['max_ms'] / 1e3:.2f} s; each try a fresh client "
                 f"(up to {failover['attempt_timeout_s']:g} s a try)"
+                if percentile == "p99"
+                else "",
+            )
+        )
+    rows += shard_failover_rows(result)
+    return rows
+
+
+def shard_failover_rows(result: dict) -> list[Row]:
+    """The coordinator shard's failover rows of bench_replication's JSON."""
+    failover = result["shard_failover"]
+    figure = (
+        "Replication: kill -9 of a coordinator shard's leader -> its open transaction's "
+        f"commit answered, {failover['kills']} kills, {result['session_timeout_s']:g} s "
+        "session (bench_replication)"
+    )
+    down, unharmed = failover["kill_to_decided"], failover["commit_nothing_killed"]
+    rows = []
+    for percentile, goal in (("p50", ()), ("p99", (Bound("value", "<", 5),))):
+        rows.append(
+            Row(
+                figure,
+                f"kill -> commit decided, {percentile}",
+                round(down[f"{percentile}_ms"] / 1e3, 3),
+                "s",
+                f"a commit, nothing killed, {percentile}",
+                round(unharmed[f"{percentile}_ms"] / 1e3, 3),
+                goal=goal,
+                note=f"max {down['max_ms'] / 1e3:.2f} s; the killed broker also owned the "
+                f"transaction's topic in {failover['killed_topic_owner_too']} of "
+                f"{failover['kills']}"
                 if percentile == "p99"
                 else "",
             )

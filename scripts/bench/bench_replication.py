@@ -21,9 +21,17 @@ topic, placed before its clock starts.
    given the live brokers' addresses try to send one message, each try a new
    client (so the figure is the brokers' failover, not a client's reconnection),
    until one is acknowledged. The killed broker is restarted before the next kill.
+4. shard failover: `--shard-kills` times, a client (every broker's address, a
+   different one first each time) opens a transaction and sends one message in it to
+   a new replicated topic, and commits a second one with nothing killed (the
+   baseline); the broker leading the first transaction's coordinator shard (from the
+   shard's record in etcd) is killed with SIGKILL and the client commits: from the
+   kill to the commit answered (the SDK follows the shard to its new leader). The
+   killed broker is restarted before the next kill.
 
     python scripts/bench/bench_replication.py [--seconds 4] [--rounds 3]
-        [--latency-seconds 8] [--kills 20] [--only throughput,latency,failover] [--json PATH]
+        [--latency-seconds 8] [--kills 20] [--shard-kills 20]
+        [--only throughput,latency,failover,shard-failover] [--json PATH]
 
 Without an etcd on PATH nothing can be measured: the script says so and its JSON
 has `"etcd": false`.
@@ -51,6 +59,7 @@ from stableline import perf
 from stableline._errors import StableLineError
 from stableline.aio import Client
 from stableline.broker.config import BrokerConfig
+from stableline.broker.txn.coordinator_shards import shard_path
 from stableline.metadata import open_metadata_store
 from stableline.perf.coordination import monotonic
 from stableline.testing import BrokerProcess
@@ -67,6 +76,10 @@ RETRY_PAUSE_S = 0.02
 # A kill's topic must be served again within this, else the run fails (the
 # cluster's promise is 5 s; a loaded machine may take longer, never this long).
 FAILOVER_GIVE_UP_S = 60.0
+# A shard failover's transaction must outlive the kill and the take-over (the SDK's
+# default of 60 s would abort it on a loaded machine before the run gives up).
+SHARD_TXN_TIMEOUT_MS = int(FAILOVER_GIVE_UP_S * 2 * 1000)
+PHASES = ("throughput", "latency", "failover", "shard-failover")
 _STARTED = time.perf_counter()
 
 
@@ -239,17 +252,22 @@ async def first_send(service_url: str, topic: str, give_up_s: float) -> tuple[fl
         await asyncio.sleep(RETRY_PAUSE_S)
 
 
-async def topic_leader(etcd_url: str, cluster: str, topic: str) -> str:
-    """The broker id (its gRPC address) leading `topic`, from its ownership record."""
+async def recorded_leader(etcd_url: str, path: str) -> str:
+    """The broker id (its gRPC address) an ownership record in etcd names leader."""
     store = await open_metadata_store(etcd_url)
     try:
-        local = topic.removeprefix("persistent://")
-        record = await store.get(f"/stableline/ownership/{cluster}/topics/{local}")
+        record = await store.get(path)
         if record is None:
-            raise RuntimeError(f"no ownership record for {topic}")
+            raise RuntimeError(f"no ownership record at {path}")
         return json.loads(record.value)["leader"]
     finally:
         await store.close()
+
+
+async def topic_leader(etcd_url: str, cluster: str, topic: str) -> str:
+    """The broker id (its gRPC address) leading `topic`, from its ownership record."""
+    local = topic.removeprefix("persistent://")
+    return await recorded_leader(etcd_url, f"/stableline/ownership/{cluster}/topics/{local}")
 
 
 async def bench_failover(
@@ -301,6 +319,84 @@ async def bench_failover(
     }
 
 
+# ---------------------------------------------------------------- 4. shard failover
+
+
+async def commit_after(txn, began: float) -> float:
+    """Commit `txn`: the seconds from `began` (monotonic) to its answer."""
+    async with asyncio.timeout(FAILOVER_GIVE_UP_S):
+        await txn.commit()
+    return monotonic() - began
+
+
+async def open_transaction(client: Client, topic: str):
+    """A transaction holding one acknowledged send to `topic`."""
+    producer = await client.create_producer(topic)
+    txn = await client.new_transaction(timeout_ms=SHARD_TXN_TIMEOUT_MS)
+    await producer.send(MESSAGE, txn=txn)
+    return txn
+
+
+async def bench_shard_failover(
+    args, brokers: list[BrokerProcess], etcd_url: str, cluster: str, namespace: str
+) -> dict:
+    """The shard kills, in one event loop as bench_failover's. Each round a new client
+    whose first address moves round the brokers: a broker asked for a transaction
+    gives it a shard it leads, so the shards (and the kills) spread."""
+    decided, baseline, restarts = [], [], []
+    killed: dict[str, int] = {broker.target: 0 for broker in brokers}
+    shards: list[int] = []
+    also_topic_owner = 0
+    for kill in range(args.shard_kills):
+        topic = f"persistent://{namespace}/shard-failover-{kill}"
+        # Placed and written first: the broker restarted after the last kill may still
+        # be joining, and a replicated topic is placed only on three live brokers.
+        await first_send(seeds(brokers, 0), topic, FAILOVER_GIVE_UP_S)
+        service_url = seeds(brokers, kill % len(brokers))
+        async with Client(service_url, operation_timeout_seconds=FAILOVER_GIVE_UP_S) as client:
+            unharmed = await open_transaction(client, topic)
+            baseline.append(await commit_after(unharmed, monotonic()))
+            txn = await open_transaction(client, topic)
+            shard = txn.id[0]
+            leader_id = await recorded_leader(etcd_url, shard_path(cluster, shard))
+            (leader,) = [broker for broker in brokers if broker.target == leader_id]
+            # The topic's owner killed too makes its own failover part of the commit.
+            owns_topic = await topic_leader(etcd_url, cluster, topic) == leader_id
+            began = monotonic()
+            leader.kill()
+            try:
+                took = await commit_after(txn, began)
+            except (StableLineError, TimeoutError) as error:
+                raise RuntimeError(
+                    f"shard failover {kill + 1}: the commit failed after {leader_id} was "
+                    f"killed ({monotonic() - began:.1f} s): {error!r}"
+                ) from error
+        new_leader = await recorded_leader(etcd_url, shard_path(cluster, shard))
+        decided.append(took)
+        shards.append(shard)
+        killed[leader_id] += 1
+        also_topic_owner += owns_topic
+        progress(
+            f"shard failover {kill + 1}/{args.shard_kills}: killed {leader_id} (shard {shard}"
+            f"{', and the topic' if owns_topic else ''}), commit answered {took:.2f} s later, "
+            f"shard now on {new_leader}"
+        )
+        restarted = monotonic()
+        leader.start()
+        restarts.append(monotonic() - restarted)
+    return {
+        "kills": args.shard_kills,
+        "kill_to_decided": percentiles_ms(decided),
+        "commit_nothing_killed": percentiles_ms(baseline),
+        "kills_per_broker": killed,
+        "shards": shards,
+        "killed_topic_owner_too": also_topic_owner,
+        "samples_s": [round(sample, 3) for sample in decided],
+        "baseline_samples_s": [round(sample, 3) for sample in baseline],
+        "restart_s": [round(sample, 2) for sample in restarts],
+    }
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -310,11 +406,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each policy, alternated")
     parser.add_argument("--latency-seconds", type=float, default=8.0, help="each latency run")
     parser.add_argument("--kills", type=int, default=20, help="failovers timed")
-    parser.add_argument("--only", default="throughput,latency,failover")
+    parser.add_argument(
+        "--shard-kills", type=int, default=20, help="coordinator shard failovers timed"
+    )
+    parser.add_argument("--only", default=",".join(PHASES), help="of " + ", ".join(PHASES))
     parser.add_argument("--dir", type=Path, default=REPO / "bench-results")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     wanted = {part.strip() for part in args.only.split(",")}
+    if not wanted <= set(PHASES):
+        parser.error(f"--only: unknown {', '.join(sorted(wanted - set(PHASES)))}")
     if "latency" in wanted:
         wanted.add("throughput")  # its rate is half the replicated publish rate
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -345,7 +446,7 @@ def main() -> int:
                 if "latency" in wanted:
                     rate = result["throughput"]["publish"][REPLICATED]["msgs_per_s"] // 2
                     result["latency"] = bench_latency(args, brokers, process.pid, namespaces, rate)
-                if "failover" in wanted:
+                if wanted & {"failover", "shard-failover"}:
                     # The brokers' own: this script sets no session timeout.
                     result["session_timeout_s"] = float(
                         os.environ.get(
@@ -353,8 +454,15 @@ def main() -> int:
                             BrokerConfig().metadata_session_timeout_s,
                         )
                     )
+                if "failover" in wanted:
                     result["failover"] = asyncio.run(
                         bench_failover(args, brokers, etcd_url, cluster, namespaces[REPLICATED])
+                    )
+                if "shard-failover" in wanted:
+                    result["shard_failover"] = asyncio.run(
+                        bench_shard_failover(
+                            args, brokers, etcd_url, cluster, namespaces[REPLICATED]
+                        )
                     )
         finally:
             process.terminate()

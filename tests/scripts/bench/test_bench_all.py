@@ -39,7 +39,8 @@ CLUSTER_GROUPS = (
     "Cluster: finding a topic's owner",
     "Replication: 3/3/2 against 1/1/1",
     "Replication: publish latency",
-    "Replication: kill -9",
+    "Replication: kill -9 of a 3/3/2 topic's owner",
+    "Replication: kill -9 of a coordinator shard's leader",
 )
 
 
@@ -109,6 +110,29 @@ def test_a_bound_on_the_ratio_without_a_baseline_is_not_met(bench_all):
     Row, Bound = bench_all.Row, bench_all.Bound
     row = Row("Ledger", "appends/s", 5.0, "appends/s", goal=(Bound("ratio", ">=", 0.7),))
     assert row.met is False
+
+
+def test_a_coordinator_shards_failover_is_two_rows_against_commits_with_nothing_killed(
+    bench_all,
+):
+    result = {
+        "session_timeout_s": 4.0,
+        "shard_failover": {
+            "kills": 3,
+            "kill_to_decided": {"count": 3, "p50_ms": 4100.0, "p99_ms": 6200.0, "max_ms": 6200.0},
+            "commit_nothing_killed": {"count": 3, "p50_ms": 8.0, "p99_ms": 20.0, "max_ms": 20.0},
+            "killed_topic_owner_too": 1,
+        },
+    }
+    p50, p99 = bench_all.shard_failover_rows(result)
+    assert p50.figure == p99.figure
+    assert p50.figure.startswith("Replication: kill -9 of a coordinator shard's leader")
+    assert "3 kills, 4 s session" in p50.figure
+    assert (p50.value, p50.baseline, p50.unit) == (4.1, 0.008, "s")
+    assert p50.goal == () and p50.met is None
+    assert (p99.value, p99.baseline) == (6.2, 0.02)
+    assert p99.goal_text == "< 5 s" and p99.met is False
+    assert "max 6.20 s" in p99.note and "topic in 1 of 3" in p99.note
 
 
 def test_the_docs_page_gets_the_run_s_table_and_keeps_the_rest(bench_all, tmp_path):

@@ -31,6 +31,7 @@ def test_quick_run_measures_both_policies_and_every_kill_with_a_baseline_for_eac
     run = run_script(
         "bench/bench_replication.py",
         "--seconds", 0.5, "--rounds", 1, "--latency-seconds", 1.5, "--kills", KILLS,
+        "--shard-kills", KILLS,
         "--dir", tmp_path, "--json", out,
         timeout=300,
     )  # fmt: skip
@@ -57,8 +58,18 @@ def test_quick_run_measures_both_policies_and_every_kill_with_a_baseline_for_eac
     assert failover["fresh_client_first_send"]["count"] == KILLS
     assert f"failover {KILLS}/{KILLS}: killed" in run.stderr  # progress while it runs
 
+    shard = result["shard_failover"]
+    assert shard["kills"] == KILLS and len(shard["samples_s"]) == KILLS
+    assert sum(shard["kills_per_broker"].values()) == KILLS
+    assert len(shard["shards"]) == KILLS and len(shard["baseline_samples_s"]) == KILLS
+    # A shard's new leader decides only after the killed leader's session can lapse.
+    assert min(shard["samples_s"]) > 0
+    assert shard["kill_to_decided"]["count"] == KILLS
+    assert shard["commit_nothing_killed"]["count"] == KILLS
+    assert f"shard failover {KILLS}/{KILLS}: killed" in run.stderr
+
     rows = bench_all.replication_rows(result)
-    assert len(rows) == 7
+    assert len(rows) == 9
     for row in rows:
         assert row.value is not None and row.value >= 0, row
         assert row.baseline_label and row.baseline is not None, row
