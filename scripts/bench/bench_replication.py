@@ -329,6 +329,20 @@ async def commit_after(txn, began: float) -> float:
     return monotonic() - began
 
 
+async def taken_over(etcd_url: str, path: str, killed: str) -> float:
+    """When (monotonic) the ownership record at `path` first names a leader other than
+    `killed`, polled every RETRY_PAUSE_S."""
+    store = await open_metadata_store(etcd_url)
+    try:
+        while True:
+            record = await store.get(path)
+            if record is not None and json.loads(record.value)["leader"] != killed:
+                return monotonic()
+            await asyncio.sleep(RETRY_PAUSE_S)
+    finally:
+        await store.close()
+
+
 async def open_transaction(client: Client, topic: str):
     """A transaction holding one acknowledged send to `topic`."""
     producer = await client.create_producer(topic)
@@ -343,7 +357,7 @@ async def bench_shard_failover(
     """The shard kills, in one event loop as bench_failover's. Each round a new client
     whose first address moves round the brokers: a broker asked for a transaction
     gives it a shard it leads, so the shards (and the kills) spread."""
-    decided, baseline, restarts = [], [], []
+    decided, taken, baseline, restarts = [], [], [], []
     killed: dict[str, int] = {broker.target: 0 for broker in brokers}
     shards: list[int] = []
     also_topic_owner = 0
@@ -358,28 +372,36 @@ async def bench_shard_failover(
             baseline.append(await commit_after(unharmed, monotonic()))
             txn = await open_transaction(client, topic)
             shard = txn.id[0]
-            leader_id = await recorded_leader(etcd_url, shard_path(cluster, shard))
+            record_path = shard_path(cluster, shard)
+            leader_id = await recorded_leader(etcd_url, record_path)
             (leader,) = [broker for broker in brokers if broker.target == leader_id]
             # The topic's owner killed too makes its own failover part of the commit.
             owns_topic = await topic_leader(etcd_url, cluster, topic) == leader_id
             began = monotonic()
             leader.kill()
+            # Beside the commit: when another broker took the shard, so the figure can
+            # be split into the take-over and the client's retries after it.
+            watching = asyncio.create_task(taken_over(etcd_url, record_path, leader_id))
             try:
                 took = await commit_after(txn, began)
+                async with asyncio.timeout(FAILOVER_GIVE_UP_S):
+                    taken.append(await watching - began)
             except (StableLineError, TimeoutError) as error:
                 raise RuntimeError(
                     f"shard failover {kill + 1}: the commit failed after {leader_id} was "
                     f"killed ({monotonic() - began:.1f} s): {error!r}"
                 ) from error
-        new_leader = await recorded_leader(etcd_url, shard_path(cluster, shard))
+            finally:
+                watching.cancel()
+        new_leader = await recorded_leader(etcd_url, record_path)
         decided.append(took)
         shards.append(shard)
         killed[leader_id] += 1
         also_topic_owner += owns_topic
         progress(
             f"shard failover {kill + 1}/{args.shard_kills}: killed {leader_id} (shard {shard}"
-            f"{', and the topic' if owns_topic else ''}), commit answered {took:.2f} s later, "
-            f"shard now on {new_leader}"
+            f"{', and the topic' if owns_topic else ''}), shard taken {taken[-1]:.2f} s and "
+            f"commit answered {took:.2f} s later, shard now on {new_leader}"
         )
         restarted = monotonic()
         leader.start()
@@ -387,11 +409,13 @@ async def bench_shard_failover(
     return {
         "kills": args.shard_kills,
         "kill_to_decided": percentiles_ms(decided),
+        "kill_to_shard_taken": percentiles_ms(taken),
         "commit_nothing_killed": percentiles_ms(baseline),
         "kills_per_broker": killed,
         "shards": shards,
         "killed_topic_owner_too": also_topic_owner,
         "samples_s": [round(sample, 3) for sample in decided],
+        "taken_samples_s": [round(sample, 3) for sample in taken],
         "baseline_samples_s": [round(sample, 3) for sample in baseline],
         "restart_s": [round(sample, 2) for sample in restarts],
     }

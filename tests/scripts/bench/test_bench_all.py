@@ -121,6 +121,12 @@ def test_a_coordinator_shards_failover_is_two_rows_against_commits_with_nothing_
             "kills": 3,
             "kill_to_decided": {"count": 3, "p50_ms": 4100.0, "p99_ms": 6200.0, "max_ms": 6200.0},
             "commit_nothing_killed": {"count": 3, "p50_ms": 8.0, "p99_ms": 20.0, "max_ms": 20.0},
+            "kill_to_shard_taken": {
+                "count": 3,
+                "p50_ms": 3900.0,
+                "p99_ms": 4400.0,
+                "max_ms": 4400.0,
+            },
             "killed_topic_owner_too": 1,
         },
     }
@@ -132,6 +138,8 @@ def test_a_coordinator_shards_failover_is_two_rows_against_commits_with_nothing_
     assert p50.goal == () and p50.met is None
     assert (p99.value, p99.baseline) == (6.2, 0.02)
     assert p99.goal_text == "< 5 s" and p99.met is False
+    assert "taken by another broker 3.90 s after" in p50.note
+    assert "taken by another broker 4.40 s after" in p99.note
     assert "max 6.20 s" in p99.note and "topic in 1 of 3" in p99.note
 
 
