@@ -43,6 +43,7 @@ from stableline.broker.topics.partitioned import PartitionAccess
 from stableline.broker.topics.persistence import default_persistence
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.registry import TopicRegistry
+from stableline.broker.topics.topic import Topic
 from stableline.broker.txn.coordinator_shards import (
     DEFAULT_CLUSTER_SHARDS,
     ShardRecords,
@@ -243,6 +244,12 @@ class InCluster:
         def member_back(info: BrokerInfo) -> None:
             self._spawn(remake(info), f"remake:{info.broker_id}")
 
+        def retired(topic: Topic) -> None:
+            # The write gate closed after this broker took the topic: its epoch is over.
+            if isinstance(topic.ledger.replication, EnsembleReplication):
+                topic.ledger.replication.retire()
+
+        registry.on_retired = retired
         self.ownership.on_member_back = member_back
         self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)
         self.ownership.on_taken = let_go

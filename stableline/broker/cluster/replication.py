@@ -18,6 +18,11 @@ in a cluster: one per topic per epoch, made by the topic's recovery
   the broker stop serving it.
 - New ledgers are made the topic's current ledger in its record by compare-and-set
   on the epoch (`open_ledger`): a writer whose epoch has passed cannot start one.
+- Retired (`retire`: the broker's write gate closed, so the topic is taken again
+  before it is served here again), it calls no member again: what waits fails and
+  every later write, cursor or trim is refused at once, so the topic's unload never
+  waits for a member away, and no member hears this epoch after the gate reopens.
+  (`close`, the ledger's, stops the links only: its cursors' last states still go.)
 """
 
 from __future__ import annotations
@@ -352,6 +357,7 @@ class EnsembleReplication:
         self._on_fenced = on_fenced
         self._peers = peers
         self._fenced: ReplicaFencedError | None = None
+        self._retired = False
         self._read_frames: Callable[[int, int, int], list[bytes]] = _no_frames
         self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
         self._list_ledgers: Callable[[], list[int]] = list
@@ -409,6 +415,8 @@ class EnsembleReplication:
             await self._peers.trim_replica(address, self.topic, self.epoch, min(ledgers))
 
     def trimmed(self, below_ledger_id: int) -> None:
+        if self._retired:
+            return  # told when the next writer brings the member up to date
         for link in self.links:
             if link.up:
                 task = asyncio.ensure_future(
@@ -435,6 +443,11 @@ class EnsembleReplication:
             self._on_fenced()
 
     def _check_not_fenced(self) -> None:
+        if self._retired:
+            raise ReplicaFencedOutError(
+                f"topic {self.topic}: its writer at epoch {self.epoch} was retired (this "
+                f"broker's write gate closed): look it up again and retry"
+            )
         if self._fenced is not None:
             raise ReplicaFencedOutError(
                 f"topic {self.topic} was taken by another broker ({self._fenced}): "
@@ -539,6 +552,9 @@ class EnsembleReplication:
             )
             for link in self.links
         ]
+        for call in calls:
+            # Those still under way when the quorum answers end unwatched.
+            call.add_done_callback(_unwatched_call_done)
         if needed == 0:
             return
         held = 0
@@ -571,9 +587,20 @@ class EnsembleReplication:
         error.may_be_held = sent
         raise error
 
+    def retire(self) -> None:
+        """Call no member again; refuse what waits and every later call (see the
+        module docstring)."""
+        self._retired = True
+        self.close()
+
     def close(self) -> None:
         for link in self.links:
             link.close()
+
+
+def _unwatched_call_done(call: asyncio.Future) -> None:
+    if not call.cancelled() and call.exception() is not None:
+        log.debug("a replica call ended in %r", call.exception())
 
 
 def _no_frames(ledger_id: int, first: int, last: int) -> list[bytes]:

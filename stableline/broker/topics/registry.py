@@ -39,7 +39,12 @@ record (made before the broker joined the cluster) is placed on this broker. A
 deleted topic's record is deleted with it, so the name can be placed afresh.
 
 Every topic loaded shares the broker's write gate (topics/write_gate.py); when it closes,
-the producer and consumer streams of every loaded topic are ended.
+the producer and consumer streams of every loaded topic are ended. A replicated topic
+sees the gate pinned at the moment its load began: once the gate closes it writes no
+more (nor sends anything to its replicas: `on_retired` stops its replication at
+once, so its unload waits for no member), and it is unloaded; a request that finds it still
+loaded unloads it and loads it again (taken at a new epoch), whatever the gate did
+meanwhile.
 
 A namespace holds at most `max_topics_per_namespace` topics (0: unlimited, as
 Pulsar's default): one more, created by an admin or on first use, is refused with
@@ -76,7 +81,7 @@ from stableline.broker.topics.persistence import PersistencePolicy, default_pers
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.topic_state import TopicState, check_topic_transition
-from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
+from stableline.broker.topics.write_gate import BrokerFencedError, TopicWriteGate, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
 from txnbuffer.failpoint import Failpoint
@@ -110,6 +115,11 @@ def _release_free_heap() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(name).malloc_trim(0)
+
+
+def _retired(topic: Topic) -> bool:
+    """A replicated topic served here before the write gate last closed."""
+    return isinstance(topic.write_gate, TopicWriteGate) and topic.write_gate.retired
 
 
 def _namespace_of(stored_name: str) -> str:
@@ -172,6 +182,9 @@ class TopicRegistry:
         # again the acks of transactions not ended).
         self.on_loaded: Callable[[Topic], None] | None = None
         self.failpoint = failpoint
+        # Called with a replicated topic retired (the gate closed after it was taken):
+        # its replication is to stop calling members at once (the cluster's).
+        self.on_retired: Callable[[Topic], None] = lambda topic: None
         # Called after a topic is deleted, to drop what else belongs to it (its grants).
         self.on_deleted: list[Callable[[TopicName], Awaitable[None]]] = []
         # Called before a topic is created; one raises to refuse the name (a
@@ -393,6 +406,10 @@ class TopicRegistry:
             state = TopicState.UNLOADED if slot is None else slot.state
             if state is TopicState.LOADED:
                 assert slot is not None and slot.topic is not None
+                if _retired(slot.topic):
+                    # Served here before the gate last closed: taken again first.
+                    await self._close_slot(key, slot)
+                    continue
                 slot.last_used = time.monotonic()
                 return slot.topic
             if state is TopicState.CREATING:
@@ -426,6 +443,8 @@ class TopicRegistry:
 
     async def _load(self, name: TopicName, slot: _TopicSlot) -> Topic:
         key = str(name)
+        # Before the topic is taken: a close of the gate from here on retires it.
+        generation = self.write_gate.generation
         try:
             replication = await self.placement.recover(name)
             ledger = await ManagedLedger.open(
@@ -451,7 +470,9 @@ class TopicRegistry:
                     self.config.txn_snapshot_every_changes, self.config.txn_snapshot_interval_s
                 ),
                 self.dispatch_limits,
-                self.write_gate,
+                self.write_gate
+                if replication is None
+                else self.write_gate.pinned(generation, name),
             )
             topic.on_recovered = self.on_recovered
             topic.buffer.failpoint = self.failpoint
@@ -463,6 +484,9 @@ class TopicRegistry:
         slot.topic = topic
         self._move(key, slot, TopicState.LOADED)
         topic.start_recovery()
+        if _retired(topic):
+            # The gate closed while it was being taken: as for a topic loaded then.
+            self._retire(topic)
         return topic
 
     def _end_streams(self, error: BrokerFencedError) -> None:
@@ -471,9 +495,16 @@ class TopicRegistry:
             if topic.ledger.replication is not None:
                 # Another broker may take it while this one is away: it is taken again
                 # (a new epoch, the ensemble fenced) before this broker serves it again.
-                self._background.append(
-                    asyncio.create_task(self.unload(topic.name), name=f"unload:{topic.name}")
-                )
+                self._retire(topic)
+
+    def _retire(self, topic: Topic) -> None:
+        """Stop a replicated topic's replication now, so nothing more goes to its
+        members at this epoch and its unload waits for none of them (one may be
+        away), and unload it."""
+        self.on_retired(topic)
+        self._background.append(
+            asyncio.create_task(self.unload(topic.name), name=f"unload:{topic.name}")
+        )
 
     # ------------------------------------------------------------ start and unload
 

@@ -34,7 +34,7 @@ from managed_ledger.position import EARLIEST
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.latency import PUBLISH_LATENCY
 from stableline.broker.topics.sent_positions import find_sent_positions
-from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
+from stableline.broker.topics.write_gate import BrokerFencedError, TopicWriteGate, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import (
     BufferState,
@@ -142,7 +142,7 @@ class Topic:
         ledger: ManagedLedger,
         snapshot_policy: SnapshotPolicy | None = None,
         dispatch_limits: DispatchLimits | None = None,
-        write_gate: WriteGate | None = None,
+        write_gate: WriteGate | TopicWriteGate | None = None,
     ):
         self.name = name
         # The broker's (shared by its topics); a topic of its own is never closed.

@@ -26,11 +26,13 @@ by then. The gate is that rule, in one place:
 - The broker's own writes (wait_open) wait for the gate rather than fail.
 - Standalone (the embedded store) the gate is open for ever.
 
-Replicated topics can move: closing the gate also unloads them (registry), so each
-is taken again at a new epoch, its ensemble fenced, before this broker serves it
-again. Reopening does not check records itself: an unload still under way (held up
-by a call to a member it cannot reach) leaves a topic that can write only to members
-that never saw the newer epoch, and the members that did refuse it.
+Replicated topics can move: each writes through a `TopicWriteGate` pinned to the
+gate's state when its load began (`WriteGate.pinned`), which refuses for good once
+the gate has closed or opened since. A topic loaded before a close therefore never
+writes again, whatever the gate does next, even while its unload is still under way
+(the registry unloads it, and loads it again on its next use: taken at a new epoch,
+its ensemble fenced, before this broker serves it again). Its own waits for the gate
+(wait_open) end at once with the refusal instead of outliving the close.
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ class WriteGate:
         if closed_because is None:
             self._opened.set()
         self._close_listeners: list[Callable[[BrokerFencedError], None]] = []
+        # Closes and opens so far (a pinned view is current while this stays put), and
+        # an event set (then replaced) at each, for pinned views waiting on the gate.
+        self._generation = 0
+        self._changed = asyncio.Event()
 
     @property
     def is_open(self) -> bool:
@@ -85,6 +91,26 @@ class WriteGate:
     def closed_because(self) -> str | None:
         """Why the gate is closed (None while open)."""
         return self._closed_because
+
+    @property
+    def generation(self) -> int:
+        """How many times the gate closed or opened: a write admitted through a view
+        pinned at another generation is refused."""
+        return self._generation
+
+    def pinned(self, generation: int, target: object) -> TopicWriteGate:
+        """The gate as `target` (a replicated topic whose load began at `generation`)
+        sees it: see TopicWriteGate."""
+        return TopicWriteGate(self, generation, target)
+
+    async def wait_changed(self) -> None:
+        """Until the gate next closes or opens."""
+        await self._changed.wait()
+
+    def _change(self) -> None:
+        self._generation += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     def on_close(self, listener: Callable[[BrokerFencedError], None]) -> None:
         """`listener(error)` each time the gate closes, on the loop; it must not block."""
@@ -127,6 +153,7 @@ class WriteGate:
             return
         self._closed_because = because
         self._opened.clear()
+        self._change()
         log.warning("writes fenced: %s", because)
         error = BrokerFencedError(f"{because}; {_RESUME}")
         for listener in list(self._close_listeners):
@@ -145,5 +172,68 @@ class WriteGate:
             self._closed_because = None
             self._period += 1
             self._opened.set()
+            self._change()
         assert self._opened.is_set()
         return True
+
+
+class TopicWriteGate:
+    """The broker's write gate as one replicated topic sees it: open only while the
+    gate is open at the generation the topic's load began in (WriteGate.pinned). Once
+    the gate has closed (or opened) since, the topic is `retired`: every write is
+    refused for good, wait_open included, since another broker may have taken the
+    topic at a newer epoch meanwhile. The same calls as WriteGate's for writes."""
+
+    def __init__(self, gate: WriteGate, generation: int, target: object):
+        self._gate = gate
+        self._generation = generation
+        self._target = target
+
+    @property
+    def retired(self) -> bool:
+        """The gate closed or opened since the topic's load began: it writes no more."""
+        return self._gate.generation != self._generation
+
+    @property
+    def is_open(self) -> bool:
+        return self._gate.is_open and not self.retired
+
+    @property
+    def closed_because(self) -> str | None:
+        if self.retired:
+            return self._retired_because()
+        return self._gate.closed_because
+
+    def _retired_because(self) -> str:
+        return (
+            f"this broker's write gate closed after it took {self._target} (its cluster "
+            f"session was lost, or it is stopping), so another broker may have taken it: "
+            f"it is taken again, at a new epoch, before this broker writes to it again"
+        )
+
+    def admit(self, target: object) -> int:
+        if self.retired:
+            raise self.refusal(target)
+        return self._gate.admit(target)
+
+    def confirm(self, ticket: int, target: object) -> None:
+        if self.retired:
+            raise self.refusal(target)
+        self._gate.confirm(ticket, target)
+
+    async def wait_open(self) -> None:
+        """Until the gate is open at the topic's generation; BrokerFencedError once it
+        is retired (it would never open again for this topic)."""
+        while True:
+            if self.retired:
+                raise self.refusal(self._target)
+            if self._gate.is_open:
+                return
+            await self._gate.wait_changed()
+
+    def refusal(self, target: object) -> BrokerFencedError:
+        if self.retired:
+            return BrokerFencedError(
+                f"writes to {target} refused: {self._retired_because()}; retry"
+            )
+        return self._gate.refusal(target)
