@@ -90,7 +90,8 @@ ROWS: tuple[ErrorCode, ...] = (
     ErrorCode("CoordinatorUnavailable", _S.UNAVAILABLE, 503, _K.COORDINATOR_NOT_AVAILABLE,
               "the broker leading the transaction's coordinator shard is down"),
     ErrorCode("BrokerUnavailable", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
-              "another broker of the cluster, asked on the caller's behalf, did not answer"),
+              "another broker of the cluster, asked on the caller's behalf, did not answer; or "
+              "a fenced broker (its session lost) cannot name a topic's owner: ask another"),
     ErrorCode("MetadataStoreUnavailable", _S.UNAVAILABLE, 503, None,
               "the cluster's etcd cannot answer a change of shared metadata; retry later"),
     ErrorCode("BrokerFenced", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,

@@ -37,6 +37,12 @@ Promises:
   asking the store unless the session is CONNECTED (a SUSPENDED or LOST broker takes
   no new ownership), a record it cannot read is refused as the store failed.
   Whether this broker may write to what it owns is the write gate's (topics/write_gate.py).
+- A lookup (`serving_broker`) never names this broker while its session no longer
+  holds (it is fenced: another broker may have taken its topics): it names the
+  broker the record in the store names, read afresh within LOOKUP_READ_TIMEOUT_S,
+  or refuses with FencedLookupError (code BrokerUnavailable), on which a client
+  asks the next broker of its service URL at once. A lost session also forgets the
+  cached records: changes made meanwhile are read afresh on their next use.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from stableline.metadata import (
     NotFound,
     Notification,
     NotificationType,
+    SessionEvent,
     SessionState,
     Watch,
     WatchOverflow,
@@ -75,6 +82,11 @@ from stableline.metadata.layout import ROOT, brokers_dir, check_cluster_name
 from stableline.topic_name import TopicName
 
 log = logging.getLogger(__name__)
+
+
+# How long a fenced broker's lookup waits to read a topic's record (its store may be
+# the very thing it cannot reach; the client asks another broker after that).
+LOOKUP_READ_TIMEOUT_S = 1.0
 
 
 def ownership_dir(cluster: str) -> str:
@@ -206,6 +218,20 @@ class OwnershipUnavailableError(TopicUnavailableError):
         )
 
 
+class FencedLookupError(BrokerError):
+    """This broker's cluster session is lost and it cannot read who serves the topic
+    now: ask another broker (the client does, at once)."""
+
+    code = "BrokerUnavailable"
+
+    def __init__(self, topic: TopicName, broker_id: str, why: str):
+        super().__init__(
+            f"broker {broker_id} cannot name the owner of topic {topic}: its cluster "
+            f"metadata session is lost (another broker may have taken the topic) and "
+            f"{why}; ask another broker of the cluster"
+        )
+
+
 class TopicOwnership:
     """This broker's view of the cluster's topic ownership (see the module docstring);
     the cluster's TopicPlacement (topics/placement.py)."""
@@ -251,6 +277,7 @@ class TopicOwnership:
         live brokers and count the records; calls waiting for it go on."""
         assert broker_id and not self._started.is_set()
         self.broker_id = broker_id
+        self.store.add_session_listener(self._on_session_event)
         records = await self.store.watch(ownership_dir(self.cluster))
         brokers = await self.store.watch(brokers_dir(self.cluster))
         self._tasks = [
@@ -260,6 +287,12 @@ class TopicOwnership:
         await self._read_brokers()
         await self._count_records()
         self._started.set()
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.SESSION_LOST:
+            # Another broker may take this one's topics while it is away, and the
+            # watch may not tell it before it serves again: read each record afresh.
+            self._records.clear()
 
     async def _count_records(self) -> None:
         root = ownership_dir(self.cluster)
@@ -575,10 +608,36 @@ class TopicOwnership:
         )
 
     async def serving_broker(self, name: TopicName) -> BrokerInfo | None:
+        if not self.store.session_holds():
+            return await self._serving_while_fenced(name)
         record = await self.place(name)
         if self.serving_id(record) == self.broker_id:
             return None
         return self.owner_of(name, record)
+
+    async def _serving_while_fenced(self, name: TopicName) -> BrokerInfo:
+        """serving_broker while this broker's session does not hold: the other broker
+        the topic's record names, read afresh; never this one (FencedLookupError)."""
+        path = ownership_path(self.cluster, name)
+        try:
+            async with asyncio.timeout(LOOKUP_READ_TIMEOUT_S):
+                result = await self.store.get(path)
+        except (MetadataStoreUnavailable, TimeoutError) as error:
+            why = f"its record cannot be read ({str(error) or 'no answer in time'})"
+            raise FencedLookupError(name, self.broker_id, why) from None
+        if result is None:
+            raise FencedLookupError(name, self.broker_id, "the topic has no owner yet")
+        record = OwnershipRecord.from_json(result.value)
+        serving = self.serving_id(record)
+        owner = self._live.get(serving)
+        if serving == self.broker_id or owner is None:
+            raise FencedLookupError(
+                name,
+                self.broker_id,
+                f"its record names broker {record.leader} at epoch {record.epoch}, not "
+                f"known live here",
+            )
+        return owner
 
     def _data_dirs(self, members: tuple[str, ...]) -> dict[str, str]:
         """Each member's registered data dir id (those not known left out)."""
