@@ -37,12 +37,14 @@ Promises:
   asking the store unless the session is CONNECTED (a SUSPENDED or LOST broker takes
   no new ownership), a record it cannot read is refused as the store failed.
   Whether this broker may write to what it owns is the write gate's (topics/write_gate.py).
-- A lookup (`serving_broker`) never names this broker while its session no longer
-  holds (it is fenced: another broker may have taken its topics): it names the
-  broker the record in the store names, read afresh within LOOKUP_READ_TIMEOUT_S,
-  or refuses with FencedLookupError (code BrokerUnavailable), on which a client
-  asks the next broker of its service URL at once. A lost session also forgets the
-  cached records: changes made meanwhile are read afresh on their next use.
+- A lookup (`serving_broker`) of a replicated topic never names this broker while
+  its session no longer holds (it is fenced: another broker may have taken the
+  topic): it names the broker the record in the store names, read afresh within
+  LOOKUP_READ_TIMEOUT_S, or refuses with FencedLookupError (code BrokerUnavailable),
+  on which a client asks the next broker of its service URL at once. A lost session
+  also forgets the cached records of replicated topics: changes made meanwhile are
+  read afresh on their next use. (A topic of one copy cannot move: its owner is
+  named, fenced or not.)
 """
 
 from __future__ import annotations
@@ -290,9 +292,12 @@ class TopicOwnership:
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event is SessionEvent.SESSION_LOST:
-            # Another broker may take this one's topics while it is away, and the
-            # watch may not tell it before it serves again: read each record afresh.
-            self._records.clear()
+            # Another broker may take this one's replicated topics while it is away,
+            # and the watch may not tell it before it serves again: read those records
+            # afresh. (A topic of one copy never moves: its record stays true.)
+            for topic, record in list(self._records.items()):
+                if record.replicated:
+                    del self._records[topic]
 
     async def _count_records(self) -> None:
         root = ownership_dir(self.cluster)
@@ -608,14 +613,15 @@ class TopicOwnership:
         )
 
     async def serving_broker(self, name: TopicName) -> BrokerInfo | None:
-        if not self.store.session_holds():
+        cached = self._records.get(str(name))
+        if not self.store.session_holds() and (cached is None or cached.replicated):
             return await self._serving_while_fenced(name)
         record = await self.place(name)
         if self.serving_id(record) == self.broker_id:
             return None
         return self.owner_of(name, record)
 
-    async def _serving_while_fenced(self, name: TopicName) -> BrokerInfo:
+    async def _serving_while_fenced(self, name: TopicName) -> BrokerInfo | None:
         """serving_broker while this broker's session does not hold: the other broker
         the topic's record names, read afresh; never this one (FencedLookupError)."""
         path = ownership_path(self.cluster, name)
@@ -629,6 +635,9 @@ class TopicOwnership:
             raise FencedLookupError(name, self.broker_id, "the topic has no owner yet")
         record = OwnershipRecord.from_json(result.value)
         serving = self.serving_id(record)
+        if not record.replicated:
+            # Its one copy is on its leader's disk: no other broker can serve it.
+            return None if serving == self.broker_id else self.owner_of(name, record)
         owner = self._live.get(serving)
         if serving == self.broker_id or owner is None:
             raise FencedLookupError(

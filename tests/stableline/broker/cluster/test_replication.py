@@ -20,6 +20,7 @@ from managed_ledger import (
 from managed_ledger.ledger import CURSORS_DB
 from managed_ledger.replica import ReplicaFencedError, ReplicaLogs
 from stableline.broker.cluster.replication import (
+    REPLICATE_TIMEOUT_S,
     EnsembleReplication,
     NotEnoughReplicasError,
     ReplicaFencedOutError,
@@ -45,7 +46,13 @@ class InProcessPeers:
                 store, lambda name, d=directory: d / "ledgers" / name, LedgerFiles(64), fsync=False
             )
         self.down: set[str] = set()
+        # Members whose calls are never answered (cut off without a refusal).
+        self.hanging: set[str] = set()
         self.calls = 0
+
+    async def _answer(self, address: str) -> None:
+        if address in self.hanging:
+            await asyncio.Event().wait()
 
     def _copy(self, address: str) -> ReplicaLogs:
         if address in self.down:
@@ -57,6 +64,7 @@ class InProcessPeers:
     ):
         self.calls += 1
         await asyncio.sleep(0)
+        await self._answer(address)
         return await self._copy(address).append(
             STORAGE, epoch, ledger_id, first_entry_id, frames, lac
         )
@@ -68,6 +76,8 @@ class InProcessPeers:
         return await self._copy(address).trim(STORAGE, epoch, below_ledger_id)
 
     async def replicate_cursors(self, address, topic, epoch, states, deleted):
+        self.calls += 1
+        await self._answer(address)
         await self._copy(address).write_cursors(STORAGE, epoch, states, deleted)
 
 
@@ -185,6 +195,32 @@ async def test_a_member_fenced_at_a_higher_epoch_ends_this_writer(tmp_path):
     with pytest.raises(ReplicaFencedOutError, match="taken by another broker"):
         await ledger.append(header(2), b"z")
     await ledger.close()
+
+
+async def test_a_retired_writer_fails_what_waits_at_once_and_calls_no_member_again(tmp_path):
+    """The write gate closed (the broker was fenced) while a batch waited for members
+    that do not answer: retiring the writer fails it at once, not after the replicate
+    timeout, and nothing more reaches any member at this epoch, so the topic's unload
+    (the ledger's close) waits for none of them."""
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    await ledger.append(header(0), b"kept")
+    peers.hanging.update({"b", "c"})
+    waiting = asyncio.ensure_future(ledger.append(header(1), b"cut off"))
+    await _wait(lambda: peers.calls >= 3, "the batch is sent to both members")
+    started = asyncio.get_running_loop().time()
+    replication.retire()
+    with pytest.raises((ReplicaFencedOutError, NotEnoughReplicasError)):
+        await waiting
+    calls = peers.calls
+    with pytest.raises(ReplicaFencedOutError, match="retired"):
+        await ledger.append(header(2), b"after")
+    with pytest.raises(ReplicaFencedOutError, match="retired"):
+        await replication.replicate_cursors({"sub": b"{}"}, [])
+    replication.trimmed(1)
+    await ledger.close()
+    assert asyncio.get_running_loop().time() - started < REPLICATE_TIMEOUT_S / 2
+    assert peers.calls == calls, "a retired writer called a member"
 
 
 async def test_the_copies_refuse_an_older_epoch_outright(tmp_path):

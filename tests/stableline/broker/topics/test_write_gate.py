@@ -195,3 +195,41 @@ async def test_the_brokers_own_transaction_ends_wait_for_the_gate_and_a_clients_
     assert txn not in topic.buffer.ongoing
     assert topic.buffer.stable_position == topic.ledger.last_confirmed
     assert topic.ledger.last_confirmed > Position(0, 0)
+
+
+async def test_a_view_pinned_before_a_close_refuses_for_good_even_once_the_gate_reopens():
+    """A replicated topic sees the gate pinned at its load: once the gate closes it
+    writes no more, even after the gate reopens (another broker may have taken it at
+    a newer epoch meanwhile), and its own waits for the gate end at once."""
+    gate = WriteGate()
+    view = gate.pinned(gate.generation, NAME)
+    ticket = view.admit(NAME)
+    view.confirm(ticket, NAME)
+    await view.wait_open()
+    gate.close(FENCED)
+    assert view.retired and not view.is_open
+    gate.open()
+    assert gate.is_open and gate.admit(NAME) >= 0
+    with pytest.raises(BrokerFencedError, match="taken again, at a new epoch"):
+        view.admit(NAME)
+    with pytest.raises(BrokerFencedError, match="taken again"):
+        view.confirm(ticket, NAME)
+    with pytest.raises(BrokerFencedError, match="taken again"):
+        await asyncio.wait_for(view.wait_open(), 5)
+    assert "taken again" in view.closed_because
+
+
+async def test_a_view_waiting_on_a_closed_gate_is_refused_when_the_gate_reopens():
+    """A topic whose load began while the gate was closed is never written: its wait
+    for the gate ends with the refusal when the gate opens, not with a write."""
+    gate = WriteGate(closed_because=FENCED)
+    view = gate.pinned(gate.generation, NAME)
+    assert not view.retired
+    with pytest.raises(BrokerFencedError, match="is fenced"):
+        view.admit(NAME)
+    waiting = asyncio.ensure_future(view.wait_open())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    gate.open()
+    with pytest.raises(BrokerFencedError, match="taken again"):
+        await asyncio.wait_for(waiting, 5)
