@@ -28,7 +28,7 @@ from .conftest import Cluster, cluster_brokers, etcd_binary_or_skip, new_cluster
 _topics = itertools.count()
 # Far above a 2 s session's lapse and a takeover on a loaded machine.
 DEADLINE_S = 30.0
-# A fenced broker reads a record for at most 1 s before it refuses a lookup.
+# A fenced broker reads a record for at most 0.5 s before it refuses a lookup.
 REFUSED_WITHIN_S = 5.0
 
 
@@ -88,6 +88,19 @@ def _lookup(broker: BrokerProcess, topic: str) -> str:
         return answer.grpc_address
 
 
+def _produce_refusal(broker: BrokerProcess, topic: str) -> str:
+    """The code `broker` refuses a producer of `topic` with."""
+    with grpc.insecure_channel(broker.service_url) as channel:
+        stream = broker_pb2_grpc.BrokerStub(channel).Produce(
+            iter([broker_pb2.ProduceRequest(open=broker_pb2.ProducerOpen(topic=topic))]),
+            timeout=10,
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            next(stream)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+    return dict(refused.value.trailing_metadata() or ()).get("stableline-error", "")
+
+
 def _record(cluster: Cluster, topic: str) -> dict:
     local = topic.removeprefix("persistent://")
     record = cluster.read_record(f"/stableline/ownership/{cluster.name}/topics/{local}")
@@ -132,6 +145,10 @@ def test_fenced_brokers_name_no_owner_they_cannot_read_and_the_topic_is_taken_ag
             answer = _lookup(broker, topic)
             assert answer == "refused: BrokerUnavailable", (broker.grpc_port, answer)
             assert time.monotonic() - started < REFUSED_WITHIN_S
+        # Nor does the leader take a producer of it, or hold one up waiting on etcd.
+        started = time.monotonic()
+        assert _produce_refusal(leader, topic) == "BrokerUnavailable"
+        assert time.monotonic() - started < REFUSED_WITHIN_S
     finally:
         os.kill(cluster.etcd.process.pid, signal.SIGCONT)
     wait_until(

@@ -43,8 +43,10 @@ Promises:
   LOOKUP_READ_TIMEOUT_S, or refuses with FencedLookupError (code BrokerUnavailable),
   on which a client asks the next broker of its service URL at once. A lost session
   also forgets the cached records of replicated topics: changes made meanwhile are
-  read afresh on their next use. (A topic of one copy cannot move: its owner is
-  named, fenced or not.)
+  read afresh on their next use, and until then a call for one while the session
+  does not hold (`check`) is answered the same way, NotOwnerError naming the other
+  broker or FencedLookupError, at once rather than after the store's operation
+  timeout. (A topic of one copy cannot move: its owner is named, fenced or not.)
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ log = logging.getLogger(__name__)
 
 # How long a fenced broker's lookup waits to read a topic's record (its store may be
 # the very thing it cannot reach; the client asks another broker after that).
-LOOKUP_READ_TIMEOUT_S = 1.0
+LOOKUP_READ_TIMEOUT_S = 0.5
 
 
 def ownership_dir(cluster: str) -> str:
@@ -254,6 +256,10 @@ class TopicOwnership:
         self.broker_id = ""
         self._started = asyncio.Event()
         self._records: dict[str, OwnershipRecord] = {}
+        # Replicated topics whose cached record a lost session made unsure: until it
+        # is read again, a call for one while the session does not hold is answered
+        # from a bounded read, never from this broker's old belief (check()).
+        self._unsure: set[str] = set()
         self._live: dict[str, BrokerInfo] = {}
         # Broker id -> when this broker saw it leave (ms); for TopicUnavailable.
         self._gone_since: dict[str, int] = {}
@@ -298,6 +304,7 @@ class TopicOwnership:
             for topic, record in list(self._records.items()):
                 if record.replicated:
                     del self._records[topic]
+                    self._unsure.add(topic)
 
     async def _count_records(self) -> None:
         root = ownership_dir(self.cluster)
@@ -449,6 +456,7 @@ class TopicOwnership:
                 return None
             record = OwnershipRecord.from_json(result.value)
             self._records[key] = record
+            self._unsure.discard(key)
         return record
 
     async def place(self, name: TopicName, here: bool = False) -> OwnershipRecord:
@@ -710,6 +718,13 @@ class TopicOwnership:
             if on_disk:
                 return True
             await self._started.wait()
+        if str(name) in self._unsure and not self.store.session_holds():
+            # Fenced, it may have been taken meanwhile: never served here on the old
+            # belief, nor held up by a store this broker may not reach.
+            owner = await self._serving_while_fenced(name)
+            if owner is None:
+                return True
+            raise NotOwnerError(name, owner)
         try:
             record = await (self.place(name, here=on_disk) if create else self.record(name))
         except OwnershipUnavailableError:
