@@ -81,7 +81,7 @@ from stableline.broker.topics.persistence import PersistencePolicy, default_pers
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.topic_state import TopicState, check_topic_transition
-from stableline.broker.topics.write_gate import BrokerFencedError, TopicWriteGate, WriteGate
+from stableline.broker.topics.write_gate import BrokerFencedError, WriteGate
 from stableline.topic_name import TopicName
 from txnbuffer import SnapshotPolicy
 from txnbuffer.failpoint import Failpoint
@@ -115,11 +115,6 @@ def _release_free_heap() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(name).malloc_trim(0)
-
-
-def _retired(topic: Topic) -> bool:
-    """A replicated topic served here before the write gate last closed."""
-    return isinstance(topic.write_gate, TopicWriteGate) and topic.write_gate.retired
 
 
 def _namespace_of(stored_name: str) -> str:
@@ -406,7 +401,7 @@ class TopicRegistry:
             state = TopicState.UNLOADED if slot is None else slot.state
             if state is TopicState.LOADED:
                 assert slot is not None and slot.topic is not None
-                if _retired(slot.topic):
+                if slot.topic.retired:
                     # Served here before the gate last closed: taken again first.
                     await self._close_slot(key, slot)
                     continue
@@ -484,7 +479,7 @@ class TopicRegistry:
         slot.topic = topic
         self._move(key, slot, TopicState.LOADED)
         topic.start_recovery()
-        if _retired(topic):
+        if topic.retired:
             # The gate closed while it was being taken: as for a topic loaded then.
             self._retire(topic)
         return topic

@@ -338,6 +338,13 @@ class Topic:
             except BrokerFencedError:
                 continue  # closed again meanwhile; an end is idempotent
 
+    @property
+    def retired(self) -> bool:
+        """A replicated topic served here before the broker's write gate last closed:
+        it writes no more (topics/write_gate.py TopicWriteGate); a new load takes it
+        again."""
+        return isinstance(self.write_gate, TopicWriteGate) and self.write_gate.retired
+
     def end_streams(self, error: Exception) -> None:
         """End every producer and consumer stream of the topic with `error` (the
         write gate closed); their clients reconnect."""

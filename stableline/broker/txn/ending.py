@@ -14,6 +14,7 @@ from stableline.broker.errors import Refusal
 from stableline.broker.topics.latency import commit_timer
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topics.topic import Topic
+from stableline.broker.topics.write_gate import BrokerFencedError
 from stableline.broker.txn.coordinator_errors import CoordinatorUnavailableError
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks
@@ -55,15 +56,26 @@ class BrokerParticipant:
 
     async def end_here(self, topic: str, txn_id: TxnId, commit: bool, low_watermark: int) -> None:
         """Write the marker into `topic`, which must be owned here (else NotOwnerError)."""
-        try:
-            loaded = await self.registry.get(TopicName.parse(topic), create=False)
-        except TopicNotFoundError:
-            log.info("transaction %s: topic %s was deleted; nothing to end there", txn_id, topic)
-            return
-        with commit_timer(commit):
-            # While this broker's writes are fenced the end waits (a decided
-            # transaction ends whatever happens; its client's call has its deadline).
-            await loaded.end_transaction_when_writable(txn_id, commit, low_watermark)
+        while True:
+            try:
+                loaded = await self.registry.get(TopicName.parse(topic), create=False)
+            except TopicNotFoundError:
+                log.info(
+                    "transaction %s: topic %s was deleted; nothing to end there", txn_id, topic
+                )
+                return
+            try:
+                with commit_timer(commit):
+                    # While this broker's writes are fenced the end waits (a decided
+                    # transaction ends whatever happens; its client's call has its
+                    # deadline).
+                    await loaded.end_transaction_when_writable(txn_id, commit, low_watermark)
+                return
+            except BrokerFencedError:
+                if not loaded.retired:
+                    raise
+                # Fenced after it was taken: the next get takes it again (or names
+                # the broker that took it: NotOwnerError).
 
     async def end_acks(self, ack: TxnAck, txn_id: TxnId, commit: bool) -> None:
         try:
