@@ -16,6 +16,9 @@ from stableline._types import TransactionState, txn_id_text
 from stableline.aio._connection import Connection, ConnectionPool
 from stableline.aio._reconnect import is_transient
 
+# Brokers in a row that may name another leader of a shard within one attempt (a
+# shard moved twice meanwhile); past that, the attempt waits out the backoff.
+MAX_LEADER_REDIRECTS = 3
 _ENDED_BY = {
     pb.TXN_ACTION_COMMIT: TransactionState.COMMITTED,
     pb.TXN_ACTION_ABORT: TransactionState.ABORTED,
@@ -78,27 +81,35 @@ class Transaction:
         cluster the shard follows its leader: a broker that went away is passed over
         for another, which ends it or names the shard's new leader (NotOwner)."""
         attempts = 0
+        what = f"ending transaction {self}"
 
         async def attempt() -> pb.EndTransactionResponse:
             nonlocal attempts
-            attempts += 1
-            connection = self._connection
-            try:
-                return await connection.unary(
-                    connection.broker.EndTransaction,
-                    pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
-                )
-            except TransactionEnded:
-                if attempts > 1:
-                    state = await self._recorded_state()
-                    if state == _ENDED_BY[action]:
-                        return pb.EndTransactionResponse(txn_id=self._proto_id(), state=state)
-                raise
-            except (NotOwner, BrokerUnavailable, TopicUnavailable) as error:
-                self._follow(connection, error)
-                raise
+            # A broker that names the shard's leader is followed at once, without the
+            # backoff between attempts: the answer is there, not later.
+            for _redirect in range(MAX_LEADER_REDIRECTS):
+                attempts += 1
+                connection = self._connection
+                try:
+                    return await connection.unary(
+                        connection.broker.EndTransaction,
+                        pb.EndTransactionRequest(txn_id=self._proto_id(), action=action),
+                    )
+                except TransactionEnded:
+                    if attempts > 1:
+                        state = await self._recorded_state()
+                        if state == _ENDED_BY[action]:
+                            return pb.EndTransactionResponse(txn_id=self._proto_id(), state=state)
+                    raise
+                except (NotOwner, BrokerUnavailable, TopicUnavailable) as error:
+                    self._follow(connection, error)
+                    if self._connection is connection or not isinstance(error, NotOwner):
+                        raise
+            raise NotOwner(
+                f"{what}: {MAX_LEADER_REDIRECTS} brokers in a row named another leader of "
+                f"the transaction's shard; retrying"
+            )
 
-        what = f"ending transaction {self}"
         if self._pool is None:
             response = await self._connection.with_retries(attempt, what)
         else:

@@ -22,6 +22,7 @@ from stableline import aio
 from stableline._errors import ERROR_METADATA_KEY
 from stableline._proto import admin_pb2 as admin_pb
 from stableline._proto import broker_pb2 as pb
+from stableline.error_codes import LEADER_METADATA_KEY
 
 TIMEOUT_S = 1.5
 BACKOFF = aio.Backoff(initial_s=0.01, max_s=0.05)
@@ -34,12 +35,14 @@ def unavailable() -> grpc.aio.AioRpcError:
     )
 
 
-def refusal(code: str, details: str) -> grpc.aio.AioRpcError:
-    """A broker's typed error on the wire: its code in the trailers."""
+def refusal(code: str, details: str, leader: str = "") -> grpc.aio.AioRpcError:
+    """A broker's typed error on the wire: its code in the trailers (and the shard's
+    leader, for a transaction's NotOwner)."""
+    trailers = [(ERROR_METADATA_KEY, code)] + ([(LEADER_METADATA_KEY, leader)] if leader else [])
     return grpc.aio.AioRpcError(
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.aio.Metadata(),
-        grpc.aio.Metadata((ERROR_METADATA_KEY, code)),
+        grpc.aio.Metadata(*trailers),
         details,
     )
 
@@ -96,6 +99,9 @@ class Cluster:
     """The fake brokers by address, who owns the topic, and the shared log."""
 
     owner: str = "a:6650"
+    # The broker leading the transactions' coordinator shard.
+    shard_leader: str = "a:6650"
+    ended: list[str] = field(default_factory=list)  # where transactions were ended
     # (producer name, sequence id) -> (ledger id, entry id): what the topic holds.
     log: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     brokers: dict[str, FakeBroker] = field(default_factory=dict)
@@ -181,6 +187,20 @@ class FakeBroker:
             return pb.LookupResponse(
                 topic=request.topic, action=pb.LOOKUP_ACTION_CONNECT, grpc_address=named
             )
+        if name == "NewTransaction":
+            return pb.NewTransactionResponse(
+                txn_id=pb.TxnId(most_bits=0, least_bits=1),
+                coordinator_address=self.cluster.shard_leader,
+            )
+        if name == "EndTransaction":
+            if self.address != self.cluster.shard_leader:
+                raise refusal(
+                    "NotOwner",
+                    f"the transaction's shard is led by {self.cluster.shard_leader}",
+                    leader=self.cluster.shard_leader,
+                )
+            self.cluster.ended.append(self.address)
+            return pb.EndTransactionResponse(txn_id=request.txn_id, state=pb.TXN_STATE_COMMITTED)
         if name == "GetPartitionedTopicMetadata":
             return admin_pb.PartitionedTopicMetadata(partitions=0)
         if name == "GetLastMessageId":
@@ -393,5 +413,28 @@ async def test_a_call_on_a_dead_known_owner_looks_the_topic_up_again(cluster):
         assert await client.get_last_message_id("t") == aio.MessageId(20, -1, -1)
         assert time.monotonic() - started < TIMEOUT_S
         assert client._owners["persistent://public/default/t"].address == "b:6650"
+    finally:
+        await client.close()
+
+
+async def test_an_end_refused_by_a_broker_naming_the_shards_new_leader_goes_there_at_once(
+    cluster,
+):
+    """No backoff between the refusal and the call on the leader it names: with a
+    backoff longer than the whole operation timeout, the commit still succeeds."""
+
+    def channel_factory(address: str, tls: bool, options: aio.ClientOptions) -> FakeBroker:
+        if address not in cluster.brokers:
+            cluster.brokers[address] = FakeBroker(address, cluster, 10)
+        return cluster.brokers[address]
+
+    slow = aio.Backoff(initial_s=TIMEOUT_S * 4, max_s=TIMEOUT_S * 4)
+    options = aio.ClientOptions(TIMEOUT_S, connection_backoff=slow)
+    client = aio.Client.with_options("a:6650,b:6650", options, channel_factory)
+    try:
+        txn = await client.new_transaction()
+        cluster.shard_leader = "b:6650"  # the shard moved; a still answers, naming b
+        await txn.commit()
+        assert cluster.ended == ["b:6650"]
     finally:
         await client.close()
