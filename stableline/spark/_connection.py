@@ -75,6 +75,12 @@ class Connection:
         response = first_answer(self.seeds or (self.target,), ask)
         return self.to(LookupResult.from_proto(response).grpc_address)
 
+    def any_broker(self, call: Callable[[Connection], T]) -> T:
+        """`call(connection)` on the first of the named brokers that answers (one not
+        reached is passed over): for what any broker of the cluster can answer, so a
+        broker that is down fails no job that named others."""
+        return first_answer(self.seeds or (self.target,), lambda seed: call(self.to(seed)))
+
     def on_owner(self, topic: str, call: Callable[[Connection], T]) -> tuple[T, Connection]:
         """`call(connection)` on the broker owning `topic`: first here, then, refused
         with NotOwner (or not reached, with other brokers named), on the owner a

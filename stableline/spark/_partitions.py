@@ -24,13 +24,18 @@ from stableline.topic_name import TopicName
 
 
 def partition_count(connection: Connection, topic: str) -> int:
-    """How many partitions `topic` has (0: it is not partitioned), asked of the broker."""
-    with connection.channel() as channel:
-        stub = admin_pb2_grpc.AdminStub(channel)
-        response = connection.call(
-            stub.GetPartitionedTopicMetadata, admin_pb.TopicRequest(topic=topic)
-        )
-    return response.partitions
+    """How many partitions `topic` has (0: it is not partitioned), asked of the first
+    named broker that answers."""
+
+    def ask(broker: Connection) -> int:
+        with broker.channel() as channel:
+            stub = admin_pb2_grpc.AdminStub(channel)
+            response = broker.call(
+                stub.GetPartitionedTopicMetadata, admin_pb.TopicRequest(topic=topic)
+            )
+        return response.partitions
+
+    return connection.any_broker(ask)
 
 
 def expand_read(options: SourceOptions) -> SourceOptions:

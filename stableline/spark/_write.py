@@ -102,9 +102,13 @@ class Transaction:
         """A new transaction, or with a name the one of that name while it is open or
         committed (its state says which)."""
         request = pb.NewTransactionRequest(timeout_ms=timeout_ms, name=name)
-        with connection.channel() as channel:
-            stub = broker_pb2_grpc.BrokerStub(channel)
-            response = connection.call(stub.NewTransaction, request)
+
+        def ask(broker: Connection) -> pb.NewTransactionResponse:
+            with broker.channel() as channel:
+                stub = broker_pb2_grpc.BrokerStub(channel)
+                return broker.call(stub.NewTransaction, request)
+
+        response = connection.any_broker(ask)
         if response.coordinator_address:
             # In a cluster: ended on the broker leading the transaction's shard.
             connection = dataclasses.replace(connection, target=response.coordinator_address)
