@@ -52,6 +52,16 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
         epoch, transaction timeout, and the stableline transaction it has open with
         the topics and groups added to it. Changed only by compare-and-set; deleted
         once idle for 7 days (Kafka's transactional.id.expiration.ms).
+    /stableline/kafka/{cluster}/groups/{group}/partitions/{topic}
+        A Kafka consumer group's index, one key per Kafka topic it has committed on
+        (stableline/broker/kafka/coordinator/shared_group_records.py): {"partitions":
+        [sorted partition numbers]}; the offsets themselves are the group's
+        subscriptions' cursors, which fail over with their topics. Written when the
+        group first commits on a partition, by compare-and-set; a partition whose
+        subscription is gone is taken out, the key deleted with its last partition.
+    /stableline/kafka/{cluster}/groups/{group}/owner
+        The role that owns the group when authorization is on (its raw name).
+        Written when a role claims the group, by compare-and-set on the owner read.
 """
 
 from stableline.metadata.brokers import (

@@ -93,6 +93,34 @@ def kafka_transactional_id_of(path: str) -> tuple[str, str]:
     return unquote(encoded_owner), unquote(encoded_id)
 
 
+def kafka_groups_dir(cluster: str) -> str:
+    return f"{ROOT}/kafka/{check_cluster_name(cluster)}/groups"
+
+
+def kafka_group_partitions_path(cluster: str, group_id: str, topic: str) -> str:
+    """The partitions of Kafka topic `topic` a consumer group has committed on (the
+    group's index, one key per topic); group and topic each percent-encoded."""
+    return (
+        f"{kafka_groups_dir(cluster)}/{quote(group_id, safe='')}/partitions/{quote(topic, safe='')}"
+    )
+
+
+def kafka_group_owner_path(cluster: str, group_id: str) -> str:
+    """The role that owns a consumer group (with authorization on)."""
+    return f"{kafka_groups_dir(cluster)}/{quote(group_id, safe='')}/owner"
+
+
+def kafka_group_key_of(cluster: str, path: str) -> tuple[str, str | None]:
+    """(group id, Kafka topic) of a kafka_group_partitions_path, (group id, None) of a
+    kafka_group_owner_path; InvalidPath for anything else under kafka_groups_dir."""
+    segments = relative_segments(kafka_groups_dir(cluster), path)
+    if len(segments) == 2 and segments[1] == "owner":
+        return unquote(segments[0]), None
+    if len(segments) == 3 and segments[1] == "partitions":
+        return unquote(segments[0]), unquote(segments[2])
+    raise InvalidPath(f"{path!r} is neither a group's owner nor its partitions of a topic")
+
+
 def relative_segments(directory: str, path: str) -> list[str]:
     """The segments of `path` below `directory` (which it must be under)."""
     assert path.startswith(directory + "/"), (directory, path)

@@ -51,11 +51,18 @@ async def start_kafka(
     clients at `advertised_host`: (the listener, its bound port). With the broker's
     TLS it speaks TLS (SSL, or SASL_SSL); with its token authentication it asks for
     SASL/PLAIN (SASL_PLAINTEXT, or SASL_SSL); an OSError if it cannot listen.
-    `metadata` is the cluster's metadata store, where transactional ids are kept;
+    `metadata` is the cluster's metadata store, where transactional ids are kept,
+    and in a cluster (a metadata store URL) the consumer groups' indexes and owners
+    too (standalone those stay in the broker's own store, as its offsets do);
     `caps` the port's connection caps (connections/caps.py; the configured ones when
-    None)."""
+    None). MetadataStoreError when the groups' records cannot be read."""
     from stableline.broker.connections.caps import PortCaps
     from stableline.broker.kafka.coordinator.group_coordinator import GroupLimits
+    from stableline.broker.kafka.coordinator.group_records import (
+        GroupRecords,
+        LocalGroupRecords,
+    )
+    from stableline.broker.kafka.coordinator.shared_group_records import SharedGroupRecords
     from stableline.broker.kafka.coordinator.transactional_ids import TransactionalIds
     from stableline.broker.kafka.coordinator.txn_coordinator import KafkaTransactionCoordinator
     from stableline.broker.kafka.server.handler import KafkaRequestHandler, KafkaSettings
@@ -67,6 +74,11 @@ async def start_kafka(
     kafka_txns = KafkaTransactionCoordinator(
         TransactionalIds(metadata, config.cluster_name), coordinators
     )
+    group_records: GroupRecords = LocalGroupRecords(registry.store)
+    if config.metadata_store_url:
+        shared = SharedGroupRecords(metadata, config.cluster_name)
+        await shared.start()  # every group's records, before a group request is answered
+        group_records = shared
     handler = KafkaRequestHandler(
         registry,
         KafkaSettings(
@@ -97,6 +109,7 @@ async def start_kafka(
         partitioned=partitioned,
         guard=security.guard,
         kafka_txns=kafka_txns,
+        group_records=group_records,
     )
     listener = KafkaListener(
         handler,
@@ -109,7 +122,11 @@ async def start_kafka(
             config.kafka_connections_max_idle_ms / 1000,
         ),
     )
-    port = await listener.start(host.strip("[]"), int(port_text))  # OSError: the caller's
+    try:
+        port = await listener.start(host.strip("[]"), int(port_text))  # OSError: the caller's
+    except BaseException:
+        await group_records.close()
+        raise
     handler.advertise_port(port)
     kafka_txns.start()
     return listener, port

@@ -540,6 +540,8 @@ class Broker:
             self._grpc.peer_service.group_offsets = self.kafka.handler.group_offsets_here
         except KafkaStartupError as error:
             raise StartupError(str(error)) from None
+        except MetadataStoreError as error:
+            raise StartupError(f"cannot read the Kafka consumer groups' records: {error}") from None
         except OSError as error:
             raise _cannot_listen(
                 "Kafka", KAFKA_FLAG, config.kafka_address, _bind_failure(error)

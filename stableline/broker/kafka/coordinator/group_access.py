@@ -6,9 +6,12 @@ Describe for DescribeGroups). Here a group G is the subscription G on its topics
 and a subscription is its consumers' business, so with authorization on:
 
 - A group belongs to the first role that claims it (a JoinGroup, an OffsetCommit,
-  an AddOffsetsToTxn or a TxnOffsetCommit naming it); the owner is written to the
-  broker's metadata store ("kafka-group-owner:" keys) and fsynced before the claim
-  is answered, so it outlives restarts. Every group request of another role is
+  an AddOffsetsToTxn or a TxnOffsetCommit naming it); the owner is one of the
+  group's records (group_records.py: the broker's own store, fsynced, standalone;
+  the cluster's metadata store in a cluster) and durable before the claim is
+  answered, so it outlives restarts and moves of the group's coordinator to
+  another broker. Of two roles claiming a group at once one wins (compare-and-set
+  on the owner read); the other is refused. Every group request of another role is
   refused GROUP_AUTHORIZATION_FAILED (DescribeGroups per group), and ListGroups
   shows a role only its own groups. Superuser roles may use every group and own
   none. A group that has neither members nor committed offsets, nor was claimed
@@ -34,13 +37,11 @@ from __future__ import annotations
 import logging
 import time
 
-from managed_ledger import LocalStore
+from stableline.broker.kafka.coordinator.group_records import GroupRecords
 from stableline.broker.kafka.protocol.codec import MalformedRequest, Reader
-from stableline.broker.topics.database import BROKER_DB
 
 log = logging.getLogger(__name__)
 
-_OWNER_PREFIX = "kafka-group-owner:"
 # The protocol type of Kafka consumers, whose metadata the broker can read.
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # A claimed group counts as in use this long, whatever else shows it.
@@ -91,23 +92,23 @@ def protocol_topics(protocol_type: str, protocols: tuple[tuple[str, bytes], ...]
 class GroupOwners:
     """The durable owner role of each group (see the module docstring)."""
 
-    def __init__(self, store: LocalStore, hold_s: float = CLAIM_HOLD_S) -> None:
-        self._store = store
+    def __init__(self, records: GroupRecords, hold_s: float = CLAIM_HOLD_S) -> None:
+        self._records = records
         self._hold_s = hold_s
         # Groups claimed lately (monotonic time), oldest first.
         self._fresh: dict[str, float] = {}
 
     def owner(self, group_id: str) -> str | None:
-        raw = self._store.get(BROKER_DB, _OWNER_PREFIX + group_id)
-        return None if raw is None else raw.decode()
+        return self._records.owner(group_id)
 
     def claimed_lately(self, group_id: str) -> bool:
         claimed = self._fresh.get(group_id)
         return claimed is not None and time.monotonic() - claimed < self._hold_s
 
-    async def claim(self, group_id: str, role: str) -> None:
-        """`role` owns the group from now on; durable once this returns. Seen by
-        other requests at once (before the fsync), so two roles never both claim."""
+    async def claim(self, group_id: str, role: str, replacing: str | None) -> bool:
+        """`role` owns the group from now on, if `replacing` (the owner the caller
+        read) still does: True once durable. False when another role claimed it
+        first (on this broker or another)."""
         now = time.monotonic()
         while self._fresh:
             oldest, claimed = next(iter(self._fresh.items()))
@@ -116,6 +117,9 @@ class GroupOwners:
             del self._fresh[oldest]
         self._fresh.pop(group_id, None)
         self._fresh[group_id] = now
-        self._store.put(BROKER_DB, _OWNER_PREFIX + group_id, role.encode())
-        await self._store.sync_async()
+        owner = await self._records.claim(group_id, role, replacing)
+        if owner != role:
+            log.info("kafka: role %r lost the claim of group %r to %r", role, group_id, owner)
+            return False
         log.info("kafka: group %r belongs to role %r", group_id, role)
+        return True

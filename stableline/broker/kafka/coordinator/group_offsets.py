@@ -21,10 +21,12 @@ The subscription is made by the group's first commit on a partition, as Failover
 (one consumer at a time reads a partition, as in a group), with the isolation
 level of the committing client's latest Fetch on this broker (fetch_levels.py).
 It holds back retention like any subscription: what the group has not committed
-is kept. Which (topic, partition)s a group has committed on is listed in the
-broker's metadata store ("kafka-group:" keys), for OffsetFetch of every partition,
-ListGroups and DescribeGroups of a group with no member, across restarts; an
-OffsetFetch that finds the subscription deleted drops it from the list.
+is kept. Which (topic, partition)s a group has committed on is the group's index
+(group_records.py: the broker's own store standalone, the cluster's metadata store
+in a cluster), for OffsetFetch of every partition, ListGroups and DescribeGroups of
+a group with no member, across restarts and coordinator moves; a commit is answered
+once its partitions are in the index, and an OffsetFetch that finds the
+subscription deleted drops it from the index.
 
 In a cluster a partition's topic may be owned by another broker than the group's
 coordinator: only the owner may acknowledge on its subscriptions, so the coordinator
@@ -32,7 +34,8 @@ hands the offsets of such partitions to their owners (`elsewhere`,
 OffsetsElsewhere: the Peer service's CommitGroupOffsets and FetchGroupOffsets),
 which commit and read them here with `here_only`. The cursors are replicated with
 their topic, so a group's committed offsets fail over with each partition's topic,
-whichever broker coordinates the group.
+and its index with the cluster's metadata store, whichever broker coordinates the
+group.
 
 The commit metadata string is at most MAX_METADATA_BYTES of UTF-8 (Kafka's
 offset.metadata.max.bytes); longer is refused with OFFSET_METADATA_TOO_LARGE.
@@ -47,11 +50,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dispatcher import IsolationLevel, Subscription, SubscriptionType
-from managed_ledger import LocalStore, Position
+from managed_ledger import Position
+from stableline.broker.kafka.coordinator.group_records import GroupRecords
 from stableline.broker.kafka.protocol.messages import ErrorCode
-from stableline.broker.topics.database import BROKER_DB
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.write_gate import BrokerFencedError
+from stableline.metadata import MetadataStoreError
 from stableline.names import InvalidNameError, check_name
 
 log = logging.getLogger(__name__)
@@ -59,7 +63,6 @@ log = logging.getLogger(__name__)
 # Kafka's offset.metadata.max.bytes.
 MAX_METADATA_BYTES = 4096
 
-_INDEX_PREFIX = "kafka-group:"
 # Cursor properties of a commit: the offset, its metadata, and the first
 # unacknowledged offset it left (while it still is, OffsetFetch answers the offset).
 OFFSET_PROPERTY = "kafka.offset"
@@ -158,10 +161,6 @@ def acknowledged_offset(topic: Topic, subscription: Subscription) -> int:
     return ledger.offsets.base_of(found[0]) + first_open
 
 
-def _index_key(group_id: str, topic: str, partition: int) -> str:
-    return f"{_INDEX_PREFIX}{group_id}\x00{topic}\x00{partition}"
-
-
 class GroupOffsets:
     """Commits and reads consumer groups' offsets on their subscriptions.
 
@@ -182,17 +181,21 @@ class GroupOffsets:
     stableline/broker/txn/transactional_acks.py ack_in_any_transaction, and call
     `record_commit` when the transaction commits so that OffsetFetch answers the
     exact offset and metadata (until then it answers the acknowledgement as it
-    stands).
+    stands), and `index` for the group's index.
     """
 
     def __init__(
-        self, topic_of: TopicLookup, store: LocalStore, elsewhere: OffsetsElsewhere | None = None
+        self,
+        topic_of: TopicLookup,
+        records: GroupRecords,
+        elsewhere: OffsetsElsewhere | None = None,
     ) -> None:
         """`topic_of(kafka topic, partition)`: the partition's Topic or the error
-        code to answer (KafkaApiBase._topic); `elsewhere`: how partitions another
-        broker owns are reached (None: standalone, every partition is here)."""
+        code to answer (KafkaApiBase._topic); `records`: where the groups' indexes
+        are kept; `elsewhere`: how partitions another broker owns are reached (None:
+        standalone, every partition is here)."""
         self._topic_of = topic_of
-        self._store = store
+        self._records = records
         self._elsewhere = elsewhere
 
     # ------------------------------------------------------------ commit
@@ -233,7 +236,7 @@ class GroupOffsets:
         results: list[tuple[str, int, ErrorCode]] = []
         durable: list[tuple[int, Topic, int, Subscription]] = []
         for commit in offsets:
-            error, applied = await self._apply(group_id, commit, level, index=not here_only)
+            error, applied = await self._apply(group_id, commit, level)
             results.append((commit.topic, commit.partition, error))
             if applied is not None:
                 durable.append((len(results) - 1, *applied))
@@ -258,9 +261,28 @@ class GroupOffsets:
         for at, error in zip(elsewhere, handed_on, strict=True):
             topic_name, partition, _ = results[at]
             results[at] = (topic_name, partition, error)
-            if error is ErrorCode.NONE:
-                self._note(group_id, topic_name, partition)
+        if here_only:
+            return results
+        committed = [at for at, (_, _, error) in enumerate(results) if error is ErrorCode.NONE]
+        indexed = await self.index(group_id, [results[at][:2] for at in committed])
+        if indexed is not ErrorCode.NONE:
+            for at in committed:
+                topic_name, partition, _ = results[at]
+                results[at] = (topic_name, partition, indexed)
         return results
+
+    async def index(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> ErrorCode:
+        """The group's index lists these (Kafka topic, partition)s: NONE once it is
+        durable, COORDINATOR_NOT_AVAILABLE when the store cannot take it now (the
+        offsets are committed; the client commits again, which notes them)."""
+        if not partitions:
+            return ErrorCode.NONE
+        try:
+            await self._records.note(group_id, partitions)
+        except MetadataStoreError as error:
+            log.warning("kafka: the index of group %r cannot be written: %s", group_id, error)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
 
     async def _commit_elsewhere(
         self,
@@ -276,7 +298,7 @@ class GroupOffsets:
         return await self._elsewhere.commit(group_id, offsets, level)
 
     async def _apply(
-        self, group_id: str, commit: OffsetToCommit, level: IsolationLevel, index: bool
+        self, group_id: str, commit: OffsetToCommit, level: IsolationLevel
     ) -> tuple[ErrorCode, tuple[Topic, int, Subscription] | None]:
         if commit.offset < 0:
             return ErrorCode.INVALID_REQUEST, None
@@ -293,7 +315,7 @@ class GroupOffsets:
             log.info("kafka: commit of group %r refused: %s", group_id, error)
             return ErrorCode.NOT_COORDINATOR, None
         self._acknowledge(topic, subscription, commit.offset)
-        self.record_commit(group_id, commit, topic, subscription, index=index)
+        self.record_commit(commit, topic, subscription)
         return ErrorCode.NONE, (topic, ticket, subscription)
 
     @staticmethod
@@ -311,17 +333,10 @@ class GroupOffsets:
         if target.within is not None:
             subscription.ack([(target.within, index) for index in range(target.messages)])
 
-    def record_commit(
-        self,
-        group_id: str,
-        commit: OffsetToCommit,
-        topic: Topic,
-        subscription: Subscription,
-        index: bool = True,
-    ) -> None:
-        """Note the commit with its cursor (written with its next write) and, with
-        `index`, in the group's index: OffsetFetch answers this offset while the
-        acknowledgement stays where it is now."""
+    @staticmethod
+    def record_commit(commit: OffsetToCommit, topic: Topic, subscription: Subscription) -> None:
+        """Note the commit with its cursor (written with its next write): OffsetFetch
+        answers this offset while the acknowledgement stays where it is now."""
         properties = subscription.cursor.properties
         properties[OFFSET_PROPERTY] = str(commit.offset)
         properties[ACKED_PROPERTY] = str(acknowledged_offset(topic, subscription))
@@ -329,15 +344,6 @@ class GroupOffsets:
             properties[METADATA_PROPERTY] = commit.metadata
         else:
             properties.pop(METADATA_PROPERTY, None)
-        if index:
-            self._note(group_id, commit.topic, commit.partition)
-
-    def _note(self, group_id: str, kafka_topic: str, partition: int) -> None:
-        """The group's index lists the partition (for OffsetFetch of every partition,
-        ListGroups and DescribeGroups)."""
-        key = _index_key(group_id, kafka_topic, partition)
-        if self._store.get(BROKER_DB, key) is None:
-            self._store.put(BROKER_DB, key, kafka_topic.encode())
 
     @staticmethod
     async def _persist(topic: Topic, ticket: int, subscription: Subscription) -> ErrorCode:
@@ -389,12 +395,12 @@ class GroupOffsets:
             if topic is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 return CommittedOffset(-1, "", topic)
             if forget:
-                self._forget(group_id, kafka_topic, partition)
+                await self._forget(group_id, kafka_topic, partition)
             return NO_OFFSET  # as Kafka: no offset for a topic it does not know
         subscription = topic.subscriptions.get(group_id)
         if subscription is None:
             if forget:
-                self._forget(group_id, kafka_topic, partition)
+                await self._forget(group_id, kafka_topic, partition)
             return NO_OFFSET
         acknowledged = acknowledged_offset(topic, subscription)
         properties = subscription.cursor.properties
@@ -406,29 +412,20 @@ class GroupOffsets:
 
     # ------------------------------------------------------------ index
 
-    def _forget(self, group_id: str, kafka_topic: str, partition: int) -> None:
-        """The subscription (or its topic) was deleted: the index forgets it."""
-        key = _index_key(group_id, kafka_topic, partition)
-        if self._store.get(BROKER_DB, key) is not None:
-            self._store.delete(BROKER_DB, key)
+    async def _forget(self, group_id: str, kafka_topic: str, partition: int) -> None:
+        """The subscription (or its topic) was deleted: the index forgets it (or
+        does on a later OffsetFetch, if the store cannot take it now)."""
+        try:
+            await self._records.forget(group_id, kafka_topic, partition)
+        except MetadataStoreError as error:
+            log.warning("kafka: the index of group %r cannot be written: %s", group_id, error)
 
     def committed_partitions(self, group_id: str) -> list[tuple[str, int]]:
-        prefix = f"{_INDEX_PREFIX}{group_id}\x00"
-        found = []
-        for key, _value in self._store.scan_prefix(BROKER_DB, prefix):
-            kafka_topic, _, partition = key[len(prefix) :].partition("\x00")
-            found.append((kafka_topic, int(partition)))
-        return found
+        return self._records.partitions(group_id)
 
     def has_offsets(self, group_id: str) -> bool:
-        prefix = f"{_INDEX_PREFIX}{group_id}\x00"
-        return next(self._store.scan_prefix(BROKER_DB, prefix), None) is not None
+        return self._records.has_partitions(group_id)
 
     def groups_with_offsets(self) -> list[str]:
-        """Every group that has committed on this broker, in name order."""
-        groups: list[str] = []
-        for key, _value in self._store.scan_prefix(BROKER_DB, _INDEX_PREFIX):
-            group_id = key[len(_INDEX_PREFIX) :].split("\x00", 1)[0]
-            if not groups or groups[-1] != group_id:
-                groups.append(group_id)
-        return groups
+        """Every group with committed offsets (in its index), in name order."""
+        return self._records.groups()

@@ -27,6 +27,7 @@ from stableline.broker.kafka.coordinator.group_offsets import (
     OffsetToCommit,
     check_group_id,
 )
+from stableline.broker.kafka.coordinator.group_records import GroupRecords, LocalGroupRecords
 from stableline.broker.kafka.coordinator.group_state import GroupState
 from stableline.broker.kafka.protocol import messages as m
 from stableline.broker.kafka.protocol import messages_groups as mg
@@ -45,6 +46,7 @@ from stableline.broker.kafka.server.group_offsets_peers import (
 from stableline.broker.security.permissions import Action
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.txn.coordinators import Coordinators
+from stableline.metadata import MetadataStoreError
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ class GroupApis(KafkaApiBase):
         registry: TopicRegistry,
         settings: KafkaSettings,
         coordinators: Coordinators | None = None,
+        *,
+        group_records: GroupRecords | None = None,
         **options: Any,
     ) -> None:
         super().__init__(registry, settings, coordinators, **options)
@@ -82,11 +86,14 @@ class GroupApis(KafkaApiBase):
             elsewhere = PeerGroupOffsets(
                 self._partition_name, registry.placement, lambda: leaders.peers
             )
-        self.group_offsets = GroupOffsets(self._topic, registry.store, elsewhere)
+        # The groups' indexes and owners: the broker's own store unless the app
+        # hands over the cluster's (shared_group_records.py).
+        records = group_records if group_records is not None else LocalGroupRecords(registry.store)
+        self.group_offsets = GroupOffsets(self._topic, records, elsewhere)
         # What a group's coordinator on another broker asks of this one (the Peer
         # service's group calls, handed over by the app).
         self.group_offsets_here = GroupOffsetsHere(self.group_offsets)
-        self._group_owners = GroupOwners(registry.store)
+        self._group_owners = GroupOwners(records)
 
     async def _group_error(self, group_id: str, claim: bool = False) -> m.ErrorCode:
         """INVALID_GROUP_ID, NOT_COORDINATOR (another broker's group),
@@ -138,7 +145,13 @@ class GroupApis(KafkaApiBase):
             )
             return m.ErrorCode.GROUP_AUTHORIZATION_FAILED
         if claim:
-            await self._group_owners.claim(group_id, role)
+            try:
+                claimed = await self._group_owners.claim(group_id, role, owner)
+            except MetadataStoreError as error:
+                log.warning("kafka: the claim of group %r cannot be written: %s", group_id, error)
+                return m.ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if not claimed:
+                return m.ErrorCode.GROUP_AUTHORIZATION_FAILED
         return m.ErrorCode.NONE
 
     def _may_see_group(self, group_id: str) -> bool:

@@ -339,8 +339,9 @@ class TransactionApis(KafkaApiBase):
         async def note() -> None:
             """Once committed: OffsetFetch answers this offset and metadata, also
             after a crash."""
-            self.group_offsets.record_commit(group_id, commit, topic, subscription)
+            self.group_offsets.record_commit(commit, topic, subscription)
             await subscription.cursor.persist()
+            await self.group_offsets.index(group_id, [(commit.topic, commit.partition)])
 
         self._kafka_txns.note_offset(txn_id, partition, offset.offset, note)
         return m.ErrorCode.NONE

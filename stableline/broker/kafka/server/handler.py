@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from stableline.broker.kafka.coordinator.group_records import GroupRecords
 from stableline.broker.kafka.coordinator.txn_coordinator import KafkaTransactionCoordinator
 from stableline.broker.kafka.protocol import messages as m
 from stableline.broker.kafka.protocol.codec import Reader, TooManyItems, Writer
@@ -52,9 +53,18 @@ class KafkaRequestHandler(
         partitioned: PartitionedTopics | None = None,
         guard: Guard | None = None,
         kafka_txns: KafkaTransactionCoordinator | None = None,
+        group_records: GroupRecords | None = None,
     ) -> None:
-        super().__init__(registry, settings, coordinators, partitioned=partitioned, guard=guard)
+        super().__init__(
+            registry,
+            settings,
+            coordinators,
+            partitioned=partitioned,
+            guard=guard,
+            group_records=group_records,
+        )
         self._kafka_txns = kafka_txns
+        self._group_records = group_records
         self._handlers: dict[int, Callable[[Reader, m.RequestHeader], Awaitable[bytes | None]]] = {}
         for group in type(self).__mro__:
             if issubclass(group, KafkaApiBase):
@@ -69,6 +79,8 @@ class KafkaRequestHandler(
         """Stop what runs in the background (the port is closed)."""
         if self._kafka_txns is not None:
             await self._kafka_txns.close()
+        if self._group_records is not None:
+            await self._group_records.close()
 
     def advertise_port(self, port: int) -> None:
         """The bound port (when the address asked for port 0), told in Metadata."""

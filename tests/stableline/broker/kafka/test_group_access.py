@@ -304,18 +304,19 @@ def test_consumer_subscriptions_are_read_and_junk_is_refused():
 async def test_an_unused_group_is_held_by_its_claim_then_free(tmp_path):
     from managed_ledger import LocalStore
     from stableline.broker.kafka.coordinator.group_access import GroupOwners
+    from stableline.broker.kafka.coordinator.group_records import LocalGroupRecords
 
     store = LocalStore(tmp_path / "store")
-    owners = GroupOwners(store, hold_s=0.2)
+    owners = GroupOwners(LocalGroupRecords(store), hold_s=0.2)
     try:
         assert owners.owner("g") is None and not owners.claimed_lately("g")
-        await owners.claim("g", "alice")
+        assert await owners.claim("g", "alice", None)
         assert owners.owner("g") == "alice" and owners.claimed_lately("g")
         deadline = time.monotonic() + 5
         while owners.claimed_lately("g"):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         assert owners.owner("g") == "alice"  # durable; whether in use is the caller's
-        assert GroupOwners(store).owner("g") == "alice"
+        assert GroupOwners(LocalGroupRecords(store)).owner("g") == "alice"
     finally:
         store.close()

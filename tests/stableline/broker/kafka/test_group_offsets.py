@@ -27,6 +27,7 @@ from stableline.broker.kafka.coordinator.group_offsets import (
     ack_target,
     acknowledged_offset,
 )
+from stableline.broker.kafka.coordinator.group_records import LocalGroupRecords
 from stableline.broker.kafka.protocol.messages import ErrorCode
 from stableline.broker.topics.topic import Topic
 from stableline.topic_name import TopicName
@@ -64,7 +65,7 @@ def offsets(topic: Topic, store: LocalStore) -> GroupOffsets:
             return topic
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-    return GroupOffsets(topic_of, store)
+    return GroupOffsets(topic_of, LocalGroupRecords(store))
 
 
 def entries(topic: Topic) -> list[Position]:
