@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from stableline.broker.txn.coordinators import named_shard
-from stableline.metadata.layout import kafka_transactional_id_path
+from stableline.metadata.layout import kafka_group_partitions_path, kafka_transactional_id_path
 from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
@@ -336,6 +336,99 @@ def test_a_read_committed_consumer_group_rides_out_a_kill(kafka_cluster: Cluster
     finally:
         consumer.close()
         killed.start()
+
+
+def _until(what: str, attempt):
+    """`attempt()`'s first answer that is not None, tried again while it raises a
+    KafkaException or answers None (the group's coordinator moving), within
+    SERVED_AGAIN_WITHIN_S."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            answer = attempt()
+        except KafkaException as error:
+            last = error
+        else:
+            if answer is not None:
+                return answer
+            last = "no answer yet"
+        time.sleep(0.2)  # the next try, not a wait for the condition
+    pytest.fail(f"{what} within {SERVED_AGAIN_WITHIN_S}s: last {last}")
+
+
+def _group_offsets(admin, group: str) -> dict[tuple[str, int], int] | None:
+    """OffsetFetch of every partition the group has committed on (null topics, as
+    `kafka-consumer-groups --describe` asks): {(topic, partition): offset}."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    listed = future.result(CLIENT_TIMEOUT_S)
+    return {(each.topic, each.partition): each.offset for each in listed.topic_partitions}
+
+
+def _listed_groups(admin) -> set[str]:
+    listed = admin.list_consumer_groups(request_timeout=CLIENT_TIMEOUT_S).result()
+    return {each.group_id for each in listed.valid}
+
+
+@pytest.mark.slow
+def test_a_groups_index_follows_it_to_a_new_coordinator(kafka_cluster: Cluster):
+    """A group without members commits on two partitions; its coordinator is killed.
+    The shard's new leader answers OffsetFetch of every partition with both offsets
+    and lists the group (its index is in etcd, its offsets at the partitions' owner)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    producer = Producer({"bootstrap.servers": _bootstrap(kafka_cluster.brokers)})
+    # Two topics with one leader, so that a coordinator can be killed that leads
+    # neither: only the group's index has to move.
+    by_leader: dict[str, list[str]] = {}
+    for _ in range(12):
+        topic = f"kfo-i-{next(_names)}"
+        for i in range(5):
+            producer.produce(topic, b"m-%d" % i)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
+        by_leader.setdefault(leader_id, []).append(topic)
+        if len(by_leader[leader_id]) == 2:
+            topics = by_leader[leader_id]
+            break
+    else:
+        pytest.fail(f"no two topics of twelve were placed on one broker: {by_leader}")
+    group, coordinator_id = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
+    committer = Consumer(
+        {"bootstrap.servers": _bootstrap(kafka_cluster.brokers), "group.id": group}
+    )
+    try:
+        committed = committer.commit(
+            offsets=[TopicPartition(topics[0], 0, 3), TopicPartition(topics[1], 0, 5)],
+            asynchronous=False,
+        )
+        assert all(each.error is None for each in committed), committed
+    finally:
+        committer.close()
+    record = kafka_cluster.read_record(
+        kafka_group_partitions_path(kafka_cluster.name, group, topics[0])
+    )
+    assert record == {"partitions": [0]}
+    coordinator = kafka_cluster.by_id(coordinator_id)
+    coordinator.kill()
+    live = [b for b in kafka_cluster.brokers if b is not coordinator]
+    try:
+        admin = AdminClient({"bootstrap.servers": _bootstrap(live)})
+        expected = {(topics[0], 0): 3, (topics[1], 0): 5}
+        offsets = _until(
+            "every committed offset from the new coordinator",
+            lambda: _group_offsets(admin, group) or None,
+        )
+        assert offsets == expected
+        assert kafka_cluster.shard_leader(named_shard("", group, SHARDS)) != coordinator_id
+        _until("the group listed", lambda: group in _listed_groups(admin) or None)
+    finally:
+        coordinator.start()
 
 
 # ---------------------------------------------------------------- transaction coordinator
