@@ -21,6 +21,7 @@ from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
 from .conftest import Cluster, cluster_brokers, new_cluster_name
+from .test_security import SUPERUSER, SecureCluster, secure_brokers
 
 _names = itertools.count()
 SHARDS = 4  # a new cluster's coordinator shards
@@ -153,10 +154,10 @@ def _led_shards(cluster: Cluster) -> dict[int, str]:
     return leaders
 
 
-def _group_led_elsewhere(cluster: Cluster, avoid: str) -> tuple[str, str]:
+def _group_led_elsewhere(cluster: Cluster, avoid: str, **settings: str) -> tuple[str, str]:
     """A new group name whose coordinator is led by a broker other than `avoid`, and
     that broker. FindCoordinator of a name on each shard first, so that every shard
-    has a leader."""
+    has a leader. `settings`: the Kafka client's (a secure cluster's)."""
     from confluent_kafka.admin import AdminClient
 
     prefix = f"kfo-group-{uuid.uuid4().hex}"
@@ -165,7 +166,7 @@ def _group_led_elsewhere(cluster: Cluster, avoid: str) -> tuple[str, str]:
     while len(by_shard) < SHARDS:
         name = next(names)
         by_shard.setdefault(named_shard("", name, SHARDS), name)
-    admin = AdminClient({"bootstrap.servers": _bootstrap(cluster.brokers)})
+    admin = AdminClient({"bootstrap.servers": _bootstrap(cluster.brokers), **settings})
     for future in admin.describe_consumer_groups(list(by_shard.values())).values():
         future.result(CLIENT_TIMEOUT_S)
     for shard, leader in _led_shards(cluster).items():
@@ -427,6 +428,102 @@ def test_a_groups_index_follows_it_to_a_new_coordinator(kafka_cluster: Cluster):
         assert offsets == expected
         assert kafka_cluster.shard_leader(named_shard("", group, SHARDS)) != coordinator_id
         _until("the group listed", lambda: group in _listed_groups(admin) or None)
+    finally:
+        coordinator.start()
+
+
+@pytest.fixture(scope="module")
+def secure_kafka_cluster(cluster_etcd, tmp_path_factory) -> Iterator[SecureCluster]:
+    with secure_brokers(
+        cluster_etcd, tmp_path_factory.mktemp("kafka-secure"), kafka=True
+    ) as secure:
+        yield secure
+
+
+def _kafka_settings(secure: SecureCluster, role: str) -> dict[str, str]:
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": role,
+        "sasl.password": secure.token(role),
+        "ssl.ca.location": str(secure.ca_file),
+    }
+
+
+def _commit_as(secure: SecureCluster, brokers, role: str, group: str, topic: str, offset: int):
+    """Commit `offset` on partition 0 as `role`: None when done, else the error code
+    (retried while the group's coordinator moves)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "group.id": group,
+            **_kafka_settings(secure, role),
+        }
+    )
+
+    def attempt():
+        try:
+            (answered,) = consumer.commit(
+                offsets=[TopicPartition(topic, 0, offset)], asynchronous=False
+            )
+        except KafkaException as error:
+            code = error.args[0].code()
+            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                return code
+            raise  # the coordinator moving: again
+        return "done" if answered.error is None else answered.error.code()
+
+    try:
+        answer = _until(f"{role}'s commit answered", attempt)
+    finally:
+        consumer.close()
+    return None if answer == "done" else answer
+
+
+@pytest.mark.slow
+def test_a_groups_owner_role_follows_it_to_a_new_coordinator(secure_kafka_cluster):
+    """With authorization on, alice's group stays hers when its coordinator is
+    killed: through the shard's new leader mallory's commit is refused
+    GROUP_AUTHORIZATION_FAILED (before, the new coordinator knew no owner and let the
+    first claimant take the group), and alice commits and reads her offsets."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient
+
+    secure = secure_kafka_cluster
+    cluster = secure.cluster
+    topic = f"kfo-o-{next(_names)}"
+    producer = Producer(
+        {"bootstrap.servers": _bootstrap(cluster.brokers), **_kafka_settings(secure, "alice")}
+    )
+    for i in range(5):
+        producer.produce(topic, b"m-%d" % i)
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    leader_id = cluster.topic_leader(f"persistent://public/default/{topic}")
+    group, coordinator_id = _group_led_elsewhere(
+        cluster, avoid=leader_id, **_kafka_settings(secure, SUPERUSER)
+    )
+    assert _commit_as(secure, cluster.brokers, "alice", group, topic, 2) is None
+    assert (
+        _commit_as(secure, cluster.brokers, "mallory", group, topic, 4)
+        == KafkaError.GROUP_AUTHORIZATION_FAILED
+    )
+    coordinator = cluster.by_id(coordinator_id)
+    coordinator.kill()
+    live = [b for b in cluster.brokers if b is not coordinator]
+    try:
+        assert (
+            _commit_as(secure, live, "mallory", group, topic, 4)
+            == KafkaError.GROUP_AUTHORIZATION_FAILED
+        )
+        assert cluster.shard_leader(named_shard("", group, SHARDS)) != coordinator_id
+        assert _commit_as(secure, live, "alice", group, topic, 3) is None
+        admin = AdminClient(
+            {"bootstrap.servers": _bootstrap(live), **_kafka_settings(secure, "alice")}
+        )
+        offsets = _until("alice's offsets", lambda: _group_offsets(admin, group) or None)
+        assert offsets == {(topic, 0): 3}
     finally:
         coordinator.start()
 

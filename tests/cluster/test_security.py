@@ -5,8 +5,10 @@ stays its opener's on every shard and topic, whichever broker is asked."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import ssl
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,11 +65,13 @@ class SecureCluster:
             assert status == 204, body
 
 
-@pytest.fixture(scope="module")
-def secure_cluster(
-    cluster_etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def secure_brokers(
+    cluster_etcd: EtcdServer, root: Path, kafka: bool = False
 ) -> Iterator[SecureCluster]:
-    root = tmp_path_factory.mktemp("secure-cluster")
+    """Three brokers with TLS, tokens and authorization sharing one CA and signing key
+    (with Kafka ports when `kafka`), alice and mallory granted produce and consume
+    on public/default."""
     authority = CertificateAuthority("cluster CA")
     server = authority.issue_server(("localhost", "127.0.0.1"))
     files = {
@@ -78,7 +82,7 @@ def secure_cluster(
     }
     for name, data in files.items():
         (root / name).write_bytes(data)
-    name = f"secure-{next(_names)}"
+    name = f"secure-{uuid.uuid4().hex[:12]}"
     brokers = [
         BrokerProcess(
             root / f"broker-{i}",
@@ -101,6 +105,9 @@ def secure_cluster(
         )
         for i in range(3)
     ]
+    if kafka:
+        for broker in brokers:
+            broker.kafka_port = 0
     try:
         for broker in brokers:
             broker.start()
@@ -113,6 +120,14 @@ def secure_cluster(
     finally:
         for broker in brokers:
             broker.stop()
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(
+    cluster_etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecureCluster]:
+    with secure_brokers(cluster_etcd, tmp_path_factory.mktemp("secure-cluster")) as secure:
+        yield secure
 
 
 def _broker_id(broker: BrokerProcess) -> str:
