@@ -290,3 +290,33 @@ class FetchGroupOffsetsResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedCompositeFieldContainer[FetchedGroupOffset]
     def __init__(self, offsets: _Optional[_Iterable[_Union[FetchedGroupOffset, _Mapping]]] = ...) -> None: ...
+
+class GroupOffsetHold(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "held_from")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HELD_FROM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    held_from: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., held_from: _Optional[int] = ...) -> None: ...
+
+class HoldGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group_id", "read_committed", "txn_id", "holds")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    READ_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    read_committed: bool
+    txn_id: _broker_pb2.TxnId
+    holds: _containers.RepeatedCompositeFieldContainer[GroupOffsetHold]
+    def __init__(self, group_id: _Optional[str] = ..., read_committed: _Optional[bool] = ..., txn_id: _Optional[_Union[_broker_pb2.TxnId, _Mapping]] = ..., holds: _Optional[_Iterable[_Union[GroupOffsetHold, _Mapping]]] = ...) -> None: ...
+
+class HoldGroupOffsetsResponse(_message.Message):
+    __slots__ = ("error_codes",)
+    ERROR_CODES_FIELD_NUMBER: _ClassVar[int]
+    error_codes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, error_codes: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -110,6 +110,11 @@ class PeerStub:
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsResponse.FromString,
                 _registered_method=True)
+        self.HoldGroupOffsets = channel.unary_unary(
+                '/stableline.v1.Peer/HoldGroupOffsets',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.HoldGroupOffsetsRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.HoldGroupOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -206,6 +211,12 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -283,6 +294,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.FetchGroupOffsets,
                     request_deserializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsResponse.SerializeToString,
+            ),
+            'HoldGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldGroupOffsets,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.HoldGroupOffsetsRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.HoldGroupOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -690,6 +706,33 @@ class Peer:
             '/stableline.v1.Peer/FetchGroupOffsets',
             stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsRequest.SerializeToString,
             stableline_dot_v1_dot_cluster__pb2.FetchGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/HoldGroupOffsets',
+            stableline_dot_v1_dot_cluster__pb2.HoldGroupOffsetsRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.HoldGroupOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -432,6 +432,59 @@ def test_a_groups_index_follows_it_to_a_new_coordinator(kafka_cluster: Cluster):
         coordinator.start()
 
 
+def test_offsets_committed_in_a_transaction_reach_a_partition_another_broker_owns(
+    kafka_cluster: Cluster,
+):
+    """send_offsets_to_transaction for a group whose coordinator does not own the
+    input partition: the owner holds the offset's acknowledgement in the transaction
+    (Peer HoldGroupOffsets). An aborted transaction's offset never shows; a committed
+    one is the group's offset, from OffsetFetch of that partition and of every one."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = _bootstrap(kafka_cluster.brokers)
+    source, sink = f"kfo-t-{next(_names)}", f"kfo-t-{next(_names)}"
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        plain.produce(source, b"in-%d" % i)
+    assert plain.flush(CLIENT_TIMEOUT_S) == 0
+    leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{source}")
+    group, _coordinator_id = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"kfo-t-{uuid.uuid4().hex}"}
+    )
+    try:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        # (offset, commit or abort, the group's offset after)
+        for offset, commit, expected in ((4, True, 4), (9, False, 4), (6, True, 6)):
+            producer.begin_transaction()
+            producer.produce(sink, b"out-%d" % offset)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(source, 0, offset)],
+                consumer.consumer_group_metadata(),
+                CLIENT_TIMEOUT_S,
+            )
+            if commit:
+                producer.commit_transaction(CLIENT_TIMEOUT_S)
+            else:
+                producer.abort_transaction(CLIENT_TIMEOUT_S)
+            # The end reaches the owner's subscription on its own: wait for it.
+            committed = _until(
+                f"offset {expected} committed",
+                lambda expected=expected: (
+                    consumer.committed([TopicPartition(source, 0)], CLIENT_TIMEOUT_S)[0].offset
+                    == expected
+                    or None
+                ),
+            )
+            assert committed
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert _until("every offset", lambda: _group_offsets(admin, group) or None) == {(source, 0): 6}
+
+
 @pytest.fixture(scope="module")
 def secure_kafka_cluster(cluster_etcd, tmp_path_factory) -> Iterator[SecureCluster]:
     with secure_brokers(

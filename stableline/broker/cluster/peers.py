@@ -83,6 +83,18 @@ class GroupOffsetCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupOffsetHold:
+    """A Kafka consumer group's offset for one partition committed in a transaction
+    (TxnOffsetCommit): the owner holds its acknowledgement in the transaction.
+    `held_from`: the offset the transaction held for the partition before (-1: none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    held_from: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class FetchedGroupOffset:
     """A group's committed offset on one partition as its owner answers it (-1: none),
     with a Kafka error code (0: none)."""
@@ -104,6 +116,10 @@ class GroupOffsetsHere(Protocol):
     async def fetch_here(
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> list[FetchedGroupOffset]: ...
+
+    async def hold_here(
+        self, group_id: str, read_committed: bool, txn_id: TxnId, holds: list[GroupOffsetHold]
+    ) -> list[int]: ...
 
 
 class ReplicaPeers(Protocol):
@@ -225,6 +241,18 @@ class PeerClient(ReplicaPeers, Protocol):
         self, address: str, group_id: str, partitions: list[tuple[str, int]]
     ) -> list[FetchedGroupOffset]:
         """A Kafka group's committed offsets on partitions the peer owns, in order."""
+        ...
+
+    async def hold_group_offsets(
+        self,
+        address: str,
+        group_id: str,
+        read_committed: bool,
+        txn_id: TxnId,
+        holds: list[GroupOffsetHold],
+    ) -> list[int]:
+        """Hold in transaction `txn_id` the acknowledgements a Kafka group's offsets
+        make on partitions the peer owns: a Kafka error code for each, in order."""
         ...
 
     async def topic_stats(self, owner: BrokerInfo, topic: TopicName) -> dict[str, Any]:

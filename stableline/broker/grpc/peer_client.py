@@ -35,6 +35,7 @@ from stableline.broker.cluster.peers import (
     PEER_CALL_TIMEOUT_S,
     FetchedGroupOffset,
     GroupOffsetCommit,
+    GroupOffsetHold,
     PeerCredentials,
     PeerTransaction,
     PeerTransactionState,
@@ -273,6 +274,31 @@ class GrpcPeerClient:
             FetchedGroupOffset(each.offset, each.metadata, each.error_code)
             for each in response.offsets
         ]
+
+    async def hold_group_offsets(
+        self,
+        address: str,
+        group_id: str,
+        read_committed: bool,
+        txn_id: TxnId,
+        holds: list[GroupOffsetHold],
+    ) -> list[int]:
+        request = cpb.HoldGroupOffsetsRequest(
+            group_id=group_id,
+            read_committed=read_committed,
+            txn_id=convert.txn_id_to_proto(txn_id),
+            holds=[
+                cpb.GroupOffsetHold(
+                    topic=each.topic,
+                    partition=each.partition,
+                    offset=each.offset,
+                    held_from=each.held_from,
+                )
+                for each in holds
+            ],
+        )
+        response = await self._call(address, lambda s: s.HoldGroupOffsets, request)
+        return list(response.error_codes)
 
     # ------------------------------------------------------------ replicas
 

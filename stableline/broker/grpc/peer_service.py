@@ -22,7 +22,7 @@ from __future__ import annotations
 from managed_ledger import Position, ReplicaLogs
 from stableline._proto import cluster_pb2 as cpb
 from stableline._proto import cluster_pb2_grpc
-from stableline.broker.cluster.peers import GroupOffsetCommit, GroupOffsetsHere
+from stableline.broker.cluster.peers import GroupOffsetCommit, GroupOffsetHold, GroupOffsetsHere
 from stableline.broker.errors import BrokerError
 from stableline.broker.failpoints import REPLICA_CURSORS
 from stableline.broker.grpc import convert
@@ -250,6 +250,21 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
                 for each in fetched
             ]
         )
+
+    async def HoldGroupOffsets(self, request, context):
+        try:
+            codes = await self._groups().hold_here(
+                request.group_id,
+                request.read_committed,
+                convert.txn_id(request.txn_id),
+                [
+                    GroupOffsetHold(each.topic, each.partition, each.offset, each.held_from)
+                    for each in request.holds
+                ],
+            )
+        except Exception as error:
+            await abort(context, error)
+        return cpb.HoldGroupOffsetsResponse(error_codes=codes)
 
     def _replica_name(self, topic: str) -> str:
         """The name the copy is kept under (the one its owner's ManagedLedger uses);

@@ -18,8 +18,11 @@ are its own stableline transactions.
 TxnOffsetCommit commits a group's offsets in the transaction AddOffsetsToTxn added
 the group to: the acknowledgement each offset makes on the group's subscription
 (group_offsets.py, txn_offsets.py) is held by the stableline transaction, applied
-when it commits and handed back when it aborts; once an EndTxn on this broker
-commits it, OffsetFetch answers each offset and its metadata exactly. Messages
+when it commits and handed back when it aborts (txn_offset_holds.py); once an EndTxn
+on this broker commits it, OffsetFetch answers each offset and its metadata exactly.
+In a cluster a partition another broker owns is held there (the Peer service's
+HoldGroupOffsets); once committed, OffsetFetch answers that subscription's
+acknowledgement, which is the offset (its metadata string is not kept). Messages
 another open transaction holds (or acknowledged already) are refused with
 ILLEGAL_GENERATION, which clients treat as a stale consumer: they abort and
 consume again. More than max_acks_per_transaction message ids in one transaction
@@ -32,13 +35,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dispatcher import InvalidAckError
+from dispatcher import IsolationLevel
 from managed_ledger import TxnId
+from stableline.broker.cluster.peers import GroupOffsetHold
 from stableline.broker.kafka.coordinator.group_offsets import (
     MAX_METADATA_BYTES,
     GroupOffsets,
     OffsetToCommit,
-    acknowledged_offset,
     check_group_id,
 )
 from stableline.broker.kafka.coordinator.txn_coordinator import (
@@ -47,43 +50,17 @@ from stableline.broker.kafka.coordinator.txn_coordinator import (
     TxnRefused,
     callers_transactional_id,
 )
-from stableline.broker.kafka.coordinator.txn_offsets import TooManyToAcknowledge, messages_between
 from stableline.broker.kafka.protocol import messages as m
 from stableline.broker.kafka.protocol import messages_txn as mt
 from stableline.broker.kafka.protocol.codec import Reader
 from stableline.broker.kafka.server.api_base import KafkaApiBase
+from stableline.broker.kafka.server.group_offsets_peers import PeerGroupOffsets
+from stableline.broker.kafka.server.txn_offset_holds import hold_offset_here, txn_refusal
 from stableline.broker.security.permissions import Action
-from stableline.broker.topics.write_gate import BrokerFencedError
-from stableline.broker.txn.coordinator_errors import CoordinatorUnavailableError
-from stableline.broker.txn.transactional_acks import ack_in_any_transaction
-from stableline.metadata import MetadataStoreError
-from txnbuffer import (
-    TooManyTransactionsError,
-    TransactionEndedError,
-    TransactionNotFoundError,
-    TransactionTooLargeError,
-)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def _refusal(error: Exception) -> TxnRefused | None:
-    """A failure of the coordinator's own calls as a Kafka refusal (None: not one
-    of those, a fault of this broker)."""
-    if isinstance(error, TxnRefused):
-        return error
-    if isinstance(error, BrokerFencedError):
-        # This broker takes no writes now: the client finds its coordinator again.
-        return TxnRefused(m.ErrorCode.NOT_COORDINATOR, str(error))
-    if isinstance(
-        error, CoordinatorUnavailableError | TooManyTransactionsError | MetadataStoreError
-    ):
-        # Retried by clients after a back-off: the shard's leader comes back, other
-        # transactions end, the metadata store answers again.
-        return TxnRefused(m.ErrorCode.COORDINATOR_NOT_AVAILABLE, str(error))
-    return None
 
 
 class TransactionApis(KafkaApiBase):
@@ -97,6 +74,8 @@ class TransactionApis(KafkaApiBase):
     # The consumer groups' APIs (api_groups.py), beside this group in the handler:
     # their committed offsets, and whether a group is coordinated here.
     group_offsets: GroupOffsets
+    # How partitions another broker owns are reached (None: standalone).
+    _offsets_elsewhere: PeerGroupOffsets | None
     _group_error: Callable[..., Awaitable[m.ErrorCode]]
     _group_access: Callable[[str, bool], Awaitable[m.ErrorCode]]
 
@@ -114,7 +93,7 @@ class TransactionApis(KafkaApiBase):
         try:
             return await call(self._kafka_txns)
         except Exception as error:
-            refused = _refusal(error)
+            refused = txn_refusal(error)
             if refused is None:
                 raise
         if refused.code is m.ErrorCode.PRODUCER_FENCED:
@@ -293,47 +272,27 @@ class TransactionApis(KafkaApiBase):
         if len(metadata.encode("utf-8", errors="surrogatepass")) > MAX_METADATA_BYTES:
             return m.ErrorCode.OFFSET_METADATA_TOO_LARGE
         partition = PartitionOfGroup(group_id, offset.topic, offset.partition)
-        try:
-            # The level of a subscription made here: the committing client's last
-            # Fetch (a producer has none: READ_COMMITTED, what its consumer reads).
-            found = await self.group_offsets.subscription(
-                group_id, offset.topic, offset.partition, self._fetch_levels.level_of(client_id)
-            )
-            if isinstance(found, m.ErrorCode):
-                return found
-            topic, subscription = found
-            start = acknowledged_offset(topic, subscription)
-            held = self._kafka_txns.offset_held(txn_id, partition)
-            if held is not None:
-                start = max(start, held)
-            ids = messages_between(
-                topic,
-                subscription,
-                start,
-                offset.offset,
-                self._coordinators.limits.max_acks_per_txn,
-            )
-            if ids:
-                await ack_in_any_transaction(
-                    self._coordinators, subscription, txn_id, ids, cumulative=False, caller=None
-                )
-        except InvalidAckError as error:
-            # Acknowledged already, or held by another open transaction: another
-            # consumer of the group has these records (a stale generation, to Kafka
-            # clients: they abort the transaction and consume again).
-            log.info("kafka: group %r offset commit in %s refused: %s", group_id, txn_id, error)
-            return m.ErrorCode.ILLEGAL_GENERATION
-        except (TooManyToAcknowledge, TransactionTooLargeError) as error:
-            log.info("kafka: group %r offset commit in %s refused: %s", group_id, txn_id, error)
-            return m.ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-        except (TransactionEndedError, TransactionNotFoundError) as error:
-            log.info("kafka: group %r offset commit in %s refused: %s", group_id, txn_id, error)
-            return m.ErrorCode.INVALID_PRODUCER_EPOCH  # its timeout fenced the producer
-        except Exception as error:
-            refused = _refusal(error)
-            if refused is None:
-                raise
-            return refused.code
+        # The level of a subscription made here: the committing client's last Fetch
+        # (a producer has none: READ_COMMITTED, what its consumer reads).
+        level = self._fetch_levels.level_of(client_id)
+        held_from = self._kafka_txns.offset_held(txn_id, partition)
+        held = await hold_offset_here(
+            self.group_offsets,
+            self._coordinators,
+            txn_id,
+            group_id,
+            offset.topic,
+            offset.partition,
+            offset.offset,
+            held_from,
+            level,
+        )
+        if held.error is m.ErrorCode.NOT_LEADER_OR_FOLLOWER and self._offsets_elsewhere is not None:
+            return await self._hold_elsewhere(txn_id, partition, offset, held_from, level)
+        if held.error is not m.ErrorCode.NONE:
+            return held.error
+        topic, subscription = held.topic, held.subscription
+        assert topic is not None and subscription is not None
         commit = OffsetToCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
 
         async def note() -> None:
@@ -345,3 +304,36 @@ class TransactionApis(KafkaApiBase):
 
         self._kafka_txns.note_offset(txn_id, partition, offset.offset, note)
         return m.ErrorCode.NONE
+
+    async def _hold_elsewhere(
+        self,
+        txn_id: TxnId,
+        partition: PartitionOfGroup,
+        offset: mt.TxnOffset,
+        held_from: int | None,
+        level: IsolationLevel,
+    ) -> m.ErrorCode:
+        """The partition's owner is another broker: it holds the acknowledgement
+        (the Peer service's HoldGroupOffsets). Once the transaction commits the
+        group's index lists the partition; OffsetFetch then answers the owner's
+        acknowledgement, which is the offset committed (its metadata string is not
+        kept there)."""
+        assert self._kafka_txns is not None and self._offsets_elsewhere is not None
+        (error,) = await self._offsets_elsewhere.hold(
+            partition.group_id,
+            txn_id,
+            [GroupOffsetHold(offset.topic, offset.partition, offset.offset, _or_none(held_from))],
+            level,
+        )
+        if error is not m.ErrorCode.NONE:
+            return error
+
+        async def note() -> None:
+            await self.group_offsets.index(partition.group_id, [(offset.topic, offset.partition)])
+
+        self._kafka_txns.note_offset(txn_id, partition, offset.offset, note)
+        return m.ErrorCode.NONE
+
+
+def _or_none(held_from: int | None) -> int:
+    return -1 if held_from is None else held_from

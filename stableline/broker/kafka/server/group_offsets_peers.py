@@ -6,14 +6,15 @@ topic's owner may acknowledge on its subscriptions. So:
 
 - `PeerGroupOffsets` (the coordinator's side, group_offsets.OffsetsElsewhere) finds
   each partition's live owner and hands it the offsets of its partitions in one
-  Peer call per owner (CommitGroupOffsets, FetchGroupOffsets). Whatever stops that
+  Peer call per owner (CommitGroupOffsets, FetchGroupOffsets; HoldGroupOffsets for
+  offsets committed in a transaction, txn_offset_holds.py). Whatever stops that
   (the owner down or its topic moving, a peer call failing, the owner no longer
   owning it) is answered COORDINATOR_LOAD_IN_PROGRESS for those partitions, which
   Kafka clients retry: a commit not answered NONE may or may not have reached the
   owner's cursor, as with any Kafka commit that timed out, and the group's next
   commit replaces it.
-- `GroupOffsetsHere` (the owner's side, cluster.peers.GroupOffsetsHere) commits and
-  reads on the partitions this broker owns, handing nothing on.
+- `GroupOffsetsHere` (the owner's side, cluster.peers.GroupOffsetsHere) commits,
+  reads and holds on the partitions this broker owns, handing nothing on.
 
 Standalone every partition is here and neither is used.
 """
@@ -26,14 +27,22 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 
 from dispatcher import IsolationLevel
-from stableline.broker.cluster.peers import FetchedGroupOffset, GroupOffsetCommit, PeerClient
+from managed_ledger import TxnId
+from stableline.broker.cluster.peers import (
+    FetchedGroupOffset,
+    GroupOffsetCommit,
+    GroupOffsetHold,
+    PeerClient,
+)
 from stableline.broker.kafka.coordinator.group_offsets import (
     CommittedOffset,
     GroupOffsets,
     OffsetToCommit,
 )
 from stableline.broker.kafka.protocol.messages import ErrorCode
+from stableline.broker.kafka.server.txn_offset_holds import hold_offset_here
 from stableline.broker.topics.placement import TopicPlacement
+from stableline.broker.txn.coordinators import Coordinators
 from stableline.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -136,6 +145,37 @@ class PeerGroupOffsets:
         )
         return results
 
+    async def hold(
+        self,
+        group_id: str,
+        txn_id: TxnId,
+        holds: Sequence[GroupOffsetHold],
+        level: IsolationLevel,
+    ) -> list[ErrorCode]:
+        """Hold each offset's acknowledgement in `txn_id` at the partition's owner: an
+        error code for each, in order."""
+        results = [RETRY_LATER] * len(holds)
+        grouped = await self._by_owner([(each.topic, each.partition) for each in holds])
+        read_committed = level is IsolationLevel.READ_COMMITTED
+
+        async def at_owner(owner: str, indexes: list[int]) -> None:
+            try:
+                codes = await self._peers().hold_group_offsets(
+                    owner, group_id, read_committed, txn_id, [holds[at] for at in indexes]
+                )
+            except Exception as error:
+                log.info(
+                    "kafka: group %r's hold in %s at %s failed: %s", group_id, txn_id, owner, error
+                )
+                return
+            for at, code in zip(indexes, codes, strict=True):
+                results[at] = _retried(ErrorCode(code))
+
+        await asyncio.gather(
+            *(at_owner(owner, indexes) for owner, indexes in grouped.items() if owner is not None)
+        )
+        return results
+
 
 def _retried(code: ErrorCode) -> ErrorCode:
     """The owner no longer owns it (it moved meanwhile): the client retries."""
@@ -146,8 +186,10 @@ class GroupOffsetsHere:
     """The owner's side: a coordinator elsewhere commits and reads here (module
     docstring); implements cluster.peers.GroupOffsetsHere."""
 
-    def __init__(self, offsets: GroupOffsets) -> None:
+    def __init__(self, offsets: GroupOffsets, coordinators: Coordinators | None = None) -> None:
+        """`coordinators`: this broker's, for holds in transactions (None: refused)."""
         self._offsets = offsets
+        self._coordinators = coordinators
 
     async def commit_here(
         self, group_id: str, read_committed: bool, offsets: list[GroupOffsetCommit]
@@ -172,3 +214,25 @@ class GroupOffsetsHere:
             FetchedGroupOffset(each.offset, each.metadata, int(each.error))
             for _, _, each in fetched
         ]
+
+    async def hold_here(
+        self, group_id: str, read_committed: bool, txn_id: TxnId, holds: list[GroupOffsetHold]
+    ) -> list[int]:
+        level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        if self._coordinators is None:
+            return [int(ErrorCode.COORDINATOR_NOT_AVAILABLE)] * len(holds)
+        codes = []
+        for each in holds:
+            held = await hold_offset_here(
+                self._offsets,
+                self._coordinators,
+                txn_id,
+                group_id,
+                each.topic,
+                each.partition,
+                each.offset,
+                None if each.held_from < 0 else each.held_from,
+                level,
+            )
+            codes.append(int(held.error))
+        return codes
