@@ -6,7 +6,8 @@ placement and the peer client are fakes at the edge; the cluster tests
 from __future__ import annotations
 
 from dispatcher import IsolationLevel
-from stableline.broker.cluster.peers import FetchedGroupOffset, GroupOffsetCommit
+from managed_ledger import TxnId
+from stableline.broker.cluster.peers import FetchedGroupOffset, GroupOffsetCommit, GroupOffsetHold
 from stableline.broker.kafka.coordinator.group_offsets import CommittedOffset, OffsetToCommit
 from stableline.broker.kafka.protocol.messages import ErrorCode
 from stableline.broker.kafka.server.group_offsets_peers import RETRY_LATER, PeerGroupOffsets
@@ -45,6 +46,12 @@ class Peers:
             raise ConnectionError("unreachable")
         return [FetchedGroupOffset(7, "m") for _ in partitions]
 
+    async def hold_group_offsets(self, address, group_id, read_committed, txn_id, holds):
+        self.calls.append((address, (txn_id, read_committed, holds)))
+        if address == "127.0.0.2:1":
+            return [int(ErrorCode.NOT_LEADER_OR_FOLLOWER)] * len(holds)
+        return [int(ErrorCode.ILLEGAL_GENERATION) if h.offset > 8 else 0 for h in holds]
+
 
 async def _name(topic: str, partition: int) -> TopicName:
     return TopicName.parse(f"persistent://public/default/{topic}")
@@ -81,4 +88,23 @@ async def test_fetches_answer_the_owners_offsets_and_retry_where_none_answered()
         CommittedOffset(7, "m"),
         CommittedOffset(-1, "", RETRY_LATER),
         CommittedOffset(-1, "", RETRY_LATER),
+    ]
+
+
+async def test_holds_in_a_transaction_go_to_each_owner_once_with_its_refusals():
+    peers = Peers()
+    txn_id = TxnId(1, 2)
+    holds = [
+        GroupOffsetHold("a", 0, 5, held_from=3),
+        GroupOffsetHold("b", 0, 6),
+        GroupOffsetHold("a", 1, 9),
+        GroupOffsetHold("c", 0, 9),
+    ]
+    results = await _offsets(peers).hold("g", txn_id, holds, IsolationLevel.READ_UNCOMMITTED)
+    # The owner's own refusal is the client's; an owner that let go or is not live
+    # is retried.
+    assert results == [ErrorCode.NONE, RETRY_LATER, ErrorCode.ILLEGAL_GENERATION, RETRY_LATER]
+    assert sorted(peers.calls, key=lambda call: call[0]) == [
+        ("127.0.0.1:1", (txn_id, False, [holds[0], holds[2]])),
+        ("127.0.0.2:1", (txn_id, False, [holds[1]])),
     ]
