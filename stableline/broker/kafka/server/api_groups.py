@@ -80,7 +80,7 @@ class GroupApis(KafkaApiBase):
         super().__init__(registry, settings, coordinators, **options)
         self.group_coordinator = GroupCoordinator(settings.groups)
         # The internal API of committed offsets (a transactional commit uses it too).
-        elsewhere = None
+        elsewhere: PeerGroupOffsets | None = None
         if coordinators is not None:
             leaders = coordinators.leaders
             elsewhere = PeerGroupOffsets(
@@ -90,9 +90,11 @@ class GroupApis(KafkaApiBase):
         # hands over the cluster's (shared_group_records.py).
         records = group_records if group_records is not None else LocalGroupRecords(registry.store)
         self.group_offsets = GroupOffsets(self._topic, records, elsewhere)
+        # How TxnOffsetCommit reaches partitions another broker owns (api_txn.py).
+        self._offsets_elsewhere = elsewhere
         # What a group's coordinator on another broker asks of this one (the Peer
         # service's group calls, handed over by the app).
-        self.group_offsets_here = GroupOffsetsHere(self.group_offsets)
+        self.group_offsets_here = GroupOffsetsHere(self.group_offsets, coordinators)
         self._group_owners = GroupOwners(records)
 
     async def _group_error(self, group_id: str, claim: bool = False) -> m.ErrorCode:
