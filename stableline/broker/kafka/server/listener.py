@@ -78,14 +78,14 @@ class KafkaListener:
         self._timeout_log = ThrottledLog(log)
         self.malformed_frames = 0
         self.oversized_frames = 0
+        self.refused_connections = 0
+        self.authentication_timeouts = 0
+        self.idle_timeouts = 0
 
     @property
     def handler(self) -> KafkaRequestHandler:
         """The requests' handler (the app hands its group offsets to the Peer service)."""
         return self._handler
-        self.refused_connections = 0
-        self.authentication_timeouts = 0
-        self.idle_timeouts = 0
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (port 0 picks a free one)."""
