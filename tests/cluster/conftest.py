@@ -8,6 +8,7 @@ starts its own (etcd_binary_or_skip, cluster_brokers), so no other module sees i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -61,6 +62,33 @@ def cluster_brokers(
     could not be placed."""
     persistence = ONE_COPY_ENV if count < 3 else {}
     return testing.cluster_brokers(etcd.url, name, root, count, session_timeout_s, persistence)
+
+
+@contextlib.contextmanager
+def running_cluster(
+    etcd: EtcdServer,
+    root: Path,
+    count: int = 3,
+    session_timeout_s: float = SHORT_SESSION_TIMEOUT_S,
+    kafka: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
+    """A new cluster of `count` started brokers on `etcd` (their Kafka ports open with
+    `kafka`, `env` added to their environments), stopped after (those still running)."""
+    name = new_cluster_name()
+    brokers = cluster_brokers(etcd, name, root, count, session_timeout_s)
+    for broker in brokers:
+        if kafka:
+            broker.kafka_port = 0
+        broker.env = {**broker.env, **(env or {})}
+    try:
+        for broker in brokers:
+            broker.start()
+        yield Cluster(etcd, name, brokers)
+    finally:
+        for broker in brokers:
+            if broker.process is not None and broker.process.poll() is None:
+                broker.stop()
 
 
 _one_copy = itertools.count()
@@ -124,13 +152,5 @@ class Cluster:
 def cluster(
     cluster_etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    name = new_cluster_name()
-    root = tmp_path_factory.mktemp("cluster")
-    brokers = cluster_brokers(cluster_etcd, name, root, 3, SHORT_SESSION_TIMEOUT_S)
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(cluster_etcd, name, brokers)
-    finally:
-        for broker in brokers:
-            broker.stop()
+    with running_cluster(cluster_etcd, tmp_path_factory.mktemp("cluster")) as started:
+        yield started

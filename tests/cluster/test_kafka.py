@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from stableline.testing import BrokerProcess
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import (
     CLIENT_TIMEOUT_S,
     RawKafka,
@@ -21,7 +20,7 @@ from tests.stableline.broker.kafka.conftest import (
     kafka_python_consume,
 )
 
-from .conftest import Cluster, cluster_brokers, new_cluster_name
+from .conftest import Cluster, running_cluster
 
 _names = itertools.count()
 PARTITIONS = 6
@@ -29,19 +28,8 @@ PARTITIONS = 6
 
 @pytest.fixture(scope="module")
 def kafka_cluster(cluster_etcd, tmp_path_factory) -> Iterator[Cluster]:
-    name = new_cluster_name()
-    brokers = cluster_brokers(
-        cluster_etcd, name, tmp_path_factory.mktemp("kafka"), 3, SHORT_SESSION_TIMEOUT_S
-    )
-    for broker in brokers:
-        broker.kafka_port = 0
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(cluster_etcd, name, brokers)
-    finally:
-        for broker in brokers:
-            broker.stop()
+    with running_cluster(cluster_etcd, tmp_path_factory.mktemp("kafka"), kafka=True) as started:
+        yield started
 
 
 def _partitioned(cluster: Cluster, count: int) -> str:

@@ -11,16 +11,15 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from stableline.broker.txn.coordinators import named_shard
 from stableline.metadata.layout import kafka_group_partitions_path, kafka_transactional_id_path
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
-from .conftest import Cluster, cluster_brokers, new_cluster_name
+from .conftest import Cluster, running_cluster
 from .test_security import SUPERUSER, SecureCluster, secure_brokers
 
 _names = itertools.count()
@@ -31,27 +30,44 @@ SERVED_AGAIN_WITHIN_S = 30.0
 
 @pytest.fixture(scope="module")
 def kafka_cluster(cluster_etcd, tmp_path_factory) -> Iterator[Cluster]:
-    brokers = cluster_brokers(
-        cluster_etcd,
-        new_cluster_name(),
-        tmp_path_factory.mktemp("kafka-failover"),
-        3,
-        SHORT_SESSION_TIMEOUT_S,
-    )
-    for broker in brokers:
-        broker.kafka_port = 0
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(cluster_etcd, brokers[0].extra_args[-1], brokers)
-    finally:
-        for broker in brokers:
-            if broker.process is not None and broker.process.poll() is None:
-                broker.stop()
+    root = tmp_path_factory.mktemp("kafka-failover")
+    with running_cluster(cluster_etcd, root, kafka=True) as started:
+        yield started
 
 
 def _bootstrap(brokers) -> str:
     return ",".join(b.kafka_bootstrap for b in brokers)
+
+
+def _transactional_producer(brokers, prefix: str, timeout_ms: int = 60_000):
+    """A confluent-kafka transactional producer of a new transactional id, initialized;
+    (the producer, its transactional id)."""
+    from confluent_kafka import Producer
+
+    transactional_id = f"{prefix}-{uuid.uuid4().hex}"
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(brokers),
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": timeout_ms,
+        }
+    )
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    return producer, transactional_id
+
+
+def _topic_led_elsewhere(
+    cluster: Cluster, producer, prefix: str, avoid: str, payloads: list[bytes]
+) -> tuple[str, str]:
+    """A new topic, made by committing `payloads` to it, whose leader is not `avoid`;
+    (its name, its leader's id)."""
+    for _ in range(20):
+        topic = f"{prefix}-{next(_names)}"
+        _transaction(producer, topic, payloads, commit=True)
+        leader_id = cluster.topic_leader(f"persistent://public/default/{topic}")
+        if leader_id != avoid:
+            return topic, leader_id
+    pytest.fail(f"every topic was placed on {avoid}")
 
 
 def _transaction(producer, topic: str, payloads: list[bytes], commit: bool) -> None:
@@ -85,28 +101,14 @@ def _committed_through_a_failover(producer, topic: str, payloads: list[bytes]) -
 def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leader_kill(
     kafka_cluster: Cluster,
 ):
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    transactional_id = f"kfo-{uuid.uuid4().hex}"
-    producer = Producer(
-        {
-            "bootstrap.servers": _bootstrap(kafka_cluster.brokers),
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": 60_000,
-        }
-    )
-    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer, transactional_id = _transactional_producer(kafka_cluster.brokers, "kfo")
     # The partition's leader is killed, not the producer's coordinator shard's (the
     # next tests kill that).
     coordinator = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
-    for _ in range(20):
-        topic = f"kfo-{next(_names)}"
-        _transaction(producer, topic, [b"before-%d" % i for i in range(20)], commit=True)
-        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
-        if leader_id != coordinator:
-            break
-    else:
-        pytest.fail("every topic was placed on the coordinator's broker")
+    before = [b"before-%d" % i for i in range(20)]
+    topic, leader_id = _topic_led_elsewhere(kafka_cluster, producer, "kfo", coordinator, before)
     _transaction(producer, topic, [b"aborted-%d" % i for i in range(5)], commit=False)
     leader = kafka_cluster.by_id(leader_id)
     leader.kill()
@@ -154,10 +156,11 @@ def _led_shards(cluster: Cluster) -> dict[int, str]:
     return leaders
 
 
-def _group_led_elsewhere(cluster: Cluster, avoid: str, **settings: str) -> tuple[str, str]:
+def _group_led_elsewhere(cluster: Cluster, avoid: str, **settings: str) -> tuple[str, str] | None:
     """A new group name whose coordinator is led by a broker other than `avoid`, and
     that broker. FindCoordinator of a name on each shard first, so that every shard
-    has a leader. `settings`: the Kafka client's (a secure cluster's)."""
+    has a leader. `settings`: the Kafka client's (a secure cluster's). None when every
+    shard is led by `avoid` (earlier kills can gather them on one broker)."""
     from confluent_kafka.admin import AdminClient
 
     prefix = f"kfo-group-{uuid.uuid4().hex}"
@@ -172,7 +175,23 @@ def _group_led_elsewhere(cluster: Cluster, avoid: str, **settings: str) -> tuple
     for shard, leader in _led_shards(cluster).items():
         if leader != avoid:
             return by_shard[shard], leader
-    pytest.skip("every coordinator shard is led by the partition's leader")
+    return None
+
+
+def _topic_apart_from_a_group(
+    cluster: Cluster, write: Callable[[str], None], prefix: str, **settings: str
+) -> tuple[str, str, str, str]:
+    """A new topic, made by `write(name)`, and a group whose coordinator another broker
+    leads: (topic, its leader's id, group, the coordinator's id). Every shard led by the
+    topic's leader: another topic is made (placement spreads new topics)."""
+    for _ in range(12):
+        topic = f"{prefix}-{next(_names)}"
+        write(topic)
+        leader_id = cluster.topic_leader(f"persistent://public/default/{topic}")
+        found = _group_led_elsewhere(cluster, leader_id, **settings)
+        if found is not None:
+            return topic, leader_id, *found
+    pytest.fail("every new topic was placed on the broker leading every coordinator shard")
 
 
 def _commit(consumer, topic: str, offset: int) -> bool:
@@ -277,26 +296,15 @@ def test_a_read_committed_consumer_group_rides_out_a_kill(kafka_cluster: Cluster
     lost, nothing aborted is seen, committed offsets never go back."""
     from confluent_kafka import Producer, TopicPartition
 
-    transactional_id = f"kfo-g-{uuid.uuid4().hex}"
-    producer = Producer(
-        {
-            "bootstrap.servers": _bootstrap(kafka_cluster.brokers),
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": 60_000,
-        }
-    )
-    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer, transactional_id = _transactional_producer(kafka_cluster.brokers, "kfo-g")
     producer_coordinator = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
-    for _ in range(20):
-        topic = f"kfo-g-{next(_names)}"
-        _transaction(producer, topic, [b"a-%d" % i for i in range(10)], commit=True)
-        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
-        if leader_id != producer_coordinator:
-            break
-    else:
-        pytest.fail("every topic was placed on the producer's coordinator's broker")
+    first = [b"a-%d" % i for i in range(10)]
+    topic, leader_id = _topic_led_elsewhere(
+        kafka_cluster, producer, "kfo-g", producer_coordinator, first
+    )
     _transaction(producer, topic, [b"aborted-%d" % i for i in range(5)], commit=False)
     _transaction(producer, topic, [b"a-%d" % i for i in range(10, 20)], commit=True)
+    # The producer's coordinator shard is led by another broker than the topic's.
     group, coordinator_id = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
     expected = [b"a-%d" % i for i in range(20)]
 
@@ -395,18 +403,23 @@ def test_a_groups_index_follows_it_to_a_new_coordinator(kafka_cluster: Cluster):
         leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
         by_leader.setdefault(leader_id, []).append(topic)
         if len(by_leader[leader_id]) == 2:
-            topics = by_leader[leader_id]
-            break
+            apart = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
+            if apart is not None:
+                topics = by_leader[leader_id]
+                group, coordinator_id = apart
+                break
     else:
         pytest.fail(f"no two topics of twelve were placed on one broker: {by_leader}")
-    group, coordinator_id = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
     committer = Consumer(
         {"bootstrap.servers": _bootstrap(kafka_cluster.brokers), "group.id": group}
     )
+    offsets = [TopicPartition(topics[0], 0, 3), TopicPartition(topics[1], 0, 5)]
     try:
-        committed = committer.commit(
-            offsets=[TopicPartition(topics[0], 0, 3), TopicPartition(topics[1], 0, 5)],
-            asynchronous=False,
+        # Retried while an owner is out of the coordinator's reach (a broker an
+        # earlier test restarted may still be taking its topics back).
+        committed = _until(
+            "the commit",
+            lambda: committer.commit(offsets=offsets, asynchronous=False),
         )
         assert all(each.error is None for each in committed), committed
     finally:
@@ -443,13 +456,15 @@ def test_offsets_committed_in_a_transaction_reach_a_partition_another_broker_own
     from confluent_kafka.admin import AdminClient
 
     bootstrap = _bootstrap(kafka_cluster.brokers)
-    source, sink = f"kfo-t-{next(_names)}", f"kfo-t-{next(_names)}"
     plain = Producer({"bootstrap.servers": bootstrap})
-    for i in range(10):
-        plain.produce(source, b"in-%d" % i)
-    assert plain.flush(CLIENT_TIMEOUT_S) == 0
-    leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{source}")
-    group, _coordinator_id = _group_led_elsewhere(kafka_cluster, avoid=leader_id)
+
+    def write(topic: str) -> None:
+        for i in range(10):
+            plain.produce(topic, b"in-%d" % i)
+        assert plain.flush(CLIENT_TIMEOUT_S) == 0
+
+    source, _leader, group, _coordinator = _topic_apart_from_a_group(kafka_cluster, write, "kfo-t")
+    sink = f"kfo-t-{next(_names)}"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     producer = Producer(
         {"bootstrap.servers": bootstrap, "transactional.id": f"kfo-t-{uuid.uuid4().hex}"}
@@ -546,16 +561,17 @@ def test_a_groups_owner_role_follows_it_to_a_new_coordinator(secure_kafka_cluste
 
     secure = secure_kafka_cluster
     cluster = secure.cluster
-    topic = f"kfo-o-{next(_names)}"
     producer = Producer(
         {"bootstrap.servers": _bootstrap(cluster.brokers), **_kafka_settings(secure, "alice")}
     )
-    for i in range(5):
-        producer.produce(topic, b"m-%d" % i)
-    assert producer.flush(CLIENT_TIMEOUT_S) == 0
-    leader_id = cluster.topic_leader(f"persistent://public/default/{topic}")
-    group, coordinator_id = _group_led_elsewhere(
-        cluster, avoid=leader_id, **_kafka_settings(secure, SUPERUSER)
+
+    def write(topic: str) -> None:
+        for i in range(5):
+            producer.produce(topic, b"m-%d" % i)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+
+    topic, _leader, group, coordinator_id = _topic_apart_from_a_group(
+        cluster, write, "kfo-o", **_kafka_settings(secure, SUPERUSER)
     )
     assert _commit_as(secure, cluster.brokers, "alice", group, topic, 2) is None
     assert (
@@ -645,14 +661,8 @@ def test_a_transactional_producer_commits_after_its_coordinator_is_killed(
 
     producer = new_producer()
     coordinator_id = kafka_cluster.shard_leader(named_shard("", transactional_id, SHARDS))
-    for _ in range(20):
-        topic = f"kfo-c-{next(_names)}"
-        _transaction(producer, topic, [b"before-%d" % i for i in range(20)], commit=True)
-        leader_id = kafka_cluster.topic_leader(f"persistent://public/default/{topic}")
-        if leader_id != coordinator_id:
-            break
-    else:
-        pytest.fail("every topic was placed on the coordinator's broker")
+    before = [b"before-%d" % i for i in range(20)]
+    topic, _leader = _topic_led_elsewhere(kafka_cluster, producer, "kfo-c", coordinator_id, before)
     first = _transactional_record(kafka_cluster, transactional_id)
     _transaction(producer, topic, [b"aborted-%d" % i for i in range(5)], commit=False)
     producer.begin_transaction()

@@ -17,9 +17,8 @@ import pytest
 import stableline
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 
-from .conftest import Cluster, cluster_brokers, new_cluster_name
+from .conftest import Cluster, running_cluster
 
 _names = itertools.count()
 FOUR = {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 4, "bookkeeperAckQuorum": 2}
@@ -27,19 +26,9 @@ FOUR = {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 4, "bookkeeperAckQuoru
 
 @pytest.fixture(scope="module")
 def persistence_cluster(cluster_etcd, tmp_path_factory) -> Iterator[Cluster]:
-    name = new_cluster_name()
-    brokers = cluster_brokers(
-        cluster_etcd, name, tmp_path_factory.mktemp("persistence"), 3, SHORT_SESSION_TIMEOUT_S
-    )
-    for broker in brokers:
-        broker.kafka_port = 0
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(cluster_etcd, name, brokers)
-    finally:
-        for broker in brokers:
-            broker.stop()
+    root = tmp_path_factory.mktemp("persistence")
+    with running_cluster(cluster_etcd, root, kafka=True) as started:
+        yield started
 
 
 def _http(broker: BrokerProcess, method: str, path: str, body: object = None):

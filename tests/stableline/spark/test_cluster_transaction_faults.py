@@ -7,19 +7,17 @@ Kafka read_committed consumer, and the Spark source."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 import stableline
 from tests.cluster import conftest as cluster_fixtures
-from tests.cluster.conftest import Cluster, cluster_brokers, new_cluster_name
+from tests.cluster.conftest import Cluster, running_cluster
 from tests.cluster.test_transactions import (
     _broker_id,
     _commit_quietly,
@@ -27,7 +25,6 @@ from tests.cluster.test_transactions import (
     _transaction_status,
 )
 from tests.conftest import wait_until
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S
 from tests.stableline.broker.kafka.conftest import CLIENT_TIMEOUT_S
 
 cluster_etcd = cluster_fixtures.cluster_etcd
@@ -37,25 +34,6 @@ pytestmark = pytest.mark.slow
 EARLIEST = stableline.InitialPosition.Earliest
 WAIT_S = 30.0
 PER_TOPIC = 3
-
-
-@contextlib.contextmanager
-def _cluster(etcd, root, failpoint: str | None) -> Iterator[Cluster]:
-    """A fresh cluster of three brokers with their Kafka ports open, each with
-    `failpoint` armed (SIGUSR1 releases it for good)."""
-    brokers = cluster_brokers(etcd, new_cluster_name(), root, 3, SHORT_SESSION_TIMEOUT_S)
-    for broker in brokers:
-        broker.kafka_port = 0
-        if failpoint is not None:
-            broker.env = {**broker.env, "STABLELINE_FAILPOINTS": failpoint}
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(etcd, brokers[0].extra_args[-1], brokers)
-    finally:
-        for broker in brokers:
-            if broker.process is not None and broker.process.poll() is None:
-                broker.stop()
 
 
 def _seeds(cluster: Cluster) -> str:
@@ -70,7 +48,8 @@ def test_a_commit_is_all_or_nothing_to_every_reader_when_its_shard_leader_is_kil
     # Every broker stops there: the shard's leader, and the one that takes the shard
     # over when it drives the end again (released then, to finish it).
     armed = {"decided": "txn-decided", "between-markers": f"txn-end-topic:{topics[1]}"}
-    with _cluster(cluster_etcd, tmp_path, armed.get(step)) as cluster:
+    env = {"STABLELINE_FAILPOINTS": armed[step]} if step in armed else {}
+    with running_cluster(cluster_etcd, tmp_path, kafka=True, env=env) as cluster:
         with stableline.Client(_seeds(cluster)) as client:
             for topic in topics:  # placed one on each broker: the first topics of all
                 client.create_producer(topic).close()

@@ -294,13 +294,15 @@ class TransactionApis(KafkaApiBase):
         topic, subscription = held.topic, held.subscription
         assert topic is not None and subscription is not None
         commit = OffsetToCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
+        indexed = await self._index_now(group_id, offset)
+        if indexed is not m.ErrorCode.NONE:
+            return indexed
 
         async def note() -> None:
             """Once committed: OffsetFetch answers this offset and metadata, also
             after a crash."""
             self.group_offsets.record_commit(commit, topic, subscription)
             await subscription.cursor.persist()
-            await self.group_offsets.index(group_id, [(commit.topic, commit.partition)])
 
         self._kafka_txns.note_offset(txn_id, partition, offset.offset, note)
         return m.ErrorCode.NONE
@@ -327,12 +329,15 @@ class TransactionApis(KafkaApiBase):
         )
         if error is not m.ErrorCode.NONE:
             return error
+        return await self._index_now(partition.group_id, offset)
 
-        async def note() -> None:
-            await self.group_offsets.index(partition.group_id, [(offset.topic, offset.partition)])
-
-        self._kafka_txns.note_offset(txn_id, partition, offset.offset, note)
-        return m.ErrorCode.NONE
+    async def _index_now(self, group_id: str, offset: mt.TxnOffset) -> m.ErrorCode:
+        """The group's index lists the partition from the hold on, not from the commit:
+        the EndTxn that commits may reach another broker (the transactional id's
+        coordinator), where nothing noted here runs. Until a commit, OffsetFetch of
+        every partition answers the partition with its last committed offset (-1:
+        none)."""
+        return await self.group_offsets.index(group_id, [(offset.topic, offset.partition)])
 
 
 def _or_none(held_from: int | None) -> int:
