@@ -143,8 +143,8 @@ QUICK = Sizes(
     cluster_lookups=20,
     replication_seconds=0.5,
     replication_rounds=1,
-    failover_kills=3,
-    shard_failover_kills=3,
+    failover_kills=1,
+    shard_failover_kills=1,
 )
 
 

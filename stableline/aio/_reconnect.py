@@ -38,7 +38,9 @@ class Backoff:
     most max_s. The total is bounded by the client's operation_timeout_seconds."""
 
     initial_s: float = 0.05
-    max_s: float = 2.0
+    # Kafka's reconnect.backoff.max.ms: a broker that took a dead one's topics or
+    # shards over is found within a second of its takeover.
+    max_s: float = 1.0
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 from tests.metadata.conftest import _find_etcd
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "scripts" / "bench"
-KILLS = 3
+KILLS = 2
 
 
 @pytest.fixture
