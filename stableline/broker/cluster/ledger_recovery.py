@@ -284,7 +284,12 @@ class LedgerRecovery:
             if count >= end:
                 continue
             try:
-                await self._push(name, record.epoch, address, ledger_id, count, end)
+                # What the member holds now, not what it answered the fence with: its
+                # link would resend from there, below what the member holds and has
+                # taken as confirmed, which it refuses.
+                answers[address] = await self._push(
+                    name, record.epoch, address, ledger_id, count, end
+                )
             except Exception as error:
                 log.warning(
                     "topic %s: cannot copy ledger %d to %s: %r", name, ledger_id, address, error
@@ -369,17 +374,20 @@ class LedgerRecovery:
 
     async def _push(
         self, name: TopicName, epoch: int, address: str, ledger_id: int, first: int, end: int
-    ) -> None:
+    ) -> ReplicaState:
+        """Copy entries first..end-1 of a ledger to the member; what it holds after."""
         storage = name.storage_name
+        assert first < end, (first, end)
         while first < end:
             frames = self.replicas.read(
                 storage, ledger_id, first, min(COPY_ENTRIES, end - first), COPY_BYTES
             )
             assert frames, (ledger_id, first, end)
-            await self.peers.replicate(
+            state = await self.peers.replicate(
                 address, str(name), epoch, ledger_id, first, frames, Position(ledger_id, first - 1)
             )
             first += len(frames)
+        return state
 
 
 def _count_in(state: ReplicaState, ledger_id: int) -> int:

@@ -247,49 +247,59 @@ class FollowerLink:
 
     async def _deliver(self, batch: _Batch) -> None:
         """Make the member hold `batch` and everything before it."""
+        asked_again = False
         while True:
-            if self.held is None:
-                # Not known (it did not answer the fence): ask it, at this epoch.
-                state = await self._peers.fence_replica(self.address, self._topic, self._epoch)
-                self.held = (state.ledger_id, state.entry_count)
-            held = self.held
-            if held[0] < 0:
-                # It holds nothing (a new member, or one whose disk was lost): every
-                # ledger the writer has goes to it, from the first.
-                self.held = (self._next_ledger_after(-1, batch.ledger_id), 0)
-                continue
-            if held[0] > batch.ledger_id:
-                # It holds a ledger the writer opened and has not confirmed into yet.
-                if batch.frames:
-                    raise ReplicaError(f"replica {self.address} is ahead of the writer")
-                return
-            if held[0] < batch.ledger_id:
-                # It is behind in an older ledger: finish that one, then the next.
-                frames = self._read_frames(held[0], held[1], held[1] + 1_000_000)
-                frames = _within(frames, CATCH_UP_BYTES)
-                if not frames:
-                    self.held = (self._next_ledger_after(held[0], batch.ledger_id), 0)
+            try:
+                if self.held is None:
+                    # Not known (it did not answer the fence): ask it, at this epoch.
+                    state = await self._peers.fence_replica(self.address, self._topic, self._epoch)
+                    self.held = (state.ledger_id, state.entry_count)
+                held = self.held
+                if held[0] < 0:
+                    # It holds nothing (a new member, or one whose disk was lost): every
+                    # ledger the writer has goes to it, from the first.
+                    self.held = (self._next_ledger_after(-1, batch.ledger_id), 0)
                     continue
-                await self._call(held[0], held[1], frames, batch.last_add_confirmed)
-                continue
-            start = held[1]
-            if start < batch.first_entry_id:
-                frames = _within(
-                    self._read_frames(batch.ledger_id, start, batch.first_entry_id - 1),
-                    CATCH_UP_BYTES,
-                )
-                if not frames:
-                    raise ReplicaError(
-                        f"entries {start}..{batch.first_entry_id - 1} of ledger "
-                        f"{batch.ledger_id} cannot be read back for replica {self.address}"
+                if held[0] > batch.ledger_id:
+                    # It holds a ledger the writer opened and has not confirmed into yet.
+                    if batch.frames:
+                        raise ReplicaError(f"replica {self.address} is ahead of the writer")
+                    return
+                if held[0] < batch.ledger_id:
+                    # It is behind in an older ledger: finish that one, then the next.
+                    frames = self._read_frames(held[0], held[1], held[1] + 1_000_000)
+                    frames = _within(frames, CATCH_UP_BYTES)
+                    if not frames:
+                        self.held = (self._next_ledger_after(held[0], batch.ledger_id), 0)
+                        continue
+                    await self._call(held[0], held[1], frames, batch.last_add_confirmed)
+                    continue
+                start = held[1]
+                if start < batch.first_entry_id:
+                    frames = _within(
+                        self._read_frames(batch.ledger_id, start, batch.first_entry_id - 1),
+                        CATCH_UP_BYTES,
                     )
-                await self._call(batch.ledger_id, start, frames, batch.last_add_confirmed)
-                continue
-            if batch.frames:
-                await self._call(
-                    batch.ledger_id, batch.first_entry_id, batch.frames, batch.last_add_confirmed
-                )
-            return
+                    if not frames:
+                        raise ReplicaError(
+                            f"entries {start}..{batch.first_entry_id - 1} of ledger "
+                            f"{batch.ledger_id} cannot be read back for replica {self.address}"
+                        )
+                    await self._call(batch.ledger_id, start, frames, batch.last_add_confirmed)
+                    continue
+                if batch.frames:
+                    await self._call(
+                        batch.ledger_id,
+                        batch.first_entry_id,
+                        batch.frames,
+                        batch.last_add_confirmed,
+                    )
+                return
+            except ReplicaError:
+                if self.held is not None or asked_again:
+                    raise
+                # Refused for what it holds: ask it (the loop's first step), once.
+                asked_again = True
 
     def _next_ledger_after(self, ledger_id: int, upto: int) -> int:
         """The writer's first ledger after `ledger_id` (`upto` when none is before it)."""
@@ -313,6 +323,13 @@ class FollowerLink:
         except ReplicaGapError as gap:
             self.held = (ledger_id, gap.held)
             return
+        except ReplicaFencedError:
+            raise
+        except ReplicaError:
+            # Refused for what it holds (the writer's idea of it was wrong): the next
+            # try asks it again, rather than resend what it refuses for good.
+            self.held = None
+            raise
         self.held = (state.ledger_id, state.entry_count)
 
 

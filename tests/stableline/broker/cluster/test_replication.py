@@ -289,3 +289,21 @@ async def test_ledgers_retention_deletes_are_deleted_from_the_copies_too(tmp_pat
         "the copies of the deleted ledgers deleted on every member",
     )
     await ledger.close()
+
+
+async def test_a_member_that_holds_more_than_its_link_believes_is_asked_again(tmp_path):
+    """A link whose idea of a member is behind (a recovery copied entries to it after
+    its fence answer) resends entries the member holds and counts as confirmed, which
+    it refuses; the link then asks the member what it holds and goes on from there."""
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    for i in range(6):  # ledger 0 full (4 entries), ledger 1 holds 2
+        await ledger.append(header(i), b"m%d" % i)
+    await _wait(lambda: peers.copies["b"].state(STORAGE).entry_count == 2, "b caught up")
+    (link,) = [link for link in replication.links if link.address == "b"]
+    link.held = (1, 0)  # stale: b holds 2 entries of ledger 1, the first confirmed
+    peers.down.add("c")  # b's answer is needed for each confirmation now
+    position = await asyncio.wait_for(ledger.append(header(6), b"m6"), REPLICATE_TIMEOUT_S)
+    assert position == Position(1, 2)
+    assert peers.copies["b"].state(STORAGE).entry_count == 3
+    await ledger.close()
