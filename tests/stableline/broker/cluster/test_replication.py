@@ -358,7 +358,7 @@ async def test_each_snapshot_reaches_the_members_and_one_taking_the_topic_replay
     assert replication.describe()["replicas"]["b"]["snapshotsSent"] > 0
     tail = [await ledger.append(header(i), b"after-%d" % i) for i in range(3)]
     await _wait(
-        lambda: peers.copies["b"].state(STORAGE).entry_count > tail[-1].entry_id,
+        lambda: peers.copies["b"].ledgers(STORAGE).get(tail[-1].ledger_id, 0) > tail[-1].entry_id,
         "b holds the entries after the snapshot",
     )
     writer_state = (dict(buffer.aborted), buffer.max_read_position)
