@@ -14,6 +14,7 @@ from managed_ledger.errors import (
     ReplicaFencedError,
     ReplicaGapError,
     ReplicaLedgerClosedError,
+    ReplicaSnapshotMismatchError,
     StorageError,
     StorageFullError,
     TooManyOpenFilesError,
@@ -23,11 +24,13 @@ from managed_ledger.ledger_files import LedgerFiles
 from managed_ledger.local_store import LocalStore
 from managed_ledger.position import EARLIEST, LATEST, Position
 from managed_ledger.replica import ReplicaLogs, ReplicaState
+from managed_ledger.snapshot_copy import SNAPSHOTS_DB, SnapshotCopy
 from managed_ledger.state import LedgerState
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "SNAPSHOTS_DB",
     "CorruptEntryError",
     "CursorNotFoundError",
     "Entry",
@@ -49,7 +52,9 @@ __all__ = [
     "ReplicaGapError",
     "ReplicaLedgerClosedError",
     "ReplicaLogs",
+    "ReplicaSnapshotMismatchError",
     "ReplicaState",
+    "SnapshotCopy",
     "StorageError",
     "StorageFullError",
     "TooManyOpenFilesError",

@@ -83,3 +83,8 @@ class ReplicaLedgerClosedError(ReplicaError):
 class ReplicaCorruptEntryError(ReplicaError):
     """A frame failed its checks (CRC or lengths): sent damaged, or read back damaged.
     Nothing of the call was written."""
+
+
+class ReplicaSnapshotMismatchError(ReplicaError):
+    """A snapshot change names a state other than the one the replica holds (it missed
+    one, or holds another writer's): nothing was written; send the whole snapshot."""

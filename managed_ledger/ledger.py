@@ -59,6 +59,7 @@ from managed_ledger.offsets import LogOffsets
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.replication import Replication, ReplicationError
 from managed_ledger.segment import Segment, delete_files
+from managed_ledger.snapshot_copy import SnapshotCopy, whole_copy
 from managed_ledger.state import LedgerState, check_transition
 from managed_ledger.write_budget import PendingWriteBudget
 
@@ -224,6 +225,7 @@ class ManagedLedger:
                 lambda: ledger.last_confirmed,
                 ledger.ledger_ids,
                 ledger.cursor_states,
+                lambda: whole_copy(ledger.store, ledger.name),
             )
         return ledger
 
@@ -850,6 +852,17 @@ class ManagedLedger:
     def ledger_ids(self) -> list[int]:
         return list(self._ledgers)
 
+    def holds_through(self, position: Position) -> bool:
+        """Every entry up to `position` is confirmed here (or was, before retention
+        deleted its ledger): `position` is at most the LAC, and within the entries its
+        ledger holds when that ledger is listed."""
+        if position > self.last_confirmed:
+            return False
+        if position.ledger_id in self._ledgers:
+            return position.entry_id < self._entry_count(position.ledger_id)
+        first = self._ledgers.peekitem(0)[0] if self._ledgers else self._next_ledger_id
+        return position.entry_id < 0 or position.ledger_id < first
+
     def first_position(self) -> Position:
         """The position just before the oldest retained entry (an 'earliest' start)."""
         if not self._ledgers:
@@ -971,6 +984,12 @@ class ManagedLedger:
     def _cursor_replication_done(self, future: asyncio.Future) -> None:
         if not future.cancelled() and future.exception() is not None:
             log.warning("%s: cursors not replicated: %s", self.name, future.exception())
+
+    def replicate_snapshot(self, copy: SnapshotCopy) -> None:
+        """A transaction-buffer snapshot of this log was written to the store: it
+        travels beside the log to the other copies (nothing to do without them)."""
+        if self.replication is not None:
+            self.replication.replicate_snapshot(copy)
 
     def cursor_states(self) -> dict[str, bytes]:
         """Every cursor's persisted form, by name."""

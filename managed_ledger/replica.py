@@ -23,6 +23,10 @@ Promises (BookKeeper's bookie rules):
 - A write to a ledger closed here, or older than the newest one, is refused
   (ReplicaLedgerClosedError). A newer ledger closes the newest at what it holds and
   is listed durably before its first byte is written.
+- A transaction-buffer snapshot (write_snapshot) is kept where the buffer of a
+  ManagedLedger opened on the copy reads it; a change to it is applied only on top
+  of the state it names (snapshot_copy.py), else refused
+  (ReplicaSnapshotMismatchError) for the whole snapshot to be sent.
 - Calls for one topic run one at a time (a lock per topic); topics run in parallel.
   Metadata reads, and the scan of an open copy after a restart, run on the loop.
 """
@@ -47,6 +51,7 @@ from managed_ledger.errors import (
     ReplicaFencedError,
     ReplicaGapError,
     ReplicaLedgerClosedError,
+    ReplicaSnapshotMismatchError,
     StorageError,
     storage_error,
 )
@@ -56,6 +61,13 @@ from managed_ledger.ledger_files import LedgerFiles
 from managed_ledger.local_store import LocalStore
 from managed_ledger.position import EARLIEST, Position
 from managed_ledger.segment import Segment, delete_files
+from managed_ledger.snapshot_copy import (
+    SnapshotCopy,
+    apply_copy,
+    check_copy,
+    delete_all,
+    held_digest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +382,26 @@ class ReplicaLogs:
             key[len(prefix) :]: value for key, value in self.store.scan_prefix(CURSORS_DB, prefix)
         }
 
+    async def write_snapshot(self, name: str, epoch: int, copy: SnapshotCopy) -> None:
+        """Keep the writer's transaction-buffer snapshot where the buffer of a
+        ManagedLedger opening this copy reads it, durably; same epoch rule. A change
+        naming another state than the one held is refused
+        (ReplicaSnapshotMismatchError, nothing written); a whole one replaces it."""
+        why = check_copy(name, copy)
+        if why is not None:
+            raise ReplicaCorruptEntryError(f"{why}; nothing of it was written")
+        replica = self._replica(name)
+        async with replica.lock:
+            replica = self._replica(name)
+            await self._take_epoch(replica, epoch)
+            if not copy.whole and held_digest(self.store, name) != copy.follows:
+                raise ReplicaSnapshotMismatchError(
+                    f"{name}: this replica holds another transaction buffer snapshot than "
+                    "the one the change follows; nothing was written: send the whole snapshot"
+                )
+            apply_copy(self.store, name, copy)
+            await self.store.sync_async()
+
     async def trim(self, name: str, epoch: int, below_ledger_id: int) -> ReplicaState:
         """Delete the copy's ledgers older than `below_ledger_id` (the writer's retention
         deleted them; same epoch rule). The newest ledger is never deleted. The shorter
@@ -410,6 +442,7 @@ class ReplicaLogs:
             self.store.delete(LEDGERS_DB, name)
             self.store.delete(REPLICAS_DB, name)
             self.store.delete_prefix(CURSORS_DB, f"{name}\x00")
+            delete_all(self.store, name)
             await self.store.sync_async()
             for ledger_id in replica.ledgers:
                 delete_files(replica.path(ledger_id))

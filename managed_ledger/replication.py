@@ -31,6 +31,7 @@ from typing import Protocol
 
 from managed_ledger.errors import ManagedLedgerError
 from managed_ledger.position import Position
+from managed_ledger.snapshot_copy import SnapshotCopy
 
 
 class ReplicationError(ManagedLedgerError):
@@ -75,17 +76,26 @@ class Replication(Protocol):
         them. Raises a ReplicationError when it cannot."""
         ...
 
+    def replicate_snapshot(self, copy: SnapshotCopy) -> None:
+        """A transaction-buffer snapshot was written here: send it to the other copies
+        in the background, best effort (snapshot_copy.py). Never waits, never fails:
+        a copy not sent is made good by a later one, or by the whole snapshot."""
+        ...
+
     def attach(
         self,
         read_frames: Callable[[int, int, int], list[bytes]],
         confirmed: Callable[[], Position],
         ledger_ids: Callable[[], list[int]],
         cursor_states: Callable[[], dict[str, bytes]],
+        whole_snapshot: Callable[[], SnapshotCopy | None],
     ) -> None:
         """Called once the ledger is open: `read_frames(ledger_id, first, last)` reads
         written entries back as frames (for a replica that missed them),
-        `confirmed()` is the LAC, `ledger_ids()` the ledgers it holds and
-        `cursor_states()` every cursor's persisted form (for a replica back from away)."""
+        `confirmed()` is the LAC, `ledger_ids()` the ledgers it holds,
+        `cursor_states()` every cursor's persisted form and `whole_snapshot()` the
+        transaction-buffer snapshot held here, whole (for a replica back from away,
+        or one holding another)."""
         ...
 
     def trimmed(self, below_ledger_id: int) -> None:

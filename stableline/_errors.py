@@ -204,6 +204,7 @@ CODES: dict[str, type[StableLineError]] = {
     "ReplicaLedgerClosed": NotReady,
     "ReplicaRefused": NotReady,
     "ReplicaCorruptEntry": StorageError,
+    "ReplicaSnapshotMismatch": NotReady,
 }
 
 STATUSES: dict[grpc.StatusCode, type[StableLineError]] = {

@@ -156,6 +156,9 @@ ROWS: tuple[ErrorCode, ...] = (
               "a replica holds the ledger as closed, or a newer one"),
     ErrorCode("ReplicaCorruptEntry", _S.INVALID_ARGUMENT, 400, None,
               "an entry sent to or read from a replica fails its checks; nothing was written"),
+    ErrorCode("ReplicaSnapshotMismatch", _S.FAILED_PRECONDITION, 409, None,
+              "a replica holds another transaction buffer snapshot than the change sent "
+              "follows; nothing was written (the writer sends the whole snapshot)"),
     ErrorCode("ReplicaRefused", _S.FAILED_PRECONDITION, 409, None,
               "a replica refused a write that would cut confirmed entries"),
     ErrorCode("Internal", _S.INTERNAL, 500, _K.UNKNOWN_SERVER_ERROR,

@@ -191,9 +191,12 @@ class TransactionBuffer:
         except SnapshotCorruptError as error:
             log.warning("%s: %s; replaying the whole log instead", self.ledger.name, error)
             return None
-        if snapshot is not None and snapshot.position > self.ledger.last_confirmed:
+        # A snapshot is only ever taken of confirmed entries, so the log (a recovered
+        # copy included) holds its position; one past what it holds would describe
+        # entries this log does not have.
+        if snapshot is not None and not self.ledger.holds_through(snapshot.position):
             log.warning(
-                "%s: snapshot at %s is past the end of the log (%s); replaying the whole log",
+                "%s: snapshot at %s is past what the log holds (%s); replaying the whole log",
                 self.ledger.name,
                 snapshot.position,
                 self.ledger.last_confirmed,
@@ -249,7 +252,13 @@ class TransactionBuffer:
             producers=dict(self.producers.persisted),
             taken_at_ms=int(time.time() * 1000),
         )
-        written = self.snapshots.write(snapshot, self._new_aborts, self._dropped_ledgers)
+        written = self.snapshots.write(
+            snapshot,
+            self._new_aborts,
+            self._dropped_ledgers,
+            # Of a replicated log only: a single copy pays nothing for it.
+            self.ledger.replicate_snapshot if self.ledger.replication is not None else None,
+        )
         self._new_aborts, self._dropped_ledgers, self._changes = [], [], 0
         self.last_snapshot_ms = snapshot.taken_at_ms
         self.last_snapshot_bytes = written

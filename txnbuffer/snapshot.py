@@ -13,7 +13,9 @@ replay would. Layout in the `snapshots` database, per topic:
   with a range delete.
 A snapshot writes the aborts added and the ledgers dropped since the previous
 one, plus the meta key, in one LMDB transaction: its cost follows the changes
-and the open transactions, not the size of the aborted set.
+and the open transactions, not the size of the aborted set. Of a replicated log,
+each write is also handed over as a SnapshotCopy naming the state it follows
+(managed_ledger/snapshot_copy.py), for the ledger to send to its other copies.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ import json
 import logging
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from managed_ledger import LocalStore, Position, TxnId
+from managed_ledger import SNAPSHOTS_DB, LocalStore, Position, SnapshotCopy, TxnId
+from managed_ledger.snapshot_copy import META_KEY, held_digest, topic_prefix
 from txnbuffer.abort_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
-SNAPSHOTS_DB = b"snapshots"
 SNAPSHOT_VERSION = 2
 # txn most, txn least, first (ledger, entry), marker (ledger, entry), mrp after (ledger, entry)
 _ABORT = struct.Struct("<QQqqqqqq")
@@ -116,18 +119,24 @@ class SnapshotStore:
     def __init__(self, store: LocalStore, topic: str):
         self.store = store
         self.topic = topic
-        self._meta_key = f"{topic}\x00meta"
-        self._abort_prefix = f"{topic}\x00a\x00"
+        self._prefix = topic_prefix(topic)
+        self._meta_key = self._prefix + META_KEY
+        self._abort_prefix = f"{self._prefix}a\x00"
 
     def _abort_key(self, marker: Position) -> str:
         return f"{self._abort_prefix}{marker.ledger_id:016x}{marker.entry_id:016x}"
 
     def write(
-        self, snapshot: Snapshot, new_aborts: list[AbortedTxn], dropped_ledgers: list[int]
+        self,
+        snapshot: Snapshot,
+        new_aborts: list[AbortedTxn],
+        dropped_ledgers: list[int],
+        on_written: Callable[[SnapshotCopy], None] | None = None,
     ) -> int:
         """Write one snapshot in one LMDB transaction: `snapshot` without its aborted
         list, plus the aborts added and the ledgers dropped since the previous one.
-        Returns the bytes written."""
+        Returns the bytes written. `on_written` (a replicated log's) is then given the
+        write as a copy for the other members, naming the state it follows."""
         meta = json.dumps(
             {
                 "version": SNAPSHOT_VERSION,
@@ -146,10 +155,23 @@ class SnapshotStore:
         puts = {self._abort_key(a.marker_position): encode_abort(a) for a in new_aborts}
         puts[self._meta_key] = _with_crc(meta)
         deletes = []
-        for ledger_id in dropped_ledgers:
-            prefix = f"{self._abort_prefix}{ledger_id:016x}"
+        dropped_prefixes = [
+            f"{self._abort_prefix}{ledger_id:016x}" for ledger_id in dropped_ledgers
+        ]
+        for prefix in dropped_prefixes:
             deletes.extend(key for key, _ in self.store.scan_prefix(SNAPSHOTS_DB, prefix))
+        follows = held_digest(self.store, self.topic) if on_written is not None else b""
         self.store.write_many(SNAPSHOTS_DB, puts, deletes)
+        if on_written is not None:
+            relative = len(self._prefix)
+            on_written(
+                SnapshotCopy(
+                    follows,
+                    False,
+                    {key[relative:]: value for key, value in puts.items()},
+                    tuple(prefix[relative:] for prefix in dropped_prefixes),
+                )
+            )
         return sum(len(k) + len(v) for k, v in puts.items()) + sum(map(len, deletes))
 
     def read(self) -> Snapshot | None:
@@ -194,4 +216,4 @@ class SnapshotStore:
         return by_ledger
 
     def delete(self) -> None:
-        self.store.delete_prefix(SNAPSHOTS_DB, f"{self.topic}\x00")
+        self.store.delete_prefix(SNAPSHOTS_DB, self._prefix)

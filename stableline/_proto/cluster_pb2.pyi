@@ -209,6 +209,33 @@ class ReadReplicaCursorsResponse(_message.Message):
     states: _containers.ScalarMap[str, bytes]
     def __init__(self, states: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
+class ReplicateSnapshotRequest(_message.Message):
+    __slots__ = ("topic", "epoch", "follows", "whole", "puts", "delete_prefixes")
+    class PutsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWS_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
+    PUTS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    epoch: int
+    follows: bytes
+    whole: bool
+    puts: _containers.ScalarMap[str, bytes]
+    delete_prefixes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., epoch: _Optional[int] = ..., follows: _Optional[bytes] = ..., whole: _Optional[bool] = ..., puts: _Optional[_Mapping[str, bytes]] = ..., delete_prefixes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReplicateSnapshotResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class TrimReplicaRequest(_message.Message):
     __slots__ = ("topic", "epoch", "below_ledger_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -100,6 +100,11 @@ class PeerStub:
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.FromString,
                 _registered_method=True)
+        self.ReplicateSnapshot = channel.unary_unary(
+                '/stableline.v1.Peer/ReplicateSnapshot',
+                request_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicateSnapshotRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicateSnapshotResponse.FromString,
+                _registered_method=True)
         self.CommitGroupOffsets = channel.unary_unary(
                 '/stableline.v1.Peer/CommitGroupOffsets',
                 request_serializer=stableline_dot_v1_dot_cluster__pb2.CommitGroupOffsetsRequest.SerializeToString,
@@ -199,6 +204,12 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicateSnapshot(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CommitGroupOffsets(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -284,6 +295,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.ReadReplicaCursors,
                     request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.SerializeToString,
+            ),
+            'ReplicateSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicateSnapshot,
+                    request_deserializer=stableline_dot_v1_dot_cluster__pb2.ReplicateSnapshotRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_cluster__pb2.ReplicateSnapshotResponse.SerializeToString,
             ),
             'CommitGroupOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitGroupOffsets,
@@ -652,6 +668,33 @@ class Peer:
             '/stableline.v1.Peer/ReadReplicaCursors',
             stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsRequest.SerializeToString,
             stableline_dot_v1_dot_cluster__pb2.ReadReplicaCursorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicateSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Peer/ReplicateSnapshot',
+            stableline_dot_v1_dot_cluster__pb2.ReplicateSnapshotRequest.SerializeToString,
+            stableline_dot_v1_dot_cluster__pb2.ReplicateSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -30,6 +30,7 @@ from managed_ledger import (
     ReplicaFencedError,
     ReplicaGapError,
     ReplicaLedgerClosedError,
+    ReplicaSnapshotMismatchError,
     StorageError,
     StorageFullError,
     TooManyOpenFilesError,
@@ -92,6 +93,7 @@ FOREIGN_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (ReplicaGapError, "ReplicaGap"),
     (ReplicaLedgerClosedError, "ReplicaLedgerClosed"),
     (ReplicaCorruptEntryError, "ReplicaCorruptEntry"),
+    (ReplicaSnapshotMismatchError, "ReplicaSnapshotMismatch"),
     (ReplicaError, "ReplicaRefused"),
     (TransactionEndedError, "TransactionEnded"),
     # The shard moved on: the client asks again and is sent to its new leader.

@@ -322,3 +322,81 @@ def test_a_paused_leader_is_replaced_and_acknowledges_nothing_once_woken(cluster
     ids = [(m.ledger_id, m.entry_id) for m in before + after + [woken]]
     assert len(set(ids)) == len(ids)
     print(f"served by another broker {took:.2f} s after the pause")
+
+
+def _stats(broker, topic: str) -> dict:
+    return broker.admin(f"/admin/v2/{topic.replace('://', '/')}/stats")
+
+
+def _snapshot_on_every_member(leader, topic: str) -> bool:
+    stats = _stats(leader, topic)
+    replicas = stats["replication"]["replicas"]
+    return stats["transactionBuffer"]["snapshotsTaken"] >= 1 and all(
+        replica["snapshotsSent"] >= 1 for replica in replicas.values()
+    )
+
+
+def test_the_new_leader_s_transaction_buffer_loads_the_replicated_snapshot_and_replays_the_tail(
+    cluster: Cluster,
+):
+    """Committed and aborted transactions, a snapshot (taken by the buffer's interval,
+    5 s after its first change) sent to the members, more entries, the leader killed:
+    the broker that takes the topic loads the snapshot it was sent and replays only
+    what follows it; READ_COMMITTED sees exactly the committed data."""
+    topic = _topic()
+    with _client(cluster.brokers) as client:
+        producer = client.create_producer(topic)
+        producer.send(b"plain")
+        for index in range(4):
+            committed = client.new_transaction(timeout_ms=60_000)
+            producer.send(b"committed-%d" % index, txn=committed)
+            committed.commit()
+            aborted = client.new_transaction(timeout_ms=60_000)
+            producer.send(b"aborted-%d" % index, txn=aborted)
+            aborted.abort()
+    leader = cluster.by_id(cluster.topic_leader(topic))
+    wait_until(
+        lambda: _snapshot_on_every_member(leader, topic),
+        timeout_s=30,
+        message="the leader's transaction buffer snapshot sent to both members",
+    )
+    tail = [b"tail-%d" % i for i in range(5)]
+    _produce(cluster.brokers, topic, tail)
+    logged = 1 + 4 * 2 * 2 + len(tail)  # entries and markers
+    leader.kill()
+    try:
+        _produce_once_served(_live(cluster, leader), topic, [b"after"])
+        new_leader = cluster.by_id(cluster.topic_leader(topic))
+        wait_until(
+            lambda: _stats(new_leader, topic)["transactionBuffer"]["state"] == "Ready",
+            timeout_s=TAKEN_WITHIN_S,
+            message="the new leader's transaction buffer recovered",
+        )
+        buffer = _stats(new_leader, topic)["transactionBuffer"]
+        assert buffer["recoveredFromSnapshot"], buffer
+        # Only what follows the snapshot (at most the tail, the send after the
+        # takeover, and changes the snapshot came before), never the whole log.
+        assert buffer["replayedEntries"] < logged, buffer
+        assert buffer["abortedTxnSize"] == 4
+        print(
+            f"new leader's buffer ready after replaying {buffer['replayedEntries']} of "
+            f"{logged} entries in {buffer['recoveryTimeMs']} ms"
+        )
+        with _client(_live(cluster, leader)) as client:
+            consumer = client.subscribe(
+                topic, "committed", initial_position=stableline.InitialPosition.Earliest
+            )
+            received = [
+                consumer.receive(timeout_millis=int(OPERATION_TIMEOUT_S * 1000)).data()
+                for _ in range(1 + 4 + len(tail) + 1)
+            ]
+            assert received == [
+                b"plain",
+                *(b"committed-%d" % i for i in range(4)),
+                *tail,
+                b"after",
+            ]
+            with pytest.raises(stableline.Timeout):
+                consumer.receive(timeout_millis=500)
+    finally:
+        leader.start()

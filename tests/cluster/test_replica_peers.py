@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
+import zlib
 
 import grpc
 import pytest
@@ -20,9 +21,12 @@ from managed_ledger import (
     ReplicaFencedError,
     ReplicaGapError,
     ReplicaLedgerClosedError,
+    ReplicaSnapshotMismatchError,
     ReplicaState,
+    SnapshotCopy,
 )
 from managed_ledger.framing import encode_frame
+from managed_ledger.snapshot_copy import meta_digest
 from stableline._proto import cluster_pb2, cluster_pb2_grpc
 from stableline.broker.cluster.peers import PeerCredentials
 from stableline.broker.grpc.errors import RpcRefusal
@@ -97,6 +101,39 @@ def test_a_peer_keeps_a_copy_and_is_refused_as_a_replica_refuses(
     assert cluster.read_record(f"/stableline/ownership/{cluster.name}/topics/{local}") is None
 
 
+def _stored(value: bytes) -> bytes:
+    """A snapshot value as a transaction buffer stores it: its bytes, then their CRC32."""
+    return value + zlib.crc32(value).to_bytes(4, "little")
+
+
+def test_a_peer_keeps_a_snapshot_and_refuses_a_change_on_another(
+    secure_cluster: SecureCluster,  # noqa: F811
+):
+    replica = secure_cluster.cluster.brokers[1]
+    address = f"127.0.0.1:{replica.grpc_port}"
+    topic = f"persistent://public/default/snapshot-{next(_names)}"
+    held = {"meta": _stored(b"m1")}
+
+    async def calls() -> None:
+        client = peer_client(secure_cluster)
+        try:
+            await client.replicate_snapshot(address, topic, 2, SnapshotCopy(b"", True, held))
+            change = SnapshotCopy(meta_digest(held["meta"]), False, {"meta": _stored(b"m2")})
+            await client.replicate_snapshot(address, topic, 2, change)
+            # The replica holds m2 now: a change on m1 again is refused, nothing written.
+            with pytest.raises(ReplicaSnapshotMismatchError, match="whole snapshot"):
+                await client.replicate_snapshot(address, topic, 2, change)
+            with pytest.raises(ReplicaFencedError):
+                await client.replicate_snapshot(address, topic, 1, SnapshotCopy(b"", True, held))
+            damaged = {"meta": _stored(b"m3")[:-1] + b"!"}
+            with pytest.raises(ReplicaCorruptEntryError, match="checksum"):
+                await client.replicate_snapshot(address, topic, 2, SnapshotCopy(b"", True, damaged))
+        finally:
+            await client.close()
+
+    asyncio.run(calls())
+
+
 def test_a_replica_call_for_a_topic_the_broker_owns_is_refused(
     secure_cluster: SecureCluster,  # noqa: F811
 ):
@@ -138,6 +175,12 @@ def test_a_client_is_refused_the_replica_calls(secure_cluster: SecureCluster, ro
             (stub.FenceReplica, cluster_pb2.FenceReplicaRequest(topic="forged", epoch=1)),
             (stub.ReadReplicaEntries, cluster_pb2.ReadReplicaEntriesRequest(topic="forged")),
             (stub.CloseReplicaLedger, cluster_pb2.CloseReplicaLedgerRequest(topic="forged")),
+            (
+                stub.ReplicateSnapshot,
+                cluster_pb2.ReplicateSnapshotRequest(
+                    topic="persistent://public/default/forged", epoch=1, whole=True
+                ),
+            ),
         ]
         for method, request in calls:
             with pytest.raises(grpc.RpcError) as refused:

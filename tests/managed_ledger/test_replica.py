@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,12 @@ from managed_ledger.errors import (
     ReplicaFencedError,
     ReplicaGapError,
     ReplicaLedgerClosedError,
+    ReplicaSnapshotMismatchError,
 )
 from managed_ledger.framing import encode_frame
 from managed_ledger.ledger import LEDGERS_DB
 from managed_ledger.replica import REPLICAS_DB, ReplicaLogs, ReplicaState
+from managed_ledger.snapshot_copy import FIRST, SNAPSHOTS_DB, SnapshotCopy, meta_digest
 
 TOPIC = "persistent://public/default/t"
 NOTHING = Position(-1, -1)
@@ -608,3 +611,77 @@ async def test_a_promoted_copy_opens_the_cursors_it_holds_but_not_the_deleted_on
         assert ledger.cursors["kept"].version > (1, 4)
     finally:
         await ledger.close()
+
+
+# ------------------------------------------------------------ transaction buffer snapshots
+
+
+def _stored(value: bytes) -> bytes:
+    """A snapshot value as the buffer stores it: its bytes, then their CRC32."""
+    return value + zlib.crc32(value).to_bytes(4, "little")
+
+
+def _snapshot_keys(logs: ReplicaLogs, name: str = TOPIC) -> dict[str, bytes]:
+    prefix = f"{name}\x00"
+    return {k[len(prefix) :]: v for k, v in logs.store.scan_prefix(SNAPSHOTS_DB, prefix)}
+
+
+async def test_a_replica_keeps_a_snapshot_and_applies_its_changes_on_top(logs):
+    first = {"meta": _stored(b"m1"), "a\x00" + "0" * 15 + "1x": _stored(b"abort-1")}
+    await logs.write_snapshot(TOPIC, 1, SnapshotCopy(FIRST, False, first))
+    assert _snapshot_keys(logs) == first
+    # A change adds an abort and drops ledger 1's aborts, on top of the meta it names.
+    change = SnapshotCopy(
+        meta_digest(first["meta"]),
+        False,
+        {"meta": _stored(b"m2"), "a\x00" + "0" * 15 + "2y": _stored(b"abort-2")},
+        ("a\x00" + "0" * 15 + "1",),
+    )
+    await logs.write_snapshot(TOPIC, 1, change)
+    assert _snapshot_keys(logs) == change.puts
+    # Kept where a ManagedLedger opened on the copy (its buffer) reads them.
+    assert logs.store.get(SNAPSHOTS_DB, f"{TOPIC}\x00meta") == _stored(b"m2")
+
+
+async def test_a_change_on_another_snapshot_than_the_held_one_is_refused_and_a_whole_replaces_it(
+    logs,
+):
+    held = {"meta": _stored(b"m1"), "a\x00k1": _stored(b"abort-1")}
+    await logs.write_snapshot(TOPIC, 1, SnapshotCopy(FIRST, True, held))
+    # It missed the change after m1 (m1 -> m2): the one after that is not applied.
+    missed_one = SnapshotCopy(meta_digest(_stored(b"m2")), False, {"meta": _stored(b"m3")})
+    with pytest.raises(ReplicaSnapshotMismatchError, match="send the whole snapshot"):
+        await logs.write_snapshot(TOPIC, 1, missed_one)
+    # A first snapshot's change names no state: refused by a replica holding one.
+    with pytest.raises(ReplicaSnapshotMismatchError):
+        await logs.write_snapshot(TOPIC, 1, SnapshotCopy(FIRST, False, {"meta": _stored(b"x")}))
+    assert _snapshot_keys(logs) == held
+    whole = {"meta": _stored(b"m3"), "a\x00k2": _stored(b"abort-2")}
+    await logs.write_snapshot(TOPIC, 1, SnapshotCopy(FIRST, True, whole))
+    assert _snapshot_keys(logs) == whole  # abort-1 is gone with the state it was in
+
+
+async def test_a_snapshot_from_an_older_epoch_or_damaged_is_refused_and_nothing_written(logs):
+    await logs.fence(TOPIC, 5)
+    snapshot = {"meta": _stored(b"m1")}
+    with pytest.raises(ReplicaFencedError):
+        await logs.write_snapshot(TOPIC, 4, SnapshotCopy(FIRST, True, snapshot))
+    damaged = {"meta": _stored(b"m1")[:-1] + b"\x00"}
+    with pytest.raises(ReplicaCorruptEntryError, match="checksum"):
+        await logs.write_snapshot(TOPIC, 5, SnapshotCopy(FIRST, True, damaged))
+    with pytest.raises(ReplicaCorruptEntryError, match="without its meta"):
+        await logs.write_snapshot(TOPIC, 5, SnapshotCopy(FIRST, True, {"a\x00k": _stored(b"a")}))
+    assert _snapshot_keys(logs) == {}
+    await logs.write_snapshot(TOPIC, 5, SnapshotCopy(FIRST, True, snapshot))
+    assert _snapshot_keys(logs) == snapshot
+
+
+async def test_a_snapshot_survives_a_restart_and_goes_with_the_dropped_copy(logs, replicas):
+    other = "persistent://public/default/t2"
+    await logs.write_snapshot(TOPIC, 1, SnapshotCopy(FIRST, True, {"meta": _stored(b"m1")}))
+    await logs.write_snapshot(other, 1, SnapshotCopy(FIRST, True, {"meta": _stored(b"o1")}))
+    logs = replicas.restart()
+    assert _snapshot_keys(logs) == {"meta": _stored(b"m1")}
+    await logs.drop(TOPIC)
+    assert _snapshot_keys(logs) == {}
+    assert _snapshot_keys(logs, other) == {"meta": _stored(b"o1")}

@@ -32,6 +32,7 @@ class ScriptedReplication:
     next_ledger_id: int = 0
     epoch: int = 1
     cursor_writes: list = field(default_factory=list)
+    snapshots: list = field(default_factory=list)
 
     async def open_ledger(self, ledger_id: int, closing) -> None:
         if self.refuse_open is not None:
@@ -50,8 +51,11 @@ class ScriptedReplication:
     def trimmed(self, below_ledger_id) -> None:
         self.trimmed_below = below_ledger_id
 
-    def attach(self, read_frames, confirmed, ledger_ids, cursor_states) -> None:
-        self.attached = (read_frames, confirmed, ledger_ids, cursor_states)
+    def replicate_snapshot(self, copy) -> None:
+        self.snapshots.append(copy)
+
+    def attach(self, read_frames, confirmed, ledger_ids, cursor_states, whole_snapshot) -> None:
+        self.attached = (read_frames, confirmed, ledger_ids, cursor_states, whole_snapshot)
 
     def close(self) -> None:
         self.closed = True

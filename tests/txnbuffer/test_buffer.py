@@ -664,6 +664,33 @@ async def test_a_snapshot_older_than_a_retention_deletion_keeps_the_stable_posit
     assert recovered.stable_position >= stable
 
 
+async def test_a_snapshot_past_what_its_ledger_holds_is_not_loaded_and_the_log_replayed(
+    open_ledger,
+):
+    # A copy of a replicated log may hold a snapshot from another copy: one whose
+    # position its ledger does not hold (below the LAC, past that ledger's end) would
+    # describe entries this log does not have.
+    config = ManagedLedgerConfig(fsync=False, max_entries_per_ledger=3)
+    ledger = await open_ledger(config)
+    buffer = TransactionBuffer(ledger)
+    await buffer.recover()
+    positions = [await publish(buffer, b"p%d" % i) for i in range(5)]
+    assert positions[-1].ledger_id > positions[0].ledger_id
+    buffer.take_snapshot()
+    snapshot = buffer.snapshots.read()
+    snapshot.position = Position(positions[0].ledger_id, 50)
+    assert snapshot.position < ledger.last_confirmed
+    buffer.snapshots.write(snapshot, [], [])
+    buffer.close(snapshot=False)
+    await ledger.close()
+
+    recovered = TransactionBuffer(await open_ledger(config))
+    await recovered.recover()
+    assert not recovered.recovered_from_snapshot
+    assert recovered.replayed_entries == 5
+    assert recovered.stable_position == positions[-1]
+
+
 async def test_snapshots_by_count_wait_for_as_many_changes_as_there_are_open_transactions(
     ledger,
 ):

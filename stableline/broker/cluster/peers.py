@@ -19,9 +19,10 @@ Promises of an implementation:
   reaches this broker's client unchanged; a peer that cannot be reached as UNAVAILABLE
   (BrokerUnavailable) naming it.
 - The replica calls (`replicate`, `fence_replica`, `read_replica`,
-  `close_replica_ledger`) raise a replica's refusal as the storage engine's own
+  `close_replica_ledger`, `replicate_snapshot`...) raise a replica's refusal as the storage engine's own
   error (ReplicaFencedError, ReplicaGapError with the count the replica holds,
-  ReplicaLedgerClosedError, ReplicaCorruptEntryError, ReplicaError), and an
+  ReplicaLedgerClosedError, ReplicaCorruptEntryError, ReplicaSnapshotMismatchError,
+  ReplicaError), and an
   unreachable replica as BrokerUnavailable, as above.
 - The admin calls (`topic_stats`, `delete_topic`) raise TopicNotFoundError for a
   topic the owner does not have, and PeerCallError (peer_admin.py: retry later) for
@@ -33,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from managed_ledger import Position, ReplicaState, TxnId
+from managed_ledger import Position, ReplicaState, SnapshotCopy, TxnId
 from stableline.metadata import BrokerInfo
 from stableline.topic_name import TopicName
 from txnbuffer import TxnAck, TxnState
@@ -180,6 +181,19 @@ class ReplicaPeers(Protocol):
 
     async def read_replica_cursors(self, address: str, topic: str) -> dict[str, bytes]:
         """The cursor states the replica holds beside its copy (name -> persisted form)."""
+        ...
+
+    async def replicate_snapshot(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        copy: SnapshotCopy,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Keep the writer's transaction-buffer snapshot (a change of it, or the
+        whole) beside the copy; ReplicaSnapshotMismatchError when the replica holds
+        another state than the change follows."""
         ...
 
 

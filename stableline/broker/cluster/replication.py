@@ -18,6 +18,9 @@ in a cluster: one per topic per epoch, made by the topic's recovery
   the broker stop serving it.
 - New ledgers are made the topic's current ledger in its record by compare-and-set
   on the epoch (`open_ledger`): a writer whose epoch has passed cannot start one.
+- Transaction-buffer snapshots go to every member in the background, best effort,
+  one `SnapshotSender` each (snapshot_sender.py); a member back from away gets the
+  whole snapshot with its cursors.
 - Retired (`retire`: the broker's write gate closed, so the topic is taken again
   before it is served here again), it calls no member again: what waits fails and
   every later write, cursor or trim is refused at once, so the topic's unload never
@@ -33,7 +36,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from managed_ledger import Position
+from managed_ledger import Position, SnapshotCopy
 from managed_ledger.replica import (
     ReplicaError,
     ReplicaFencedError,
@@ -42,6 +45,7 @@ from managed_ledger.replica import (
 )
 from managed_ledger.replication import ReplicationError
 from stableline.broker.cluster.peers import ReplicaPeers
+from stableline.broker.cluster.snapshot_sender import SnapshotSender
 from stableline.broker.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -379,6 +383,7 @@ class EnsembleReplication:
         self._confirmed_position: Callable[[], Position] = lambda: Position(-1, -1)
         self._list_ledgers: Callable[[], list[int]] = list
         self._cursor_states: Callable[[], dict[str, bytes]] = dict
+        self._whole_snapshot: Callable[[], SnapshotCopy | None] = lambda: None
         self._trims: set[asyncio.Future] = set()
         self.links = [
             FollowerLink(
@@ -396,6 +401,12 @@ class EnsembleReplication:
             )
             for address, held in followers.items()
         ]
+        self.snapshot_senders = {
+            address: SnapshotSender(
+                address, topic, epoch, peers, self._snapshot_whole, self._fenced_by
+            )
+            for address in followers
+        }
 
     def attach(
         self,
@@ -403,14 +414,17 @@ class EnsembleReplication:
         confirmed: Callable[[], Position],
         ledger_ids: Callable[[], list[int]],
         cursor_states: Callable[[], dict[str, bytes]],
+        whole_snapshot: Callable[[], SnapshotCopy | None],
     ) -> None:
         """Where lagging members' entries are read back from (the ledger's `frames`),
         how far the log is confirmed (its `last_confirmed`), which ledgers it has, and
-        its cursors' states (sent whole to a member back from away)."""
+        its cursors' states and transaction-buffer snapshot (sent whole to a member
+        back from away)."""
         self._read_frames = read_frames
         self._confirmed_position = confirmed
         self._list_ledgers = ledger_ids
         self._cursor_states = cursor_states
+        self._whole_snapshot = whole_snapshot
         for link in self.links:
             if not link.up or link.held is None:
                 link.start_catching_up()
@@ -421,15 +435,31 @@ class EnsembleReplication:
     def _ledger_ids(self) -> list[int]:
         return self._list_ledgers()
 
+    def _snapshot_whole(self) -> SnapshotCopy | None:
+        return self._whole_snapshot()
+
     async def _send_all_cursors(self, address: str) -> None:
-        """What a member back from away missed besides entries: every cursor, and the
-        ledgers retention deleted meanwhile."""
+        """What a member back from away missed besides entries: every cursor, the
+        ledgers retention deleted meanwhile, and the transaction-buffer snapshot
+        (whole, in the background: it is not needed for the member to count)."""
         states = self._cursor_states()
         if states:
             await self._peers.replicate_cursors(address, self.topic, self.epoch, states, [])
         ledgers = self._ledger_ids()
         if ledgers:
             await self._peers.trim_replica(address, self.topic, self.epoch, min(ledgers))
+        sender = self.snapshot_senders.get(address)
+        if sender is not None:
+            sender.send_whole()
+
+    def replicate_snapshot(self, copy: SnapshotCopy) -> None:
+        """Send a snapshot written here to every member, in the background (a member
+        away gets it whole on its return)."""
+        if self._retired or self._fenced is not None:
+            return
+        for link in self.links:
+            if link.up:
+                self.snapshot_senders[link.address].offer(copy)
 
     def trimmed(self, below_ledger_id: int) -> None:
         if self._retired:
@@ -501,6 +531,7 @@ class EnsembleReplication:
                     "up": link.up,
                     "held": None if link.held is None else list(link.held),
                     "beingRemade": link.remaking,
+                    "snapshotsSent": self.snapshot_senders[link.address].sent,
                 }
                 for link in self.links
             },
@@ -609,6 +640,8 @@ class EnsembleReplication:
         module docstring)."""
         self._retired = True
         self.close()
+        for sender in self.snapshot_senders.values():
+            sender.close()
 
     def close(self) -> None:
         for link in self.links:

@@ -24,7 +24,9 @@ from managed_ledger import (
     ReplicaFencedError,
     ReplicaGapError,
     ReplicaLedgerClosedError,
+    ReplicaSnapshotMismatchError,
     ReplicaState,
+    SnapshotCopy,
     TxnId,
 )
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc, cluster_pb2_grpc
@@ -76,6 +78,7 @@ ENGINE_ERRORS: dict[str, type[Exception]] = {
     "ReplicaFenced": ReplicaFencedError,
     "ReplicaLedgerClosed": ReplicaLedgerClosedError,
     "ReplicaCorruptEntry": ReplicaCorruptEntryError,
+    "ReplicaSnapshotMismatch": ReplicaSnapshotMismatchError,
     "ReplicaRefused": ReplicaError,
 }
 
@@ -384,6 +387,33 @@ class GrpcPeerClient:
         request = cpb.ReadReplicaCursorsRequest(topic=topic)
         response = await self._call(address, lambda s: s.ReadReplicaCursors, request)
         return dict(response.states)
+
+    async def replicate_snapshot(
+        self,
+        address: str,
+        topic: str,
+        epoch: int,
+        copy: SnapshotCopy,
+        timeout_s: float | None = None,
+    ) -> None:
+        """One request: a snapshot is applied whole or not at all, so one larger than
+        a peer takes is not sent (the member replays more of the log if it takes the
+        topic)."""
+        if copy.size > self.max_replicate_bytes:
+            raise RpcRefusal(
+                "MessageTooBig",
+                f"the transaction buffer snapshot of {topic} is {copy.size} bytes, more "
+                f"than the {self.max_replicate_bytes} one peer request carries",
+            )
+        request = cpb.ReplicateSnapshotRequest(
+            topic=topic,
+            epoch=epoch,
+            follows=copy.follows,
+            whole=copy.whole,
+            puts=copy.puts,
+            delete_prefixes=list(copy.delete_prefixes),
+        )
+        await self._call(address, lambda s: s.ReplicateSnapshot, request, timeout_s=timeout_s)
 
     # ------------------------------------------------------------ admin
 

@@ -19,7 +19,7 @@ refused NotReady (the group's coordinator retries).
 
 from __future__ import annotations
 
-from managed_ledger import Position, ReplicaLogs
+from managed_ledger import Position, ReplicaLogs, SnapshotCopy
 from stableline._proto import cluster_pb2 as cpb
 from stableline._proto import cluster_pb2_grpc
 from stableline.broker.cluster.peers import GroupOffsetCommit, GroupOffsetHold, GroupOffsetsHere
@@ -213,6 +213,22 @@ class PeerService(cluster_pb2_grpc.PeerServicer):
         except Exception as error:
             await abort(context, error)
         return cpb.ReadReplicaCursorsResponse(states=states)
+
+    async def ReplicateSnapshot(self, request, context):
+        try:
+            await self.replicas.write_snapshot(
+                self._replica_name(request.topic),
+                request.epoch,
+                SnapshotCopy(
+                    request.follows,
+                    request.whole,
+                    dict(request.puts),
+                    tuple(request.delete_prefixes),
+                ),
+            )
+        except Exception as error:
+            await abort(context, error)
+        return cpb.ReplicateSnapshotResponse()
 
     # ------------------------------------------------------------ Kafka groups
 

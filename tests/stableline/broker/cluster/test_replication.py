@@ -16,15 +16,19 @@ from managed_ledger import (
     ManagedLedger,
     ManagedLedgerConfig,
     Position,
+    ReplicaSnapshotMismatchError,
+    TxnId,
 )
 from managed_ledger.ledger import CURSORS_DB
 from managed_ledger.replica import ReplicaFencedError, ReplicaLogs
+from managed_ledger.snapshot_copy import FIRST, SNAPSHOTS_DB, held_digest
 from stableline.broker.cluster.replication import (
     REPLICATE_TIMEOUT_S,
     EnsembleReplication,
     NotEnoughReplicasError,
     ReplicaFencedOutError,
 )
+from txnbuffer import SnapshotPolicy, TransactionBuffer
 
 TOPIC = "persistent://public/default/replicated"
 STORAGE = "public/default/replicated"
@@ -46,6 +50,11 @@ class InProcessPeers:
                 store, lambda name, d=directory: d / "ledgers" / name, LedgerFiles(64), fsync=False
             )
         self.down: set[str] = set()
+        # Members whose snapshot calls fail (their entry calls go through).
+        self.snapshots_down: set[str] = set()
+        # (address, whole) of each snapshot a member applied; addresses that refused one.
+        self.snapshots_applied: list[tuple[str, bool]] = []
+        self.snapshot_mismatches: list[str] = []
         # Members whose calls are never answered (cut off without a refusal).
         self.hanging: set[str] = set()
         self.calls = 0
@@ -79,6 +88,17 @@ class InProcessPeers:
         self.calls += 1
         await self._answer(address)
         await self._copy(address).write_cursors(STORAGE, epoch, states, deleted)
+
+    async def replicate_snapshot(self, address, topic, epoch, copy, timeout_s=None):
+        await asyncio.sleep(0)
+        if address in self.snapshots_down:
+            raise Unreachable(f"{address} takes no snapshot now")
+        try:
+            await self._copy(address).write_snapshot(STORAGE, epoch, copy)
+        except ReplicaSnapshotMismatchError:
+            self.snapshot_mismatches.append(address)
+            raise
+        self.snapshots_applied.append((address, copy.whole))
 
 
 def header(i: int) -> EntryHeader:
@@ -306,4 +326,115 @@ async def test_a_member_that_holds_more_than_its_link_believes_is_asked_again(tm
     position = await asyncio.wait_for(ledger.append(header(6), b"m6"), REPLICATE_TIMEOUT_S)
     assert position == Position(1, 2)
     assert peers.copies["b"].state(STORAGE).entry_count == 3
+
+
+# ------------------------------------------------------------ transaction buffer snapshots
+
+
+async def _buffer(ledger: ManagedLedger) -> TransactionBuffer:
+    """A READY buffer snapshotting at every change (transaction begun or ended)."""
+    buffer = TransactionBuffer(ledger, SnapshotPolicy(every_changes=1))
+    await buffer.recover()
+    return buffer
+
+
+async def _transactions(buffer: TransactionBuffer, first: int, count: int) -> None:
+    """`count` transactions of one entry each, committed and aborted in turn."""
+    for sequence in range(first, first + count):
+        txn_id = TxnId(1, sequence)
+        await buffer.before_append(txn_id)
+        try:
+            await buffer.ledger.append(
+                EntryHeader(publish_time_ms=1, txn_id=txn_id), b"t%d" % sequence
+            )
+        finally:
+            buffer.after_append(txn_id)
+        await buffer.end(txn_id, sequence % 2 == 0, 0)
+
+
+def _holds_writers_snapshot(peers: InProcessPeers, address: str, writer: LocalStore) -> bool:
+    held = peers.copies[address].store
+    return held_digest(held, STORAGE) == held_digest(writer, STORAGE) and list(
+        held.scan_prefix(SNAPSHOTS_DB, STORAGE)
+    ) == list(writer.scan_prefix(SNAPSHOTS_DB, STORAGE))
+
+
+async def test_each_snapshot_reaches_the_members_and_one_taking_the_topic_replays_the_tail(
+    tmp_path,
+):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    buffer = await _buffer(ledger)
+    await _transactions(buffer, 1, 6)
+    await _wait(
+        lambda: all(_holds_writers_snapshot(peers, a, ledger.store) for a in ("b", "c")),
+        "every member holds the writer's last snapshot, key for key",
+    )
+    # Changes were sent as changes on top of the snapshot each member held.
+    await _wait(lambda: ("b", False) in peers.snapshots_applied, "b applied a change")
+    assert replication.describe()["replicas"]["b"]["snapshotsSent"] > 0
+    tail = [await ledger.append(header(i), b"after-%d" % i) for i in range(3)]
+    await _wait(
+        lambda: peers.copies["b"].ledgers(STORAGE).get(tail[-1].ledger_id, 0) > tail[-1].entry_id,
+        "b holds the entries after the snapshot",
+    )
+    writer_state = (dict(buffer.aborted), buffer.max_read_position)
+    buffer.close(snapshot=False)  # the writer dies: no last snapshot
+    await ledger.close()
+
+    copy = peers.copies["b"]
+    copy.unload(STORAGE)
+    promoted = await ManagedLedger.open(
+        STORAGE, tmp_path / "b" / "ledgers" / STORAGE, copy.store, ManagedLedgerConfig(fsync=False)
+    )
+    recovered = await _buffer(promoted)
+    assert recovered.recovered_from_snapshot
+    assert recovered.replayed_entries == len(tail)  # only what follows the snapshot
+    assert (dict(recovered.aborted), recovered.max_read_position) == writer_state
+    assert sorted(t.least_bits for t in recovered.aborted) == [1, 3, 5]
+    recovered.close(snapshot=False)
+    await promoted.close()
+
+
+async def test_a_member_that_missed_a_snapshot_change_is_sent_the_whole_snapshot(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, _replication, _ = await _writer(tmp_path, peers)
+    buffer = await _buffer(ledger)
+    peers.snapshots_down.add("c")
+    await _transactions(buffer, 1, 2)
+    await _wait(lambda: _holds_writers_snapshot(peers, "b", ledger.store), "b holds it")
+    assert held_digest(peers.copies["c"].store, STORAGE) == FIRST  # every send to c failed
+    peers.snapshots_down.clear()
+    await _transactions(buffer, 3, 1)
+    await _wait(
+        lambda: (
+            ("c", True) in peers.snapshots_applied
+            and _holds_writers_snapshot(peers, "c", ledger.store)
+        ),
+        "c refused the change on a state it does not hold, and was sent the whole",
+    )
+    assert "c" in peers.snapshot_mismatches
+    buffer.close(snapshot=False)
+    await ledger.close()
+
+
+async def test_a_member_back_from_away_is_sent_the_whole_snapshot(tmp_path):
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    buffer = await _buffer(ledger)
+    await _transactions(buffer, 1, 1)
+    await _wait(lambda: _holds_writers_snapshot(peers, "c", ledger.store), "c holds it")
+    peers.down.add("c")
+    await _transactions(buffer, 2, 3)  # c is found away; snapshots skip it
+    assert not _holds_writers_snapshot(peers, "c", ledger.store)
+    peers.down.clear()
+    await _wait(
+        lambda: (
+            ("c", True) in peers.snapshots_applied
+            and _holds_writers_snapshot(peers, "c", ledger.store)
+        ),
+        "the member back from away is sent the snapshot whole",
+    )
+    assert replication.members_up == 3
+    buffer.close(snapshot=False)
     await ledger.close()

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from managed_ledger import Position, ReplicaGapError, ReplicaState, TxnId
+from managed_ledger import Position, ReplicaGapError, ReplicaState, SnapshotCopy, TxnId
 from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc, cluster_pb2_grpc
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import cluster_pb2 as cpb
@@ -181,6 +181,18 @@ class FakePeer(cluster_pb2_grpc.PeerServicer):
         response = convert.replica_state_to_proto(ReplicaState(request.epoch, 4, 2, True))
         return await self._answer(context, "close_replica", values, response)
 
+    async def ReplicateSnapshot(self, request, context):
+        values = (
+            request.topic,
+            request.epoch,
+            SnapshotCopy(
+                request.follows, request.whole, dict(request.puts), tuple(request.delete_prefixes)
+            ),
+        )
+        return await self._answer(
+            context, "replicate_snapshot", values, cpb.ReplicateSnapshotResponse()
+        )
+
 
 class FakeBroker(broker_pb2_grpc.BrokerServicer):
     def __init__(self, peer: FakePeer):
@@ -337,6 +349,24 @@ async def test_each_replica_call_reaches_the_peer_as_the_values_it_was_made_with
         ("read_replica", (topic, 4, 1, 100, 2**33)),
         ("close_replica", (topic, 10, 4, 1)),
     ]
+
+
+async def test_a_snapshot_reaches_the_peer_as_it_was_sent_and_one_too_large_is_not_sent(peer):
+    fake, client, address = peer
+    topic = "persistent://t/n/a"
+    change = SnapshotCopy(b"digest", False, {"meta": b"m", "a\x00k": b"v"}, ("a\x00old",))
+    whole = SnapshotCopy(b"", True, {"meta": b"m2"})
+    await client.replicate_snapshot(address, topic, 7, change, timeout_s=2.0)
+    await client.replicate_snapshot(address, topic, 7, whole)
+    assert fake.seen == [
+        ("replicate_snapshot", (topic, 7, change)),
+        ("replicate_snapshot", (topic, 7, whole)),
+    ]
+    client.max_replicate_bytes = 5  # the whole is 6 bytes of keys and values
+    with pytest.raises(RpcRefusal, match="more than the 5") as refused:
+        await client.replicate_snapshot(address, topic, 7, whole)
+    assert refused.value.code == "MessageTooBig"
+    assert len(fake.seen) == 2
 
 
 async def test_a_replica_gap_comes_back_with_the_count_the_replica_holds(peer):
