@@ -101,8 +101,6 @@ def _committed_through_a_failover(producer, topic: str, payloads: list[bytes]) -
 def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leader_kill(
     kafka_cluster: Cluster,
 ):
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
     producer, transactional_id = _transactional_producer(kafka_cluster.brokers, "kfo")
     # The partition's leader is killed, not the producer's coordinator shard's (the
     # next tests kill that).
@@ -115,27 +113,8 @@ def test_a_transactional_producer_and_a_read_committed_consumer_ride_out_a_leade
     try:
         _committed_through_a_failover(producer, topic, [b"after-%d" % i for i in range(20)])
         live = [b for b in kafka_cluster.brokers if b is not leader]
-        consumer = Consumer(
-            {
-                "bootstrap.servers": _bootstrap(live),
-                "group.id": f"kfo-reader-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            # Assigned, not subscribed: this is about the partition's leader (groups
-            # are the next tests').
-            consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-            received: list[bytes] = []
-            deadline = time.monotonic() + SERVED_AGAIN_WITHIN_S
-            while len(received) < 40 and time.monotonic() < deadline:
-                message = consumer.poll(1.0)
-                if message is not None and message.error() is None:
-                    received.append(message.value())
-        finally:
-            consumer.close()
+        # Assigned, not subscribed: this is about the partition's leader.
+        received = _read_committed(live, topic, 40)
         assert received == [b"before-%d" % i for i in range(20)] + [
             b"after-%d" % i for i in range(20)
         ]
