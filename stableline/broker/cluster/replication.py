@@ -31,6 +31,7 @@ in a cluster: one per topic per epoch, made by the topic's recovery
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -170,6 +171,14 @@ class FollowerLink:
             self._task = asyncio.create_task(
                 self._run(), name=f"replicate:{self._topic}:{self.address}"
             )
+
+    def missed_cursors(self) -> None:
+        """A cursor write to the member failed: it is away until it answers again, and
+        then sent every cursor (a cursor is otherwise written again only with its next
+        change, which may never come)."""
+        if self.up and self._task is not None:
+            self.up = False
+            self._wake.set()
 
     def remake(self, on_remade: Callable[[str], None]) -> None:
         """Forget what the member held: it is asked, then sent every ledger it lacks."""
@@ -600,9 +609,10 @@ class EnsembleReplication:
             )
             for link in self.links
         ]
-        for call in calls:
+        for link, call in zip(self.links, calls, strict=True):
             # Those still under way when the quorum answers end unwatched.
             call.add_done_callback(_unwatched_call_done)
+            call.add_done_callback(functools.partial(_cursor_call_done, link))
         if needed == 0:
             return
         held = 0
@@ -646,6 +656,14 @@ class EnsembleReplication:
     def close(self) -> None:
         for link in self.links:
             link.close()
+
+
+def _cursor_call_done(link: FollowerLink, call: asyncio.Future) -> None:
+    if call.cancelled():
+        return
+    error = call.exception()
+    if error is not None and not isinstance(error, ReplicaFencedError):
+        link.missed_cursors()
 
 
 def _unwatched_call_done(call: asyncio.Future) -> None:

@@ -438,3 +438,23 @@ async def test_a_member_back_from_away_is_sent_the_whole_snapshot(tmp_path):
     assert replication.members_up == 3
     buffer.close(snapshot=False)
     await ledger.close()
+
+
+async def test_a_cursor_write_a_member_missed_while_it_counted_as_up_reaches_it_later(tmp_path):
+    """No entry told the writer the member was away: the failed cursor write itself
+    does, so the member is sent every cursor once it answers, with no later change."""
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    ledger, replication, _ = await _writer(tmp_path, peers)
+    await ledger.append(header(0), b"m0")
+    await _wait(lambda: all(link.up for link in replication.links), "both members up")
+    peers.down.add("c")
+    ledger.open_cursor("missed", start_at_earliest=True)
+    await ledger.write_cursor("missed")  # b and the writer hold it: the quorum
+    key = f"{STORAGE}\x00missed"
+    assert peers.copies["c"].store.get(CURSORS_DB, key) is None
+    peers.down.clear()
+    await _wait(
+        lambda: peers.copies["c"].store.get(CURSORS_DB, key) is not None,
+        "the cursor c missed reaches it once it answers again",
+    )
+    await ledger.close()
