@@ -718,9 +718,11 @@ class TopicOwnership:
             if on_disk:
                 return True
             await self._started.wait()
-        if str(name) in self._unsure and not self.store.session_holds():
+        key = str(name)
+        if (key in self._unsure or key not in self._records) and not self.store.session_holds():
             # Fenced, it may have been taken meanwhile: never served here on the old
-            # belief, nor held up by a store this broker may not reach.
+            # belief, nor held up by a store this broker may not reach (a record not
+            # cached would be read, or placed, with the store's own timeout).
             owner = await self._serving_while_fenced(name)
             if owner is None:
                 return True
