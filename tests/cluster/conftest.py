@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import os
+import signal
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,7 +89,22 @@ def running_cluster(
     finally:
         for broker in brokers:
             if broker.process is not None and broker.process.poll() is None:
+                os.kill(broker.process.pid, signal.SIGCONT)  # a test may have paused it
                 broker.stop()
+
+
+@contextlib.contextmanager
+def own_etcd(root: Path) -> Iterator[EtcdServer]:
+    """An etcd of the module's own, for a module that pauses or stops it (the shared
+    one, cluster_etcd, must stay up for every other module)."""
+    etcd = EtcdServer(etcd_binary_or_skip(), root)
+    etcd.start()
+    try:
+        yield etcd
+    finally:
+        if etcd.process is not None:
+            os.kill(etcd.process.pid, signal.SIGCONT)
+        etcd.stop()
 
 
 _one_copy = itertools.count()

@@ -21,10 +21,9 @@ from stableline._proto import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_
 from stableline.metadata import open_metadata_store
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
-from tests.metadata.conftest import EtcdServer
 from tests.stableline.broker.kafka.conftest import RawKafka
 
-from .conftest import Cluster, cluster_brokers, etcd_binary_or_skip, new_cluster_name
+from .conftest import Cluster, own_etcd, running_cluster
 
 # Long enough that the steps made while the sessions hold (SUSPENDED) fit in the
 # time before LOST: at least 1/2 of it after etcd stops (5/6, less a keep-alive's 1/3).
@@ -34,22 +33,13 @@ TOPICS = [f"persistent://public/default/outage-{i}" for i in range(2)]
 
 @pytest.fixture(scope="module")
 def outage_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    etcd = EtcdServer(etcd_binary_or_skip(), tmp_path_factory.mktemp("outage-etcd"))
-    etcd.start()
-    name = new_cluster_name()
-    brokers = cluster_brokers(
-        etcd, name, tmp_path_factory.mktemp("outage-cluster"), 2, SESSION_TIMEOUT_S
-    )
-    for broker in brokers:
-        broker.kafka_port = 0
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(etcd, name, brokers)
-    finally:
-        for broker in brokers:
-            broker.stop()
-        etcd.stop()
+    with (
+        own_etcd(tmp_path_factory.mktemp("outage-etcd")) as etcd,
+        running_cluster(
+            etcd, tmp_path_factory.mktemp("outage-cluster"), 2, SESSION_TIMEOUT_S, kafka=True
+        ) as cluster,
+    ):
+        yield cluster
 
 
 def _fenced(broker: BrokerProcess) -> bool:

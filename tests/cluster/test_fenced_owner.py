@@ -21,9 +21,8 @@ import stableline
 from stableline._proto import broker_pb2, broker_pb2_grpc
 from stableline.testing import BrokerProcess
 from tests.conftest import wait_until
-from tests.metadata.conftest import SHORT_SESSION_TIMEOUT_S, EtcdServer
 
-from .conftest import Cluster, cluster_brokers, etcd_binary_or_skip, new_cluster_name
+from .conftest import Cluster, own_etcd, running_cluster
 
 _topics = itertools.count()
 # Far above a 2 s session's lapse and a takeover on a loaded machine.
@@ -34,24 +33,11 @@ REFUSED_WITHIN_S = 5.0
 
 @pytest.fixture(scope="module")
 def fenced_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    etcd = EtcdServer(etcd_binary_or_skip(), tmp_path_factory.mktemp("fenced-etcd"))
-    etcd.start()
-    name = new_cluster_name()
-    brokers = cluster_brokers(
-        etcd, name, tmp_path_factory.mktemp("fenced-cluster"), 3, SHORT_SESSION_TIMEOUT_S
-    )
-    try:
-        for broker in brokers:
-            broker.start()
-        yield Cluster(etcd, name, brokers)
-    finally:
-        for broker in brokers:
-            if broker.process is not None:
-                os.kill(broker.process.pid, signal.SIGCONT)
-            broker.stop()
-        if etcd.process is not None:
-            os.kill(etcd.process.pid, signal.SIGCONT)
-        etcd.stop()
+    with (
+        own_etcd(tmp_path_factory.mktemp("fenced-etcd")) as etcd,
+        running_cluster(etcd, tmp_path_factory.mktemp("fenced-cluster")) as cluster,
+    ):
+        yield cluster
 
 
 def _topic() -> str:
