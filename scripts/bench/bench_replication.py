@@ -13,8 +13,13 @@ topic, placed before its clock starts.
    of its runs. Beside it the CPU seconds each broker process spent per message
    (/proc), and their sum.
 2. latency: a rate-limited producer at half the replicated topic's median
-   publish rate from 1, on each namespace (the same rate on both): publish latency
-   p50/p99/p99.9, send to acknowledged.
+   publish rate from 1, on each namespace (the same rate on both), `--latency-rounds`
+   runs of each alternated: publish latency p50/p99/p99.9, send to acknowledged, the
+   median of the runs. Then the same runs on three more brokers whose data dirs are
+   on a memory-backed file system (/dev/shm, where there is one): fsync costs them
+   nothing, so the pair tells the replication path's own latency from the tail of
+   one disk taking three brokers' fsynced copies (three times the bytes a one-copy
+   topic writes; a cluster's brokers each have their own disk).
 3. failover: `--kills` times, a new replicated topic gets a message; a fresh client
    times a first send to it (the baseline: nothing failed); its owner (from its
    ownership record in etcd) is killed with SIGKILL; from the kill, fresh clients
@@ -30,7 +35,7 @@ topic, placed before its clock starts.
    killed broker is restarted before the next kill.
 
     python scripts/bench/bench_replication.py [--seconds 4] [--rounds 3]
-        [--latency-seconds 8] [--kills 20] [--shard-kills 20]
+        [--latency-seconds 8] [--latency-rounds 3] [--kills 20] [--shard-kills 20]
         [--only throughput,latency,failover,shard-failover] [--json PATH]
 
 Without an etcd on PATH nothing can be measured: the script says so and its JSON
@@ -43,6 +48,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -220,15 +226,53 @@ def bench_throughput(args, brokers, etcd_pid: int, namespaces: dict[str, str]) -
 # ---------------------------------------------------------------- 2. latency
 
 
-def bench_latency(args, brokers, etcd_pid: int, namespaces: dict[str, str], rate: float) -> dict:
+def bench_latency(
+    args, brokers, etcd_pid: int, namespaces: dict[str, str], rate: float, label: str = ""
+) -> dict:
+    """Each policy's publish latency at `rate`: the median of its runs' percentiles."""
+    runs: dict[str, list[dict]] = {name: [] for name in POLICIES}
+    for index, name in enumerate(in_turn(list(POLICIES), args.latency_rounds)):
+        topic = f"persistent://{namespaces[name]}/latency{label}-{index}"
+        tag = f"latency{label}-{POLICIES[name].text}-{index}"
+        run = perf_run(tag, brokers, etcd_pid, topic, args.latency_seconds, 0, rate=rate)
+        runs[name].append({**run["publish_latency"], "msgs_per_s": run["msgs_per_s"]})
+        progress(f"{tag}: {json.dumps(runs[name][-1])}")
     result: dict = {"rate": rate}
-    for name in POLICIES:
-        topic = f"persistent://{namespaces[name]}/latency"
-        label = f"latency-{POLICIES[name].text}"
-        run = perf_run(label, brokers, etcd_pid, topic, args.latency_seconds, 0, rate=rate)
-        result[name] = {**run["publish_latency"], "msgs_per_s": run["msgs_per_s"]}
-        progress(f"{label}: {json.dumps(result[name])}")
+    for name, rows in runs.items():
+        result[name] = {
+            key: round(median_of(rows, key), 3)
+            for key in ("p50_ms", "p99_ms", "p99.9_ms", "max_ms", "msgs_per_s")
+        }
+        result[name]["runs"] = rows
     return result
+
+
+def memory_backed_root() -> Path | None:
+    """A directory on a memory-backed file system, or None where there is none."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return None
+    return Path(tempfile.mkdtemp(prefix="bench-replication-", dir=shm))
+
+
+def bench_latency_in_memory(args, etcd_pid: int, etcd_url: str, rate: float) -> dict | None:
+    """bench_latency on three more brokers whose data dirs are in memory (None when
+    this machine has no memory-backed file system)."""
+    root = memory_backed_root()
+    if root is None:
+        progress("no /dev/shm: no latency run on memory-backed data dirs")
+        return None
+    try:
+        cluster = f"replication-memory-{os.getpid()}"
+        with brokers_running(root, BROKERS, etcd_url, cluster) as brokers:
+            namespaces = {
+                name: f"public/{name.replace('_', '-')}-memory-{os.getpid()}" for name in POLICIES
+            }
+            for name, policy in POLICIES.items():
+                set_persistence(brokers[0], namespaces[name], policy)
+            return bench_latency(args, brokers, etcd_pid, namespaces, rate, "-memory")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- 3. failover
@@ -429,6 +473,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="each throughput run")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each policy, alternated")
     parser.add_argument("--latency-seconds", type=float, default=8.0, help="each latency run")
+    parser.add_argument(
+        "--latency-rounds", type=int, default=3, help="latency runs of each policy, alternated"
+    )
     parser.add_argument("--kills", type=int, default=20, help="failovers timed")
     parser.add_argument(
         "--shard-kills", type=int, default=20, help="coordinator shard failovers timed"
@@ -488,6 +535,10 @@ def main() -> int:
                             args, brokers, etcd_url, cluster, namespaces[REPLICATED]
                         )
                     )
+            if "latency" in wanted:
+                result["latency_in_memory"] = bench_latency_in_memory(
+                    args, process.pid, etcd_url, result["latency"]["rate"]
+                )
         finally:
             process.terminate()
             process.wait()

@@ -28,9 +28,11 @@ def test_quick_run_measures_both_policies_and_every_kill_with_a_baseline_for_eac
     if _find_etcd() is None:
         pytest.skip("no etcd on PATH")
     out = tmp_path / "replication.json"
+    in_memory_before = set(Path("/dev/shm").glob("bench-replication-*"))
     run = run_script(
         "bench/bench_replication.py",
-        "--seconds", 0.5, "--rounds", 1, "--latency-seconds", 1.5, "--kills", KILLS,
+        "--seconds", 0.5, "--rounds", 1, "--latency-seconds", 1.5, "--latency-rounds", 1,
+        "--kills", KILLS,
         "--shard-kills", KILLS,
         "--dir", tmp_path, "--json", out,
         timeout=300,
@@ -47,8 +49,15 @@ def test_quick_run_measures_both_policies_and_every_kill_with_a_baseline_for_eac
             assert summary["broker_cpu_us_per_msg_total"] > 0
     latency = result["latency"]
     assert latency["rate"] == result["throughput"]["publish"]["replicated"]["msgs_per_s"] // 2
-    for policy in ("replicated", "one_copy"):
-        assert 0 < latency[policy]["p50_ms"] <= latency[policy]["p99_ms"], policy
+    in_memory = result["latency_in_memory"]
+    assert (in_memory is not None) == Path("/dev/shm").is_dir()
+    for measured in (latency, in_memory) if in_memory else (latency,):
+        assert measured["rate"] == latency["rate"]
+        for policy in ("replicated", "one_copy"):
+            assert 0 < measured[policy]["p50_ms"] <= measured[policy]["p99_ms"], policy
+            assert len(measured[policy]["runs"]) == 1
+    # The memory-backed brokers' data dirs are gone with them.
+    assert set(Path("/dev/shm").glob("bench-replication-*")) <= in_memory_before
     failover = result["failover"]
     assert failover["kills"] == KILLS and len(failover["samples_s"]) == KILLS
     assert sum(failover["kills_per_broker"].values()) == KILLS
@@ -72,7 +81,7 @@ def test_quick_run_measures_both_policies_and_every_kill_with_a_baseline_for_eac
     assert f"shard failover {KILLS}/{KILLS}: killed" in run.stderr
 
     rows = bench_all.replication_rows(result)
-    assert len(rows) == 9
+    assert len(rows) == 9 + 2 * (in_memory is not None)  # p50 and p99 in memory
     for row in rows:
         assert row.value is not None and row.value >= 0, row
         assert row.baseline_label and row.baseline is not None, row
