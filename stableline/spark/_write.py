@@ -29,7 +29,15 @@ from dataclasses import dataclass
 
 import grpc
 
-from stableline._errors import StableLineError, from_code, from_rpc_error
+from stableline._errors import (
+    BrokerUnavailable,
+    NotOwner,
+    StableLineError,
+    TopicUnavailable,
+    TransactionEnded,
+    from_code,
+    from_rpc_error,
+)
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._routing import key_partition
@@ -38,6 +46,12 @@ from stableline.spark._connection import Connection
 from stableline.spark._options import OptionError, parse_connection
 from stableline.topic_name import InvalidTopicNameError, TopicName
 from stableline.wire import encode_message, plain_prefix
+
+# A commit outlives its coordinator shard's failover (the leader's session lapsing,
+# then the take-over: seconds); past this the job fails, and is aborted.
+END_DEADLINE_S = 60.0
+END_RETRY_PAUSE_S = 0.1
+END_RETRY_PAUSE_MAX_S = 1.0
 
 DEFAULT_ROWS_PER_BATCH = 1000
 DEFAULT_TXN_TIMEOUT_MS = 600_000
@@ -116,14 +130,67 @@ class Transaction:
             connection, (response.txn_id.most_bits, response.txn_id.least_bits), response.state
         )
 
-    def end(self, commit: bool) -> str:
+    def end(self, commit: bool, deadline_s: float = END_DEADLINE_S) -> str:
+        """Commit or abort; its state. In a cluster the end follows the transaction's
+        coordinator shard: a broker that names the shard's leader is asked next, one
+        not reached is passed over for another of the service's brokers (which ends it
+        as the shard's new leader, or names it), until `deadline_s` has passed. An end
+        asked again after its first ask was lost is answered from the coordinator's
+        record of how it ended."""
         action = pb.TXN_ACTION_COMMIT if commit else pb.TXN_ACTION_ABORT
-        request = pb.EndTransactionRequest(
-            txn_id=pb.TxnId(most_bits=self.id[0], least_bits=self.id[1]), action=action
+        txn_id = pb.TxnId(most_bits=self.id[0], least_bits=self.id[1])
+        request = pb.EndTransactionRequest(txn_id=txn_id, action=action)
+        deadline = time.monotonic() + deadline_s
+        connection = self.connection
+        asked_before = False
+        pause_s = END_RETRY_PAUSE_S
+        while True:
+            try:
+                return _broker_call(connection, "EndTransaction", request).state
+            except TransactionEnded:
+                if asked_before:
+                    state = _recorded_state(connection, txn_id)
+                    if state == ("COMMITTED" if commit else "ABORTED"):
+                        return state
+                raise
+            except (NotOwner, BrokerUnavailable, TopicUnavailable) as error:
+                if time.monotonic() >= deadline:
+                    raise
+                asked_before = True
+                if isinstance(error, NotOwner) and error.leader_address:
+                    if error.leader_address != connection.target:
+                        connection = connection.to(error.leader_address)
+                        continue  # the answer is there: no pause
+                elif isinstance(error, BrokerUnavailable):
+                    connection = connection.to(_next_seed(connection))
+                # A retry's backoff while the shard finds its new leader.
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, END_RETRY_PAUSE_MAX_S)
+
+
+def _broker_call(connection: Connection, method: str, request):
+    with connection.channel() as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        return connection.call(getattr(stub, method), request)
+
+
+def _recorded_state(connection: Connection, txn_id: pb.TxnId) -> str | None:
+    """How the coordinator recorded the transaction ("COMMITTED", ...); None unread."""
+    try:
+        response = _broker_call(
+            connection, "GetTransaction", pb.GetTransactionRequest(txn_id=txn_id)
         )
-        with self.connection.channel() as channel:
-            stub = broker_pb2_grpc.BrokerStub(channel)
-            return self.connection.call(stub.EndTransaction, request).state
+    except StableLineError:
+        return None
+    return pb.TxnState.Name(response.state).removeprefix("TXN_STATE_")
+
+
+def _next_seed(connection: Connection) -> str:
+    """The service's broker after the one `connection` calls (itself when alone)."""
+    seeds = connection.seeds or (connection.target,)
+    if connection.target not in seeds:
+        return seeds[0]
+    return seeds[(seeds.index(connection.target) + 1) % len(seeds)]
 
 
 def _encode(row, columns: frozenset[str]) -> bytes:
