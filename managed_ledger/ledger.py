@@ -1004,6 +1004,15 @@ class ManagedLedger:
         if replicated is not None:
             await replicated
 
+    async def write_all_cursors(self) -> None:
+        """Write every cursor now and return once they are durable here and, when the
+        ledger is replicated, on its ack quorum: before the log's writer hands it to
+        another, so the next writer opens each subscription where it was."""
+        replicated = self._write_cursors(list(self.cursors))
+        await self.store.sync_async()
+        if replicated is not None:
+            await replicated
+
     # ------------------------------------------------------------ retention
 
     def trim(self) -> list[int]:

@@ -183,6 +183,7 @@ CODES: dict[str, type[StableLineError]] = {
     "BrokerFenced": NotReady,
     "NotEnoughReplicas": NotReady,
     "TopicFenced": NotReady,
+    "TopicNotMovable": OperationNotSupported,
     "SubscriptionClosed": NotReady,
     "InvalidArgument": InvalidArgument,
     "TooManyConsumers": LimitExceeded,

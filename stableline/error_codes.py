@@ -101,6 +101,9 @@ ROWS: tuple[ErrorCode, ...] = (
               "nothing was kept, and writes resume once enough are back: retry"),
     ErrorCode("TopicFenced", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
               "another broker took the topic (a newer epoch); look it up again and retry"),
+    ErrorCode("TopicNotMovable", _S.FAILED_PRECONDITION, 409, None,
+              "a topic cannot move to that broker: one copy only (on its owner's disk), or the "
+              "broker is not a live member of its ensemble; the message says which"),
     ErrorCode("NotReady", _S.UNAVAILABLE, 503, _K.NOT_LEADER_OR_FOLLOWER,
               "the topic is still recovering (past `topic_recovery_wait_s`), or its ledger is "
               "closing; retryable"),

@@ -75,3 +75,17 @@ class DeletePartitionedTopicRequest(_message.Message):
     topic: str
     force: bool
     def __init__(self, topic: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class TransferTopicRequest(_message.Message):
+    __slots__ = ("topic", "broker")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., broker: _Optional[str] = ...) -> None: ...
+
+class TransferTopicResponse(_message.Message):
+    __slots__ = ("broker",)
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    def __init__(self, broker: _Optional[str] = ...) -> None: ...

@@ -94,6 +94,11 @@ class AdminStub:
                 request_serializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
                 response_deserializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.TransferTopic = channel.unary_unary(
+                '/stableline.v1.Admin/TransferTopic',
+                request_serializer=stableline_dot_v1_dot_admin__pb2.TransferTopicRequest.SerializeToString,
+                response_deserializer=stableline_dot_v1_dot_admin__pb2.TransferTopicResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -173,6 +178,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferTopic(self, request, context):
+        """Topic moves (Pulsar's unload; a transfer to a named broker).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +247,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetPartitionedStats,
                     request_deserializer=stableline_dot_v1_dot_admin__pb2.TopicRequest.FromString,
                     response_serializer=stableline_dot_v1_dot_admin__pb2.StatsResponse.SerializeToString,
+            ),
+            'TransferTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferTopic,
+                    request_deserializer=stableline_dot_v1_dot_admin__pb2.TransferTopicRequest.FromString,
+                    response_serializer=stableline_dot_v1_dot_admin__pb2.TransferTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -561,6 +578,33 @@ class Admin:
             '/stableline.v1.Admin/GetPartitionedStats',
             stableline_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
             stableline_dot_v1_dot_admin__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stableline.v1.Admin/TransferTopic',
+            stableline_dot_v1_dot_admin__pb2.TransferTopicRequest.SerializeToString,
+            stableline_dot_v1_dot_admin__pb2.TransferTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

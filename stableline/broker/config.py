@@ -192,6 +192,11 @@ class BrokerConfig:
     # Pulsar; Kafka's broker.session.timeout.ms is 9 s]. 4 s serves a killed broker's
     # topics again within 5 s.
     metadata_session_timeout_s: float = 4.0
+    # At shutdown (SIGTERM) in a cluster, how long the broker spends handing the
+    # replicated topics it leads to other members of their ensembles before it leaves,
+    # so their clients see no failed call; those not handed over by then fail over as
+    # after a crash. 0: none are handed over.
+    shutdown_hand_over_timeout_s: float = 10.0
     # HOST or HOST:PORT clients reach this broker's gRPC at, and its id in the cluster;
     # "" is the --grpc host and bound port (this machine's name for a wildcard host)
     # [advertisedAddress].
@@ -369,6 +374,10 @@ KEY_DESCRIPTIONS: dict[str, str] = {
     "5 s); a broker cut off from etcd declares its session lost a sixth of it earlier, "
     "and takes no writes until etcd is back [metadataStoreSessionTimeoutMillis; "
     "Pulsar's is 30 s, Kafka's broker session 9 s].",
+    "shutdown_hand_over_timeout_s": "At shutdown (SIGTERM) in a cluster, how long the "
+    "broker spends handing the replicated topics it leads to other members of their "
+    "ensembles before it leaves, so their producers and consumers see no failed call; "
+    "topics not handed over by then fail over as after a crash. 0: none are handed over.",
     "advertised_address": "HOST or HOST:PORT clients reach this broker's gRPC at, and its "
     'id in the cluster; "": the `grpc_address` host and bound port (a wildcard host '
     "advertises the machine's name) [advertisedAddress].",
@@ -499,6 +508,7 @@ def load_config(
         ("default_ensemble_size", config.default_ensemble_size),
         ("default_write_quorum", config.default_write_quorum),
         ("default_ack_quorum", config.default_ack_quorum),
+        ("shutdown_hand_over_timeout_s", config.shutdown_hand_over_timeout_s),
     ):
         if value < 0:
             raise ValueError(

@@ -32,6 +32,7 @@ from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.cluster.replication import EnsembleReplication
 from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.cluster.shared_metadata.joining import join_cluster
+from stableline.broker.cluster.topic_moves import TopicMoves
 from stableline.broker.config import BrokerConfig
 from stableline.broker.security.permissions import EmbeddedPermissionStore, PermissionStore
 from stableline.broker.topics.namespace_policies import NamespacePolicies
@@ -44,6 +45,7 @@ from stableline.broker.topics.persistence import default_persistence
 from stableline.broker.topics.placement import StandalonePlacement, TopicPlacement
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.topics.topic import Topic
+from stableline.broker.topics.topic_state import TopicState
 from stableline.broker.txn.coordinator_shards import (
     DEFAULT_CLUSTER_SHARDS,
     ShardRecords,
@@ -71,6 +73,9 @@ class ClusterServices(Protocol):
     partition_counts: PartitionedMetadata
     # The cluster's ownership records, for the HTTP cluster routes; None standalone.
     ownership: TopicOwnership | None
+    # Unload and transfer of the topics served here, and the hand-over of those led
+    # here at shutdown (cluster/topic_moves.py); set by keep_replicas, None standalone.
+    moves: TopicMoves | None
 
     def partition_access(self, registry: TopicRegistry) -> PartitionAccess | None:
         """How a partitioned topic's partitions are reached (None: in this registry)."""
@@ -121,6 +126,7 @@ class Standalone:
         self.permissions: PermissionStore = EmbeddedPermissionStore(local)
         self.partition_counts: PartitionedMetadata = EmbeddedPartitionedMetadata(local)
         self.ownership: TopicOwnership | None = None
+        self.moves: TopicMoves | None = None
         self.peers: PeerClient | None = None
         self._shard_count = shard_count
 
@@ -175,6 +181,7 @@ class InCluster:
         self.permissions: PermissionStore = shared.permissions
         self.partition_counts: PartitionedMetadata = shared.partitioned
         self.peers = peers
+        self.moves: TopicMoves | None = None
         # Background work the cluster's callbacks start (letting go of a topic, taking
         # one, making a member's copies again), kept until it ends.
         self._letting_go: set[asyncio.Task] = set()
@@ -229,6 +236,12 @@ class InCluster:
         def succeed(name: TopicName) -> None:
             self._spawn(take(name), f"take:{name}")
 
+        def handed(name: TopicName) -> None:
+            # Another broker handed the topic here: taken now, not on its first use,
+            # so the clients following it find it served (unless it is loading).
+            if registry.state(name) is TopicState.UNLOADED:
+                succeed(name)
+
         async def remake(info: BrokerInfo) -> None:
             # A member back on a data dir its topics' records do not know for it: the
             # writers here make its copies again.
@@ -254,6 +267,8 @@ class InCluster:
         self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)
         self.ownership.on_taken = let_go
         self.ownership.on_successor = succeed
+        self.ownership.on_handed = handed
+        self.moves = TopicMoves(self.ownership, registry)
 
     async def join(
         self, broker_id: str, local: LocalStore, registry: TopicRegistry, coordinators: Coordinators

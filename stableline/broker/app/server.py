@@ -391,6 +391,7 @@ class Broker:
             self.connections,
             self.caps,
             self.security.grpc_interceptors(),
+            self.cluster.moves,
         )
         self.grpc_port = self._grpc.bind(config.grpc_address, self.security.add_grpc_port)
         if self.grpc_port == 0:
@@ -416,6 +417,8 @@ class Broker:
                 functools.partial(add_kafka_connection_routes, listener=lambda: self.kafka),
             ),
             secure=self.security.attach_http,
+            moves=self.cluster.moves,
+            forward_unload=None if self.cluster.peers is None else self.cluster.peers.unload_topic,
         )
         try:
             self.http_port = await self._http.start(self.security.http_ssl_context())
@@ -571,6 +574,7 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
         started = time.monotonic()
+        await self._hand_over_topics()
         if self._grpc is not None:
             await self._grpc.not_serving()
         if self.cluster is not None:
@@ -607,6 +611,25 @@ class Broker:
             self.store.close()
         if self.registry is not None:  # a start refused before recovery says nothing more
             log.info("broker stopped after %.1f s", time.monotonic() - started)
+
+    async def _hand_over_topics(self) -> None:
+        """In a cluster, before this broker leaves it: the replicated topics it leads go
+        to other members of their ensembles (cluster/topic_moves.py), so their clients
+        see no failed call; within shutdown_hand_over_timeout_s, after which the rest
+        fail over as after a crash."""
+        moves = None if self.cluster is None else self.cluster.moves
+        timeout_s = self.config.shutdown_hand_over_timeout_s
+        if moves is None or timeout_s <= 0 or self.membership is None:
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await moves.hand_over_all()
+        except TimeoutError:
+            log.warning(
+                "topics not all handed over within shutdown_hand_over_timeout_s (%g s): "
+                "the rest fail over",
+                timeout_s,
+            )
 
 
 def version() -> str:

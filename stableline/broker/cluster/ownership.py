@@ -23,8 +23,12 @@ Promises:
   counts only the topics they have opened, so it would miss topics placed and not
   used yet. A topic whose files are on this broker and that has no record (made
   before the broker joined the cluster) is placed here, with its data, this broker
-  leading its ensemble. A record never changes here (no move, no failover yet); it
-  is deleted with its topic (`forget`).
+  leading its ensemble. A replicated topic's record changes by compare-and-set
+  (`change_record`): a takeover (`take`), its ledgers, a hand-over to another member
+  (cluster/topic_moves.py); a record is deleted with its topic (`forget`).
+- The records watch tells this broker when a record it follows changes leader:
+  another broker took a topic (`on_taken`), or a record now names this broker the
+  leader of a topic another led (`on_handed`: a hand-over, which it takes at once).
 - `check(name)` answers from a cache kept current by watches on the ownership and
   broker prefixes, so a call for a topic this broker owns costs one dict look-up
   after its first use; it raises NotOwnerError when another live broker owns the
@@ -275,6 +279,9 @@ class TopicOwnership:
         self.on_taken: Callable[[TopicName], None] = lambda name: None
         # Called with a replicated topic this broker is to take, its leader gone.
         self.on_successor: Callable[[TopicName], None] = lambda name: None
+        # Called with a topic whose record now names this broker leader where another
+        # was (a hand-over to it, or its own takeover).
+        self.on_handed: Callable[[TopicName], None] = lambda name: None
         # Called with a broker that (re)joined, perhaps on another data dir.
         self.on_member_back: Callable[[BrokerInfo], None] = lambda info: None
         # Called with the id of a broker that left the cluster (its lease lapsed).
@@ -380,10 +387,14 @@ class TopicOwnership:
                     self._records.pop(topic, None)
                     if notification.type is NotificationType.MODIFIED:
                         # Its leader may have changed (a takeover): count it again.
+                        before = self._leader_of.get(topic)
                         self._uncounted(topic)
                         await self._count(topic)
-                        if self._leader_of.get(topic, self.broker_id) != self.broker_id:
+                        leader = self._leader_of.get(topic)
+                        if leader is not None and leader != self.broker_id:
                             self.on_taken(TopicName.parse(topic))
+                        elif leader is not None and before not in (None, self.broker_id):
+                            self.on_handed(TopicName.parse(topic))
                     elif notification.type is NotificationType.CREATED:
                         await self._count(topic)
                     elif notification.type is NotificationType.DELETED:
@@ -432,6 +443,11 @@ class TopicOwnership:
                 and self.serving_id(record) == self.broker_id
             ):
                 self.on_successor(name)
+
+    @property
+    def started(self) -> bool:
+        """Whether start() has run."""
+        return self._started.is_set()
 
     async def wait_started(self) -> None:
         """Return once start() has run (this broker's id and the live brokers are known)."""

@@ -277,6 +277,11 @@ class PeerClient(ReplicaPeers, Protocol):
         """Delete the topic at its owner (its files and its ownership record)."""
         ...
 
+    async def unload_topic(self, owner: BrokerInfo, topic: TopicName) -> str:
+        """Unload the topic at its owner (TopicMoves.transfer there): the broker
+        serving it now."""
+        ...
+
     async def close(self) -> None:
         """Close every connection to a peer (after the last call)."""
         ...

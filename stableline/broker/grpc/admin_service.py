@@ -6,6 +6,7 @@ import json
 
 from stableline._proto import admin_pb2 as pb
 from stableline._proto import admin_pb2_grpc
+from stableline.broker.cluster.topic_moves import TopicMoves, move_topic
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import abort
 from stableline.broker.topics import stats
@@ -21,10 +22,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         registry: TopicRegistry,
         coordinators: Coordinators,
         partitioned: PartitionedTopics,
+        moves: TopicMoves | None = None,
     ):
         self.registry = registry
         self.coordinators = coordinators
         self.partitioned = partitioned
+        self.moves = moves  # the cluster's; None standalone
 
     async def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         return pb.ListTopicsResponse(topics=self.registry.cluster_names(request.namespace or None))
@@ -113,3 +116,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         except Exception as error:
             await abort(context, error)
         return pb.StatsResponse(json=json.dumps(document))
+
+    async def TransferTopic(self, request, context) -> pb.TransferTopicResponse:
+        try:
+            name = TopicName.parse(request.topic)
+            serving = await move_topic(self.registry, self.moves, name, request.broker or None)
+        except Exception as error:
+            await abort(context, error)
+        return pb.TransferTopicResponse(broker=serving)

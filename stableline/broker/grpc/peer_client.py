@@ -42,6 +42,7 @@ from stableline.broker.cluster.peers import (
     PeerTransaction,
     PeerTransactionState,
 )
+from stableline.broker.cluster.topic_moves import HAND_OVER_STEP_TIMEOUT_S
 from stableline.broker.grpc import convert
 from stableline.broker.grpc.errors import (
     ERROR_METADATA_KEY,
@@ -423,6 +424,18 @@ class GrpcPeerClient:
 
     async def delete_topic(self, owner: BrokerInfo, topic: TopicName) -> None:
         await self._admin_call(owner, topic, "deletion", lambda s: s.DeleteTopic)
+
+    async def unload_topic(self, owner: BrokerInfo, topic: TopicName) -> str:
+        reply = await self._call(
+            owner.grpc_address,
+            lambda stub: stub.TransferTopic,
+            admin_pb2.TransferTopicRequest(topic=str(topic)),
+            admin_pb2_grpc.AdminStub,
+            lambda error: admin_refusal(owner, topic, "unload", error),
+            # A hand-over waits for the writes in flight and the cursors, then the record.
+            timeout_s=max(self.timeout_s, 2 * HAND_OVER_STEP_TIMEOUT_S + 5),
+        )
+        return reply.broker
 
     async def _admin_call(
         self, owner: BrokerInfo, topic: TopicName, what: str, method: Callable[[Any], Any]

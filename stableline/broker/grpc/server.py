@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2
 
 from managed_ledger import ReplicaLogs
 from stableline.broker.cluster.lookup import TopicLookup
+from stableline.broker.cluster.topic_moves import TopicMoves
 from stableline.broker.config import BrokerConfig
 from stableline.broker.connections.caps import ConnectionCaps
 from stableline.broker.grpc.admin_service import AdminService
@@ -63,6 +64,7 @@ class GrpcServer:
         connections: ConnectionTable,
         caps: ConnectionCaps,
         interceptors: Sequence[grpc.aio.ServerInterceptor],
+        moves: TopicMoves | None = None,
     ):
         self._connections = connections
         self._caps = caps
@@ -101,7 +103,7 @@ class GrpcServer:
         add_services(
             self.server,
             BrokerService(registry, config, coordinators, lookup),
-            AdminService(registry, coordinators, partitioned),
+            AdminService(registry, coordinators, partitioned, moves),
             self.peer_service,
             self._health,
         )

@@ -20,9 +20,11 @@ from aiohttp import web
 
 from stableline.broker.cluster.lookup import TopicLookup
 from stableline.broker.cluster.ownership import TopicOwnership
+from stableline.broker.cluster.topic_moves import TopicMoves
 from stableline.broker.config import BrokerConfig
 from stableline.broker.http import cluster as http_cluster
 from stableline.broker.http import lookup as http_lookup
+from stableline.broker.http import moves as http_moves
 from stableline.broker.http.app import make_app
 from stableline.broker.http.brokers import add_routes as add_brokers_routes
 from stableline.broker.http.connection_limit import BoundedTCPSite, HttpConnections
@@ -61,6 +63,8 @@ class HttpServer:
         connections: HttpConnections,
         more_routes: Sequence[AddRoutes],
         secure: AddRoutes,
+        moves: TopicMoves | None = None,
+        forward_unload: http_moves.ForwardUnload | None = None,
     ):
         self._config = config
         self._connections = connections
@@ -70,6 +74,7 @@ class HttpServer:
         http_cluster.add_routes(
             app, cluster_store, config.cluster_name, registry, lookup, ownership
         )
+        http_moves.add_routes(app, registry, moves, forward_unload)
         app.middlewares.append(connections.middleware())
         app.middlewares.append(state_change_middleware())
         add_connection_routes(app, connections)

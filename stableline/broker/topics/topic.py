@@ -9,6 +9,10 @@ Every write goes through the broker's write gate (topics/write_gate.py): publish
 (end_transaction), producers and consumers attaching, subscriptions created and
 deleted, the topic deleted; the broker's faces admit acks and seeks through it too.
 Closing the gate ends every producer and consumer stream (end_streams).
+
+A topic leaving this broker (cluster/topic_moves.py) stops taking writes
+(`stop_writes`: its gate becomes a HandOverGate) and waits until every write it
+admitted before is done and answered (`writes_done`), so no accepted send fails.
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from managed_ledger.position import EARLIEST
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.latency import PUBLISH_LATENCY
 from stableline.broker.topics.sent_positions import find_sent_positions
-from stableline.broker.topics.write_gate import BrokerFencedError, TopicWriteGate, WriteGate
+from stableline.broker.topics.write_gate import (
+    BrokerFencedError,
+    HandOverGate,
+    TopicWriteGate,
+    WriteGate,
+)
 from stableline.topic_name import TopicName
 from txnbuffer import (
     BufferState,
@@ -146,7 +155,11 @@ class Topic:
     ):
         self.name = name
         # The broker's (shared by its topics); a topic of its own is never closed.
-        self.write_gate = write_gate or WriteGate()
+        self.write_gate: WriteGate | TopicWriteGate | HandOverGate = write_gate or WriteGate()
+        # Appends and transaction ends admitted and not yet answered (writes_done).
+        self._writes_in_flight = 0
+        self._no_writes_in_flight = asyncio.Event()
+        self._no_writes_in_flight.set()
         self.dispatch_limits = dispatch_limits or DispatchLimits()
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
@@ -270,9 +283,38 @@ class Topic:
         closed before the batch was durable (written: a resend is a duplicate).
         """
         ticket = self.write_gate.admit(self.name)
-        answer = await self._publish(header, payload, new_producer)
-        self.write_gate.confirm(ticket, self.name)
+        self._write_began()
+        try:
+            answer = await self._publish(header, payload, new_producer)
+            self.write_gate.confirm(ticket, self.name)
+        finally:
+            self._write_ended()
         return answer
+
+    def _write_began(self) -> None:
+        self._writes_in_flight += 1
+        self._no_writes_in_flight.clear()
+
+    def _write_ended(self) -> None:
+        self._writes_in_flight -= 1
+        assert self._writes_in_flight >= 0
+        if self._writes_in_flight == 0:
+            self._no_writes_in_flight.set()
+
+    def stop_writes(self, because: str) -> None:
+        """Admit no new write (TopicMovingError saying `because`); those admitted
+        before go on and are answered (writes_done waits for them)."""
+        if not isinstance(self.write_gate, HandOverGate):
+            self.write_gate = HandOverGate(self.write_gate, because)
+
+    def resume_writes(self) -> None:
+        """Undo stop_writes (a hand-over that could not finish): writes resume here."""
+        if isinstance(self.write_gate, HandOverGate):
+            self.write_gate = self.write_gate.inner
+
+    async def writes_done(self) -> None:
+        """Until no append or transaction end admitted here is still under way."""
+        await self._no_writes_in_flight.wait()
 
     async def _publish(
         self, header: EntryHeader, payload: bytes, new_producer: bool
@@ -323,8 +365,12 @@ class Topic:
         """Write the transaction's marker here (TransactionBuffer.end); ending an
         ended transaction again is a no-op. BrokerFencedError as publish()."""
         ticket = self.write_gate.admit(self.name)
-        await self.buffer.end(txn_id, commit, low_watermark)
-        self.write_gate.confirm(ticket, self.name)
+        self._write_began()
+        try:
+            await self.buffer.end(txn_id, commit, low_watermark)
+            self.write_gate.confirm(ticket, self.name)
+        finally:
+            self._write_ended()
 
     async def end_transaction_when_writable(
         self, txn_id: TxnId, commit: bool, low_watermark: int
@@ -343,7 +389,9 @@ class Topic:
         """A replicated topic served here before the broker's write gate last closed:
         it writes no more (topics/write_gate.py TopicWriteGate); a new load takes it
         again."""
-        return isinstance(self.write_gate, TopicWriteGate) and self.write_gate.retired
+        return (
+            isinstance(self.write_gate, (TopicWriteGate, HandOverGate)) and self.write_gate.retired
+        )
 
     def end_streams(self, error: Exception) -> None:
         """End every producer and consumer stream of the topic with `error` (the

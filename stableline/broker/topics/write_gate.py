@@ -33,6 +33,12 @@ writes again, whatever the gate does next, even while its unload is still under 
 (the registry unloads it, and loads it again on its next use: taken at a new epoch,
 its ensemble fenced, before this broker serves it again). Its own waits for the gate
 (wait_open) end at once with the refusal instead of outliving the close.
+
+A topic being moved or unloaded (cluster/topic_moves.py) sees its gate through a
+`HandOverGate`: no new write is admitted (TopicMovingError, a BrokerFencedError, so
+a producer's stream ends unanswered and the client sends again to wherever a fresh
+lookup names), while every write admitted before is still confirmed as the gate it
+came through says: what was accepted is answered.
 """
 
 from __future__ import annotations
@@ -177,6 +183,13 @@ class WriteGate:
         return True
 
 
+class TopicMovingError(BrokerFencedError):
+    """The topic is being handed over to another broker (or unloaded here): look it
+    up again and retry; the broker a fresh lookup names serves it."""
+
+    code = "TopicFenced"
+
+
 class TopicWriteGate:
     """The broker's write gate as one replicated topic sees it: open only while the
     gate is open at the generation the topic's load began in (WriteGate.pinned). Once
@@ -237,3 +250,37 @@ class TopicWriteGate:
                 f"writes to {target} refused: {self._retired_because()}; retry"
             )
         return self._gate.refusal(target)
+
+
+class HandOverGate:
+    """A topic's gate while it is handed over (see the module docstring): admits
+    nothing new, confirms what `inner` admitted before, as `inner` would."""
+
+    def __init__(self, inner: WriteGate | TopicWriteGate, because: str):
+        self.inner = inner
+        self.because = because
+
+    @property
+    def retired(self) -> bool:
+        return isinstance(self.inner, TopicWriteGate) and self.inner.retired
+
+    @property
+    def is_open(self) -> bool:
+        return False
+
+    @property
+    def closed_because(self) -> str:
+        return self.because
+
+    def admit(self, target: object) -> int:
+        raise self.refusal(target)
+
+    def confirm(self, ticket: int, target: object) -> None:
+        self.inner.confirm(ticket, target)
+
+    async def wait_open(self) -> None:
+        """The broker's own writes to a topic leaving here are the next owner's to make."""
+        raise TopicMovingError(f"{self.because}; look it up again")
+
+    def refusal(self, target: object) -> TopicMovingError:
+        return TopicMovingError(f"writes to {target} refused: {self.because}; look it up again")
