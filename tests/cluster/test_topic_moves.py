@@ -1,0 +1,301 @@
+"""Moving topics over three real brokers on one real etcd (3/3/2, the etcd default):
+unload and transfer of a replicated topic under produce and consume load fail no send,
+duplicate, reorder or lose nothing, and the READ_COMMITTED stable position never goes
+back; a topic of one copy unloads in place and refuses a transfer; a broker stopped
+with SIGTERM hands its topics over first, so a producer sending to one sees no failure.
+The longest time without an acknowledged send around each move is printed (not
+asserted: the machine is shared)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import stableline
+from stableline.topic_name import TopicName
+from tests.conftest import wait_until
+
+from .conftest import Cluster, one_copy_namespace
+
+_topics = itertools.count()
+OPERATION_TIMEOUT_S = 20.0
+
+
+def _topic(namespace: str = "public/default") -> str:
+    return f"persistent://{namespace}/moving-{next(_topics)}"
+
+
+def _service_url(brokers) -> str:
+    return "stableline://" + ",".join(f"127.0.0.1:{b.grpc_port}" for b in brokers)
+
+
+def _client(brokers) -> stableline.Client:
+    return stableline.Client(_service_url(brokers), operation_timeout_seconds=OPERATION_TIMEOUT_S)
+
+
+def _admin(broker, method: str, path: str) -> tuple[int, bytes]:
+    """One admin call at `broker` (no redirect followed): (status, body)."""
+    request = urllib.request.Request(
+        broker.http_url + path, method=method, headers={"X-Stableline-Request": "test"}
+    )
+    opener = urllib.request.build_opener(_NoRedirects())
+    try:
+        with opener.open(request, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _path(topic: str) -> str:
+    name = TopicName.parse(topic)
+    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+class Load:
+    """A producer sending unique payloads one at a time (the time of each receipt kept)
+    and a READ_COMMITTED consumer acknowledging what it receives, in threads, with a
+    sampler of the topic's stable position as its owner reports it."""
+
+    def __init__(self, cluster: Cluster, topic: str):
+        self.cluster, self.topic = cluster, topic
+        self.acked: list[bytes] = []
+        self.ack_times: list[float] = []
+        self.send_failures: list[BaseException] = []
+        self.received: dict[tuple, bytes] = {}  # message id -> payload, first delivery
+        self.received_order: list[bytes] = []
+        self.stable_positions: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+            threading.Thread(target=self._sample, daemon=True),
+        ]
+        self._consumer_ready = threading.Event()
+
+    def __enter__(self) -> Load:
+        self._threads[1].start()
+        assert self._consumer_ready.wait(OPERATION_TIMEOUT_S), "consumer not subscribed"
+        self._threads[0].start()
+        self._threads[2].start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(OPERATION_TIMEOUT_S * 2)
+
+    def stop_producing(self) -> None:
+        self._stop.set()
+        self._threads[0].join(OPERATION_TIMEOUT_S * 2)
+
+    def _produce(self) -> None:
+        with _client(self.cluster.brokers) as client:
+            producer = client.create_producer(self.topic)
+            for n in itertools.count():
+                if self._stop.is_set():
+                    return
+                payload = b"m-%07d" % n
+                try:
+                    producer.send(payload)
+                except BaseException as error:  # the test fails on any
+                    self.send_failures.append(error)
+                    return
+                self.acked.append(payload)
+                self.ack_times.append(time.monotonic())
+
+    def _consume(self) -> None:
+        with _client(self.cluster.brokers) as client:
+            consumer = client.subscribe(
+                self.topic, "committed", initial_position=stableline.InitialPosition.Earliest
+            )
+            self._consumer_ready.set()
+            while True:
+                try:
+                    message = consumer.receive(timeout_millis=500)
+                except stableline.Timeout:
+                    if self._stop.is_set() and len(self.received) >= len(self.acked):
+                        return
+                    continue
+                key = tuple(message.message_id())
+                if key not in self.received:
+                    self.received[key] = message.data()
+                    self.received_order.append(message.data())
+                consumer.acknowledge(message)
+
+    def _sample(self) -> None:
+        name = TopicName.parse(self.topic)
+        path = (
+            f"/admin/v3/transactions/stablePosition/{name.tenant}/{name.namespace}/"
+            f"{name.local_name}"
+        )
+        brokers = itertools.cycle(self.cluster.brokers)
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(next(brokers).http_url + path, timeout=5) as answer:
+                    document = json.loads(answer.read())
+            except (OSError, ValueError):
+                continue  # a broker between owners, or stopped
+            if document["state"] == "READY":
+                ledger, entry = document["maxReadPosition"].split(":")
+                self.stable_positions.append((int(ledger), int(entry)))
+            self._stop.wait(0.05)
+
+    def gap_around(self, started: float, ended: float) -> float:
+        """The longest time without a receipt from the last one before `started` to
+        the first after `ended`."""
+        times = self.ack_times
+        before = [t for t in times if t < started]
+        after = [t for t in times if t > ended]
+        first = before[-1] if before else started
+        last = after[0] if after else ended
+        inside = [first, *(t for t in times if first < t < last), last]
+        return max(b - a for a, b in itertools.pairwise(inside))
+
+    def wait_progress(self, sends: int) -> None:
+        target = len(self.acked) + sends
+        wait_until(
+            lambda: len(self.acked) >= target or self.send_failures,
+            OPERATION_TIMEOUT_S,
+            f"{sends} more acknowledged sends",
+        )
+        assert not self.send_failures, self.send_failures
+
+    def check(self) -> None:
+        assert not self.send_failures, self.send_failures
+        wait_until(
+            lambda: len(self.received) >= len(self.acked),
+            OPERATION_TIMEOUT_S,
+            "every acknowledged message received",
+        )
+        # Unique payloads in send order: nothing lost, duplicated (no payload under two
+        # message ids) or reordered.
+        assert self.received_order[: len(self.acked)] == self.acked
+        assert len(self.received_order) == len(self.acked)
+        assert self.stable_positions, "no stable position sampled"
+        assert self.stable_positions == sorted(self.stable_positions), "stable position went back"
+
+
+def _other_members(cluster: Cluster, topic: str) -> list[str]:
+    leader = cluster.topic_leader(topic)
+    record = cluster.read_record(
+        f"/stableline/ownership/{cluster.name}/topics/{topic.removeprefix('persistent://')}"
+    )
+    assert record is not None and len(record["ensemble"]) == 3
+    return [m for m in record["ensemble"] if m != leader]
+
+
+def test_unload_and_transfers_under_load_fail_lose_duplicate_and_reorder_nothing(cluster):
+    topic = _topic()
+    with Load(cluster, topic) as load:
+        load.wait_progress(20)
+        gaps = []
+        for move in range(3):
+            leader = cluster.topic_leader(topic)
+            owner = cluster.by_id(leader)
+            started = time.monotonic()
+            if move == 0:
+                status, body = _admin(owner, "PUT", _path(topic) + "/unload")
+                assert status == 204, body
+            else:
+                target = _other_members(cluster, topic)[0]
+                status, body = _admin(owner, "POST", _path(topic) + f"/transfer?broker={target}")
+                assert status == 200, body
+                assert json.loads(body) == {"broker": target}
+            ended = time.monotonic()
+            assert cluster.topic_leader(topic) != leader
+            load.wait_progress(20)
+            gaps.append(load.gap_around(started, ended))
+        load.stop_producing()
+        load.check()
+    print(
+        "longest time without an acknowledged send per move (unload, transfer, transfer): "
+        + ", ".join(f"{gap * 1000:.0f} ms" for gap in gaps)
+        + f"; {len(load.acked)} sends"
+    )
+
+
+def test_a_call_at_another_broker_is_redirected_to_the_owner(cluster):
+    topic = _topic()
+    with _client(cluster.brokers) as client:
+        client.create_producer(topic).send(b"one")
+    leader = cluster.topic_leader(topic)
+    other = next(b for b in cluster.brokers if f"127.0.0.1:{b.grpc_port}" != leader)
+    status, _ = _admin(other, "PUT", _path(topic) + "/unload")
+    assert status == 307
+
+
+def test_a_namespace_unload_at_any_broker_moves_every_topic_of_it(cluster):
+    namespace = f"public/moves-{next(_topics)}"
+    topics = [_topic(namespace) for _ in range(3)]
+    with _client(cluster.brokers) as client:
+        for topic in topics:
+            client.create_producer(topic).send(b"before")
+    leaders = {topic: cluster.topic_leader(topic) for topic in topics}
+    status, body = _admin(cluster.brokers[0], "PUT", f"/admin/v2/namespaces/{namespace}/unload")
+    assert status == 200, body
+    document = json.loads(body)
+    assert document["failed"] == {}
+    assert set(document["unloaded"]) == set(topics)
+    for topic in topics:
+        assert cluster.topic_leader(topic) == document["unloaded"][topic] != leaders[topic]
+    with _client(cluster.brokers) as client:
+        for topic in topics:
+            client.create_producer(topic).send(b"after")
+            consumer = client.subscribe(
+                topic, "all", initial_position=stableline.InitialPosition.Earliest
+            )
+            assert [consumer.receive(10_000).data() for _ in range(2)] == [b"before", b"after"]
+
+
+def test_a_one_copy_topic_unloads_in_place_and_refuses_a_transfer(cluster):
+    topic = _topic(one_copy_namespace(cluster.brokers[0]))
+    with _client(cluster.brokers) as client:
+        producer = client.create_producer(topic)
+        producer.send(b"before")
+        leader = cluster.topic_leader(topic)
+        owner = cluster.by_id(leader)
+        other = next(b for b in cluster.brokers if b is not owner)
+        status, body = _admin(
+            owner, "POST", _path(topic) + f"/transfer?broker=127.0.0.1:{other.grpc_port}"
+        )
+        assert status == 409
+        assert "one copy" in json.loads(body)["reason"]
+        status, body = _admin(owner, "PUT", _path(topic) + "/unload")
+        assert status == 204, body
+        producer.send(b"after")  # the producer follows the unload by itself
+        assert cluster.topic_leader(topic) == leader
+        consumer = client.subscribe(
+            topic, "all", initial_position=stableline.InitialPosition.Earliest
+        )
+        assert [consumer.receive(10_000).data() for _ in range(2)] == [b"before", b"after"]
+
+
+def test_a_broker_stopped_with_sigterm_hands_its_topic_over_and_no_send_fails(cluster):
+    topic = _topic()
+    with Load(cluster, topic) as load:
+        load.wait_progress(20)
+        leader = cluster.topic_leader(topic)
+        stopping = cluster.by_id(leader)
+        started = time.monotonic()
+        assert stopping.stop() == 0
+        ended = time.monotonic()
+        try:
+            assert cluster.topic_leader(topic) != leader
+            load.wait_progress(20)
+            load.stop_producing()
+            load.check()
+        finally:
+            stopping.start()
+    print(
+        f"SIGTERM of the topic's leader took {ended - started:.2f} s; longest time without "
+        f"an acknowledged send {load.gap_around(started, ended) * 1000:.0f} ms"
+    )
