@@ -65,7 +65,8 @@ def _print_json(document) -> None:
 
 @click.group()
 def topics() -> None:
-    """Topics: create, delete, list, stats, internal-stats, lookup, and partitioned topics."""
+    """Topics: create, delete, list, stats, internal-stats, lookup, unload, transfer, and
+    partitioned topics."""
 
 
 @topics.command("create")
@@ -123,6 +124,35 @@ def topics_lookup(topic: str, admin_url: str) -> None:
     # One port serves plaintext or TLS: the other URL is null.
     click.echo(answer.get("brokerUrl") or answer.get("brokerUrlTls"))
     click.echo(answer.get("httpUrl") or answer.get("httpUrlTls"))
+
+
+@topics.command("unload")
+@click.argument("topic")
+@admin_url_option
+def topics_unload(topic: str, admin_url: str) -> None:
+    """Unload TOPIC (Pulsar's): a replicated topic is handed to the least loaded other
+    broker of its ensemble, a topic of one copy is closed and loaded again on its next
+    use. Its clients follow by themselves; no accepted send fails. Any broker answers."""
+    admin_request(admin_url, topic_path(topic) + "/unload", "PUT")
+    click.echo(f"unloaded {topic}")
+
+
+@topics.command("transfer")
+@click.argument("topic")
+@click.option(
+    "--to",
+    "broker",
+    required=True,
+    help="The broker id (HOST:PORT, as `admin brokers list` prints) to serve TOPIC: a "
+    "member of its ensemble.",
+)
+@admin_url_option
+def topics_transfer(topic: str, broker: str, admin_url: str) -> None:
+    """Move TOPIC to BROKER, another member of its ensemble, as unload does; refused for a
+    topic of one copy (its data is on its owner's disk only). Any broker answers."""
+    query = urllib.parse.urlencode({"broker": broker})
+    answer = admin_request(admin_url, f"{topic_path(topic)}/transfer?{query}", "POST")
+    click.echo(f"{topic} is served by {answer['broker']}")
 
 
 # ---------------------------------------------------------------- partitioned topics
@@ -348,7 +378,22 @@ def _namespace_path(namespace: str) -> str:
 @click.group()
 def namespaces() -> None:
     """Namespace policies: policies, set-, get-, remove-auto-topic-creation and
-    set-, get-, remove-persistence."""
+    set-, get-, remove-persistence; unload (every topic of a namespace)."""
+
+
+@namespaces.command("unload")
+@click.argument("namespace")
+@admin_url_option
+def namespaces_unload(namespace: str, admin_url: str) -> None:
+    """Unload every topic of NAMESPACE (tenant/namespace), as `topics unload` does each,
+    wherever it is served; prints where each went. Exit code 1 if any was not moved."""
+    answer = admin_request(admin_url, _namespace_path(namespace) + "/unload", "PUT")
+    for topic, broker in sorted(answer["unloaded"].items()):
+        click.echo(f"{topic}: {broker or 'unloaded'}")
+    for topic, reason in sorted(answer["failed"].items()):
+        click.echo(f"{topic}: not unloaded: {reason}", err=True)
+    if answer["failed"]:
+        raise click.exceptions.Exit(1)
 
 
 @namespaces.command("policies")

@@ -15,7 +15,10 @@ import time
 import urllib.error
 import urllib.request
 
+from click.testing import CliRunner
+
 import stableline
+from stableline.cli.main import main
 from stableline.topic_name import TopicName
 from tests.conftest import wait_until
 
@@ -144,7 +147,7 @@ class Load:
                     document = json.loads(answer.read())
             except (OSError, ValueError):
                 continue  # a broker between owners, or stopped
-            if document["state"] == "READY":
+            if document["state"] == "Ready":
                 ledger, entry = document["maxReadPosition"].split(":")
                 self.stable_positions.append((int(ledger), int(entry)))
             self._stop.wait(0.05)
@@ -299,3 +302,30 @@ def test_a_broker_stopped_with_sigterm_hands_its_topic_over_and_no_send_fails(cl
         f"SIGTERM of the topic's leader took {ended - started:.2f} s; longest time without "
         f"an acknowledged send {load.gap_around(started, ended) * 1000:.0f} ms"
     )
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_cli_transfers_and_unloads_through_any_broker(cluster):
+    namespace = f"public/cli-moves-{next(_topics)}"
+    topic = _topic(namespace)
+    with _client(cluster.brokers) as client:
+        client.create_producer(topic).send(b"one")
+    target = _other_members(cluster, topic)[0]
+    # Asked of a broker that does not serve the topic: the redirect is followed.
+    elsewhere = next(
+        b for b in cluster.brokers if f"127.0.0.1:{b.grpc_port}" != cluster.topic_leader(topic)
+    )
+    output = _cli(
+        "admin", "topics", "transfer", topic, "--to", target, "--admin-url", elsewhere.http_url
+    )
+    assert output.strip() == f"{topic} is served by {target}"
+    assert cluster.topic_leader(topic) == target
+    _cli("admin", "topics", "unload", topic, "--admin-url", elsewhere.http_url)
+    assert cluster.topic_leader(topic) != target
+    output = _cli("admin", "namespaces", "unload", namespace, "--admin-url", elsewhere.http_url)
+    assert output.startswith(f"{topic}: 127.0.0.1:")
