@@ -103,6 +103,7 @@ class Sizes:
     replication_latency_rounds: int = 3  # latency runs of each policy; the median
     failover_kills: int = 20
     shard_failover_kills: int = 20  # coordinator shard leaders killed
+    topic_moves: int = 50  # transfers timed by bench_moves
 
 
 # Each figure's smallest run: the wiring from its measurement to its rows is what the
@@ -147,6 +148,7 @@ QUICK = Sizes(
     replication_latency_rounds=1,
     failover_kills=1,
     shard_failover_kills=1,
+    topic_moves=2,
 )
 
 
@@ -1338,6 +1340,46 @@ def shard_failover_rows(result: dict) -> list[Row]:
     return rows
 
 
+def fig_moves(sizes: Sizes, ctx: dict) -> list[Row]:
+    """A replicated topic transferred between three brokers under a steady producer
+    (bench_moves); without an etcd on PATH, no row."""
+    result = run_script(
+        "bench_moves.py", ctx["out"] / "moves.json", "--moves", str(sizes.topic_moves)
+    )
+    if not result["etcd"]:
+        progress("moves: no etcd, so no topic move rows")
+        return []
+    return moves_rows(result)
+
+
+def moves_rows(result: dict) -> list[Row]:
+    """The rows of bench_moves' JSON: unavailability per move against the longest
+    time between receipts in as long a window with nothing moving."""
+    figure = (
+        f"Topic moves: a {result['policy']} topic transferred {result['moves']} times between "
+        f"3 brokers under a steady producer (bench_moves)"
+    )
+    unavailable, baseline = result["unavailability"], result["baseline_longest_gap"]
+    note = (
+        f"{result['sends']} sends, {result['failed_sends']} failed; read back in order: "
+        f"{result['read_back_in_order']}; the transfer call p50 "
+        f"{result['transfer_call']['p50_ms']} ms"
+    )
+    return [
+        Row(
+            figure,
+            f"longest time without an acknowledged send per move: {quantile}",
+            unavailable[f"{quantile}_ms"],
+            "ms",
+            f"the same window with nothing moving, {quantile}",
+            baseline[f"{quantile}_ms"],
+            goal=(Bound("value", "<", 1000),),
+            note=note,
+        )
+        for quantile in ("p50", "p99")
+    ]
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -1354,6 +1396,7 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "metadata": fig_metadata,
     "cluster": fig_cluster,
     "replication": fig_replication,
+    "moves": fig_moves,
 }
 
 

@@ -32,7 +32,7 @@ GROUPS = (
     "Kafka port",
     "Metadata store",
 )
-# bench_cluster's and bench_replication's rows, made only where an etcd can be started.
+# bench_cluster's, bench_replication's and bench_moves' rows, made only where an etcd can be started.
 CLUSTER_GROUPS = (
     "Cluster on one machine: e2e",
     "Cluster: 1-message transactions",
@@ -41,6 +41,7 @@ CLUSTER_GROUPS = (
     "Replication: publish latency",
     "Replication: kill -9 of a 3/3/2 topic's owner",
     "Replication: kill -9 of a coordinator shard's leader",
+    "Topic moves: a 3/3/2 topic",
 )
 
 
@@ -78,6 +79,7 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
         "metadata.json",
         "cluster.json",
         "replication.json",
+        "moves.json",
     ):
         assert (tmp_path / produced).exists(), produced
 
