@@ -310,7 +310,14 @@ class Topic:
     def resume_writes(self) -> None:
         """Undo stop_writes (a hand-over that could not finish): writes resume here."""
         if isinstance(self.write_gate, HandOverGate):
+            self.write_gate.end()
             self.write_gate = self.write_gate.inner
+
+    async def hand_over_done(self) -> None:
+        """Until a hand-over under way is over (the topic closed here, or it takes
+        writes again); at once when none is."""
+        if isinstance(self.write_gate, HandOverGate):
+            await self.write_gate.wait_over()
 
     async def writes_done(self) -> None:
         """Until no append or transaction end admitted here is still under way."""
@@ -501,6 +508,8 @@ class Topic:
         self.ledger.delete_cursor(subscription.name)
 
     async def close(self) -> None:
+        if isinstance(self.write_gate, HandOverGate):
+            self.write_gate.end()  # what waited for the hand-over asks again
         await self._stop_recovery()
         for subscription in list(self.subscriptions.values()):
             await subscription.close()

@@ -259,6 +259,15 @@ class HandOverGate:
     def __init__(self, inner: WriteGate | TopicWriteGate, because: str):
         self.inner = inner
         self.because = because
+        # Set once the hand-over is over: the topic closed here, or writes resumed.
+        self._over = asyncio.Event()
+
+    def end(self) -> None:
+        """The hand-over is over (the topic closed, or takes writes here again)."""
+        self._over.set()
+
+    async def wait_over(self) -> None:
+        await self._over.wait()
 
     @property
     def retired(self) -> bool:

@@ -14,7 +14,7 @@ from stableline.broker.errors import Refusal
 from stableline.broker.topics.latency import commit_timer
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topics.topic import Topic
-from stableline.broker.topics.write_gate import BrokerFencedError
+from stableline.broker.topics.write_gate import BrokerFencedError, TopicMovingError
 from stableline.broker.txn.coordinator_errors import CoordinatorUnavailableError
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks
@@ -71,6 +71,10 @@ class BrokerParticipant:
                     # deadline).
                     await loaded.end_transaction_when_writable(txn_id, commit, low_watermark)
                 return
+            except TopicMovingError:
+                # Handed to another broker: once it is, the next get names that
+                # broker (NotOwnerError), or serves it here again.
+                await loaded.hand_over_done()
             except BrokerFencedError:
                 if not loaded.retired:
                     raise

@@ -57,3 +57,20 @@ async def test_resume_writes_admits_again(topic):
     position, _ = await topic.publish(EntryHeader(num_messages=1), b"again")
     assert position is not None
     await topic.writes_done()
+
+
+async def test_a_wait_for_the_hand_over_ends_when_writes_resume(topic):
+    await asyncio.wait_for(topic.hand_over_done(), 1)  # none under way: at once
+    topic.stop_writes("topic moving")
+    waiting = asyncio.ensure_future(topic.hand_over_done())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    topic.resume_writes()
+    await asyncio.wait_for(waiting, 1)
+
+
+async def test_a_wait_for_the_hand_over_ends_when_the_topic_closes(topic):
+    topic.stop_writes("topic moving")
+    waiting = asyncio.ensure_future(topic.hand_over_done())
+    await topic.close()
+    await asyncio.wait_for(waiting, 1)
