@@ -329,3 +329,23 @@ def test_the_cli_transfers_and_unloads_through_any_broker(cluster):
     assert cluster.topic_leader(topic) != target
     output = _cli("admin", "namespaces", "unload", namespace, "--admin-url", elsewhere.http_url)
     assert output.startswith(f"{topic}: 127.0.0.1:")
+
+
+def test_a_transaction_open_across_a_move_commits_on_the_new_owner(cluster):
+    topic = _topic()
+    with _client(cluster.brokers) as client:
+        producer = client.create_producer(topic)
+        consumer = client.subscribe(
+            topic, "committed", initial_position=stableline.InitialPosition.Earliest
+        )
+        producer.send(b"plain")
+        txn = client.new_transaction(timeout_ms=60_000)
+        for n in range(3):
+            producer.send(b"in-txn-%d" % n, txn=txn)
+        leader = cluster.topic_leader(topic)
+        status, body = _admin(cluster.by_id(leader), "PUT", _path(topic) + "/unload")
+        assert status == 204, body
+        assert cluster.topic_leader(topic) != leader
+        txn.commit()
+        received = [consumer.receive(10_000).data() for _ in range(4)]
+        assert received == [b"plain", b"in-txn-0", b"in-txn-1", b"in-txn-2"]
