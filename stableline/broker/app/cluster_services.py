@@ -10,6 +10,9 @@ and shard; `InCluster` shares it through the cluster's metadata store and calls 
 other brokers. The broker (app/server.py) builds one as it starts and asks it;
 nothing else checks which of the two it runs.
 
+In a cluster `moves` (cluster/topic_moves.py) unloads and transfers the topics this
+broker serves; the broker's stop asks it first to hand over the topics it leads.
+
 Lifecycle: open (before anything is served) -> give the core its parts
 (`placement`, `shard_leaders`, `remote_acks`, `partition_access`) -> `join` (once
 this broker is registered and has its id) -> `close` (first at shutdown: out of the
