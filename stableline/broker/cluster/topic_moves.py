@@ -222,7 +222,10 @@ class TopicMoves:
                     f"or its cursors did not reach enough replicas in time ({error!r}); it "
                     f"is served here as before: retry"
                 ) from None
-        me, epoch = self.ownership.broker_id, record.epoch
+        # The epoch this broker writes at (a cached record could lag a new take).
+        replication = None if topic is None else topic.ledger.replication
+        epoch = record.epoch if replication is None else replication.epoch
+        me = self.ownership.broker_id
 
         def hand_over(current: OwnershipRecord) -> OwnershipRecord:
             if current.leader != me or current.epoch != epoch:
