@@ -12,7 +12,8 @@ per topic):
 
 A call for a topic another broker serves is redirected there (307, as for every topic
 call). A namespace's unload is answered by any broker: the topics it serves it moves
-itself, and asks each other owner for theirs (its peer calls). Standalone (the
+itself, and asks each other owner for theirs (its peer calls; one that does not answer
+is asked again for about 2 s, as a restarted broker's connection comes back). Standalone (the
 embedded store) there is no other broker: unload closes the topic here, and a
 transfer is refused (TopicNotMovable).
 """
@@ -38,6 +39,10 @@ ForwardUnload = Callable[[BrokerInfo, TopicName], Awaitable[str]]
 
 # Topics of one namespace moved at once by its unload.
 NAMESPACE_UNLOAD_CONCURRENCY = 8
+# A topic's broker that did not answer (its connection from here still reconnecting
+# after a restart) is asked again, after 0.25 s, then twice as long each time.
+FORWARD_TRIES = 4
+FORWARD_BACKOFF_S = 0.25
 
 
 async def _target(request: web.Request) -> str:
@@ -87,6 +92,19 @@ def add_routes(
         target = await _target(request)
         return web.json_response({"broker": await move_topic(registry, moves, name, target)})
 
+    async def forwarded(elsewhere: NotOwnerError, name: TopicName) -> str:
+        assert forward_unload is not None
+        delay = FORWARD_BACKOFF_S
+        for _ in range(FORWARD_TRIES - 1):
+            try:
+                return await forward_unload(elsewhere.owner, name)
+            except Exception as error:
+                if code_of(error) not in ("TopicUnavailable", "BrokerUnavailable"):
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        return await forward_unload(elsewhere.owner, name)
+
     async def unload_namespace(request: web.Request) -> web.Response:
         namespace = namespace_path(request)
         names = [TopicName.parse(n) for n in registry.cluster_names(namespace)]
@@ -102,7 +120,7 @@ def add_routes(
                     except NotOwnerError as elsewhere:
                         if forward_unload is None:
                             raise
-                        unloaded[str(name)] = await forward_unload(elsewhere.owner, name)
+                        unloaded[str(name)] = await forwarded(elsewhere, name)
                 except Exception as error:
                     failed[str(name)] = f"{code_of(error)}: {error}"
 
