@@ -384,3 +384,26 @@ def test_a_rolling_restart_of_every_broker_fails_no_send_and_loses_nothing(clust
         load.stop_producing()
         load.check()
     print(f"rolling restart of 3 brokers: {len(load.acked)} sends, none failed")
+
+
+def test_the_broker_a_topic_is_handed_to_takes_it_at_once_not_on_its_first_use(cluster):
+    topic = _topic()
+    with _client(cluster.brokers) as client:
+        client.create_producer(topic).send(b"one")
+    # No client is left to touch the topic: only the records watch can load it there.
+    target = _other_members(cluster, topic)[0]
+    owner = cluster.by_id(cluster.topic_leader(topic))
+    status, body = _admin(owner, "POST", _path(topic) + f"/transfer?broker={target}")
+    assert status == 200, body
+
+    def loaded_at_target() -> bool:
+        status, body = _admin(
+            cluster.by_id(target), "GET", "/admin/v3/transactions/stablePositions"
+        )
+        return status == 200 and topic in {d["topic"] for d in json.loads(body)}
+
+    wait_until(loaded_at_target, OPERATION_TIMEOUT_S, f"{topic} loaded on {target}")
+    record = cluster.read_record(
+        f"/stableline/ownership/{cluster.name}/topics/{topic.removeprefix('persistent://')}"
+    )
+    assert record is not None and record["leader"] == target
