@@ -298,7 +298,11 @@ def test_a_broker_stopped_with_sigterm_hands_its_topic_over_and_no_send_fails(cl
         assert stopping.stop() == 0
         ended = time.monotonic()
         try:
-            assert cluster.topic_leader(topic) != leader
+            new_leader = cluster.topic_leader(topic)
+            assert new_leader != leader
+            # Handed over by the stopping broker itself (without that, another member
+            # takes it once the stopped broker's registration is gone).
+            assert f"topic {topic}: handed over to broker {new_leader}" in stopping.log()
             load.wait_progress(20)
             load.stop_producing()
             load.check()
