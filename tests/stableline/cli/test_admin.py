@@ -226,3 +226,21 @@ def test_a_namespace_persistence_policy_is_set_read_and_removed(broker, client):
 def test_set_persistence_needs_all_three_numbers(broker):
     missing = _admin(broker, "namespaces", "set-persistence", "cli/ns", "--ensemble", "1")
     assert missing.returncode == 2 and "--write-quorum" in missing.stderr
+
+
+def test_a_standalone_topic_unloads_in_place_and_refuses_a_transfer(broker, client):
+    producer = client.create_producer("unloaded")
+    producer.send(b"before")
+    assert _ok(_admin(broker, "topics", "unload", "unloaded")).strip() == "unloaded unloaded"
+    producer.send(b"after")  # the producer follows the unload by itself
+    refused = _admin(broker, "topics", "transfer", "unloaded", "--to", "127.0.0.1:1")
+    assert refused.returncode == 1 and "409" in refused.stderr and "standalone" in refused.stderr
+    unloaded = _ok(_admin(broker, "namespaces", "unload", "public/default"))
+    assert "persistent://public/default/unloaded: unloaded" in unloaded.splitlines()
+    producer.send(b"again")
+    consumer = client.subscribe(
+        "unloaded", "all", initial_position=stableline.InitialPosition.Earliest
+    )
+    assert [consumer.receive(10_000).data() for _ in range(3)] == [b"before", b"after", b"again"]
+    missing = _admin(broker, "topics", "unload", "never-made")
+    assert missing.returncode == 1 and "404" in missing.stderr
