@@ -407,6 +407,9 @@ def test_the_broker_a_topic_is_handed_to_takes_it_at_once_not_on_its_first_use(c
         return status == 200 and topic in {d["topic"] for d in json.loads(body)}
 
     wait_until(loaded_at_target, OPERATION_TIMEOUT_S, f"{topic} loaded on {target}")
+    _, metrics = _admin(owner, "GET", "/metrics")
+    assert 'stableline_topic_moves_total{result="handed_over"}' in metrics.decode()
+    assert "stableline_topic_hand_over_seconds_count" in metrics.decode()
     record = cluster.read_record(
         f"/stableline/ownership/{cluster.name}/topics/{topic.removeprefix('persistent://')}"
     )

@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from prometheus_client import Counter, Histogram
+
 from stableline.broker.cluster.ownership import (
     NotOwnerError,
     OwnershipRecord,
@@ -49,6 +51,7 @@ from stableline.broker.cluster.ownership import (
     TopicOwnership,
 )
 from stableline.broker.errors import BrokerError
+from stableline.broker.topics.latency import LATENCY_BUCKETS_S
 from stableline.broker.topics.registry import TopicNotFoundError, TopicRegistry
 from stableline.broker.topics.topic import Topic
 from stableline.broker.topics.topic_state import TopicState
@@ -63,6 +66,22 @@ log = logging.getLogger(__name__)
 HAND_OVER_STEP_TIMEOUT_S = 6.0
 # Topics handed over at once by a stopping broker.
 HAND_OVER_CONCURRENCY = 16
+
+# Process-wide, as the latency histograms are (topics/latency.py); /metrics shows them.
+TOPIC_MOVES = Counter(
+    "stableline_topic_moves",
+    "Topics this broker moved: handed_over to another broker, unloaded here (one copy, "
+    "or no other member), failed (the topic stayed, or was taken meanwhile)",
+    ["result"],
+    registry=None,
+)
+HAND_OVER_SECONDS = Histogram(
+    "stableline_topic_hand_over_seconds",
+    "Per topic handed over: from its writes stopped here to its record naming the next "
+    "broker and its close here",
+    buckets=LATENCY_BUCKETS_S,
+    registry=None,
+)
 
 
 class TopicNotMovableError(BrokerError):
@@ -153,6 +172,7 @@ async def unload_here(registry: TopicRegistry, name: TopicName) -> None:
         log.warning("topic %s: unloaded with writes still in flight", name)
     topic.end_streams(TopicMovingError(f"{because}: look it up again"))
     await registry.unload(name)
+    TOPIC_MOVES.labels("unloaded").inc()
     log.info("topic %s: unloaded", name)
 
 
@@ -199,7 +219,12 @@ class TopicMoves:
             if plan.reload:
                 await self._reload(name)
             return me
-        await self._hand_over(name, record, plan.target)
+        try:
+            await self._hand_over(name, record, plan.target)
+        except Exception:
+            TOPIC_MOVES.labels("failed").inc()
+            raise
+        TOPIC_MOVES.labels("handed_over").inc()
         return plan.target
 
     async def _reload(self, name: TopicName) -> None:
@@ -250,12 +275,9 @@ class TopicMoves:
         if topic is not None:
             topic.end_streams(TopicMovingError(f"topic {name} moved to broker {target}"))
             await self.registry.unload(name)
-        log.info(
-            "topic %s: handed over to broker %s in %.0f ms",
-            name,
-            target,
-            (time.monotonic() - started) * 1000,
-        )
+        took = time.monotonic() - started
+        HAND_OVER_SECONDS.observe(took)
+        log.info("topic %s: handed over to broker %s in %.0f ms", name, target, took * 1000)
 
     async def hand_over_all(self) -> int:
         """Hand every replicated topic led here to another live member of its ensemble

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from stableline.broker.cluster.topic_moves import HAND_OVER_SECONDS, TOPIC_MOVES
 from stableline.broker.topics.latency import COMMIT_LATENCY, PUBLISH_LATENCY
 from stableline.broker.topics.registry import TopicRegistry
 from stableline.broker.topics.write_gate import WriteGate
@@ -200,6 +201,8 @@ def make_registry(topics: TopicRegistry, coordinators: Coordinators) -> Collecto
     registry.register(_WriteGateCollector(topics.write_gate))
     registry.register(PUBLISH_LATENCY)
     registry.register(COMMIT_LATENCY)
+    registry.register(TOPIC_MOVES)
+    registry.register(HAND_OVER_SECONDS)
     ProcessCollector(registry=registry)
     return registry
 
