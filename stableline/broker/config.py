@@ -220,6 +220,25 @@ class BrokerConfig:
     # [brokerClientAuthenticationParameters, brokerClientTrustCertsFilePath].
     broker_client_token_file: str = ""
     broker_client_trust_certs_file: str = ""
+    # Load reports and the balancer (cluster/balancer.py), in a cluster only. Each
+    # broker writes its load (rates over the interval, CPU, memory, topics) to its
+    # registration this often; placement weighs the reports. The balancer runs on
+    # one broker at a time and, once a broker's load score has stayed more than
+    # load_balancer_threshold above the cluster's mean (and at least
+    # load_balancer_min_excess units/s above it) for
+    # load_balancer_consecutive_reports reports, moves its busiest topics to the
+    # least-loaded members of their ensembles: at most
+    # load_balancer_max_moves_per_minute, never a topic moved in the last
+    # load_balancer_move_cooldown_s [Pulsar's loadBalancerEnabled,
+    # loadBalancerReportUpdateMinIntervalMillis, ThresholdShedder's
+    # loadBalancerBrokerThresholdShedderPercentage].
+    load_report_interval_s: float = 5.0
+    load_balancer_enabled: bool = True
+    load_balancer_threshold: float = 0.25
+    load_balancer_min_excess: float = 100.0
+    load_balancer_consecutive_reports: int = 3
+    load_balancer_max_moves_per_minute: int = 6
+    load_balancer_move_cooldown_s: float = 300.0
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property
@@ -399,6 +418,24 @@ KEY_DESCRIPTIONS: dict[str, str] = {
     "role) [brokerClientAuthenticationParameters].",
     "broker_client_trust_certs_file": "The CA of the other brokers' certificates (default: "
     "`tls_trust_certs_file`, or `--secure`'s ca.pem) [brokerClientTrustCertsFilePath].",
+    "load_report_interval_s": "In a cluster, how often each broker writes its load "
+    "(msgs/s and bytes/s in and out over the interval, CPU, RSS, topics) to its "
+    "registration; `admin brokers load` shows the reports and placement weighs them "
+    "[loadBalancerReportUpdateMinIntervalMillis].",
+    "load_balancer_enabled": "In a cluster, run the balancer (on one broker at a time): it "
+    "moves the busiest topics off a broker whose load stays well above the cluster's mean "
+    "[loadBalancerEnabled].",
+    "load_balancer_threshold": "A broker is overloaded when its load score is more than "
+    "this fraction above the cluster's mean (0.25: 25 %) "
+    "[loadBalancerBrokerThresholdShedderPercentage].",
+    "load_balancer_min_excess": "An overloaded broker is also at least this many load units "
+    "per second above the mean (a message or a KiB in or out is one unit), so a nearly idle "
+    "cluster is left alone.",
+    "load_balancer_consecutive_reports": "Reports in a row a broker must be overloaded in "
+    "before the balancer moves topics off it (and again after each round of moves).",
+    "load_balancer_max_moves_per_minute": "Topic moves the balancer starts in any minute.",
+    "load_balancer_move_cooldown_s": "A topic the balancer moved is not moved again for "
+    "this long (no ping-pong).",
 }
 
 # The ledger's keys (managed_ledger/config.py), set at the top level or under [ledger].
@@ -509,6 +546,9 @@ def load_config(
         ("default_write_quorum", config.default_write_quorum),
         ("default_ack_quorum", config.default_ack_quorum),
         ("shutdown_hand_over_timeout_s", config.shutdown_hand_over_timeout_s),
+        ("load_balancer_threshold", config.load_balancer_threshold),
+        ("load_balancer_min_excess", config.load_balancer_min_excess),
+        ("load_balancer_move_cooldown_s", config.load_balancer_move_cooldown_s),
     ):
         if value < 0:
             raise ValueError(
@@ -590,4 +630,7 @@ LIMIT_KEYS = (
     "kafka_max_partitions_per_request",
     "kafka_group_min_session_timeout_ms",
     "kafka_group_max_session_timeout_ms",
+    "load_report_interval_s",
+    "load_balancer_consecutive_reports",
+    "load_balancer_max_moves_per_minute",
 )

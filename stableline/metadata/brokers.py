@@ -57,7 +57,8 @@ class BrokerInfo:
     pid: int
     # Unique per broker run: tells this run's key from one a previous run left.
     instance: str
-    # What placement will weigh; for now topics loaded and client connections.
+    # Its last load report (observability/load_report.py): rates over the report
+    # interval, CPU, memory, topics; placement and the balancer weigh `loadScore`.
     load: dict[str, float] = field(default_factory=dict)
     # Its other protocol: the advertised Kafka address ("" when its Kafka port is
     # off) and its Kafka node id (kafka_nodes.py; -1 when off).
@@ -66,6 +67,9 @@ class BrokerInfo:
     # Its data dir's identity (made on its first start there): a broker back with
     # another data dir holds none of the copies it held before.
     data_dir_id: str = ""
+    # Its busiest topics in that report (full name -> load score): what the
+    # balancer may move off it.
+    topic_loads: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # InvalidBrokerAddress: a registration is followed (redirects, peers) and
@@ -165,11 +169,13 @@ class BrokerRegistration:
             self._version = stat.version
             return
 
-    async def update_load(self, load: dict[str, float]) -> None:
-        """Publish a new load figure (compare-and-set on this run's key)."""
+    async def update_load(
+        self, load: dict[str, float], topic_loads: dict[str, float] | None = None
+    ) -> None:
+        """Publish a new load report (compare-and-set on this run's key)."""
         if self._version is None:
             return
-        info = BrokerInfo(**{**asdict(self.info), "load": load})
+        info = BrokerInfo(**{**asdict(self.info), "load": load, "topic_loads": topic_loads or {}})
         try:
             stat = await self.store.put(self.path, info.to_json(), self._version, ephemeral=True)
         except (BadVersion, MetadataStoreUnavailable) as error:

@@ -47,6 +47,7 @@ from stableline.broker.http.connection_limit import HttpConnections
 from stableline.broker.http.server import HttpServer, split_address
 from stableline.broker.kafka.server.listener import KafkaListener
 from stableline.broker.kafka.server.listener import add_routes as add_kafka_connection_routes
+from stableline.broker.observability.load_report import LoadSampler
 from stableline.broker.security.file_modes import (
     restrict_data_dir,
     restrict_top_of_data_dir,
@@ -236,6 +237,8 @@ class Broker:
         # The configured caps until start() fits them to the open-files limit.
         self.caps = connection_caps(config, resource.RLIM_INFINITY, 0)
         self.connections = ConnectionTable(config.max_connections)
+        # Made at the first report (the registry exists by then).
+        self._load_sampler: LoadSampler | None = None
         self.http_connections = HttpConnections(
             self.caps.http, config.http_request_header_timeout_s
         )
@@ -557,13 +560,21 @@ class Broker:
         except OSError as error:
             log.error("data dir %s: cannot tighten file modes: %s", self.config.data_dir, error)
 
-    def _load(self) -> dict[str, float]:
-        """The load figure this broker registers and reports (placement will weigh it)."""
-        return {
-            "topics": self.registry.count(),
-            "loadedTopics": len(self.registry.loaded()),
-            "connections": len(self.connections),
-        }
+    def _load(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The load report this broker registers and then reports every interval
+        (observability/load_report.py): its figures and its busiest topics."""
+        if self._load_sampler is None:
+            self._load_sampler = LoadSampler(
+                self.registry, self._topics_led, lambda: len(self.connections)
+            )
+        report = self._load_sampler.sample()
+        return report.load, report.topic_loads
+
+    def _topics_led(self) -> int:
+        ownership = None if self.cluster is None else self.cluster.ownership
+        if ownership is None:
+            return self.registry.count()  # standalone: every topic is this broker's
+        return ownership.led_by(ownership.broker_id)
 
     async def _sync_metadata(self) -> None:
         # Cursor positions are written without fsync; make them durable periodically.

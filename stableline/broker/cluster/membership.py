@@ -3,7 +3,8 @@ and the write gate that follows them.
 
 Opened before the broker recovers anything (an unreachable etcd stops the start at
 once, naming the URL); the broker registers once its ports are bound, reports its
-load every LOAD_REPORT_INTERVAL_S, and unregisters first thing when it stops. With
+load every `load_report_interval_s` (its first report with its registration), and
+unregisters first thing when it stops. With
 no `metadata_store_url` the store is the embedded one in the data dir and the
 cluster is this one broker.
 
@@ -42,7 +43,9 @@ from stableline.metadata import (
 
 log = logging.getLogger(__name__)
 
-LOAD_REPORT_INTERVAL_S = 15.0
+# A load report: broker-wide figures, and its busiest topics' load scores
+# (observability/load_report.py makes them).
+LoadFigures = tuple[dict[str, float], dict[str, float]]
 
 
 def with_advertised_address(addresses: BrokerAddresses, advertised_address: str) -> BrokerAddresses:
@@ -105,13 +108,14 @@ class Membership:
         self,
         addresses: BrokerAddresses,
         version: str,
-        load: Callable[[], dict[str, float]],
+        load: Callable[[], LoadFigures],
         kafka_node_id: int = -1,
         data_dir_id: str = "",
     ) -> BrokerInfo:
         """Register this broker under its advertised gRPC address (BrokerAlreadyRegistered
         if a live broker holds it), with its Kafka address and node id when its Kafka
         port is open, and start reporting its load."""
+        figures, topic_loads = load()
         info = BrokerInfo(
             broker_id=addresses.grpc_address,
             grpc_address=addresses.grpc_address,
@@ -121,10 +125,11 @@ class Membership:
             hostname=socket.gethostname(),
             pid=os.getpid(),
             instance=uuid.uuid4().hex,
-            load=load(),
+            load=figures,
             kafka_address=addresses.kafka_address,
             kafka_node_id=kafka_node_id if addresses.kafka_address else -1,
             data_dir_id=data_dir_id,
+            topic_loads=topic_loads,
         )
         self.registration = BrokerRegistration(self.store, self.config.cluster_name, info)
         self.registration.on_registered.append(self._open_writes)
@@ -152,10 +157,11 @@ class Membership:
                 f"answering, so its lease may lapse and another broker act on its topics)"
             )
 
-    async def _report_load(self, load: Callable[[], dict[str, float]]) -> None:
+    async def _report_load(self, load: Callable[[], LoadFigures]) -> None:
         while True:
-            await asyncio.sleep(LOAD_REPORT_INTERVAL_S)
-            await self.registration.update_load(load())
+            await asyncio.sleep(self.config.load_report_interval_s)
+            figures, topic_loads = load()
+            await self.registration.update_load(figures, topic_loads)
 
     async def close(self) -> None:
         """Stop writes (in a cluster), unregister, then close the store (its

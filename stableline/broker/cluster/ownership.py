@@ -14,18 +14,18 @@ liveness is read from the brokers' registrations.
 Promises:
 - A record is created once, by compare-and-set (`expected_version=-1`): of brokers
   placing one topic at once exactly one record wins and every broker then obeys it.
-  Placement picks the least-loaded live broker: the one leading the fewest topics
-  (counted from the records, which every broker reads at start and follows by the
-  watch), then the lowest id; its ensemble is that leader and the next least-loaded
-  live brokers, E of them by the namespace's persistence policy (else the broker's
-  default; a creation may name another, Kafka's replication factor), and fewer than
-  E live brokers is NotEnoughBrokersError (ensemble.py). Brokers' reported load
-  counts only the topics they have opened, so it would miss topics placed and not
-  used yet. A topic whose files are on this broker and that has no record (made
-  before the broker joined the cluster) is placed here, with its data, this broker
-  leading its ensemble. A replicated topic's record changes by compare-and-set
-  (`change_record`): a takeover (`take`), its ledgers, a hand-over to another member
-  (cluster/topic_moves.py); a record is deleted with its topic (`forget`).
+  Placement picks the least-loaded live broker by the topics each leads (counted
+  from the records, which every broker reads at start and follows by the watch)
+  and the load score each last reported (ensemble.py's placement_order); its
+  ensemble is that leader and the next least-loaded live brokers, E of them by the
+  namespace's persistence policy (else the broker's default; a creation may name
+  another, Kafka's replication factor), and fewer than E live brokers is
+  NotEnoughBrokersError (ensemble.py). A topic whose files are on this broker and
+  that has no record (made before the broker joined the cluster) is placed here,
+  with its data, this broker leading its ensemble. A replicated topic's record
+  changes by compare-and-set (`change_record`): a takeover (`take`), its ledgers, a
+  hand-over to another member (cluster/topic_moves.py); a record is deleted with
+  its topic (`forget`).
 - The records watch tells this broker when a record it follows changes leader:
   another broker took a topic (`on_taken`), or a record now names this broker the
   leader of a topic another led (`on_handed`: a hand-over, which it takes at once).
@@ -535,7 +535,11 @@ class TopicOwnership:
         `what` and `namespace` when fewer brokers are live than it asks for."""
         # Before any registration is read (a cluster's first broker) it is alone.
         live = self._live.keys() or {self.broker_id}
-        ensemble = choose_ensemble(live, self._led, policy.ensemble_size, leader)
+        traffic = {
+            broker_id: float(info.load.get("loadScore", 0.0))
+            for broker_id, info in self._live.items()
+        }
+        ensemble = choose_ensemble(live, self._led, policy.ensemble_size, leader, traffic)
         if ensemble is None:
             raise NotEnoughBrokersError(what, namespace, len(live), policy)
         return ensemble

@@ -51,3 +51,36 @@ def test_a_record_keeps_its_quorums_and_an_old_record_reads_as_one_copy():
 def test_a_record_breaking_the_ensemble_rules_is_never_made(fields):
     with pytest.raises(AssertionError):
         OwnershipRecord(*fields)
+
+
+def test_reported_traffic_steers_placement_away_from_a_busy_broker_with_few_topics():
+    live = ["h:1", "h:2", "h:3"]
+    led = {"h:1": 1, "h:2": 4, "h:3": 4}
+    # h:1 leads the fewest, but carries all the traffic: it is the busiest.
+    traffic = {"h:1": 900.0, "h:2": 0.0, "h:3": 0.0}
+    assert choose_ensemble(live, led, 1, traffic=traffic) == ("h:2",)
+    assert choose_ensemble(live, led, 3, traffic=traffic) == ("h:2", "h:3", "h:1")
+
+
+def test_a_broker_that_just_joined_takes_new_placements_until_it_leads_its_share():
+    live = ["h:1", "h:2", "h:3", "h:4"]
+    led = {"h:1": 6, "h:2": 6, "h:3": 6}
+    traffic = {"h:1": 300.0, "h:2": 300.0, "h:3": 300.0}
+    placed = []
+    for _ in range(4):
+        leader = choose_ensemble(live, led, 1, traffic=traffic)[0]
+        placed.append(leader)
+        led[leader] = led.get(leader, 0) + 1  # the record counts at once
+    assert placed == ["h:4"] * 4
+
+
+def test_topics_placed_since_the_last_report_spread_placements():
+    # No report shows traffic yet: each placement counts at once, so ten new topics
+    # spread evenly instead of all going to the broker the reports make look idlest.
+    live = ["h:1", "h:2"]
+    led: dict[str, int] = {}
+    traffic = {"h:1": 0.0, "h:2": 0.0}
+    for _ in range(10):
+        leader = choose_ensemble(live, led, 1, traffic=traffic)[0]
+        led[leader] = led.get(leader, 0) + 1
+    assert led == {"h:1": 5, "h:2": 5}
