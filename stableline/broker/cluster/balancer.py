@@ -1,0 +1,154 @@
+"""The balancer's decision: brokers' load scores and their busiest topics in, topic
+moves out. Pure (no I/O, no clock of its own): load_balancing.py feeds it each
+interval and carries the moves out.
+
+Promises (Pulsar's ThresholdShedder, Cruise Control's goals, in small):
+- A broker is overloaded when its score is more than `threshold` above the mean of
+  the live brokers' scores and at least `min_excess` above it; it is drained only
+  once it has been overloaded in `consecutive_reports` decisions in a row, and after
+  topics are moved off it the count starts again: its reports must show the moves
+  before more are made (a report older than the moves would drain it twice).
+- Draining moves the overloaded broker's busiest topics, one at a time, each to the
+  least-loaded other member of its ensemble (a transfer only goes to a member: a
+  topic of one copy never moves), while the broker's projected score is above the
+  mean. A move is made only if it narrows the gap between the two brokers
+  (traffic < source - target) and leaves the target at or under the overload line:
+  a move never makes a new hot spot, so nothing is moved back by the next decision.
+- A topic moved is not moved again for `move_cooldown_s`; at most
+  `max_moves_per_minute` moves are made in any 60 s. An even cluster moves nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+_MINUTE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerSettings:
+    threshold: float = 0.25
+    min_excess: float = 100.0
+    consecutive_reports: int = 3
+    max_moves_per_minute: int = 6
+    move_cooldown_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        assert self.threshold >= 0 and self.min_excess >= 0, self
+        assert self.consecutive_reports >= 1 and self.max_moves_per_minute >= 1, self
+        assert self.move_cooldown_s >= 0, self
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLoad:
+    """A topic as its leader last reported it."""
+
+    name: str
+    leader: str
+    members: tuple[str, ...]  # its ensemble, the leader among them
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    topic: str
+    source: str
+    target: str
+    score: float
+
+
+class Balancer:
+    """The decisions of one balancer run (its memory: reports in a row overloaded,
+    recent moves); a broker that takes the balancer over starts afresh, its first
+    moves `consecutive_reports` decisions later."""
+
+    def __init__(self, settings: BalancerSettings):
+        self.settings = settings
+        self._overloaded_for: dict[str, int] = {}
+        self._moved_at: dict[str, float] = {}  # topic -> when it was last moved
+        # When the last moves were made, for the per-minute cap (bounded by it).
+        self._recent: deque[float] = deque(maxlen=settings.max_moves_per_minute)
+
+    def decide(
+        self, scores: Mapping[str, float], topics: Iterable[TopicLoad], now: float
+    ) -> list[Move]:
+        """The moves to make now: `scores` is every live broker's reported load score,
+        `topics` the topics brokers reported with theirs, `now` in seconds."""
+        settings = self.settings
+        self._forget_before(now)
+        if len(scores) < 2:
+            self._overloaded_for.clear()
+            return []
+        mean = sum(scores.values()) / len(scores)
+        line = mean * (1 + settings.threshold)
+        hot = []
+        for broker, score in scores.items():
+            if score > line and score - mean >= settings.min_excess:
+                self._overloaded_for[broker] = self._overloaded_for.get(broker, 0) + 1
+                if self._overloaded_for[broker] >= settings.consecutive_reports:
+                    hot.append(broker)
+            else:
+                self._overloaded_for.pop(broker, None)
+        for broker in list(self._overloaded_for):
+            if broker not in scores:
+                del self._overloaded_for[broker]
+        if not hot:
+            return []
+        by_leader: dict[str, list[TopicLoad]] = {}
+        for topic in topics:
+            by_leader.setdefault(topic.leader, []).append(topic)
+        projected = dict(scores)
+        moves: list[Move] = []
+        budget = settings.max_moves_per_minute - len(self._recent)
+        for source in sorted(hot, key=lambda broker: (-scores[broker], broker)):
+            candidates = sorted(
+                (
+                    topic
+                    for topic in by_leader.get(source, ())
+                    if topic.score > 0 and topic.name not in self._moved_at
+                ),
+                key=lambda topic: (-topic.score, topic.name),
+            )
+            moved_here = False
+            for topic in candidates:
+                if budget <= 0 or projected[source] <= mean:
+                    break
+                target = self._target(topic, source, projected, line)
+                if target is None:
+                    continue
+                moves.append(Move(topic.name, source, target, topic.score))
+                projected[source] -= topic.score
+                projected[target] += topic.score
+                self._moved_at[topic.name] = now
+                self._recent.append(now)
+                budget -= 1
+                moved_here = True
+            if moved_here:
+                # Its next reports must show the moves before it counts as hot again.
+                self._overloaded_for.pop(source, None)
+        return moves
+
+    def _target(
+        self, topic: TopicLoad, source: str, projected: Mapping[str, float], line: float
+    ) -> str | None:
+        """The least-loaded live member of the topic's ensemble the move narrows the
+        gap to without overloading it; None if there is none."""
+        members = sorted(
+            (member for member in topic.members if member != source and member in projected),
+            key=lambda member: (projected[member], member),
+        )
+        for member in members:
+            after = projected[member] + topic.score
+            if topic.score < projected[source] - projected[member] and after <= line:
+                return member
+        return None
+
+    def _forget_before(self, now: float) -> None:
+        cooldown = self.settings.move_cooldown_s
+        for topic, moved_at in list(self._moved_at.items()):
+            if now - moved_at >= cooldown:
+                del self._moved_at[topic]
+        while self._recent and now - self._recent[0] >= _MINUTE_S:
+            self._recent.popleft()
