@@ -511,3 +511,48 @@ def brokers_list(cluster: str | None, admin_url: str) -> None:
             admin_url, f"/admin/v2/brokers/{urllib.parse.quote(name, safe='')}"
         ):
             click.echo(broker_id)
+
+
+_LOAD_COLUMNS = (
+    "BROKER",
+    "TOPICS",
+    "MSG/S IN",
+    "MSG/S OUT",
+    "MB/S IN",
+    "MB/S OUT",
+    "CPU",
+    "RSS MB",
+)
+
+
+def _load_row(report: dict) -> tuple[str, ...]:
+    load = report.get("load", {})
+    return (
+        report["brokerId"] + (" *" if report.get("thisBroker") else ""),
+        f"{load.get('topicsLed', load.get('topics', 0)):.0f}",
+        f"{load.get('msgRateIn', 0):.1f}",
+        f"{load.get('msgRateOut', 0):.1f}",
+        f"{load.get('msgThroughputIn', 0) / 1e6:.2f}",
+        f"{load.get('msgThroughputOut', 0) / 1e6:.2f}",
+        f"{load.get('cpu', 0):.2f}",
+        f"{load.get('rssBytes', 0) / 1e6:.0f}",
+    )
+
+
+@brokers.command("load")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+@admin_url_option
+def brokers_load(as_json: bool, admin_url: str) -> None:
+    """The cluster's brokers' last load reports, a table: topics led, msgs/s and MB/s
+    in and out over the report interval, CPU (cores busy), RSS; * marks the broker
+    asked. --json adds each broker's busiest topics and load score."""
+    reports = admin_request(admin_url, "/admin/v2/brokers/load")
+    if as_json:
+        _print_json(reports)
+        return
+    rows = [_LOAD_COLUMNS, *(_load_row(report) for report in reports)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(_LOAD_COLUMNS))]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        click.echo("  ".join(cells).rstrip())

@@ -28,7 +28,9 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from managed_ledger import LocalStore, ReplicaLogs
+from stableline.broker.cluster.balancer import BalancerSettings
 from stableline.broker.cluster.ledger_recovery import LedgerRecovery
+from stableline.broker.cluster.load_balancing import LoadBalancing, TopicMover
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
 from stableline.broker.cluster.peers import PeerClient
@@ -185,6 +187,8 @@ class InCluster:
         self.partition_counts: PartitionedMetadata = shared.partitioned
         self.peers = peers
         self.moves: TopicMoves | None = None
+        # The balancer (cluster/load_balancing.py), started at join when enabled.
+        self.balancing: LoadBalancing | None = None
         # Background work the cluster's callbacks start (letting go of a topic, taking
         # one, making a member's copies again), kept until it ends.
         self._letting_go: set[asyncio.Task] = set()
@@ -283,8 +287,32 @@ class InCluster:
         await self.ownership.start(broker_id)
         await join_cluster(local, self._shared, registry, self.ownership, self._config.cluster_name)
         await coordinators.start(broker_id)
+        self._start_balancing()
+
+    def _start_balancing(self) -> None:
+        config = self._config
+        if not config.load_balancer_enabled:
+            return
+        settings = BalancerSettings(
+            threshold=config.load_balancer_threshold,
+            min_excess=config.load_balancer_min_excess,
+            consecutive_reports=config.load_balancer_consecutive_reports,
+            max_moves_per_minute=config.load_balancer_max_moves_per_minute,
+            move_cooldown_s=config.load_balancer_move_cooldown_s,
+        )
+        self.balancing = LoadBalancing(
+            self._store,
+            config.cluster_name,
+            self.ownership,
+            self.moves,
+            settings,
+            config.load_report_interval_s,
+        )
+        self.balancing.start()
 
     async def close(self) -> None:
+        if self.balancing is not None:
+            await self.balancing.close()
         await self.ownership.close()
         await self._shared.close()
 

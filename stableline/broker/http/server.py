@@ -23,6 +23,7 @@ from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.topic_moves import TopicMoves
 from stableline.broker.config import BrokerConfig
 from stableline.broker.http import cluster as http_cluster
+from stableline.broker.http import load as http_load
 from stableline.broker.http import lookup as http_lookup
 from stableline.broker.http import moves as http_moves
 from stableline.broker.http.app import make_app
@@ -70,6 +71,12 @@ class HttpServer:
         self._connections = connections
         app = make_app(registry, coordinators, recovery, partitioned, config.cluster_name)
         http_lookup.add_routes(app, lookup)
+        http_load.add_routes(
+            app,
+            cluster_store,
+            config.cluster_name,
+            lambda: lookup.advertised.grpc_address if lookup.advertised is not None else "",
+        )
         add_brokers_routes(app, cluster_store)
         http_cluster.add_routes(
             app, cluster_store, config.cluster_name, registry, lookup, ownership

@@ -1,0 +1,167 @@
+"""The balancer at work: on one broker of the cluster at a time, every report
+interval, the brokers' load reports go into the decision (balancer.py) and its
+moves are made by transferring topics.
+
+Promises:
+- One broker runs it: the one holding the key `/stableline/load-balancer/{cluster}`,
+  an ephemeral key created only where none exists (etcd's compare-and-set under the
+  holder's lease decides; no election of our own). The key goes with its holder's
+  session, and another broker creates it at its next interval. A broker runs the
+  decision only while its own session holds; one that takes the key over starts
+  with a fresh decision (its first moves come `consecutive_reports` intervals later).
+- The decision is fed what the brokers last wrote to their registrations (their
+  load scores and busiest topics; observability/load_report.py), each topic with
+  its ensemble from its ownership record; a topic whose record no longer names the
+  reporting broker as its server (moved or taken since its report) is left out.
+- A move is `TopicMover.transfer(topic, to=target)`; one that fails is logged and
+  counts against the per-minute cap all the same (what fails now is not retried at
+  once). With no mover (moves not available) the decisions are only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Protocol
+
+from stableline.broker.cluster.balancer import Balancer, BalancerSettings, Move, TopicLoad
+from stableline.broker.cluster.ownership import TopicOwnership
+from stableline.broker.errors import BrokerError
+from stableline.metadata import (
+    AlreadyExists,
+    ClusterMetadataStore,
+    MetadataStoreError,
+    MetadataStoreUnavailable,
+)
+from stableline.metadata.layout import ROOT, check_cluster_name
+from stableline.topic_name import InvalidTopicNameError, TopicName
+
+log = logging.getLogger(__name__)
+
+
+class TopicMover(Protocol):
+    """Moves a topic to another broker (its ensemble's member `to`, or one chosen);
+    returns the broker that serves it then."""
+
+    async def transfer(self, name: TopicName, to: str | None = None) -> str: ...
+
+
+def balancer_path(cluster: str) -> str:
+    return f"{ROOT}/load-balancer/{check_cluster_name(cluster)}"
+
+
+class LoadBalancing:
+    def __init__(
+        self,
+        store: ClusterMetadataStore,
+        cluster: str,
+        ownership: TopicOwnership,
+        mover: TopicMover | None,
+        settings: BalancerSettings,
+        interval_s: float,
+    ):
+        self._store = store
+        self._path = balancer_path(cluster)
+        self._ownership = ownership
+        self._mover = mover
+        self._settings = settings
+        self._interval_s = interval_s
+        self._balancer: Balancer | None = None  # while this broker runs it
+        self._task: asyncio.Task | None = None
+        self.moves_made = 0
+
+    def start(self) -> None:
+        assert self._task is None and self._ownership.broker_id
+        # Unique per run: a key a previous run of this broker left is not ours.
+        self._token = f"{self._ownership.broker_id} {uuid.uuid4().hex}".encode()
+        self._task = asyncio.create_task(self._run(), name="load-balancer")
+
+    @property
+    def running_here(self) -> bool:
+        return self._balancer is not None
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._balancer is not None:
+            # Let another broker take it at once rather than when the session ends.
+            with contextlib.suppress(MetadataStoreError):
+                result = await self._store.get(self._path)
+                if result is not None and result.value == self._token:
+                    await self._store.delete(self._path, result.stat.version)
+            self._balancer = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                if await self._hold():
+                    await self._round()
+            except MetadataStoreUnavailable as error:
+                log.debug("load balancer skipped a round: %s", error)
+            except Exception:
+                log.exception("load balancer round failed")
+
+    async def _hold(self) -> bool:
+        """Whether this broker runs the balancer now (taking the key if it is free)."""
+        if not self._store.session_holds():
+            self._balancer = None
+            return False
+        result = await self._store.get(self._path)
+        held = result is not None and result.value == self._token
+        if result is None:
+            with contextlib.suppress(AlreadyExists):
+                await self._store.put(self._path, self._token, -1, ephemeral=True)
+                held = True
+        if not held:
+            self._balancer = None
+        elif self._balancer is None:
+            log.info("this broker runs the cluster's load balancer now")
+            self._balancer = Balancer(self._settings)
+        return held
+
+    async def _round(self) -> None:
+        assert self._balancer is not None
+        scores: dict[str, float] = {}
+        topics: list[TopicLoad] = []
+        for info in self._ownership.live_brokers():
+            scores[info.broker_id] = float(info.load.get("loadScore", 0.0))
+            for topic, score in info.topic_loads.items():
+                loaded = await self._topic_load(topic, info.broker_id, score)
+                if loaded is not None:
+                    topics.append(loaded)
+        for move in self._balancer.decide(scores, topics, time.monotonic()):
+            await self._make(move)
+
+    async def _topic_load(self, topic: str, reporter: str, score: float) -> TopicLoad | None:
+        try:
+            name = TopicName.parse(topic)
+            record = await self._ownership.record(name)
+        except (InvalidTopicNameError, MetadataStoreError, BrokerError) as error:
+            # A name no broker would report, or a record that cannot be read now.
+            log.debug("load balancer: topic %s left out: %s", topic, error)
+            return None
+        if record is None or self._ownership.serving_id(record) != reporter:
+            return None
+        return TopicLoad(topic, reporter, record.ensemble, float(score))
+
+    async def _make(self, move: Move) -> None:
+        what = (
+            f"topic {move.topic} ({move.score:.0f} units/s) from broker {move.source} "
+            f"to {move.target}"
+        )
+        if self._mover is None:
+            log.info("load balancer would move %s (topic moves are not available)", what)
+            return
+        log.info("load balancer moves %s", what)
+        try:
+            await self._mover.transfer(TopicName.parse(move.topic), move.target)
+        except Exception as error:
+            log.warning("load balancer could not move %s: %s", what, error)
+            return
+        self.moves_made += 1
