@@ -71,6 +71,8 @@ class LoadBalancing:
         self._interval_s = interval_s
         self._balancer: Balancer | None = None  # while this broker runs it
         self._task: asyncio.Task | None = None
+        # Rounds decided here and moves made, for logs and tests.
+        self.rounds = 0
         self.moves_made = 0
 
     def start(self) -> None:
@@ -137,6 +139,7 @@ class LoadBalancing:
                     topics.append(loaded)
         for move in self._balancer.decide(scores, topics, time.monotonic()):
             await self._make(move)
+        self.rounds += 1
 
     async def _topic_load(self, topic: str, reporter: str, score: float) -> TopicLoad | None:
         try:
