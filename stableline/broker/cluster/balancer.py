@@ -5,9 +5,10 @@ interval and carries the moves out.
 Promises (Pulsar's ThresholdShedder, Cruise Control's goals, in small):
 - A broker is overloaded when its score is more than `threshold` above the mean of
   the live brokers' scores and at least `min_excess` above it; it is drained only
-  once it has been overloaded in `consecutive_reports` decisions in a row, and after
-  topics are moved off it the count starts again: its reports must show the moves
-  before more are made (a report older than the moves would drain it twice).
+  once it has been overloaded in `consecutive_reports` of its reports in a row (a
+  decision that sees the same report again counts nothing), and after topics are
+  moved off it the count starts again: new reports must show the moves before
+  more are made (a report older than the moves would drain it twice).
 - Draining moves the overloaded broker's busiest topics, one at a time, each to the
   least-loaded other member of its ensemble (a transfer only goes to a member: a
   topic of one copy never moves), while the broker's projected score is above the
@@ -67,15 +68,23 @@ class Balancer:
     def __init__(self, settings: BalancerSettings):
         self.settings = settings
         self._overloaded_for: dict[str, int] = {}
+        self._last_report: dict[str, float] = {}  # broker -> the report last counted
         self._moved_at: dict[str, float] = {}  # topic -> when it was last moved
         # When the last moves were made, for the per-minute cap (bounded by it).
         self._recent: deque[float] = deque(maxlen=settings.max_moves_per_minute)
 
     def decide(
-        self, scores: Mapping[str, float], topics: Iterable[TopicLoad], now: float
+        self,
+        scores: Mapping[str, float],
+        topics: Iterable[TopicLoad],
+        now: float,
+        report_ids: Mapping[str, float] | None = None,
     ) -> list[Move]:
         """The moves to make now: `scores` is every live broker's reported load score,
-        `topics` the topics brokers reported with theirs, `now` in seconds."""
+        `topics` the topics brokers reported with theirs, `now` in seconds.
+        `report_ids`: what tells each broker's reports apart (when it was made); a
+        report seen before is not counted again. None: every decision is on new
+        reports."""
         settings = self.settings
         self._forget_before(now)
         if len(scores) < 2:
@@ -85,6 +94,12 @@ class Balancer:
         line = mean * (1 + settings.threshold)
         hot = []
         for broker, score in scores.items():
+            if report_ids is not None:
+                if self._last_report.get(broker) == report_ids.get(broker):
+                    if self._overloaded_for.get(broker, 0) >= settings.consecutive_reports:
+                        hot.append(broker)  # moves capped last time may go on
+                    continue
+                self._last_report[broker] = report_ids.get(broker, 0.0)
             if score > line and score - mean >= settings.min_excess:
                 self._overloaded_for[broker] = self._overloaded_for.get(broker, 0) + 1
                 if self._overloaded_for[broker] >= settings.consecutive_reports:
@@ -94,6 +109,9 @@ class Balancer:
         for broker in list(self._overloaded_for):
             if broker not in scores:
                 del self._overloaded_for[broker]
+        for broker in list(self._last_report):
+            if broker not in scores:
+                del self._last_report[broker]
         if not hot:
             return []
         by_leader: dict[str, list[TopicLoad]] = {}

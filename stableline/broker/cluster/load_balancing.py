@@ -10,7 +10,8 @@ Promises:
   decision only while its own session holds; one that takes the key over starts
   with a fresh decision (its first moves come `consecutive_reports` intervals later).
 - The decision is fed what the brokers last wrote to their registrations (their
-  load scores and busiest topics; observability/load_report.py), each topic with
+  load scores, busiest topics and when each report was made, so a report is
+  counted once however often it is read; observability/load_report.py), each topic with
   its ensemble from its ownership record; a topic whose record no longer names the
   reporting broker as its server (moved or taken since its report) is left out.
 - A move is `TopicMover.transfer(topic, to=target)`; one that fails is logged and
@@ -130,14 +131,16 @@ class LoadBalancing:
     async def _round(self) -> None:
         assert self._balancer is not None
         scores: dict[str, float] = {}
+        report_ids: dict[str, float] = {}
         topics: list[TopicLoad] = []
         for info in self._ownership.live_brokers():
             scores[info.broker_id] = float(info.load.get("loadScore", 0.0))
+            report_ids[info.broker_id] = float(info.load.get("reportedAtMs", 0.0))
             for topic, score in info.topic_loads.items():
                 loaded = await self._topic_load(topic, info.broker_id, score)
                 if loaded is not None:
                     topics.append(loaded)
-        for move in self._balancer.decide(scores, topics, time.monotonic()):
+        for move in self._balancer.decide(scores, topics, time.monotonic(), report_ids):
             await self._make(move)
         self.rounds += 1
 

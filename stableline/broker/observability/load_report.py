@@ -92,6 +92,7 @@ class LoadSampler:
         clock: Callable[[], float] = time.monotonic,
         cpu_seconds: Callable[[], float] = process_cpu_seconds,
         rss_bytes: Callable[[], int] = process_rss_bytes,
+        wall_clock: Callable[[], float] = time.time,
     ):
         self._registry = registry
         self._topics_led = topics_led
@@ -99,6 +100,7 @@ class LoadSampler:
         self._clock = clock
         self._cpu_seconds = cpu_seconds
         self._rss_bytes = rss_bytes
+        self._wall_clock = wall_clock
         self._sampled_at = clock()
         self._cpu_at = cpu_seconds()
         # Per loaded topic (full name): its totals at the last sample.
@@ -145,5 +147,7 @@ class LoadSampler:
             "cpu": round(cpu_per_second, 4),
             "rssBytes": self._rss_bytes(),
             "loadScore": round(load_units(msgs_in, msgs_out, bytes_in, bytes_out), 3),
+            # Tells this report from the last (the balancer counts each once).
+            "reportedAtMs": int(self._wall_clock() * 1000),
         }
         return LoadReport(load, dict(busiest[:MAX_REPORTED_TOPICS]))

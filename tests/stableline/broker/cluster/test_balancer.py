@@ -167,3 +167,21 @@ def test_random_clusters_converge_without_any_topic_moving_twice_in_its_cooldown
             previous_max = max(new_scores.values())
             now += 5.0
         assert previous_max is not None
+
+
+def test_a_report_is_counted_once_however_often_it_is_read():
+    balancer = Balancer(SETTINGS)
+    scores = {"a": 600.0, "b": 0.0, "c": 0.0}
+    topics = six_busy_topics_on_a()
+    reports = {"a": 1.0, "b": 1.0, "c": 1.0}
+    for step in range(10):  # read ten times, one report each: one count of three
+        assert balancer.decide(scores, topics, float(step), reports) == []
+    assert balancer.decide(scores, topics, 10.0, {"a": 2.0, "b": 2.0, "c": 2.0}) == []
+    moves = balancer.decide(scores, topics, 11.0, {"a": 3.0, "b": 3.0, "c": 3.0})
+    assert len(moves) == 4
+    # The same (stale) report again, and new ones that do not show the moves yet:
+    # nothing until three new reports in a row say a is still overloaded.
+    assert balancer.decide(scores, topics, 12.0, {"a": 3.0, "b": 3.0, "c": 3.0}) == []
+    remaining = [topic for topic in topics if topic.name not in {m.topic for m in moves}]
+    assert balancer.decide(scores, remaining, 13.0, {"a": 4.0, "b": 4.0, "c": 4.0}) == []
+    assert balancer.decide(scores, remaining, 14.0, {"a": 5.0, "b": 5.0, "c": 5.0}) == []

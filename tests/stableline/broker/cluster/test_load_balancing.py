@@ -22,7 +22,7 @@ from stableline.topic_name import TopicName
 CLUSTER = "balancing"
 BROKERS = ["h:1", "h:2", "h:3"]
 SETTINGS = BalancerSettings(
-    threshold=0.25, min_excess=10.0, consecutive_reports=2, max_moves_per_minute=10
+    threshold=0.25, min_excess=10.0, consecutive_reports=1, max_moves_per_minute=10
 )
 
 
@@ -79,9 +79,11 @@ async def test_one_broker_runs_the_balancer_and_moves_the_hot_brokers_busiest_to
     topics = [f"persistent://public/default/busy-{i}" for i in range(6)]
     for topic in topics:
         await views["h:1"].place_new(TopicName.parse(topic), here=True)
-    await registrations["h:1"].update_load({"loadScore": 600.0}, dict.fromkeys(topics, 100.0))
+    await registrations["h:1"].update_load(
+        {"loadScore": 600.0, "reportedAtMs": 1}, dict.fromkeys(topics, 100.0)
+    )
     for broker_id in ("h:2", "h:3"):
-        await registrations[broker_id].update_load({"loadScore": 0.0}, {})
+        await registrations[broker_id].update_load({"loadScore": 0.0, "reportedAtMs": 1}, {})
     await _until(
         lambda: all(
             view.live_broker("h:1").load.get("loadScore") == 600.0 for view in views.values()
@@ -105,7 +107,7 @@ async def test_one_broker_runs_the_balancer_and_moves_the_hot_brokers_busiest_to
         assert len(transfers) == 4 and len({topic for topic, _ in transfers}) == 4
         assert sorted(target for _, target in transfers) == ["h:2", "h:2", "h:3", "h:3"]
         assert {topic for topic, _ in transfers} <= set(topics)
-        # The reports do not change (the fake moved nothing): the cooldown holds them.
+        # No new report shows the moves (the fake moved nothing): nothing more moves.
         holder = runs[running[0]]
         rounds = holder.rounds
         await _until(lambda: holder.rounds >= rounds + 5)
