@@ -54,7 +54,7 @@ async def test_in_a_cluster_writes_follow_registration_and_the_session(own_etcd,
         # Membership's: closed by the time anyone hears of LOST.
         seen: list[tuple[SessionEvent, bool]] = []
         store.add_session_listener(lambda event: seen.append((event, gate.is_open)))
-        await membership.register(ADDRESSES, "test", lambda: {})
+        await membership.register(ADDRESSES, "test", lambda: ({}, {}))
         assert gate.is_open
 
         own_etcd.stop()
@@ -82,6 +82,6 @@ async def test_in_a_cluster_writes_follow_registration_and_the_session(own_etcd,
 async def test_standalone_writes_never_close(tmp_path):
     membership = await Membership.open(load_config(None, {"data_dir": tmp_path / "data"}))
     assert membership.write_gate.is_open
-    await membership.register(ADDRESSES, "test", lambda: {})
+    await membership.register(ADDRESSES, "test", lambda: ({}, {}))
     await membership.close()
     assert membership.write_gate.is_open
