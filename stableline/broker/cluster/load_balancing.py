@@ -14,9 +14,10 @@ Promises:
   counted once however often it is read; observability/load_report.py), each topic with
   its ensemble from its ownership record; a topic whose record no longer names the
   reporting broker as its server (moved or taken since its report) is left out.
-- A move is `TopicMover.transfer(topic, to=target)`; one that fails is logged and
-  counts against the per-minute cap all the same (what fails now is not retried at
-  once). With no mover (moves not available) the decisions are only logged.
+- A move is `TopicMover.transfer(topic, to=target)`, made wherever the topic is
+  served (ForwardingMover: here, or asked of its server); one that fails is logged
+  and counts against the per-minute cap all the same (what fails now is not retried
+  at once). With no mover the decisions are only logged.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from stableline.broker.cluster.balancer import Balancer, BalancerSettings, Move, TopicLoad
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.errors import BrokerError
+from stableline.broker.topics.registry import TopicNotFoundError
 from stableline.metadata import (
     AlreadyExists,
+    BrokerInfo,
     ClusterMetadataStore,
     MetadataStoreError,
     MetadataStoreUnavailable,
@@ -48,6 +52,31 @@ class TopicMover(Protocol):
     returns the broker that serves it then."""
 
     async def transfer(self, name: TopicName, to: str | None = None) -> str: ...
+
+
+# Moves a topic at the broker serving it, another one (a peer call): the broker
+# serving it afterwards.
+RemoteTransfer = Callable[[BrokerInfo, TopicName, str | None], Awaitable[str]]
+
+
+class ForwardingMover:
+    """A TopicMover for the balancer, which runs on one broker and moves topics served
+    anywhere: a topic served here is moved by this broker's own mover, one served by
+    another broker is moved there (`remote`, a peer call)."""
+
+    def __init__(self, ownership: TopicOwnership, local: TopicMover, remote: RemoteTransfer):
+        self._ownership = ownership
+        self._local = local
+        self._remote = remote
+
+    async def transfer(self, name: TopicName, to: str | None = None) -> str:
+        record = await self._ownership.record(name)
+        if record is None:
+            raise TopicNotFoundError(f"topic {name} does not exist")
+        if self._ownership.serving_id(record) == self._ownership.broker_id:
+            return await self._local.transfer(name, to)
+        owner = self._ownership.owner_of(name, record)  # TopicUnavailableError if gone
+        return await self._remote(owner, name, to)
 
 
 def balancer_path(cluster: str) -> str:

@@ -13,9 +13,14 @@ import time
 import pytest
 
 from stableline.broker.cluster.balancer import BalancerSettings
-from stableline.broker.cluster.load_balancing import LoadBalancing, balancer_path
+from stableline.broker.cluster.load_balancing import (
+    ForwardingMover,
+    LoadBalancing,
+    balancer_path,
+)
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.topics.persistence import PersistencePolicy
+from stableline.broker.topics.registry import TopicNotFoundError
 from stableline.metadata import BrokerInfo, BrokerRegistration, open_metadata_store
 from stableline.topic_name import TopicName
 
@@ -119,5 +124,29 @@ async def test_one_broker_runs_the_balancer_and_moves_the_hot_brokers_busiest_to
     finally:
         for balancing in runs.values():
             await balancing.close()
+        for view in views.values():
+            await view.close()
+
+
+async def test_the_forwarding_mover_moves_a_topic_where_it_is_served(store):
+    _registrations, views = await _cluster(store)
+    name = TopicName.parse("persistent://public/default/served-by-h1")
+    await views["h:1"].place_new(name, here=True)
+    asked: list[tuple[str, str, str | None]] = []
+
+    async def remote(owner: BrokerInfo, topic: TopicName, to: str | None) -> str:
+        asked.append((owner.broker_id, str(topic), to))
+        return to or owner.broker_id
+
+    try:
+        here = RecordingMover()
+        assert await ForwardingMover(views["h:1"], here, remote).transfer(name, "h:3") == "h:3"
+        assert here.transfers == [(str(name), "h:3")] and asked == []
+        elsewhere = RecordingMover()
+        assert await ForwardingMover(views["h:2"], elsewhere, remote).transfer(name, "h:3") == "h:3"
+        assert elsewhere.transfers == [] and asked == [("h:1", str(name), "h:3")]
+        with pytest.raises(TopicNotFoundError):
+            await ForwardingMover(views["h:2"], elsewhere, remote).transfer(TopicName.parse("nope"))
+    finally:
         for view in views.values():
             await view.close()
