@@ -51,6 +51,10 @@ def test_a_broker_s_dashboard_shows_the_brokers_and_which_owns_each_topic(cluste
         assert "live" in _text(driver, row + " td.state")
         assert broker.http_url in _text(driver, row)
     assert "this broker" in _text(driver, f'#brokers tr[data-broker="{_id(here)}"]')
+    # Each broker's last load report: msgs/s in and out, CPU, memory.
+    for column in ("Msgs in", "Msgs out", "CPU", "Memory"):
+        assert column in _text(driver, "table.grid-table thead")
+    assert "/s" in _text(driver, f'#brokers tr[data-broker="{_id(here)}"]')
     assert cluster.name in _text(driver, "#cluster-cards")
     _screenshot(driver, "cluster-brokers")
 

@@ -651,7 +651,7 @@ function openTransactionRow(t, pinned) {
 
 // ------------------------------------------------------------------ brokers view
 
-const LOAD_TITLE = "As the broker last reported it (every 15 s)";
+const LOAD_TITLE = "As the broker last reported it (every load_report_interval_s, 5 s by default)";
 
 function brokersView() {
   return {
@@ -664,7 +664,11 @@ function brokersView() {
         <table class="grid-table"><thead><tr><th>Broker (gRPC)</th><th>State</th>
           <th>Dashboard and admin API</th><th class="num">Topics owned</th>
           <th class="num" title="${LOAD_TITLE}">Topics loaded</th>
-          <th class="num" title="${LOAD_TITLE}">Connections</th><th>Started</th>
+          <th class="num" title="${LOAD_TITLE}">Connections</th>
+          <th class="num" title="${LOAD_TITLE}">Msgs in</th>
+          <th class="num" title="${LOAD_TITLE}">Msgs out</th>
+          <th class="num" title="${LOAD_TITLE}: CPU seconds per second (1 = one core)">CPU</th>
+          <th class="num" title="${LOAD_TITLE}">Memory</th><th>Started</th>
           <th>Version</th><th>Host (pid)</th></tr></thead>
         <tbody id="brokers"></tbody></table>`);
     },
@@ -702,6 +706,10 @@ function brokerRow(b) {
     <td class="num owned">${number(b.ownedTopics)}</td>
     <td class="num">${b.live ? number(b.load.loadedTopics) : "—"}</td>
     <td class="num">${b.live ? number(b.load.connections) : "—"}</td>
+    <td class="num">${b.live ? rate(b.load.msgRateIn) : "—"}</td>
+    <td class="num">${b.live ? rate(b.load.msgRateOut) : "—"}</td>
+    <td class="num">${b.live ? (b.load.cpu ?? 0).toFixed(2) : "—"}</td>
+    <td class="num">${b.live ? bytes(b.load.rssBytes) : "—"}</td>
     <td>${b.startedAtMs ? `${timestamp(b.startedAtMs)} (${ago(b.startedAtMs)})` : "—"}</td>
     <td>${b.version ?? "—"}</td>
     <td>${b.hostname ? `${b.hostname} (${b.pid})` : "—"}</td></tr>`;
