@@ -32,6 +32,8 @@ from tests.metadata.conftest import (
 
 _clusters = itertools.count()
 
+BALANCER_OFF_ENV = {"STABLELINE_LOAD_BALANCER_ENABLED": "false"}
+
 
 def new_cluster_name() -> str:
     return f"c{os.getpid()}-{next(_clusters)}"
@@ -62,7 +64,10 @@ def cluster_brokers(
     Fewer than 3 keep one copy of each topic (ONE_COPY_ENV): 3, the default ensemble,
     could not be placed."""
     persistence = ONE_COPY_ENV if count < 3 else {}
-    return testing.cluster_brokers(etcd.url, name, root, count, session_timeout_s, persistence)
+    # The tests pin where their topics are (and busy ones would trip the balancer):
+    # off, unless a test turns it on (test_load_balancing.py).
+    env = {**persistence, **BALANCER_OFF_ENV}
+    return testing.cluster_brokers(etcd.url, name, root, count, session_timeout_s, env)
 
 
 @contextlib.contextmanager
