@@ -12,8 +12,9 @@ Promises:
 - The decision is fed what the brokers last wrote to their registrations (their
   load scores, busiest topics and when each report was made, so a report is
   counted once however often it is read; observability/load_report.py), each topic with
-  its ensemble from its ownership record; a topic whose record no longer names the
-  reporting broker as its server (moved or taken since its report) is left out.
+  its ensemble from its ownership record (the members live on the data dir their
+  copy is on: the only ones a move may go to); a topic whose record no longer names
+  the reporting broker as its server (moved or taken since its report) is left out.
 - A move is `TopicMover.transfer(topic, to=target)`, made wherever the topic is
   served (ForwardingMover: here, or asked of its server); one that fails is logged
   and counts against the per-minute cap all the same (what fails now is not retried
@@ -183,7 +184,13 @@ class LoadBalancing:
             return None
         if record is None or self._ownership.serving_id(record) != reporter:
             return None
-        return TopicLoad(topic, reporter, record.ensemble, float(score))
+        # A move goes only to a member live on the data dir its copy is on.
+        members = tuple(
+            member
+            for member in record.ensemble
+            if member == reporter or self._ownership.holds_its_copy(record, member)
+        )
+        return TopicLoad(topic, reporter, members, float(score))
 
     async def _make(self, move: Move) -> None:
         what = (
