@@ -49,3 +49,14 @@ def test_another_cluster_is_not_answered_here(broker, document):
         _get(broker, f"/admin/v2/clusters/elsewhere/{document}")
     assert refused.value.code == 404
     assert "this broker is in cluster standalone" in json.loads(refused.value.read())["reason"]
+
+
+def test_standalone_the_load_reports_are_this_brokers(broker):
+    _put(broker, "/admin/v2/persistent/public/default/reported")
+    (only,) = _get(broker, "/admin/v2/brokers/load")
+    assert only["brokerId"] == f"127.0.0.1:{broker.grpc_port}" and only["thisBroker"]
+    load = only["load"]
+    for figure in ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut", "cpu"):
+        assert load[figure] >= 0
+    assert load["rssBytes"] > 0 and load["reportedAtMs"] > 0
+    assert isinstance(only["busiestTopics"], dict)
