@@ -12,9 +12,13 @@ Promises:
   idlest) and its reported load score (msgs and bytes per second, its last report).
   A broker is as loaded as the larger of the two ratios (a broker with few topics
   but heavy traffic is not idle; one with many idle topics is not either), then
-  their sum, then the lowest id. With no traffic reported anywhere this is the
-  fewest topics led, then the lowest id, as placement always chose; a broker that
-  just joined leads none and carries no traffic, so it takes placements at once.
+  their sum, then the lowest id. Traffic is measured against the mean, but never
+  against less than BUSY_CLUSTER_LOAD: in a cluster nearly idle, a few messages a
+  second on one broker would otherwise look like all the load and keep every new
+  topic off it; there the topics led decide. With no traffic reported anywhere
+  this is the fewest topics led, then the lowest id, as placement always chose; a
+  broker that just joined leads none and carries no traffic, so it takes
+  placements at once.
 - Fewer than E live brokers is a refusal, NotEnoughBrokersError (topics/persistence.py) (retryable: it
   succeeds once enough brokers are live, or after the policy is lowered), never a
   smaller ensemble: a topic placed with fewer copies than its policy asks would
@@ -27,6 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 
+# Load units per second (a message or a KiB in or out; observability/load_report.py)
+# per broker below which traffic weighs less than the topics led in placement.
+BUSY_CLUSTER_LOAD = 1000.0
+
+
 def placement_order(
     candidates: Iterable[str], led: Mapping[str, int], traffic: Mapping[str, float]
 ) -> list[str]:
@@ -37,10 +46,11 @@ def placement_order(
         return []
     mean_led = sum(led.get(broker, 0) for broker in brokers) / len(brokers)
     mean_traffic = sum(traffic.get(broker, 0.0) for broker in brokers) / len(brokers)
+    traffic_scale = max(mean_traffic, BUSY_CLUSTER_LOAD)
 
     def key(broker: str) -> tuple[float, float, str]:
         led_ratio = led.get(broker, 0) / mean_led if mean_led > 0 else 0.0
-        traffic_ratio = traffic.get(broker, 0.0) / mean_traffic if mean_traffic > 0 else 0.0
+        traffic_ratio = traffic.get(broker, 0.0) / traffic_scale
         return max(led_ratio, traffic_ratio), led_ratio + traffic_ratio, broker
 
     return sorted(brokers, key=key)

@@ -57,15 +57,28 @@ def test_reported_traffic_steers_placement_away_from_a_busy_broker_with_few_topi
     live = ["h:1", "h:2", "h:3"]
     led = {"h:1": 1, "h:2": 4, "h:3": 4}
     # h:1 leads the fewest, but carries all the traffic: it is the busiest.
-    traffic = {"h:1": 900.0, "h:2": 0.0, "h:3": 0.0}
+    traffic = {"h:1": 9000.0, "h:2": 0.0, "h:3": 0.0}
     assert choose_ensemble(live, led, 1, traffic=traffic) == ("h:2",)
     assert choose_ensemble(live, led, 3, traffic=traffic) == ("h:2", "h:3", "h:1")
+
+
+def test_a_little_traffic_in_a_nearly_idle_cluster_does_not_keep_topics_off_a_broker():
+    live = ["h:1", "h:2", "h:3"]
+    led = {"h:1": 2, "h:2": 2, "h:3": 2}
+    # A few messages a second, all on h:1: it loses ties, no more.
+    traffic = {"h:1": 30.0, "h:2": 0.0, "h:3": 0.0}
+    placed = []
+    for _ in range(3):
+        leader = choose_ensemble(live, led, 1, traffic=traffic)[0]
+        placed.append(leader)
+        led[leader] += 1
+    assert placed == ["h:2", "h:3", "h:1"]
 
 
 def test_a_broker_that_just_joined_takes_new_placements_until_it_leads_its_share():
     live = ["h:1", "h:2", "h:3", "h:4"]
     led = {"h:1": 6, "h:2": 6, "h:3": 6}
-    traffic = {"h:1": 300.0, "h:2": 300.0, "h:3": 300.0}
+    traffic = {"h:1": 3000.0, "h:2": 3000.0, "h:3": 3000.0}
     placed = []
     for _ in range(4):
         leader = choose_ensemble(live, led, 1, traffic=traffic)[0]
