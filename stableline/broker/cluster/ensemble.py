@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-
 # Load units per second (a message or a KiB in or out; observability/load_report.py)
 # per broker below which traffic weighs less than the topics led in placement.
 BUSY_CLUSTER_LOAD = 1000.0
