@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from managed_ledger import LocalStore, ReplicaLogs
 from stableline.broker.cluster.balancer import BalancerSettings
 from stableline.broker.cluster.ledger_recovery import LedgerRecovery
-from stableline.broker.cluster.load_balancing import LoadBalancing, TopicMover
+from stableline.broker.cluster.load_balancing import ForwardingMover, LoadBalancing
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
 from stableline.broker.cluster.peers import PeerClient
@@ -304,7 +304,10 @@ class InCluster:
             self._store,
             config.cluster_name,
             self.ownership,
-            self.moves,
+            # Topics move where they are served: here, or asked of their server.
+            None
+            if self.moves is None
+            else ForwardingMover(self.ownership, self.moves, self.peers.unload_topic),
             settings,
             config.load_report_interval_s,
         )

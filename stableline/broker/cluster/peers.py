@@ -277,9 +277,9 @@ class PeerClient(ReplicaPeers, Protocol):
         """Delete the topic at its owner (its files and its ownership record)."""
         ...
 
-    async def unload_topic(self, owner: BrokerInfo, topic: TopicName) -> str:
-        """Unload the topic at its owner (TopicMoves.transfer there): the broker
-        serving it now."""
+    async def unload_topic(self, owner: BrokerInfo, topic: TopicName, to: str | None = None) -> str:
+        """Unload the topic at its owner (TopicMoves.transfer there), to broker `to`
+        when given (the balancer's moves): the broker serving it now."""
         ...
 
     async def close(self) -> None:

@@ -425,11 +425,11 @@ class GrpcPeerClient:
     async def delete_topic(self, owner: BrokerInfo, topic: TopicName) -> None:
         await self._admin_call(owner, topic, "deletion", lambda s: s.DeleteTopic)
 
-    async def unload_topic(self, owner: BrokerInfo, topic: TopicName) -> str:
+    async def unload_topic(self, owner: BrokerInfo, topic: TopicName, to: str | None = None) -> str:
         reply = await self._call(
             owner.grpc_address,
             lambda stub: stub.TransferTopic,
-            admin_pb2.TransferTopicRequest(topic=str(topic)),
+            admin_pb2.TransferTopicRequest(topic=str(topic), broker=to or ""),
             admin_pb2_grpc.AdminStub,
             lambda error: admin_refusal(owner, topic, "unload", error),
             # A hand-over waits for the writes in flight and the cursors, then the record.
