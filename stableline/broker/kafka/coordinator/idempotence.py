@@ -22,9 +22,11 @@ Kafka is stricter, and so is this module, before anything is written:
 - anything else, a gap or an older batch, is OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 The last batches are kept in memory (`RecentBatches`, bounded). After a restart,
-or once a producer's were forgotten, a batch wholly below the last stored sequence
-is looked for in the log: its last sequence on an entry of the producer, the entry
-before it ending at base - 1 (or none, for base 0); found, it is a retry.
+once a producer's were forgotten, or when the last of them is not the last stored
+(the topic moved to another broker and back: that broker took the batches since), a
+batch wholly below the last stored sequence is looked for in the log: its last
+sequence on an entry of the producer, the entry before it ending at base - 1 (or
+none, for base 0); found, it is a retry.
 """
 
 from __future__ import annotations
@@ -106,7 +108,11 @@ async def decide(
         return Decision(Verdict.OUT_OF_ORDER if issued else Verdict.UNKNOWN_PRODUCER, expected=0)
     if base == stored + 1 or base <= stored < last:
         return Decision(Verdict.WRITE)
-    if batches is None and base <= last <= stored:
+    # The batches kept here are the producer's last only if the last of them is the
+    # last stored: the topic may have been served by another broker since they were
+    # sent here (moved away and back), which took the batches after them.
+    kept_all = batches is not None and bool(batches) and batches[-1].last_sequence == stored
+    if not kept_all and base <= last <= stored:
         offset = await _logged_batch(topic, producer, base, last)
         if offset is not None:
             return Decision(Verdict.DUPLICATE, offset)
