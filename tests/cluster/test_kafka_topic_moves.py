@@ -329,3 +329,70 @@ def test_a_kafka_transaction_open_across_a_transfer_commits(kafka_cluster: Clust
         producer.produce(topic, payload)
     producer.commit_transaction(CLIENT_TIMEOUT_S)
     _check_log(kafka_cluster, topic, before + after)
+
+
+@pytest.mark.parametrize("moves", ["transfers and an unload", "sigterm of the leader"])
+def test_kafka_transactions_committed_in_a_loop_through_moves_all_commit(
+    kafka_cluster: Cluster, moves: str
+):
+    """Transactions of ten messages, one after another, while the topic is
+    transferred twice and unloaded, or while its leader is stopped with SIGTERM and
+    started again: no call of the producer fails (its client retries what the moves
+    refuse by itself), and a read_committed reader reads them all."""
+    from confluent_kafka import KafkaException, Producer
+
+    topic = _new_topic(kafka_cluster)
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(kafka_cluster),
+            "transactional.id": f"kmove-loop-{uuid.uuid4().hex}",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    committed: list[bytes] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def transactions() -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            payloads = [b"t-%05d-%d" % (n, i) for i in range(10)]
+            try:
+                producer.begin_transaction()
+                for payload in payloads:
+                    producer.produce(topic, payload)
+                producer.commit_transaction(CLIENT_TIMEOUT_S)
+            except KafkaException as error:
+                errors.append(str(error))
+                return
+            committed.extend(payloads)
+
+    worker = threading.Thread(target=transactions, daemon=True)
+    worker.start()
+
+    def more_commits() -> None:
+        target = len(committed) + 50
+        wait_until(lambda: len(committed) >= target or errors, FOLLOW_WITHIN_S, "commits")
+        assert errors == []
+
+    try:
+        if moves == "sigterm of the leader":
+            more_commits()
+            stopping = kafka_cluster.by_id(kafka_cluster.topic_leader(_full(topic)))
+            assert stopping.stop() == 0
+            try:
+                more_commits()
+            finally:
+                stopping.start()
+        else:
+            for how in ("transfer", "transfer", "unload"):
+                more_commits()
+                _move(kafka_cluster, topic, how)
+        more_commits()
+    finally:
+        stop.set()
+        worker.join(FOLLOW_WITHIN_S * 2)
+    assert errors == []
+    _check_log(kafka_cluster, topic, committed)
