@@ -411,3 +411,44 @@ def test_kafka_transactions_committed_in_a_loop_through_moves_all_commit(
         worker.join(FOLLOW_WITHIN_S * 2)
     assert errors == []
     _check_log(kafka_cluster, topic, committed)
+
+
+def test_an_offset_sent_to_a_transaction_before_its_partition_moves_is_committed(
+    kafka_cluster: Cluster,
+):
+    """Consume-transform-produce across a move: send_offsets_to_transaction holds the
+    group's offset on the input partition's owner, the input topic is transferred,
+    the transaction commits, and the group's offset is the one sent."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    source = _new_topic(kafka_cluster)
+    sink = _new_topic(kafka_cluster)
+    plain = Producer({"bootstrap.servers": _bootstrap(kafka_cluster)})
+    for i in range(10):
+        plain.produce(source, b"in-%d" % i)
+    assert plain.flush(CLIENT_TIMEOUT_S) == 0
+    group = f"kmove-ctp-{uuid.uuid4().hex}"
+    consumer = Consumer({"bootstrap.servers": _bootstrap(kafka_cluster), "group.id": group})
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(kafka_cluster),
+            "transactional.id": f"kmove-ctp-{uuid.uuid4().hex}",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    try:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce(sink, b"out")
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, 0, 7)], consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S
+        )
+        _move(kafka_cluster, source, "transfer")
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        wait_until(
+            lambda: _committed(kafka_cluster, group, source) == 7,
+            FOLLOW_WITHIN_S,
+            "the offset sent to the transaction committed",
+        )
+    finally:
+        consumer.close()
