@@ -5,6 +5,8 @@ is transferred twice and unloaded once, or while its leader is stopped with SIGT
 (handing it over) and started again; every payload is in the log once, in the order
 sent; a read_committed consumer group reads each once, in order, and its committed
 offset is answered after the moves where it was; a transaction open across a transfer
+commits, so do transactions committed one after another through the moves, and an
+offset sent to a transaction before its input partition moves is the group's once it
 commits."""
 
 from __future__ import annotations
