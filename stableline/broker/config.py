@@ -220,6 +220,15 @@ class BrokerConfig:
     # [brokerClientAuthenticationParameters, brokerClientTrustCertsFilePath].
     broker_client_token_file: str = ""
     broker_client_trust_certs_file: str = ""
+    # A member of a replicated topic's ensemble gone (not registered) this long is
+    # replaced by its writer with another live broker, which is sent every ledger it
+    # lacks (BookKeeper's autorecovery) [auditorLostBookieRecoveryDelay]. A broker
+    # being decommissioned is replaced at once.
+    replication_grace_period_s: float = 60.0
+    # Bytes per second this broker sends of old entries, read back from its files, to
+    # members catching up (one being re-made, one back from away); new entries are
+    # never held back (a throttle of autorecovery's traffic).
+    rereplication_rate_bytes_per_s: int = 50 * 1024 * 1024
     # Load reports and the balancer (cluster/balancer.py), in a cluster only. Each
     # broker writes its load (rates over the interval, CPU, memory, topics) to its
     # registration this often; placement weighs the reports. The balancer runs on
@@ -413,6 +422,13 @@ KEY_DESCRIPTIONS: dict[str, str] = {
     "default_ack_quorum": "Brokers that must hold an entry before it is acknowledged, at "
     "most the write quorum. 0: by the metadata store, resolved at start: 2 with etcd (at "
     "most the write quorum), 1 embedded [managedLedgerDefaultAckQuorum].",
+    "replication_grace_period_s": "A member of a replicated topic's ensemble that is not "
+    "live this long is replaced by the topic's writer with the least loaded live broker "
+    "outside the ensemble, which is sent every ledger it lacks (autorecovery); a broker "
+    "being decommissioned is replaced at once [auditorLostBookieRecoveryDelay].",
+    "rereplication_rate_bytes_per_s": "Bytes per second of old entries (read back from "
+    "this broker's files) it sends to members catching up, over all its topics, so "
+    "clients' writes are not starved; new entries are not throttled.",
     "broker_client_token_file": "With security on, the superuser token this broker calls "
     "the others with (default: one made with `token_secret_key` for the first superuser "
     "role) [brokerClientAuthenticationParameters].",
@@ -549,6 +565,7 @@ def load_config(
         ("load_balancer_threshold", config.load_balancer_threshold),
         ("load_balancer_min_excess", config.load_balancer_min_excess),
         ("load_balancer_move_cooldown_s", config.load_balancer_move_cooldown_s),
+        ("replication_grace_period_s", config.replication_grace_period_s),
     ):
         if value < 0:
             raise ValueError(
@@ -622,6 +639,7 @@ LIMIT_KEYS = (
     "kafka_max_connections_per_address",
     "kafka_connections_max_idle_ms",
     "connection_authentication_timeout_s",
+    "rereplication_rate_bytes_per_s",
     "http_max_connections_per_address",
     "metadata_session_timeout_s",
     "kafka_max_groups",
