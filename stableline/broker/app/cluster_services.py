@@ -29,12 +29,14 @@ from typing import Any, Protocol
 
 from managed_ledger import LocalStore, ReplicaLogs
 from stableline.broker.cluster.balancer import BalancerSettings
+from stableline.broker.cluster.catch_up_throttle import CatchUpThrottle
 from stableline.broker.cluster.ledger_recovery import LedgerRecovery
 from stableline.broker.cluster.load_balancing import ForwardingMover, LoadBalancing
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.partitions import ClusterPartitions
 from stableline.broker.cluster.peers import PeerClient
 from stableline.broker.cluster.replication import EnsembleReplication
+from stableline.broker.cluster.rereplication import Rereplication
 from stableline.broker.cluster.shared_metadata import SharedMetadata
 from stableline.broker.cluster.shared_metadata.joining import join_cluster
 from stableline.broker.cluster.topic_moves import TopicMoves
@@ -189,6 +191,10 @@ class InCluster:
         self.moves: TopicMoves | None = None
         # The balancer (cluster/load_balancing.py), started at join when enabled.
         self.balancing: LoadBalancing | None = None
+        # Old entries sent to members catching up, over all this broker's topics.
+        self.throttle = CatchUpThrottle(config.rereplication_rate_bytes_per_s)
+        # Replaces lost and draining members of the topics led here (keep_replicas).
+        self.rereplication: Rereplication | None = None
         # Background work the cluster's callbacks start (letting go of a topic, taking
         # one, making a member's copies again), kept until it ends.
         self._letting_go: set[asyncio.Task] = set()
@@ -269,9 +275,24 @@ class InCluster:
             if isinstance(topic.ledger.replication, EnsembleReplication):
                 topic.ledger.replication.retire()
 
+        def writers() -> dict[str, EnsembleReplication]:
+            return {
+                str(topic.name): topic.ledger.replication
+                for topic in registry.loaded()
+                if isinstance(topic.ledger.replication, EnsembleReplication)
+            }
+
+        async def open_topic(name: TopicName) -> None:
+            await registry.get(name, create=False)
+
         registry.on_retired = retired
         self.ownership.on_member_back = member_back
-        self.ownership.recovery = LedgerRecovery(self.ownership, self.peers, replicas, let_go)
+        self.ownership.recovery = LedgerRecovery(
+            self.ownership, self.peers, replicas, let_go, self.throttle
+        )
+        self.rereplication = Rereplication(
+            self.ownership, writers, open_topic, self._config.replication_grace_period_s
+        )
         self.ownership.on_taken = let_go
         self.ownership.on_successor = succeed
         self.ownership.on_handed = handed
@@ -288,6 +309,8 @@ class InCluster:
         await join_cluster(local, self._shared, registry, self.ownership, self._config.cluster_name)
         await coordinators.start(broker_id)
         self._start_balancing()
+        if self.rereplication is not None:
+            self.rereplication.start()
 
     def _start_balancing(self) -> None:
         config = self._config
@@ -316,6 +339,8 @@ class InCluster:
     async def close(self) -> None:
         if self.balancing is not None:
             await self.balancing.close()
+        if self.rereplication is not None:
+            await self.rereplication.close()
         await self.ownership.close()
         await self._shared.close()
 

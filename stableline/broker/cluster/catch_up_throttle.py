@@ -22,7 +22,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-
 # The shortest wait for tokens.
 MIN_WAIT_S = 0.001
 
@@ -65,8 +64,6 @@ class CatchUpThrottle:
                     break
                 # Never a wait too short to move the clock (a float's rounding would
                 # otherwise leave the last fraction of a byte owed forever).
-                await self._sleep(
-                    max((want - self._tokens) / self.rate_bytes_per_s, MIN_WAIT_S)
-                )
+                await self._sleep(max((want - self._tokens) / self.rate_bytes_per_s, MIN_WAIT_S))
             self._tokens -= nbytes
             self.sent_bytes += nbytes

@@ -39,6 +39,7 @@ from dataclasses import replace
 
 from managed_ledger import Position, newest_states
 from managed_ledger.replica import ReplicaLogs, ReplicaState
+from stableline.broker.cluster.catch_up_throttle import CatchUpThrottle
 from stableline.broker.cluster.ownership import (
     OwnershipRecord,
     RecordChangedError,
@@ -71,13 +72,16 @@ class LedgerRecovery:
         peers,
         replicas: ReplicaLogs,
         on_fenced: Callable[[TopicName], None] = lambda name: None,
+        throttle: CatchUpThrottle | None = None,
     ):
         """`peers`: the PeerClient (its replica calls); `replicas`: this broker's
-        copies; `on_fenced(name)`: another broker took a topic this one serves."""
+        copies; `on_fenced(name)`: another broker took a topic this one serves;
+        `throttle`: the bound on old entries its writers send members catching up."""
         self.ownership = ownership
         self.peers = peers
         self.replicas = replicas
         self.on_fenced = on_fenced
+        self.throttle = throttle
         self._tasks: set[asyncio.Task] = set()
 
     async def recover(self, name: TopicName) -> EnsembleReplication | None:
@@ -127,8 +131,9 @@ class LedgerRecovery:
                 self.on_fenced(name)
                 raise NotEnoughReplicasError(str(error)) from None
 
-        # Members back on another data dir: their copies are made again, from the first
-        # ledger; once one holds everything, the record counts it again.
+        # Members back on another data dir, or still being sent their copy after they
+        # replaced a lost member (rereplication.py): their copies are made again, from
+        # the first ledger; once one holds everything, the record counts it again.
         remake = frozenset(
             a
             for a in record.ensemble
@@ -154,6 +159,7 @@ class LedgerRecovery:
             next_ledger_id=max([record.current_ledger, *record.closed_ledgers]) + 1,
             remake=remake,
             on_remade=remade,
+            throttle=self.throttle,
         )
 
     async def _count_again(self, name: TopicName, epoch: int, address: str) -> None:

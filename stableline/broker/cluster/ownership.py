@@ -24,8 +24,11 @@ Promises:
   that has no record (made before the broker joined the cluster) is placed here,
   with its data, this broker leading its ensemble. A replicated topic's record
   changes by compare-and-set (`change_record`): a takeover (`take`), its ledgers, a
-  hand-over to another member (cluster/topic_moves.py); a record is deleted with
-  its topic (`forget`).
+  hand-over to another member (cluster/topic_moves.py), a member replaced
+  (`replace_member`, at the leader's epoch: a lost or draining member gives way to
+  a live broker outside the ensemble, whose copy is not counted on until it holds
+  everything); a record is deleted with its topic (`forget`). A draining broker
+  (being decommissioned) is chosen by no placement.
 - The records watch tells this broker when a record it follows changes leader:
   another broker took a topic (`on_taken`), or a record now names this broker the
   leader of a topic another led (`on_handed`: a hand-over, which it takes at once).
@@ -86,11 +89,17 @@ from stableline.metadata import (
     WatchOverflow,
     list_brokers,
 )
+from stableline.metadata.draining import list_draining
 from stableline.metadata.layout import ROOT, brokers_dir, check_cluster_name
 from stableline.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 
+
+# A record's data dir of a member that replaced another and is still being sent its
+# copy: it names no registration's dir, so the member is not counted on (fence,
+# successor) until it holds everything and the writer records its real dir.
+COPYING_PREFIX = "copying:"
 
 # How long a fenced broker's lookup waits to read a topic's record (its store may be
 # the very thing it cannot reach; the client asks another broker after that).
@@ -286,12 +295,18 @@ class TopicOwnership:
         self.on_member_back: Callable[[BrokerInfo], None] = lambda info: None
         # Called with the id of a broker that left the cluster (its lease lapsed).
         self.on_gone: Callable[[str], None] = lambda broker_id: None
+        # Brokers being decommissioned (metadata/draining.py): no placement or
+        # ensemble change chooses them. Kept current by refresh_draining().
+        self.draining: frozenset[str] = frozenset()
+        # When start() ran: a member never seen live counts as gone since then.
+        self.started_ms = 0
 
     async def start(self, broker_id: str) -> None:
         """As broker `broker_id`: watch the ownership and broker prefixes, read the
         live brokers and count the records; calls waiting for it go on."""
         assert broker_id and not self._started.is_set()
         self.broker_id = broker_id
+        self.started_ms = int(time.time() * 1000)
         self.store.add_session_listener(self._on_session_event)
         records = await self.store.watch(ownership_dir(self.cluster))
         brokers = await self.store.watch(brokers_dir(self.cluster))
@@ -534,7 +549,7 @@ class TopicOwnership:
         (`leader`, or the least loaded live broker); NotEnoughBrokersError naming
         `what` and `namespace` when fewer brokers are live than it asks for."""
         # Before any registration is read (a cluster's first broker) it is alone.
-        live = self._live.keys() or {self.broker_id}
+        live = (self._live.keys() or {self.broker_id}) - self.draining
         traffic = {
             broker_id: float(info.load.get("loadScore", 0.0))
             for broker_id, info in self._live.items()
@@ -578,6 +593,49 @@ class TopicOwnership:
                 ) from None
             self._records[str(name)] = new
             return new
+
+    async def refresh_draining(self) -> frozenset[str]:
+        """Read which brokers are being decommissioned (`draining`)."""
+        self.draining = frozenset(await list_draining(self.store, self.cluster))
+        return self.draining
+
+    def choose_replacement(self, ensemble: tuple[str, ...]) -> str | None:
+        """The live broker, not draining and not in `ensemble`, to hold a copy in place
+        of a lost member: the least loaded (fewest topics led, then the lowest id, as
+        placement chooses); None when there is none."""
+        candidates = self._live.keys() - set(ensemble) - self.draining
+        if not candidates:
+            return None
+        return min(candidates, key=lambda broker: (self._led.get(broker, 0), broker))
+
+    async def replace_member(
+        self, name: TopicName, epoch: int, gone: str, member: str
+    ) -> OwnershipRecord:
+        """Name `member` in the topic's ensemble instead of `gone`, by compare-and-set
+        at `epoch` with this broker its leader (RecordChangedError otherwise). Its copy
+        is not counted on (COPYING_PREFIX) until it holds everything and its writer
+        records its data dir."""
+
+        def replaced(record: OwnershipRecord) -> OwnershipRecord:
+            if record.leader != self.broker_id or record.epoch != epoch:
+                raise RecordChangedError(
+                    f"topic {name} is led by broker {record.leader} at epoch {record.epoch}, "
+                    f"not by this one at epoch {epoch}"
+                )
+            if gone not in record.ensemble or member in record.ensemble:
+                raise RecordChangedError(
+                    f"topic {name}: its ensemble {list(record.ensemble)} changed meanwhile"
+                )
+            info = self._live.get(member)
+            dirs = {m: d for m, d in record.data_dirs.items() if m != gone}
+            dirs[member] = COPYING_PREFIX + (info.data_dir_id if info is not None else "")
+            return replace(
+                record,
+                ensemble=tuple(member if m == gone else m for m in record.ensemble),
+                data_dirs=dirs,
+            )
+
+        return await self.change_record(name, replaced)
 
     async def take(self, name: TopicName) -> OwnershipRecord:
         """Make this broker the topic's leader at the next epoch (a member of its

@@ -45,6 +45,7 @@ from managed_ledger.replica import (
     ReplicaState,
 )
 from managed_ledger.replication import ReplicationError
+from stableline.broker.cluster.catch_up_throttle import CatchUpThrottle
 from stableline.broker.cluster.peers import ReplicaPeers
 from stableline.broker.cluster.snapshot_sender import SnapshotSender
 from stableline.broker.errors import BrokerError
@@ -102,9 +103,11 @@ class FollowerLink:
         on_fenced: Callable[[ReplicaFencedError], None],
         on_remade: Callable[[str], None] | None = None,
         send_cursors: Callable[[str], Awaitable[None]] = lambda address: _nothing(),
+        throttle: CatchUpThrottle | None = None,
     ):
         """`on_remade(address)`: called once, when a member whose copy is being made
-        again (its disk was lost) holds everything confirmed."""
+        again (its disk was lost, or it replaced another member) holds everything
+        confirmed; `throttle`: the broker's bound on old entries sent (none: unbound)."""
         self.address = address
         self._topic = topic
         self._epoch = epoch
@@ -115,6 +118,9 @@ class FollowerLink:
         self._send_cursors = send_cursors
         self._on_fenced = on_fenced
         self._on_remade = on_remade
+        self._throttle = throttle
+        # Bytes of old entries, read back from the files, sent to the member.
+        self.catch_up_bytes = 0
         # What the member holds: (ledger, entries in it); None until known.
         self.held: tuple[int, int] | None = None
         if held is not None:
@@ -285,7 +291,7 @@ class FollowerLink:
                     if not frames:
                         self.held = (self._next_ledger_after(held[0], batch.ledger_id), 0)
                         continue
-                    await self._call(held[0], held[1], frames, batch.last_add_confirmed)
+                    await self._catch_up(held[0], held[1], frames, batch.last_add_confirmed)
                     continue
                 start = held[1]
                 if start < batch.first_entry_id:
@@ -298,7 +304,7 @@ class FollowerLink:
                             f"entries {start}..{batch.first_entry_id - 1} of ledger "
                             f"{batch.ledger_id} cannot be read back for replica {self.address}"
                         )
-                    await self._call(batch.ledger_id, start, frames, batch.last_add_confirmed)
+                    await self._catch_up(batch.ledger_id, start, frames, batch.last_add_confirmed)
                     continue
                 if batch.frames:
                     await self._call(
@@ -313,6 +319,27 @@ class FollowerLink:
                     raise
                 # Refused for what it holds: ask it (the loop's first step), once.
                 asked_again = True
+
+    def ledgers_behind(self) -> int:
+        """The writer's ledgers the member does not hold all of yet (0 once it is up:
+        what it lacks then is only what is being sent)."""
+        if self.up:
+            return 0
+        held = self.held
+        ledgers = self._ledger_ids()
+        if held is None or held[0] < 0:
+            return len(ledgers)
+        return sum(1 for ledger_id in ledgers if ledger_id >= held[0])
+
+    async def _catch_up(
+        self, ledger_id: int, first_entry_id: int, frames: list[bytes], lac: Position
+    ) -> None:
+        """Send old entries read back from the files, within the broker's rate."""
+        size = sum(len(frame) for frame in frames)
+        if self._throttle is not None:
+            await self._throttle.acquire(size)
+        await self._call(ledger_id, first_entry_id, frames, lac)
+        self.catch_up_bytes += size
 
     def _next_ledger_after(self, ledger_id: int, upto: int) -> int:
         """The writer's first ledger after `ledger_id` (`upto` when none is before it)."""
@@ -371,6 +398,7 @@ class EnsembleReplication:
         next_ledger_id: int = 0,
         remake: frozenset[str] = frozenset(),
         on_remade: Callable[[str], None] = lambda address: None,
+        throttle: CatchUpThrottle | None = None,
     ):
         """`followers`: each other member's address and what it held when fenced
         (None: it did not answer); `open_ledger(ledger_id)`: the record's
@@ -383,6 +411,7 @@ class EnsembleReplication:
         self.ack_quorum = ack_quorum
         self.next_ledger_id = next_ledger_id
         self._on_remade = on_remade
+        self._throttle = throttle
         self._open_ledger = open_ledger
         self._on_fenced = on_fenced
         self._peers = peers
@@ -395,19 +424,7 @@ class EnsembleReplication:
         self._whole_snapshot: Callable[[], SnapshotCopy | None] = lambda: None
         self._trims: set[asyncio.Future] = set()
         self.links = [
-            FollowerLink(
-                address,
-                topic,
-                epoch,
-                held,
-                peers,
-                self._frames,
-                self._confirmed,
-                self._ledger_ids,
-                self._fenced_by,
-                on_remade if address in remake else None,
-                self._send_all_cursors,
-            )
+            self._link(address, held, on_remade if address in remake else None)
             for address, held in followers.items()
         ]
         self.snapshot_senders = {
@@ -416,6 +433,27 @@ class EnsembleReplication:
             )
             for address in followers
         }
+
+    def _link(
+        self,
+        address: str,
+        held: ReplicaState | None,
+        on_remade: Callable[[str], None] | None,
+    ) -> FollowerLink:
+        return FollowerLink(
+            address,
+            self.topic,
+            self.epoch,
+            held,
+            self._peers,
+            self._frames,
+            self._confirmed,
+            self._ledger_ids,
+            self._fenced_by,
+            on_remade,
+            self._send_all_cursors,
+            self._throttle,
+        )
 
     def attach(
         self,
@@ -527,24 +565,57 @@ class EnsembleReplication:
                 )
                 link.remake(self._on_remade)
 
+    def replace_member(self, gone: str, member: str) -> None:
+        """The record's ensemble now names `member` instead of `gone` (at this epoch):
+        `gone` is called no more, and `member` is sent every ledger it lacks, counting
+        toward the quorum only once it holds everything confirmed (`on_remade`)."""
+        assert member not in self.members, (member, self.members)
+        for index, link in enumerate(self.links):
+            if link.address != gone:
+                continue
+            link.close()
+            self.snapshot_senders.pop(gone).close()
+            new = self._link(member, None, self._on_remade)
+            self.links[index] = new
+            self.snapshot_senders[member] = SnapshotSender(
+                member, self.topic, self.epoch, self._peers, self._snapshot_whole, self._fenced_by
+            )
+            if not self._retired and self._fenced is None:
+                new.start_catching_up()
+            log.info("%s: replica %s replaces %s; making its copy", self.topic, member, gone)
+            return
+
+    @property
+    def members(self) -> list[str]:
+        """The other members' addresses (this broker, the writer, not among them)."""
+        return [link.address for link in self.links]
+
     def describe(self) -> dict:
         """The writer's view of its copies: a member is up while it takes what it is
-        sent; one away (or being made again) leaves the topic under-replicated."""
+        sent; one away (or being made again) leaves the topic under-replicated, and
+        `ledgersBehind` / `catchUpBytes` say how far its catching up has come."""
         return {
             "epoch": self.epoch,
             "ackQuorum": self.ack_quorum,
             "membersUp": self.members_up,
             "underReplicated": self.members_up < len(self.links) + 1,
+            "ledgersBehind": self.ledgers_behind(),
             "replicas": {
                 link.address: {
                     "up": link.up,
                     "held": None if link.held is None else list(link.held),
                     "beingRemade": link.remaking,
+                    "ledgersBehind": link.ledgers_behind(),
+                    "catchUpBytes": link.catch_up_bytes,
                     "snapshotsSent": self.snapshot_senders[link.address].sent,
                 }
                 for link in self.links
             },
         }
+
+    def ledgers_behind(self) -> int:
+        """Copies of ledgers the members lack (summed over the members)."""
+        return sum(link.ledgers_behind() for link in self.links)
 
     async def open_ledger(self, ledger_id: int, closing: tuple[int, int] | None) -> None:
         self._check_not_fenced()

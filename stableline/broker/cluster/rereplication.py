@@ -1,0 +1,170 @@
+"""Re-replication (BookKeeper's autorecovery): a lost member's copies made again elsewhere.
+
+A replicated topic's writer already re-makes the copy of a member back on a lost
+disk (replication.py). A member that never comes back, or that an operator is
+decommissioning, would leave the topic with fewer than Qw copies for good. Here
+each broker, for the replicated topics it leads, replaces such a member:
+
+- Lost: not live for `grace_period_s` (replication_grace_period_s; a member this
+  broker never saw live counts from its own start), or draining
+  (metadata/draining.py, `admin brokers decommission`), which is replaced at once.
+- The replacement is the least loaded live broker outside the ensemble that is not
+  draining (TopicOwnership.choose_replacement). None: the topic stays
+  under-replicated and is looked at again on the next pass.
+- The record's ensemble is changed by compare-and-set at the writer's epoch
+  (TopicOwnership.replace_member), then the writer's replication sends the new
+  member every ledger it lacks, throttled (catch_up_throttle.py), and every new
+  entry; the new member counts toward the ack quorum only once it holds everything
+  confirmed, and the record counts its copy (its data dir) only then, so a failover
+  meanwhile never takes its partial copy for a whole one.
+- A topic led here but not open is opened (its recovery makes its writer) so that
+  its copies are made again too, not only those of busy topics.
+
+A topic whose leader is the lost broker is first taken by its successor (failover,
+ledger_recovery.py), which then replaces the lost member like any writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from stableline.broker.cluster.ownership import TopicOwnership
+from stableline.broker.cluster.replication import EnsembleReplication
+from stableline.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+# How often the topics led here are looked at (a pass costs a dict look-up per topic
+# while no member is lost, and one read of the draining brokers from the store).
+CHECK_INTERVAL_S = 1.0
+
+
+class Rereplication:
+    """Replaces the lost members of the topics this broker leads; see the module docstring."""
+
+    def __init__(
+        self,
+        ownership: TopicOwnership,
+        writers: Callable[[], dict[str, EnsembleReplication]],
+        open_topic: Callable[[TopicName], Awaitable[None]],
+        grace_period_s: float,
+        check_interval_s: float = CHECK_INTERVAL_S,
+    ):
+        """`writers()`: the replication of each replicated topic open here, by full
+        name; `open_topic(name)`: open it (its recovery makes its writer)."""
+        assert grace_period_s >= 0, grace_period_s
+        self.ownership = ownership
+        self.writers = writers
+        self.open_topic = open_topic
+        self.grace_period_s = grace_period_s
+        self.check_interval_s = check_interval_s
+        self._task: asyncio.Task | None = None
+        # Members replaced since start, for the metrics.
+        self.replaced = 0
+        # (topic, member) already warned about having no replacement: said once.
+        self._warned: set[tuple[str, str]] = set()
+
+    def start(self) -> None:
+        assert self._task is None
+        self._task = asyncio.create_task(self._run(), name="rereplication")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the store away: the next pass tries again
+                log.warning("re-replication pass failed: %r", error)
+            # A period, not a wait for anything: each pass reads the state afresh.
+            await asyncio.sleep(self.check_interval_s)
+
+    def lost(self, member: str, now_ms: int) -> bool:
+        """Whether `member`'s copies are to be made elsewhere (see the module docstring)."""
+        ownership = self.ownership
+        if member in ownership.draining:
+            return True
+        if ownership.live_broker(member) is not None:
+            return False
+        gone_since = ownership.gone_since_ms(member) or ownership.started_ms
+        return now_ms - gone_since >= self.grace_period_s * 1000
+
+    async def check(self) -> int:
+        """One pass over the topics led here: how many members were replaced."""
+        ownership = self.ownership
+        if not ownership.store.session_holds():
+            return 0  # fenced: what it leads may be another's by now
+        await ownership.refresh_draining()
+        me = ownership.broker_id
+        now_ms = int(time.time() * 1000)
+        replaced = 0
+        writers: dict[str, EnsembleReplication] | None = None
+        for topic, leader in ownership.leaders().items():
+            if leader != me:
+                continue
+            name = TopicName.parse(topic)
+            record = await ownership.record(name)
+            if record is None or not record.replicated or record.leader != me:
+                continue
+            lost = [m for m in record.ensemble if m != me and self.lost(m, now_ms)]
+            if not lost:
+                continue
+            if writers is None:
+                writers = self.writers()
+            writer = writers.get(topic)
+            if writer is None:
+                try:
+                    await self.open_topic(name)
+                except Exception as error:
+                    log.warning("topic %s: not opened to re-replicate: %r", name, error)
+                continue  # its writer is looked at on the next pass
+            if writer.epoch != record.epoch:
+                continue  # taken again meanwhile: the next pass sees the new writer
+            for member in lost:
+                if await self._replace(name, writer, member):
+                    replaced += 1
+        self.replaced += replaced
+        return replaced
+
+    async def _replace(self, name: TopicName, writer: EnsembleReplication, gone: str) -> bool:
+        record = await self.ownership.record(name)
+        if record is None or gone not in record.ensemble:
+            return False
+        member = self.ownership.choose_replacement(record.ensemble)
+        if member is None:
+            if (str(name), gone) in self._warned:
+                return False
+            self._warned.add((str(name), gone))
+            log.warning(
+                "topic %s: member %s is lost, and no live broker outside its ensemble %s "
+                "can take its copy: it stays under-replicated",
+                name,
+                gone,
+                list(record.ensemble),
+            )
+            return False
+        try:
+            await self.ownership.replace_member(name, writer.epoch, gone, member)
+        except Exception as error:
+            log.warning("topic %s: member %s not replaced: %r", name, gone, error)
+            return False
+        writer.replace_member(gone, member)
+        log.info(
+            "topic %s: member %s (%s) replaced by %s at epoch %d",
+            name,
+            gone,
+            "draining" if gone in self.ownership.draining else "lost",
+            member,
+            writer.epoch,
+        )
+        return True
