@@ -22,6 +22,7 @@ from managed_ledger import (
 from managed_ledger.ledger import CURSORS_DB
 from managed_ledger.replica import ReplicaFencedError, ReplicaLogs
 from managed_ledger.snapshot_copy import FIRST, SNAPSHOTS_DB, held_digest
+from stableline.broker.cluster.catch_up_throttle import CatchUpThrottle
 from stableline.broker.cluster.replication import (
     REPLICATE_TIMEOUT_S,
     EnsembleReplication,
@@ -106,7 +107,12 @@ def header(i: int) -> EntryHeader:
 
 
 async def _writer(
-    tmp_path: Path, peers: InProcessPeers, epoch: int = 1, remake=frozenset(), on_remade=None
+    tmp_path: Path,
+    peers: InProcessPeers,
+    epoch: int = 1,
+    remake=frozenset(),
+    on_remade=None,
+    throttle=None,
 ):
     opened: list[tuple[int, object]] = []
 
@@ -126,6 +132,7 @@ async def _writer(
         lambda: fenced.append(True),
         remake=remake,
         on_remade=on_remade or (lambda address: None),
+        throttle=throttle,
     )
     ledger = await ManagedLedger.open(
         STORAGE,
@@ -457,4 +464,44 @@ async def test_a_cursor_write_a_member_missed_while_it_counted_as_up_reaches_it_
         lambda: peers.copies["c"].store.get(CURSORS_DB, key) is not None,
         "the cursor c missed reaches it once it answers again",
     )
+    await ledger.close()
+
+
+async def test_a_member_replaced_is_called_no_more_and_its_replacement_gets_every_ledger(
+    tmp_path,
+):
+    """Re-replication: c is gone for good and d takes its place. d is sent every ledger
+    from the writer's files (through the catch-up throttle) and every new entry, and
+    counts toward the quorum once it holds everything confirmed; c hears nothing more."""
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    remade: list[str] = []
+    throttle = CatchUpThrottle(10_000_000)
+    ledger, replication, _ = await _writer(
+        tmp_path, peers, on_remade=remade.append, throttle=throttle
+    )
+    for i in range(6):  # ledgers of 4 and 2 entries
+        await ledger.append(header(i), b"m%d" % i)
+    await _wait(lambda: peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 2}, "c holds all")
+    peers.down.add("c")
+    peers.copies["d"] = InProcessPeers(tmp_path, ["d"]).copies["d"]
+    replication.replace_member("c", "d")
+    assert replication.members == ["b", "d"]
+    assert replication.describe()["replicas"]["d"]["beingRemade"]
+    for i in range(6, 9):
+        await ledger.append(header(i), b"m%d" % i)
+    await _wait(lambda: remade == ["d"], "the replacement holds every ledger")
+    await _wait(lambda: replication.members_up == 3, "and counts toward the quorum")
+    await _wait(
+        lambda: peers.copies["d"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 1},
+        "every entry, old and new, is on the replacement",
+    )
+    assert throttle.sent_bytes > 0, "old entries went through the throttle"
+    described = replication.describe()
+    assert described["ledgersBehind"] == 0 and not described["underReplicated"]
+    assert described["replicas"]["d"]["catchUpBytes"] == throttle.sent_bytes
+    # c is back, and is called no more: its copy stays as it was.
+    peers.down.clear()
+    await ledger.append(header(9), b"m9")
+    await _wait(lambda: peers.copies["d"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 2}, "d gets it")
+    assert peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 2}
     await ledger.close()
