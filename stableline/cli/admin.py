@@ -556,3 +556,29 @@ def brokers_load(as_json: bool, admin_url: str) -> None:
         cells = [row[0].ljust(widths[0])]
         cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
         click.echo("  ".join(cells).rstrip())
+
+
+@brokers.command("decommission")
+@click.argument("broker")
+@click.option(
+    "--status",
+    "show_status",
+    is_flag=True,
+    help="Only print how many copies BROKER still holds (nothing is changed).",
+)
+@click.option("--cancel", is_flag=True, help="Take BROKER back into placement.")
+@admin_url_option
+def brokers_decommission(broker: str, show_status: bool, cancel: bool, admin_url: str) -> None:
+    """Move BROKER's copies to the other brokers before it is removed: no new topic or
+    copy is placed on it, and each topic it holds a copy of gets one on another live
+    broker at once. Topics BROKER leads stay with it: stop it (they fail over) once
+    `--status` shows only those left."""
+    path = f"/admin/v2/brokers/{urllib.parse.quote(broker, safe=':')}/decommission"
+    if cancel:
+        admin_request(admin_url, path, "DELETE")
+        click.echo(f"broker {broker} is no longer draining")
+        return
+    if not show_status:
+        admin_request(admin_url, path, "POST")
+        click.echo(f"broker {broker} is draining: its copies are being made on other brokers")
+    _print_json(admin_request(admin_url, path))

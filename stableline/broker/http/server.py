@@ -23,6 +23,7 @@ from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.cluster.topic_moves import TopicMoves
 from stableline.broker.config import BrokerConfig
 from stableline.broker.http import cluster as http_cluster
+from stableline.broker.http import decommission as http_decommission
 from stableline.broker.http import load as http_load
 from stableline.broker.http import lookup as http_lookup
 from stableline.broker.http import moves as http_moves
@@ -82,6 +83,7 @@ class HttpServer:
             app, cluster_store, config.cluster_name, registry, lookup, ownership
         )
         http_moves.add_routes(app, registry, moves, forward_unload)
+        http_decommission.add_routes(app, ownership)
         app.middlewares.append(connections.middleware())
         app.middlewares.append(state_change_middleware())
         add_connection_routes(app, connections)

@@ -132,7 +132,20 @@ class _TopicCollector:
             "Members of a replicated topic's ensemble taking its writes (this broker included)",
             labels=["topic"],
         )
+        under_ledgers = GaugeMetricFamily(
+            "stableline_under_replicated_ledgers",
+            "Copies of ledgers that members of the ensembles of topics led here lack (a "
+            "member away, back on a lost disk, or replacing a lost or draining broker): "
+            "re-replication's work left, in ledgers",
+        )
+        catch_up = GaugeMetricFamily(
+            "stableline_replication_catch_up_bytes",
+            "Bytes of old entries, read back from this broker's files, sent to members "
+            "of a topic's ensemble catching up since this broker took the topic",
+            labels=["topic"],
+        )
         under_count = 0
+        ledgers_behind = 0
         for topic in self._registry.loaded():
             name = str(topic.name)
             replication = topic.ledger.replication
@@ -140,6 +153,11 @@ class _TopicCollector:
                 described = replication.describe()
                 members_up.add_metric([name], described["membersUp"])
                 under_count += described["underReplicated"]
+                ledgers_behind += described.get("ledgersBehind", 0)
+                catch_up.add_metric(
+                    [name],
+                    sum(r.get("catchUpBytes", 0) for r in described.get("replicas", {}).values()),
+                )
             ongoing.add_metric([name], len(topic.buffer.ongoing))
             aborted.add_metric([name], len(topic.buffer.aborted))
             lag.add_metric(
@@ -175,8 +193,11 @@ class _TopicCollector:
         pending.add_metric(["used"], budget.used_bytes)
         pending.add_metric(["max"], budget.max_bytes)
         under.add_metric([], under_count)
+        under_ledgers.add_metric([], ledgers_behind)
         yield from (
             under,
+            under_ledgers,
+            catch_up,
             members_up,
             topics,
             cached,
