@@ -43,7 +43,7 @@ async def decommission_status(ownership: TopicOwnership, broker_id: str) -> dict
     every topic record, so it is the store's view at one moment."""
     store, cluster = ownership.store, ownership.cluster
     copies = led = being_made = 0
-    for _path, result in await store.scan(ownership_dir(cluster) + "/"):
+    for _path, result in await store.scan(ownership_dir(cluster)):
         record = OwnershipRecord.from_json(result.value)
         if broker_id in record.ensemble:
             copies += 1
