@@ -431,6 +431,14 @@ class ReplicaLogs:
             log.info("%s: retention deleted copies of ledgers %s", name, doomed)
             return replica.state()
 
+    def names(self) -> list[str]:
+        """Every topic this broker has a copy's epoch for (a replica, or its own)."""
+        return [name for name, _ in self.store.scan_prefix(REPLICAS_DB, "")]
+
+    def holds(self, name: str) -> bool:
+        """Whether this broker keeps a copy's epoch for the topic."""
+        return self.store.get(REPLICAS_DB, name) is not None
+
     async def drop(self, name: str) -> None:
         """Forget the topic's copy: its files, its ledger list and its epoch (the topic
         was deleted). Metadata goes first, as ManagedLedger.delete does: a crash in

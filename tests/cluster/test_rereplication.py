@@ -181,14 +181,27 @@ def test_a_decommissioned_broker_s_copies_move_to_the_others(cluster_etcd, tmp_p
 
         def drained() -> bool:
             status = _request(brokers[0], path)
-            return status["draining"] and status["copies"] == status["ledTopics"]
+            return (
+                status["draining"]
+                and status["copies"] == status["ledTopics"]
+                and status["copiesBeingMade"] == 0
+            )
 
         wait_until(drained, BACK_TO_QW_WITHIN_S, f"broker {draining_id} holds only its own topics")
+        replaced = []
         for topic in topics:
             record = _record(cluster, topic)
             assert _whole(record, live_ids, 2), record
             if record["leader"] != draining_id:
                 assert draining_id not in record["ensemble"], record
+                replaced.append(topic.removeprefix("persistent://"))
+        assert replaced, "the draining broker held copies it did not lead"
+
+        def copies_dropped() -> bool:
+            ledgers = draining.data_dir / "ledgers"
+            return not any(any((ledgers / t).glob("*.log")) for t in replaced)
+
+        wait_until(copies_dropped, BACK_TO_QW_WITHIN_S, "the draining broker's copies deleted")
         # Nothing new is placed on it.
         new = f"persistent://{namespace}/placed-after"
         _produce([b for b in brokers if b is not draining], new, [b"y"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from managed_ledger import LocalStore, ReplicaLogs
@@ -195,6 +195,8 @@ class InCluster:
         self.throttle = CatchUpThrottle(config.rereplication_rate_bytes_per_s)
         # Replaces lost and draining members of the topics led here (keep_replicas).
         self.rereplication: Rereplication | None = None
+        # Drops this broker's copies of topics whose ensembles replaced it (keep_replicas).
+        self._drop_replaced_copies: Callable[[], Coroutine[Any, Any, None]] | None = None
         # Background work the cluster's callbacks start (letting go of a topic, taking
         # one, making a member's copies again), kept until it ends.
         self._letting_go: set[asyncio.Task] = set()
@@ -285,7 +287,36 @@ class InCluster:
         async def open_topic(name: TopicName) -> None:
             await registry.get(name, create=False)
 
+        async def drop_if_replaced(name: TopicName) -> None:
+            # A copy of a topic whose ensemble no longer names this broker (it was
+            # replaced while away or draining): nothing will read or count it again.
+            storage = name.storage_name
+            if not replicas.holds(storage) or registry.state(name) is not TopicState.UNLOADED:
+                return
+            record = await self.ownership.record(name)
+            if record is None or not record.replicated:
+                return
+            if self.ownership.broker_id in record.ensemble:
+                return
+            await replicas.drop(storage)
+            log.info(
+                "topic %s: this broker's copy dropped (its ensemble is %s)", name, record.ensemble
+            )
+
+        def changed(name: TopicName) -> None:
+            if replicas.holds(name.storage_name):
+                self._spawn(drop_if_replaced(name), f"drop-copy:{name}")
+
+        async def drop_replaced_copies() -> None:
+            for storage in replicas.names():
+                try:
+                    await drop_if_replaced(TopicName.parse("persistent://" + storage))
+                except Exception as error:
+                    log.warning("copy of %s not checked against its record: %r", storage, error)
+
+        self._drop_replaced_copies = drop_replaced_copies
         registry.on_retired = retired
+        self.ownership.on_changed = changed
         self.ownership.on_member_back = member_back
         self.ownership.recovery = LedgerRecovery(
             self.ownership, self.peers, replicas, let_go, self.throttle
@@ -311,6 +342,8 @@ class InCluster:
         self._start_balancing()
         if self.rereplication is not None:
             self.rereplication.start()
+        if self._drop_replaced_copies is not None:
+            self._spawn(self._drop_replaced_copies(), "drop-replaced-copies")
 
     def _start_balancing(self) -> None:
         config = self._config

@@ -293,6 +293,8 @@ class TopicOwnership:
         self.on_handed: Callable[[TopicName], None] = lambda name: None
         # Called with a broker that (re)joined, perhaps on another data dir.
         self.on_member_back: Callable[[BrokerInfo], None] = lambda info: None
+        # Called with a topic whose record changed (another broker's change, or this one's).
+        self.on_changed: Callable[[TopicName], None] = lambda name: None
         # Called with the id of a broker that left the cluster (its lease lapsed).
         self.on_gone: Callable[[str], None] = lambda broker_id: None
         # Brokers being decommissioned (metadata/draining.py): no placement or
@@ -410,6 +412,7 @@ class TopicOwnership:
                             self.on_taken(TopicName.parse(topic))
                         elif leader is not None and before not in (None, self.broker_id):
                             self.on_handed(TopicName.parse(topic))
+                        self.on_changed(TopicName.parse(topic))
                     elif notification.type is NotificationType.CREATED:
                         await self._count(topic)
                     elif notification.type is NotificationType.DELETED:
