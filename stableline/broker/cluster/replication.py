@@ -209,11 +209,17 @@ class FollowerLink:
 
     async def _run(self) -> None:
         while True:
-            if self.up and not self._queue:
+            # A member being remade that took the last batch may still lack what was
+            # confirmed while it caught up: with no batch to come (a quiet topic) it is
+            # brought up to that from the files, or it would never count as remade.
+            finishing = (
+                self.up and self.remaking and not self._queue and not self._holds_confirmed()
+            )
+            if self.up and not self._queue and not finishing:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if self.up:
+            if self.up and not finishing:
                 batch = self._queue[0]
             else:
                 # Away: bring it up to what is confirmed, from the files, until it answers.

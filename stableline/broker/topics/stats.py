@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher import Subscription, SubscriptionType
+from managed_ledger.replication import Replication
 from stableline.broker.topics.persistence import SINGLE_COPY
 from stableline.broker.topics.placement import Placement
 from stableline.broker.topics.topic import Topic
@@ -65,9 +66,13 @@ def _add_key_shared_stats(subscription: Subscription, stats: dict[str, Any]) -> 
         consumer_stats["drainingHashesUnackedMessages"] = sum(d.messages for d in mine)
 
 
-def persistence_stats(placement: Placement | None) -> dict[str, Any]:
+def persistence_stats(
+    placement: Placement | None, replication: Replication | None = None
+) -> dict[str, Any]:
     """A topic's copies: its policy's E, Qw, Qa and, in a cluster, the brokers of its
-    ensemble (leader first); standalone (no placement) the one copy here."""
+    ensemble (leader first): as its writer has them now, when it is written here (a
+    lost member may have been replaced since the topic was opened); standalone (no
+    placement) the one copy here."""
     policy = SINGLE_COPY if placement is None else placement.persistence
     stats: dict[str, Any] = {
         "ensemble": policy.ensemble_size,
@@ -75,7 +80,10 @@ def persistence_stats(placement: Placement | None) -> dict[str, Any]:
         "ackQuorum": policy.ack_quorum,
     }
     if placement is not None:
-        stats["ensembleBrokers"] = list(placement.ensemble)
+        replicas = None if replication is None else replication.describe().get("replicas")
+        stats["ensembleBrokers"] = (
+            [placement.leader, *replicas] if replicas is not None else list(placement.ensemble)
+        )
     return stats
 
 
@@ -107,7 +115,7 @@ def topic_stats(topic: Topic, placement: Placement | None = None) -> dict[str, A
         "corruptEntries": ledger.corrupt_entries,
         "lastConfirmedEntry": str(ledger.last_confirmed),
         "transactionBuffer": topic.buffer.stats(),
-        "persistence": persistence_stats(placement),
+        "persistence": persistence_stats(placement, ledger.replication),
         # A replicated topic's copies as its writer sees them (absent with one copy).
         **(
             {"replication": ledger.replication.describe()} if ledger.replication is not None else {}
