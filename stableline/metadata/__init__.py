@@ -43,6 +43,9 @@ store (Pulsar's configuration store); brokers read them through `PrefixMirror`s
         its ledgers so an old leader's late writes are refused (fencing). The
         ensemble lists the brokers holding replicas, the leader first, as many as
         the namespace's persistence policy asked when it was placed.
+    /stableline/draining/{cluster}/{host:port}
+        A broker being decommissioned (draining.py): no placement or ensemble
+        change chooses it, and each topic's writer replaces it in its ensemble.
     /stableline/ownership/{cluster}/coordinators/{shard}
         The same record for coordinator shard `shard` (0..K-1): a transaction id's
         high half names its shard, whose leader decides and ends the transaction.

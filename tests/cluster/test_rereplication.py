@@ -188,6 +188,12 @@ def test_a_decommissioned_broker_s_copies_move_to_the_others(cluster_etcd, tmp_p
             )
 
         wait_until(drained, BACK_TO_QW_WITHIN_S, f"broker {draining_id} holds only its own topics")
+
+        def listed_draining() -> bool:
+            listed = _request(brokers[0], f"/admin/v2/clusters/{cluster.name}/brokers")
+            return {b["brokerId"] for b in listed if b["draining"]} == {draining_id}
+
+        wait_until(listed_draining, 10, "the broker list says which broker is draining")
         replaced = []
         for topic in topics:
             record = _record(cluster, topic)

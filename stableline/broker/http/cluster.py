@@ -3,7 +3,8 @@ each topic's owner.
 
     GET /admin/v2/clusters/{cluster}/brokers
         [{"brokerId", "serviceUrl", "httpUrl", "live", "goneSinceMs", "version",
-          "startedAtMs", "hostname", "pid", "load", "ownedTopics", "thisBroker"}]
+          "startedAtMs", "hostname", "pid", "load", "ownedTopics", "thisBroker",
+          "draining" (in a cluster: being decommissioned)}]
     GET /admin/v2/clusters/{cluster}/topicOwners
         {"persistent://tenant/ns/topic": "host:port" (the owner's broker id), ...}
 
@@ -138,6 +139,9 @@ def add_routes(
                         broker_id, ownership.led_by(broker_id), ownership.gone_since_ms(broker_id)
                     )
                 )
+            for document in documents:
+                # Being decommissioned (as this broker last read it, within a second).
+                document["draining"] = document["brokerId"] in ownership.draining
             return web.json_response(documents)
 
         return brokers

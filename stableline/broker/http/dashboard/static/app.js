@@ -701,7 +701,7 @@ function brokerRow(b) {
     : h`<span class="bad-text">down${b.goneSinceMs ? ` since ${timestamp(b.goneSinceMs)}` : ""}</span>`;
   return h`<tr data-broker="${b.brokerId}" class="${b.live ? "" : "pinned"}">
     <td><code>${b.brokerId}</code>${b.thisBroker ? h` <span class="badge here">this broker</span>` : ""}</td>
-    <td class="state">${state}</td>
+    <td class="state">${state}${b.draining ? h` <span class="badge" title="admin brokers decommission: its copies are moving to the other brokers">draining</span>` : ""}</td>
     <td>${brokerLinkCell(b.httpUrl)}</td>
     <td class="num owned">${number(b.ownedTopics)}</td>
     <td class="num">${b.live ? number(b.load.loadedTopics) : "—"}</td>
