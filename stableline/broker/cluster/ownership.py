@@ -63,7 +63,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from stableline.broker.cluster.ensemble import choose_ensemble
@@ -602,14 +602,20 @@ class TopicOwnership:
         self.draining = frozenset(await list_draining(self.store, self.cluster))
         return self.draining
 
-    def choose_replacement(self, ensemble: tuple[str, ...]) -> str | None:
+    def choose_replacement(
+        self, ensemble: tuple[str, ...], chosen: Mapping[str, int] | None = None
+    ) -> str | None:
         """The live broker, not draining and not in `ensemble`, to hold a copy in place
-        of a lost member: the least loaded (fewest topics led, then the lowest id, as
-        placement chooses); None when there is none."""
+        of a lost member: the least loaded (fewest topics led plus `chosen`, the copies
+        the caller has just placed on it, then the lowest id); None when there is none."""
         candidates = self._live.keys() - set(ensemble) - self.draining
         if not candidates:
             return None
-        return min(candidates, key=lambda broker: (self._led.get(broker, 0), broker))
+        chosen = chosen or {}
+        return min(
+            candidates,
+            key=lambda broker: (self._led.get(broker, 0) + chosen.get(broker, 0), broker),
+        )
 
     async def replace_member(
         self, name: TopicName, epoch: int, gone: str, member: str

@@ -109,6 +109,9 @@ class Rereplication:
         now_ms = int(time.time() * 1000)
         replaced = 0
         writers: dict[str, EnsembleReplication] | None = None
+        # Copies placed in this pass, per broker: many topics losing one member spread
+        # their new copies instead of all landing on the one least loaded broker.
+        chosen: dict[str, int] = {}
         for topic, leader in ownership.leaders().items():
             if leader != me:
                 continue
@@ -131,16 +134,18 @@ class Rereplication:
             if writer.epoch != record.epoch:
                 continue  # taken again meanwhile: the next pass sees the new writer
             for member in lost:
-                if await self._replace(name, writer, member):
+                if await self._replace(name, writer, member, chosen):
                     replaced += 1
         self.replaced += replaced
         return replaced
 
-    async def _replace(self, name: TopicName, writer: EnsembleReplication, gone: str) -> bool:
+    async def _replace(
+        self, name: TopicName, writer: EnsembleReplication, gone: str, chosen: dict[str, int]
+    ) -> bool:
         record = await self.ownership.record(name)
         if record is None or gone not in record.ensemble:
             return False
-        member = self.ownership.choose_replacement(record.ensemble)
+        member = self.ownership.choose_replacement(record.ensemble, chosen)
         if member is None:
             if (str(name), gone) in self._warned:
                 return False
@@ -159,6 +164,7 @@ class Rereplication:
             log.warning("topic %s: member %s not replaced: %r", name, gone, error)
             return False
         writer.replace_member(gone, member)
+        chosen[member] = chosen.get(member, 0) + 1
         log.info(
             "topic %s: member %s (%s) replaced by %s at epoch %d",
             name,
