@@ -570,9 +570,9 @@ def brokers_load(as_json: bool, admin_url: str) -> None:
 @admin_url_option
 def brokers_decommission(broker: str, show_status: bool, cancel: bool, admin_url: str) -> None:
     """Move BROKER's copies to the other brokers before it is removed: no new topic or
-    copy is placed on it, and each topic it holds a copy of gets one on another live
-    broker at once. Topics BROKER leads stay with it: stop it (they fail over) once
-    `--status` shows only those left."""
+    copy is placed on it, the topics it leads are handed to other members of their
+    ensembles, and each topic it holds a copy of gets one on another live broker. Stop
+    it once `--status` shows no copies left."""
     path = f"/admin/v2/brokers/{urllib.parse.quote(broker, safe=':')}/decommission"
     if cancel:
         admin_request(admin_url, path, "DELETE")

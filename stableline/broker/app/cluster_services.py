@@ -321,8 +321,17 @@ class InCluster:
         self.ownership.recovery = LedgerRecovery(
             self.ownership, self.peers, replicas, let_go, self.throttle
         )
+
+        async def move_away(name: TopicName) -> str:
+            assert self.moves is not None
+            return await self.moves.transfer(name, None)
+
         self.rereplication = Rereplication(
-            self.ownership, writers, open_topic, self._config.replication_grace_period_s
+            self.ownership,
+            writers,
+            open_topic,
+            self._config.replication_grace_period_s,
+            move_away=move_away,
         )
         self.ownership.on_taken = let_go
         self.ownership.on_successor = succeed

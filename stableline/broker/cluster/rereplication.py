@@ -21,7 +21,10 @@ each broker, for the replicated topics it leads, replaces such a member:
   its copies are made again too, not only those of busy topics.
 
 A topic whose leader is the lost broker is first taken by its successor (failover,
-ledger_recovery.py), which then replaces the lost member like any writer.
+ledger_recovery.py), which then replaces the lost member like any writer. A draining
+broker hands the topics it leads to another member of their ensembles
+(`move_away`: topic_moves.py's transfer), MOVES_PER_PASS a pass, so their new
+leaders replace it in turn; a topic with no other member holding its copy stays.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from stableline.broker.cluster.ownership import TopicOwnership
+from stableline.broker.cluster.ownership import OwnershipRecord, TopicOwnership
 from stableline.broker.cluster.replication import EnsembleReplication
 from stableline.topic_name import TopicName
 
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 # How often the topics led here are looked at (a pass costs a dict look-up per topic
 # while no member is lost, and one read of the draining brokers from the store).
 CHECK_INTERVAL_S = 1.0
+# Topics a draining broker hands over per pass (each stops its writes for a moment).
+MOVES_PER_PASS = 8
 
 
 class Rereplication:
@@ -53,15 +58,19 @@ class Rereplication:
         open_topic: Callable[[TopicName], Awaitable[None]],
         grace_period_s: float,
         check_interval_s: float = CHECK_INTERVAL_S,
+        move_away: Callable[[TopicName], Awaitable[str]] | None = None,
     ):
         """`writers()`: the replication of each replicated topic open here, by full
-        name; `open_topic(name)`: open it (its recovery makes its writer)."""
+        name; `open_topic(name)`: open it (its recovery makes its writer);
+        `move_away(name)`: hand a topic led here to another member (None: the topics a
+        draining broker leads stay until it stops)."""
         assert grace_period_s >= 0, grace_period_s
         self.ownership = ownership
         self.writers = writers
         self.open_topic = open_topic
         self.grace_period_s = grace_period_s
         self.check_interval_s = check_interval_s
+        self.move_away = move_away
         self._task: asyncio.Task | None = None
         # Members replaced since start, for the metrics.
         self.replaced = 0
@@ -108,6 +117,8 @@ class Rereplication:
         me = ownership.broker_id
         now_ms = int(time.time() * 1000)
         replaced = 0
+        moves = 0
+        draining_here = me in ownership.draining and self.move_away is not None
         writers: dict[str, EnsembleReplication] | None = None
         # Copies placed in this pass, per broker: many topics losing one member spread
         # their new copies instead of all landing on the one least loaded broker.
@@ -118,6 +129,10 @@ class Rereplication:
             name = TopicName.parse(topic)
             record = await ownership.record(name)
             if record is None or not record.replicated or record.leader != me:
+                continue
+            if draining_here and moves < MOVES_PER_PASS and self._has_heir(record, now_ms):
+                moves += 1
+                await self._move_away(name)
                 continue
             lost = [m for m in record.ensemble if m != me and self.lost(m, now_ms)]
             if not lost:
@@ -138,6 +153,23 @@ class Rereplication:
                     replaced += 1
         self.replaced += replaced
         return replaced
+
+    def _has_heir(self, record: OwnershipRecord, now_ms: int) -> bool:
+        """Whether another member holds the topic's copy, live and not draining."""
+        me = self.ownership.broker_id
+        return any(
+            m != me and self.ownership.holds_its_copy(record, m) and not self.lost(m, now_ms)
+            for m in record.ensemble
+        )
+
+    async def _move_away(self, name: TopicName) -> None:
+        assert self.move_away is not None
+        try:
+            to = await self.move_away(name)
+        except Exception as error:
+            log.warning("topic %s: not handed over (this broker is draining): %r", name, error)
+            return
+        log.info("topic %s: handed over to %s (this broker is draining)", name, to)
 
     async def _replace(
         self, name: TopicName, writer: EnsembleReplication, gone: str, chosen: dict[str, int]

@@ -5,16 +5,17 @@
     DELETE /admin/v2/brokers/{broker}/decommission    204: taken back into placement
 
 A draining broker (metadata/draining.py) is chosen by no placement and no ensemble
-change, and every writer of a topic whose ensemble names it replaces it at once
+change, hands the topics it leads to other members of their ensembles, and every
+writer of a topic whose ensemble names it replaces it at once
 (cluster/rereplication.py), sending the new member every ledger. The progress:
 
     {"brokerId", "draining": bool, "live": bool, "copies": topics whose ensemble
      still names it, "ledTopics": those it leads, "copiesBeingMade": copies in the
      cluster still being sent to the members that replaced a lost or draining one}
 
-`copies` reaching what `ledTopics` leaves (the topics it leads stay with it until
-they are moved or it is stopped, which fails them over) says its copies are
-elsewhere. Answered in a cluster only (404 standalone: a broker of one copy).
+`copies` at 0 (and `copiesBeingMade` at 0) says every copy is elsewhere: the broker
+can be stopped. A topic it leads whose other members are all away stays with it
+until they are back. Answered in a cluster only (404 standalone: a broker of one copy).
 """
 
 from __future__ import annotations

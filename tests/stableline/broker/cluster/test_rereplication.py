@@ -159,3 +159,26 @@ def test_topics_led_by_others_are_theirs_to_re_replicate():
     ownership.records[TOPIC] = record(["b:1", ME, "c:1"])
     ownership.marked = frozenset({"c:1"})
     assert asyncio.run(rereplication.check()) == 0
+
+
+def test_a_draining_broker_hands_the_topics_it_leads_to_another_member():
+    ownership, writer, _, _ = setup()
+    moved: list[TopicName] = []
+
+    async def move_away(name):
+        moved.append(name)
+        return "b:1"
+
+    ownership.holds_its_copy = lambda record, member: member in ownership.live
+    rereplication = Rereplication(
+        ownership, lambda: {TOPIC: writer}, lambda name: None, 60.0, move_away=move_away
+    )
+    ownership.marked = frozenset({ME})
+    assert asyncio.run(rereplication.check()) == 0
+    assert moved == [TopicName.parse(TOPIC)]
+    assert writer.replaced == []  # its next leader replaces this broker
+    # With no other member holding a copy, the topic stays.
+    moved.clear()
+    ownership.live -= {"b:1", "c:1"}
+    asyncio.run(rereplication.check())
+    assert moved == []
