@@ -135,16 +135,21 @@ class Rereplication:
                 await self._move_away(name)
                 continue
             lost = [m for m in record.ensemble if m != me and self.lost(m, now_ms)]
-            if not lost:
+            if not lost and not self._copy_unfinished(record):
                 continue
             if writers is None:
                 writers = self.writers()
             writer = writers.get(topic)
             if writer is None:
+                # Not open here (unloaded, or retired when this broker's session was
+                # lost): its recovery makes a writer, which replaces the lost members
+                # and finishes the copies of those being made.
                 try:
                     await self.open_topic(name)
                 except Exception as error:
-                    log.warning("topic %s: not opened to re-replicate: %r", name, error)
+                    if (topic, "") not in self._warned:
+                        self._warned.add((topic, ""))
+                        log.warning("topic %s: not opened to re-replicate: %r", name, error)
                 continue  # its writer is looked at on the next pass
             if writer.epoch != record.epoch:
                 continue  # taken again meanwhile: the next pass sees the new writer
@@ -153,6 +158,17 @@ class Rereplication:
                     replaced += 1
         self.replaced += replaced
         return replaced
+
+    def _copy_unfinished(self, record: OwnershipRecord) -> bool:
+        """Whether a live member's copy is still to be made (it replaced another, or is
+        back on a lost disk): only a writer makes it."""
+        ownership = self.ownership
+        return any(
+            m != ownership.broker_id
+            and ownership.live_broker(m) is not None
+            and not ownership.holds_its_copy(record, m)
+            for m in record.ensemble
+        )
 
     def _has_heir(self, record: OwnershipRecord, now_ms: int) -> bool:
         """Whether another member holds the topic's copy, live and not draining."""

@@ -47,6 +47,10 @@ class FakeOwnership:
     def live_broker(self, broker_id):
         return object() if broker_id in self.live else None
 
+    def holds_its_copy(self, record, member):
+        known = record.data_dirs.get(member, "")
+        return member in self.live and not known.startswith(COPYING_PREFIX)
+
     def gone_since_ms(self, broker_id):
         return self.gone.get(broker_id)
 
@@ -169,7 +173,6 @@ def test_a_draining_broker_hands_the_topics_it_leads_to_another_member():
         moved.append(name)
         return "b:1"
 
-    ownership.holds_its_copy = lambda record, member: member in ownership.live
     rereplication = Rereplication(
         ownership, lambda: {TOPIC: writer}, lambda name: None, 60.0, move_away=move_away
     )
@@ -182,3 +185,25 @@ def test_a_draining_broker_hands_the_topics_it_leads_to_another_member():
     ownership.live -= {"b:1", "c:1"}
     asyncio.run(rereplication.check())
     assert moved == []
+
+
+def test_a_copy_left_unfinished_gets_its_topic_opened_so_a_writer_finishes_it():
+    """The writer making a copy was retired (this broker's session was lost) and the
+    topic is not open: nothing else would make the copy whole."""
+    ownership, writer, _, _ = setup()
+    ownership.records[TOPIC] = replace(
+        record([ME, "b:1", "d:1"]), data_dirs={"d:1": COPYING_PREFIX + "x"}
+    )
+    opened: list[TopicName] = []
+
+    async def open_topic(name):
+        opened.append(name)
+
+    asyncio.run(Rereplication(ownership, dict, open_topic, 60.0).check())
+    assert opened == [TopicName.parse(TOPIC)]
+    # Open, its writer is making the copy: nothing to do.
+    assert (
+        asyncio.run(Rereplication(ownership, lambda: {TOPIC: writer}, open_topic, 60.0).check())
+        == 0
+    )
+    assert writer.replaced == [] and opened == [TopicName.parse(TOPIC)]
