@@ -104,6 +104,9 @@ class Sizes:
     failover_kills: int = 20
     shard_failover_kills: int = 20  # coordinator shard leaders killed
     topic_moves: int = 50  # transfers timed by bench_moves
+    rereplication_fill_mb: float = 200.0  # the copy bench_rereplication makes
+    balancer_seconds: float = 30.0  # each bench_balancer run
+    balancer_rounds: int = 2  # runs of each start, forth and back
 
 
 # Each figure's smallest run: the wiring from its measurement to its rows is what the
@@ -149,6 +152,9 @@ QUICK = Sizes(
     failover_kills=1,
     shard_failover_kills=1,
     topic_moves=2,
+    rereplication_fill_mb=6,
+    balancer_seconds=3,
+    balancer_rounds=1,
 )
 
 
@@ -1380,6 +1386,94 @@ def moves_rows(result: dict) -> list[Row]:
     ]
 
 
+def fig_rereplication(sizes: Sizes, ctx: dict) -> list[Row]:
+    """A copy made again at the throttle while clients publish (bench_rereplication);
+    without an etcd on PATH, no row."""
+    result = run_script(
+        "bench_rereplication.py",
+        ctx["out"] / "rereplication.json",
+        "--fill-mb", str(sizes.rereplication_fill_mb),
+        "--fill-seconds", str(max(1.0, sizes.rereplication_fill_mb / 40)),
+        "--seconds", str(sizes.seconds),
+    )  # fmt: skip
+    if not result["etcd"]:
+        progress("rereplication: no etcd, so no re-replication rows")
+        return []
+    return rereplication_rows(result)
+
+
+def rereplication_rows(result: dict) -> list[Row]:
+    """The rows of bench_rereplication's JSON: the copy's rate against its throttle,
+    and the clients' publish rate meanwhile against it alone."""
+    limit_mb = result["rate_limit_bytes_per_s"] / 1e6
+    figure = (
+        f"Re-replication: a {result['policy']} topic's copy made again on the third broker "
+        f"(decommission), throttle {limit_mb:.1f} MB/s (bench_rereplication)"
+    )
+    return [
+        Row(
+            figure,
+            f"copy rate ({result['copied_bytes'] / 1e6:.0f} MB in {result['copy_seconds']} s)",
+            result["copy_mb_per_s"],
+            "MB/s",
+            "the throttle",
+            round(limit_mb, 2),
+        ),
+        Row(
+            figure,
+            "clients' publish rate while the copy is made",
+            result["client_msgs_per_s_during"],
+            "msgs/s",
+            "the same run with no copy being made",
+            result["client_msgs_per_s_alone"],
+        ),
+    ]
+
+
+def fig_balancer(sizes: Sizes, ctx: dict) -> list[Row]:
+    """Six busy topics started on one of three brokers, with the balancer on and off,
+    against an even start (bench_balancer); without an etcd on PATH, no row."""
+    result = run_script(
+        "bench_balancer.py",
+        ctx["out"] / "balancer.json",
+        "--seconds", str(sizes.balancer_seconds),
+        "--rounds", str(sizes.balancer_rounds),
+    )  # fmt: skip
+    if not result["etcd"]:
+        progress("balancer: no etcd, so no balancer rows")
+        return []
+    return balancer_rows(result)
+
+
+def balancer_rows(result: dict) -> list[Row]:
+    """The rows of bench_balancer's JSON: each skewed start's e2e rate against the
+    even start's."""
+    figure = (
+        f"Load balancing: {result['topics']} busy 3/3/2 topics on 3 brokers, e2e (bench_balancer)"
+    )
+    rates = result["msgs_per_s"]
+    rows = []
+    for name, label in (
+        ("skewed_balancer_on", "all started on one broker, balancer on"),
+        ("skewed_balancer_off", "all started on one broker, balancer off"),
+    ):
+        if name not in rates:
+            continue
+        moves = [run["moves"] for run in result["runs"][name]]
+        rows.append(
+            Row(
+                figure,
+                f"{label}: msgs/s",
+                rates[name],
+                "msgs/s",
+                "an even start (2/2/2)",
+                rates["even"],
+                note=f"topics moved per run: {moves}",
+            )
+        )
+    return rows
+
+
 FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "e2e": fig_e2e,
     "latency": fig_publish_latency,
@@ -1397,6 +1491,8 @@ FIGURES: dict[str, Callable[[Sizes, dict], list[Row]]] = {
     "cluster": fig_cluster,
     "replication": fig_replication,
     "moves": fig_moves,
+    "rereplication": fig_rereplication,
+    "balancer": fig_balancer,
 }
 
 

@@ -140,9 +140,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-balancer-", dir=args.dir) as scratch:
         root = Path(scratch)
         etcd = start_etcd(root)
+        result["etcd"] = etcd is not None
         if etcd is None:
-            print("no etcd on PATH (Debian: etcd-server): nothing to measure", file=sys.stderr)
-            return 1
+            progress("no etcd on PATH (Debian: etcd-server): nothing to measure")
+            return finish(result, _STARTED, args.json)
         try:
             for round_ in range(args.rounds):
                 order = CONFIGURATIONS if round_ % 2 == 0 else tuple(reversed(CONFIGURATIONS))

@@ -32,7 +32,8 @@ GROUPS = (
     "Kafka port",
     "Metadata store",
 )
-# bench_cluster's, bench_replication's and bench_moves' rows, made only where an etcd can be started.
+# The cluster scripts' rows (bench_cluster, bench_replication, bench_moves,
+# bench_rereplication, bench_balancer), made only where an etcd can be started.
 CLUSTER_GROUPS = (
     "Cluster on one machine: e2e",
     "Cluster: 1-message transactions",
@@ -42,6 +43,8 @@ CLUSTER_GROUPS = (
     "Replication: kill -9 of a 3/3/2 topic's owner",
     "Replication: kill -9 of a coordinator shard's leader",
     "Topic moves: a 3/3/2 topic",
+    "Re-replication: a 2/2/1 topic's copy",
+    "Load balancing: 6 busy 3/3/2 topics",
 )
 
 
@@ -80,6 +83,8 @@ def test_quick_suite_writes_one_table_with_a_baseline_for_every_figure(
         "cluster.json",
         "replication.json",
         "moves.json",
+        "rereplication.json",
+        "balancer.json",
     ):
         assert (tmp_path / produced).exists(), produced
 
@@ -168,3 +173,40 @@ def test_a_page_without_the_results_markers_is_refused(bench_all, tmp_path):
     page.write_text("# no results section\n")
     with pytest.raises(ValueError, match="results"):
         bench_all.refresh_docs_page(page, "table\n")
+
+
+def test_re_replication_is_two_rows_against_its_throttle_and_clients_alone(bench_all):
+    result = {
+        "policy": "2/2/1",
+        "rate_limit_bytes_per_s": 20 * 1024 * 1024,
+        "copied_bytes": 100_000_000,
+        "copy_seconds": 4.5,
+        "copy_mb_per_s": 22.2,
+        "client_msgs_per_s_alone": 400_000,
+        "client_msgs_per_s_during": 300_000,
+    }
+    copy, clients = bench_all.rereplication_rows(result)
+    assert copy.figure == clients.figure and copy.figure.startswith("Re-replication: a 2/2/1")
+    assert (copy.value, copy.unit, copy.baseline) == (22.2, "MB/s", 20.97)
+    assert (clients.value, clients.baseline) == (300_000, 400_000)
+    assert clients.record()["ratio"] == 0.75
+
+
+def test_the_balancer_is_a_row_per_skewed_start_against_the_even_one(bench_all):
+    result = {
+        "topics": 6,
+        "msgs_per_s": {
+            "even": 100_000,
+            "skewed_balancer_off": 80_000,
+            "skewed_balancer_on": 95_000,
+        },
+        "runs": {
+            "even": [{"moves": 0}],
+            "skewed_balancer_off": [{"moves": 0}],
+            "skewed_balancer_on": [{"moves": 4}],
+        },
+    }
+    on, off = bench_all.balancer_rows(result)
+    assert on.figure.startswith("Load balancing: 6 busy 3/3/2 topics")
+    assert (on.value, on.baseline, on.record()["ratio"]) == (95_000, 100_000, 0.95)
+    assert "[4]" in on.note and (off.value, off.baseline) == (80_000, 100_000)
