@@ -673,6 +673,11 @@ class TransactionCoordinator:
             log.info("transaction %s timed out after %d ms; aborting", meta.txn_id, meta.timeout_ms)
             self._decide(meta, TxnState.TIMEOUT)
 
+    def ends_under_way(self) -> list[asyncio.Task]:
+        """The ends being driven now, decided and not yet complete (a leader that
+        hands its shard over lets them finish first)."""
+        return [task for task in self._drivers.values() if not task.done()]
+
     def stop_timers(self) -> None:
         """No transaction times out here any more (another broker leads the shard)."""
         for timer in self._timers.values():

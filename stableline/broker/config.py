@@ -192,10 +192,13 @@ class BrokerConfig:
     # Pulsar; Kafka's broker.session.timeout.ms is 9 s]. 4 s serves a killed broker's
     # topics again within 5 s.
     metadata_session_timeout_s: float = 4.0
-    # At shutdown (SIGTERM) in a cluster, how long the broker spends handing the
-    # replicated topics it leads to other members of their ensembles before it leaves,
-    # so their clients see no failed call; those not handed over by then fail over as
-    # after a crash. 0: none are handed over.
+    # At shutdown (SIGTERM) in a cluster, how long the broker spends handing what it
+    # leads to other brokers before it leaves: its transaction coordinator shards
+    # first (the ends under way finish, each shard goes to a live broker, which takes
+    # it at once), then the replicated topics it leads to other members of their
+    # ensembles, so their clients see no failed call; what is left by then fails over
+    # as after a crash [Pulsar's brokerShutdownTimeoutMs bounds its whole shutdown].
+    # 0: nothing is handed over.
     shutdown_hand_over_timeout_s: float = 10.0
     # HOST or HOST:PORT clients reach this broker's gRPC at, and its id in the cluster;
     # "" is the --grpc host and bound port (this machine's name for a wildcard host)
@@ -403,9 +406,12 @@ KEY_DESCRIPTIONS: dict[str, str] = {
     "and takes no writes until etcd is back [metadataStoreSessionTimeoutMillis; "
     "Pulsar's is 30 s, Kafka's broker session 9 s].",
     "shutdown_hand_over_timeout_s": "At shutdown (SIGTERM) in a cluster, how long the "
-    "broker spends handing the replicated topics it leads to other members of their "
-    "ensembles before it leaves, so their producers and consumers see no failed call; "
-    "topics not handed over by then fail over as after a crash. 0: none are handed over.",
+    "broker spends handing what it leads to other brokers before it leaves: its "
+    "transaction coordinator shards first (the ends under way finish, and each shard goes "
+    "to a live broker, which takes it at once), then the replicated topics it leads to "
+    "other members of their ensembles, so their clients see no failed call; what is left "
+    "by then fails over as after a crash. 0: nothing is handed over "
+    "[brokerShutdownTimeoutMs bounds Pulsar's whole shutdown].",
     "advertised_address": "HOST or HOST:PORT clients reach this broker's gRPC at, and its "
     'id in the cluster; "": the `grpc_address` host and bound port (a wildcard host '
     "advertises the machine's name) [advertisedAddress].",

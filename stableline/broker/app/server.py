@@ -583,9 +583,10 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.store.sync)
 
     async def stop(self) -> None:
-        """Stop accepting, finish what is in flight, close ledgers, sync metadata."""
+        """Hand over what this broker leads in a cluster, stop accepting, finish what
+        is in flight, close ledgers, sync metadata."""
         started = time.monotonic()
-        await self._hand_over_topics()
+        await self._hand_over()
         if self._grpc is not None:
             await self._grpc.not_serving()
         if self.cluster is not None:
@@ -623,13 +624,26 @@ class Broker:
         if self.registry is not None:  # a start refused before recovery says nothing more
             log.info("broker stopped after %.1f s", time.monotonic() - started)
 
-    async def _hand_over_topics(self) -> None:
+    async def _hand_over(self) -> None:
+        """In a cluster, before this broker leaves it (a live member still: the next
+        leaders are other brokers, and calls meanwhile are sent to them): first its
+        transaction coordinator shards (txn/coordinators.py; ends under way finish
+        while the topics they write to are still served here), then its topics, both
+        within shutdown_hand_over_timeout_s."""
+        timeout_s = self.config.shutdown_hand_over_timeout_s
+        if not isinstance(self.cluster, InCluster) or timeout_s <= 0:
+            return
+        started = time.monotonic()
+        if self.coordinators is not None:
+            await self.coordinators.hand_over(timeout_s)
+        await self._hand_over_topics(timeout_s - (time.monotonic() - started))
+
+    async def _hand_over_topics(self, timeout_s: float) -> None:
         """In a cluster, before this broker leaves it: the replicated topics it leads go
         to other members of their ensembles (cluster/topic_moves.py), so their clients
-        see no failed call; within shutdown_hand_over_timeout_s, after which the rest
-        fail over as after a crash."""
+        see no failed call; within `timeout_s`, after which the rest fail over as
+        after a crash."""
         moves = None if self.cluster is None else self.cluster.moves
-        timeout_s = self.config.shutdown_hand_over_timeout_s
         if moves is None or timeout_s <= 0 or self.membership is None:
             return
         try:
@@ -637,7 +651,8 @@ class Broker:
                 await moves.hand_over_all()
         except TimeoutError:
             log.warning(
-                "topics not all handed over within shutdown_hand_over_timeout_s (%g s): "
+                "topics not all handed over within what shutdown_hand_over_timeout_s left "
+                "them (%g s): "
                 "the rest fail over",
                 timeout_s,
             )

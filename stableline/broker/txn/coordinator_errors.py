@@ -31,6 +31,20 @@ class CoordinatorUnavailableError(BrokerError):
         )
 
 
+class CoordinatorLeavingError(CoordinatorUnavailableError):
+    """This broker is stopping and hands its coordinator shards over: another broker
+    answers (the client asks the next one it knows)."""
+
+    code = "BrokerUnavailable"
+
+    def __init__(self, shard: int):
+        BrokerError.__init__(
+            self,
+            f"this broker is shutting down and takes no transaction of coordinator shard "
+            f"{shard}; ask another broker of the cluster",
+        )
+
+
 class ShardLogConflictError(BrokerError):
     """This data dir holds a coordinator shard's log that another broker leads."""
 

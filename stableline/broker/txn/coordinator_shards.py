@@ -16,6 +16,9 @@ Promises:
 - A broker takes a shard only for itself (`place_on_self`): when a client asks it for
   a transaction and it leads none, or for a named transaction whose shard nobody
   leads yet. Shards so spread over the brokers clients ask.
+- A leader that stops gives its shard away (`hand_over`): one CAS, from the version
+  its log's writes are guarded by, names the next leader, which takes it at once
+  (the records' watch tells it); the old leader's log is fenced by that same write.
 """
 
 from __future__ import annotations
@@ -141,8 +144,9 @@ class ShardRecords:
     """The cluster's shard records, as this broker reads and writes them.
 
     A record changes only by compare-and-set: placed once (`place_on_self`), then
-    taken by another broker when its leader is gone (`take_over`), or taken again by
-    its own leader as it starts (`renew`); each take bumps the epoch, and the record's
+    taken by another broker when its leader is gone (`take_over`), taken again by its
+    own leader as it starts (`renew`), or given by a stopping leader to another broker
+    (`hand_over`); each change bumps the epoch, and the record's
     version is what the leader's log writes are guarded by (txn/shard_log.py). The
     cache follows the records' changes (`follow`)."""
 
@@ -239,6 +243,31 @@ class ShardRecords:
             self._records[shard] = (mine, version + 1)
             self._taken[shard] = version + 1
             return mine, version + 1
+
+    async def hand_over(self, shard: int, leader: str, successor: str) -> OwnershipRecord:
+        """Name `successor` the shard's leader at the next epoch if `leader` still
+        leads it; the record that holds then (another broker's when one took it)."""
+        assert successor != leader, (shard, leader)
+        while True:
+            found = await self.versioned(shard, fresh=True)
+            assert found is not None, f"shard {shard} was never placed"
+            record, version = found
+            if record.leader != leader:
+                return record
+            theirs = replace(
+                record,
+                leader=successor,
+                epoch=record.epoch + 1,
+                ensemble=(successor,),
+                since_ms=int(time.time() * 1000),
+            )
+            try:
+                await self.store.put(shard_path(self.cluster, shard), theirs.to_json(), version)
+            except BadVersion:
+                continue
+            self._records[shard] = (theirs, version + 1)
+            self._taken.pop(shard, None)
+            return theirs
 
     def taken_here(self, shard: int) -> tuple[OwnershipRecord, int] | None:
         """The record and version this broker last placed or took `shard` at, once

@@ -22,6 +22,12 @@ Promises:
 - A topic joined to a remote transaction is remembered here (at most
   MAX_REMEMBERED_JOINS, oldest forgotten first), so a producer's later batches in it
   cost no call; its end still reaches the topic, which refuses anything after it.
+- A stopping broker hands its shards over (`hand_over`, within a time budget): from
+  its start no new call is taken for them (each waits for the hand-over, then is
+  sent to the new leader, or served here should no other broker be live), ends
+  under way finish and their answers go out, the log holds every change, and one
+  CAS names another live broker, which takes the shard at once (`_record_changed`).
+  Whatever is left past the budget the new leader re-drives from the log.
 """
 
 from __future__ import annotations
@@ -39,14 +45,16 @@ from managed_ledger import LocalStore, TxnId
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.write_gate import WriteGate
 from stableline.broker.txn.coordinator_errors import (
+    CoordinatorLeavingError,
     CoordinatorNotLeaderError,
     CoordinatorUnavailableError,
 )
 from stableline.broker.txn.remote_acks import HeldRemoteAcks, NoRemoteAcks
 from stableline.broker.txn.shard_leaders import EveryShardHere, ShardLeaders
 from stableline.broker.txn.shard_log import shard_key_prefix
-from stableline.metadata import BrokerInfo
+from stableline.metadata import BrokerInfo, MetadataStoreError
 from txnbuffer import (
+    CoordinatorFencedError,
     TransactionCoordinator,
     TransactionLimits,
     TransactionNotFoundError,
@@ -119,6 +127,12 @@ class Coordinators:
         # Background work: following the shard records, taking over shards.
         self._tasks: set[asyncio.Task] = set()
         self._joined: OrderedDict[tuple[TxnId, str, str | None], None] = OrderedDict()
+        # The broker is stopping: it takes no shard, and hands over those it leads.
+        self._leaving = False
+        # Shard being handed over -> set once it is (calls for it wait on it).
+        self._handing: dict[int, asyncio.Event] = {}
+        # Coordinators of shards handed over, closed with the rest.
+        self._handed_over: list[TransactionCoordinator] = []
 
     # ------------------------------------------------------------ life
 
@@ -177,6 +191,73 @@ class Coordinators:
         if leader != self.broker_id and shard in self.local:
             log.warning("coordinator shard %d: now led by broker %s; letting it go", shard, leader)
             self._fenced(shard)
+        elif leader == self.broker_id and shard not in self.local and not self._leaving:
+            # Handed over by a stopping leader (or placed here): taken now, not on
+            # the first call that needs it.
+            self._spawn(self._take_handed(shard), f"coordinator-shard-{shard}")
+
+    async def _take_handed(self, shard: int) -> None:
+        await self.ready.wait()
+        try:
+            await self._start_local(shard)
+        except Exception as error:  # the next call for it tries again
+            log.warning("coordinator shard %d named this broker, not started: %s", shard, error)
+
+    async def hand_over(self, timeout_s: float) -> None:
+        """The broker stops: give every shard led here to another live broker, within
+        `timeout_s` (see the module docstring). A shard no other broker can take stays
+        here, and is taken over once this broker has left."""
+        self._leaving = True
+        if not self.ready.is_set():
+            return  # nothing recovered, nothing to hand over
+        shards = sorted(shard for shard in self.local if shard not in self._handing)
+        if not shards:
+            return
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        for shard in shards:
+            self._handing[shard] = asyncio.Event()
+            # Decided only by the next leader from now on (it re-arms the timeouts).
+            self.local[shard].stop_timers()
+        log.info("handing over coordinator shards %s", shards)
+        await asyncio.gather(*(self._hand_over_one(shard, deadline) for shard in shards))
+
+    async def _hand_over_one(self, shard: int, deadline: float) -> None:
+        coordinator = self.local[shard]
+        loop = asyncio.get_running_loop()
+        kept = True
+        try:
+            under_way = coordinator.ends_under_way()
+            if under_way:
+                _, pending = await asyncio.wait(under_way, timeout=max(deadline - loop.time(), 0))
+                if pending:
+                    log.warning(
+                        "coordinator shard %d: %d ends not complete at the hand-over; its "
+                        "next leader completes them",
+                        shard,
+                        len(pending),
+                    )
+            async with asyncio.timeout_at(deadline):
+                await coordinator.durable()
+                # "": no other broker is live; the shard stays here until this one
+                # has left, and is taken over then.
+                kept = await self.leaders.hand_over(shard, self.broker_id) in ("", self.broker_id)
+        except CoordinatorFencedError:
+            kept = False  # another broker took it meanwhile
+        except (TimeoutError, MetadataStoreError) as error:
+            log.warning(
+                "coordinator shard %d not handed over (%s); it is taken over once this "
+                "broker has left",
+                shard,
+                error or "out of time",
+            )
+        finally:
+            if not kept and self.local.get(shard) is coordinator:
+                self._fenced(shard)
+            if self.local.get(shard) is not coordinator:
+                # Closed last (close()): an end past the budget still answers its
+                # client if it completes before the broker's calls are cut.
+                self._handed_over.append(coordinator)
+            self._handing.pop(shard).set()
 
     async def leader_gone(self, gone: str) -> None:
         """Broker `gone` left the cluster: the shards it led whose successor is this
@@ -194,14 +275,15 @@ class Coordinators:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for coordinator in self.local.values():
+        for coordinator in [*self.local.values(), *self._handed_over]:
             await coordinator.close()
 
     # ------------------------------------------------------------ where
 
     def coordinator_of(self, txn_id: TxnId) -> TransactionCoordinator | None:
-        """The local coordinator of the transaction's shard, None if not led here."""
-        return self.local.get(txn_id.most_bits)
+        """The local coordinator of the transaction's shard, None if not led here (or
+        being handed over: a call for it waits for the new leader)."""
+        return self._serving(txn_id.most_bits)
 
     async def leader_address(self, shard: int) -> str:
         """The gRPC address of the live leader of a shard led elsewhere ("" when it is
@@ -211,20 +293,37 @@ class Coordinators:
         return "" if leader is None else leader.grpc_address
 
     async def _live_leader(self, shard: int) -> BrokerInfo | None:
-        """leader_address's broker (None: this one)."""
-        leader = await self.leaders.leader(shard)
-        if leader == self.broker_id:
-            # Led here but not started yet: only a broker that placed it starts it.
+        """leader_address's broker (None: this one, and the shard is in self.local
+        and not being handed over)."""
+        while True:
+            leader = await self.leaders.leader(shard)
+            if leader != self.broker_id:
+                return await self._reach(shard, leader)
+            handing = self._handing.get(shard)
+            if handing is not None:
+                # Answered once it is handed over: by the new leader, or here.
+                await handing.wait()
+                continue
+            # Led here but perhaps not started yet: only a broker that placed it
+            # starts it.
             await self._start_local(shard)
-            return None
-        return await self._reach(shard, leader)
+            if shard in self.local and shard not in self._handing:
+                return None
+            self.leaders.forget(shard)  # fenced, or handed over, meanwhile
+
+    def _serving(self, shard: int) -> TransactionCoordinator | None:
+        """The coordinator of a shard led here and not being handed over."""
+        return None if shard in self._handing else self.local.get(shard)
 
     async def _reach(self, shard: int, leader: str) -> BrokerInfo | None:
         """The live broker leading `shard`, whose record names `leader`; when that
-        one is gone, the shard is taken over (by this broker: None)."""
+        one is gone, the shard is taken over (by this broker: None), unless this
+        broker is stopping."""
         owner = self.leaders.live_broker(leader)
         if owner is not None:
             return owner
+        if self._leaving:
+            raise CoordinatorUnavailableError(shard, leader)
         leader = await self.leaders.take_over(shard, self.broker_id, leader)
         if leader == self.broker_id:
             await self._start_local(shard)
@@ -240,12 +339,17 @@ class Coordinators:
         would take it, so every broker answers the same leader from then on (Kafka's
         FindCoordinator). CoordinatorUnavailableError when its leader is down."""
         await self.ready.wait()
-        if shard in self.local:
+        if self._serving(shard) is not None:
             return None
-        leader = await self.leaders.take(shard, self.broker_id)
+        if self._leaving:
+            try:
+                leader = await self.leaders.leader(shard)
+            except TransactionNotFoundError:
+                raise CoordinatorLeavingError(shard) from None
+        else:
+            leader = await self.leaders.take(shard, self.broker_id)
         if leader == self.broker_id:
-            await self._start_local(shard)
-            return None
+            return await self._live_leader(shard)
         return await self._reach(shard, leader)
 
     async def deciding(self, txn_id: TxnId) -> TransactionCoordinator:
@@ -317,14 +421,19 @@ class Coordinators:
             shard = named_shard(owner, name, self.shard_count)
         else:
             shard = await self._shard_for_new()
-        coordinator = self.local.get(shard)
-        if coordinator is None and await self.leaders.take(shard, self.broker_id) == self.broker_id:
-            coordinator = await self._start_local(shard)
+        coordinator = self._serving(shard)
+        leader = None
+        if coordinator is None:
+            # Placed here if nobody leads it (unless stopping); waits out a hand-over.
+            leader = await self.shard_leader(shard)
+            if leader is None:
+                coordinator = self.local[shard]
         if coordinator is not None:
             opened = self._open_here(coordinator, timeout_ms, name, owner, client)
             await coordinator.log.flushed()
             return opened
-        address = await self.leader_address(shard)
+        assert leader is not None
+        address = leader.grpc_address
         opened = await self.leaders.peers.open_transaction(
             address, shard, timeout_ms, name, owner, client
         )
@@ -335,8 +444,10 @@ class Coordinators:
     ) -> OpenedTransaction:
         """Open on a shard led here (a peer's OpenTransaction)."""
         self.write_gate.admit(f"coordinator shard {shard}")
-        coordinator = self.local.get(shard)
+        coordinator = self._serving(shard)
         if coordinator is None:
+            if shard in self._handing:  # the caller looks the leader up again
+                raise CoordinatorLeavingError(shard)
             raise TransactionNotFoundError(f"coordinator shard {shard} is not led here")
         opened = self._open_here(coordinator, timeout_ms, name, owner, client)
         await coordinator.log.flushed()
@@ -353,24 +464,29 @@ class Coordinators:
         return OpenedTransaction(txn_id, TxnState.OPEN, "")
 
     async def _shard_for_new(self) -> int:
-        """A shard led here, in turn; leading none, one nobody leads (taken), else one
-        led elsewhere, in turn."""
-        if not self.local:  # in a cluster: standalone every shard is led here
+        """A shard led here, in turn; leading none, one nobody leads (taken, unless
+        this broker is stopping), else one led elsewhere, in turn."""
+        if not self._serving_shards():  # in a cluster: standalone every shard is led here
             # One at a time: concurrent first asks take one shard, not one each.
             async with self._taking:
-                if not self.local:
+                if not self._serving_shards():
                     placed = await self.leaders.placed()
                     for shard in range(self.shard_count):
-                        if shard not in placed:
+                        if shard not in placed and not self._leaving:
                             leader = await self.leaders.take(shard, self.broker_id)
                             if leader == self.broker_id:
                                 await self._start_local(shard)
                                 return shard
                             placed[shard] = leader  # another broker took it meanwhile
+                    if not placed:
+                        raise CoordinatorLeavingError(0)
                     shards = sorted(placed)
                     return shards[next(self._round_robin) % len(shards)]
-        shards = sorted(self.local)
+        shards = self._serving_shards()
         return shards[next(self._round_robin) % len(shards)]
+
+    def _serving_shards(self) -> list[int]:
+        return sorted(shard for shard in self.local if shard not in self._handing)
 
     # ------------------------------------------------------------ joining
 

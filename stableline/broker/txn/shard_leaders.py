@@ -13,6 +13,9 @@ Promises of both:
 - `leader(shard)` is the id of the broker leading an existing shard, else
   TransactionNotFoundError; `take` makes this broker the leader of a shard nobody
   leads and answers whoever leads it.
+- `hand_over(shard, broker_id)` gives a shard this broker leads to the live broker
+  leading the fewest shards (a stopping broker's last act for it): the broker
+  named after, "" when there is no other live broker (standalone: never).
 - Standalone nothing calls another broker: `peers` is never asked for (asserted).
 """
 
@@ -94,6 +97,11 @@ class ShardLeaders(Protocol):
         computes the same from the live brokers it knows; a take decides)."""
         ...
 
+    async def hand_over(self, shard: int, broker_id: str) -> str:
+        """Give `shard`, led by `broker_id`, to another live broker: the shard's
+        leader afterwards ("" when no other broker is live, and it stays here)."""
+        ...
+
     def forget(self, shard: int) -> None:
         """The shard's record may have changed: read it again on its next use."""
         ...
@@ -142,6 +150,9 @@ class EveryShardHere:
         return broker_id
 
     def successor(self, shard: int) -> str:
+        return ""
+
+    async def hand_over(self, shard: int, broker_id: str) -> str:
         return ""
 
     def forget(self, shard: int) -> None:
@@ -254,6 +265,26 @@ class RecordedShardLeaders:
     def successor(self, shard: int) -> str:
         live = sorted(info.broker_id for info in self.liveness.live_brokers())
         return live[shard % len(live)] if live else ""
+
+    async def hand_over(self, shard: int, broker_id: str) -> str:
+        others = sorted(
+            info.broker_id for info in self.liveness.live_brokers() if info.broker_id != broker_id
+        )
+        if not others:
+            return ""
+        led = {broker: 0 for broker in others}
+        for leader in (await self.placed(fresh=True)).values():
+            if leader in led:
+                led[leader] += 1
+        # The least loaded; among equals, one that differs by shard, so a stopping
+        # broker's shards spread rather than pile onto the first id.
+        fewest = min(led.values())
+        candidates = [broker for broker in others if led[broker] == fewest]
+        successor = candidates[shard % len(candidates)]
+        record = await self.records.hand_over(shard, broker_id, successor)
+        if record.leader == successor:
+            log.info("coordinator shard %d: handed over to broker %s", shard, successor)
+        return record.leader
 
     async def leader(self, shard: int) -> str:
         if not 0 <= shard < self.records.count:
