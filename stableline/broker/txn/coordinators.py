@@ -421,34 +421,56 @@ class Coordinators:
             shard = named_shard(owner, name, self.shard_count)
         else:
             shard = await self._shard_for_new()
-        coordinator = self._serving(shard)
-        leader = None
-        if coordinator is None:
-            # Placed here if nobody leads it (unless stopping); waits out a hand-over.
-            leader = await self.shard_leader(shard)
-            if leader is None:
-                coordinator = self.local[shard]
-        if coordinator is not None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEADER_RETRY_S
+        delay = 0.05
+        while True:
+            coordinator = self._serving(shard)
+            try:
+                if coordinator is None:
+                    # Placed here if nobody leads it (unless stopping); waits out a
+                    # hand-over.
+                    leader = await self.shard_leader(shard)
+                    if leader is None:
+                        coordinator = self.local[shard]
+                if coordinator is None:
+                    assert leader is not None
+                    opened = await self.leaders.peers.open_transaction(
+                        leader.grpc_address, shard, timeout_ms, name, owner, client
+                    )
+                    return OpenedTransaction(opened.txn_id, opened.state, leader.grpc_address)
+            except BrokerError as error:
+                # The shard moved on meanwhile (handed over, taken over): looked up
+                # again, as _on_leader does. An open whose answer was lost leaves a
+                # transaction that times out, as a client's own retry would.
+                if error.code not in _LEADER_MOVING or loop.time() + delay > deadline:
+                    raise
+                self.leaders.forget(shard)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
             opened = self._open_here(coordinator, timeout_ms, name, owner, client)
             await coordinator.log.flushed()
             return opened
-        assert leader is not None
-        address = leader.grpc_address
-        opened = await self.leaders.peers.open_transaction(
-            address, shard, timeout_ms, name, owner, client
-        )
-        return OpenedTransaction(opened.txn_id, opened.state, address)
 
     async def open_on_shard(
         self, shard: int, timeout_ms: int, name: str, owner: str, client: str
     ) -> OpenedTransaction:
-        """Open on a shard led here (a peer's OpenTransaction)."""
+        """Open on a shard led here (a peer's OpenTransaction); one handed to this
+        broker a moment ago is started first. CoordinatorNotLeaderError when another
+        broker leads it, CoordinatorLeavingError while this one hands it over: the
+        caller looks its leader up again."""
         self.write_gate.admit(f"coordinator shard {shard}")
         coordinator = self._serving(shard)
         if coordinator is None:
-            if shard in self._handing:  # the caller looks the leader up again
+            if self._leaving:
                 raise CoordinatorLeavingError(shard)
-            raise TransactionNotFoundError(f"coordinator shard {shard} is not led here")
+            await self.ready.wait()
+            self.leaders.forget(shard)  # the caller read a record this one may not have
+            leader = await self._live_leader(shard)
+            if leader is not None:
+                raise CoordinatorNotLeaderError(shard, leader.grpc_address, leader.http_url)
+            coordinator = self.local[shard]
         opened = self._open_here(coordinator, timeout_ms, name, owner, client)
         await coordinator.log.flushed()
         return opened
