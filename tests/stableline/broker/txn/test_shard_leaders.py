@@ -27,6 +27,9 @@ class Live:
     def live_broker(self, broker_id: str) -> BrokerInfo | None:
         return self.live.get(broker_id)
 
+    def live_brokers(self) -> list[BrokerInfo]:
+        return list(self.live.values())
+
 
 class Peers:
     """Stands in for the peer client: handed over, never called here."""
@@ -81,3 +84,37 @@ async def test_in_a_cluster_a_shard_is_taken_once_and_its_leader_answered(cluste
         await first.leader(SHARDS)
     assert second.live_broker("h:1").broker_id == "h:1"
     assert second.live_broker("h:9") is None
+
+
+async def test_a_stopping_leader_hands_its_shard_to_the_live_broker_leading_fewest(
+    cluster_store, local
+):
+    leaders = RecordedShardLeaders(
+        ShardRecords(cluster_store, "c", SHARDS), Live("h:1", "h:2", "h:3"), local, Peers()
+    )
+    assert await leaders.take(0, "h:2") == "h:2"
+    assert await leaders.take(1, "h:1") == "h:1"
+    assert await leaders.hand_over(1, "h:1") == "h:3"  # h:2 leads one shard, h:3 none
+    record = await leaders.records.record(1)
+    assert (record.leader, record.epoch, record.ensemble) == ("h:3", 1, ("h:3",))
+
+
+async def test_a_shard_stays_with_its_leader_when_no_other_broker_is_live(cluster_store, local):
+    leaders = RecordedShardLeaders(
+        ShardRecords(cluster_store, "c", SHARDS), Live("h:1"), local, Peers()
+    )
+    assert await leaders.take(0, "h:1") == "h:1"
+    assert await leaders.hand_over(0, "h:1") == ""
+    record = await leaders.records.record(0)
+    assert (record.leader, record.epoch) == ("h:1", 0)
+
+
+async def test_a_hand_over_of_a_shard_another_broker_took_meanwhile_changes_nothing(
+    cluster_store,
+):
+    records = ShardRecords(cluster_store, "c", SHARDS)
+    await records.place_on_self(0, "h:1")
+    await records.take(0, "h:2", lambda record: True)  # h:2 took it from a stale h:1
+    assert (await records.hand_over(0, "h:1", "h:3")).leader == "h:2"
+    record = (await records.versioned(0, fresh=True))[0]
+    assert (record.leader, record.epoch) == ("h:2", 1)
