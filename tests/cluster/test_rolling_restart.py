@@ -3,13 +3,15 @@ in turn gets SIGTERM, is started again on its data dir and rejoins before the ne
 while clients that retry within their operation timeout by themselves keep working.
 
 The load: a plain producer and a transactional producer (one message to each of two
-3/3/2 topics per transaction, committed) through the SDK, Exclusive READ_COMMITTED
-and READ_UNCOMMITTED subscriptions consuming and acknowledging; a confluent-kafka
-transactional producer committing and a read_committed Kafka consumer reading.
-Promised: no client call fails (no send, receive or commit), and the history is
-clean by scripts/faults/checker.py (nothing lost, nothing written twice, no
+3/3/2 topics per transaction, one transaction in five aborted) through the SDK,
+Exclusive READ_COMMITTED and READ_UNCOMMITTED subscriptions consuming and
+acknowledging; a confluent-kafka transactional producer (one in five aborted too)
+and a read_committed Kafka consumer reading. "Rejoins" is what an operator waits
+for before the next broker: every topic's writer has all its copies up again.
+Promised: no client call fails (no send, receive, commit or abort), and the history
+is clean by scripts/faults/checker.py (nothing lost, nothing written twice, no
 reorder per producer, nothing aborted or partial seen by READ_COMMITTED); the Kafka
-consumer reads every committed record once, in order."""
+consumer reads every committed record once, in order, and no aborted one."""
 
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ EARLIEST = stableline.InitialPosition.Earliest
 
 _runs = itertools.count()
 PRODUCER_LOOPS = ("plain", "transactions", "kafka-producer")
+# One transaction in this many is aborted (SDK and Kafka): READ_COMMITTED must not see it.
+ABORT_EVERY = 5
 
 
 @pytest.fixture
@@ -167,11 +171,14 @@ class Load:
                             )
                         )
                     self.history.transactions[name] = checker.TxnOutcome.UNKNOWN
-                    txn.commit()
+                    abort = number % ABORT_EVERY == ABORT_EVERY - 1
+                    (txn.abort if abort else txn.commit)()
                 except Exception as error:
                     self._failed(f"transaction {name}", error)
                     continue
-                self.history.transactions[name] = checker.TxnOutcome.COMMITTED
+                self.history.transactions[name] = (
+                    checker.TxnOutcome.ABORTED if abort else checker.TxnOutcome.COMMITTED
+                )
                 self._round("transactions")
 
     def _consume(self, topic: str, level: stableline.IsolationLevel, index: int) -> None:
@@ -219,16 +226,21 @@ class Load:
         for number in itertools.count():
             if self.stopping.is_set():
                 return
-            payload = f"k:{number}".encode()
+            abort = number % ABORT_EVERY == ABORT_EVERY - 1
+            payload = f"k:{number}{':aborted' if abort else ''}".encode()
             try:
                 producer.begin_transaction()
                 producer.produce(self.kafka_topic, payload)
                 producer.flush(OPERATION_TIMEOUT_S)
-                producer.commit_transaction(OPERATION_TIMEOUT_S)
+                if abort:
+                    producer.abort_transaction(OPERATION_TIMEOUT_S)
+                else:
+                    producer.commit_transaction(OPERATION_TIMEOUT_S)
             except Exception as error:
                 self._failed(f"kafka transaction {payload!r}", error)
                 return  # its state is unknown: the checks below say what it cost
-            self.kafka_committed.append(payload)
+            if not abort:
+                self.kafka_committed.append(payload)
             self._round("kafka-producer")
 
     def _kafka_consumer(self) -> None:
@@ -351,7 +363,8 @@ def test_a_rolling_restart_under_plain_transactional_and_kafka_load_fails_no_cal
         assert load.failures == []
         violations = checker.check(load.history)
         assert violations == [], "\n".join(str(v) for v in violations)
-        # Kafka: each committed record once, in offset order, in the order committed.
+        # Kafka: each committed record once, in offset order, in the order committed,
+        # and nothing of an aborted one.
         offsets = [offset for offset, _ in load.kafka_seen]
         assert offsets == sorted(set(offsets))
         assert [value for _, value in load.kafka_seen] == load.kafka_committed

@@ -425,7 +425,7 @@ class Coordinators:
         deadline = loop.time() + LEADER_RETRY_S
         delay = 0.05
         while True:
-            coordinator = self._serving(shard)
+            coordinator, leader = self._serving(shard), None
             try:
                 if coordinator is None:
                     # Placed here if nobody leads it (unless stopping); waits out a
