@@ -191,6 +191,14 @@ class ShardRecords:
         """Drop the cached record (it changed): the next read asks the store."""
         self._records.pop(shard, None)
 
+    def seen(self, shard: int, record: OwnershipRecord, version: int) -> None:
+        """The record as the store's watch reported it: cached unless a newer version
+        is (a watch reports changes in order, but this broker's own write may have
+        been cached before the watch reports an older one)."""
+        cached = self._records.get(shard)
+        if cached is None or cached[1] < version:
+            self._records[shard] = (record, version)
+
     async def all(self, fresh: bool = False) -> dict[int, OwnershipRecord]:
         """Every placed shard's record (read from the store when `fresh`)."""
         records = {}

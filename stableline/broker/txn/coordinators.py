@@ -252,7 +252,9 @@ class Coordinators:
             )
         finally:
             if not kept and self.local.get(shard) is coordinator:
-                self._fenced(shard)
+                # Its record stays cached (the new leader's, from the CAS): calls
+                # after this broker's store closes are still sent there.
+                del self.local[shard]
             if self.local.get(shard) is not coordinator:
                 # Closed last (close()): an end past the budget still answers its
                 # client if it completes before the broker's calls are cut.
@@ -296,7 +298,7 @@ class Coordinators:
         """leader_address's broker (None: this one, and the shard is in self.local
         and not being handed over)."""
         while True:
-            leader = await self.leaders.leader(shard)
+            leader = await self._leader_of(shard)
             if leader != self.broker_id:
                 return await self._reach(shard, leader)
             handing = self._handing.get(shard)
@@ -310,6 +312,19 @@ class Coordinators:
             if shard in self.local and shard not in self._handing:
                 return None
             self.leaders.forget(shard)  # fenced, or handed over, meanwhile
+
+    async def _leader_of(self, shard: int) -> str:
+        """The id of the shard's leader. A stopping broker closes its metadata store
+        as it leaves the cluster, before its last calls are answered: one that needs
+        the store then is CoordinatorLeavingError, so the client (or the broker that
+        asked for it) asks another broker, rather than a MetadataStoreUnavailable it
+        would not retry."""
+        try:
+            return await self.leaders.leader(shard)
+        except MetadataStoreError:
+            if self._leaving:
+                raise CoordinatorLeavingError(shard) from None
+            raise
 
     def _serving(self, shard: int) -> TransactionCoordinator | None:
         """The coordinator of a shard led here and not being handed over."""
@@ -343,7 +358,7 @@ class Coordinators:
             return None
         if self._leaving:
             try:
-                leader = await self.leaders.leader(shard)
+                leader = await self._leader_of(shard)
             except TransactionNotFoundError:
                 raise CoordinatorLeavingError(shard) from None
         else:
@@ -403,7 +418,11 @@ class Coordinators:
                 if coordinator is None:
                     return await there(address)
             except BrokerError as error:
-                if error.code not in _LEADER_MOVING or loop.time() + delay > deadline:
+                if (
+                    error.code not in _LEADER_MOVING
+                    or loop.time() + delay > deadline
+                    or isinstance(error, CoordinatorLeavingError)  # asked again elsewhere
+                ):
                     raise
                 self.leaders.forget(txn_id.most_bits)
                 await asyncio.sleep(delay)
@@ -443,7 +462,11 @@ class Coordinators:
                 # The shard moved on meanwhile (handed over, taken over): looked up
                 # again, as _on_leader does. An open whose answer was lost leaves a
                 # transaction that times out, as a client's own retry would.
-                if error.code not in _LEADER_MOVING or loop.time() + delay > deadline:
+                if (
+                    error.code not in _LEADER_MOVING
+                    or loop.time() + delay > deadline
+                    or isinstance(error, CoordinatorLeavingError)  # asked again elsewhere
+                ):
                     raise
                 self.leaders.forget(shard)
                 await asyncio.sleep(delay)
@@ -492,7 +515,12 @@ class Coordinators:
             # One at a time: concurrent first asks take one shard, not one each.
             async with self._taking:
                 if not self._serving_shards():
-                    placed = await self.leaders.placed()
+                    try:
+                        placed = await self.leaders.placed()
+                    except MetadataStoreError:
+                        if self._leaving:  # its store closed as it left the cluster
+                            raise CoordinatorLeavingError(0) from None
+                        raise
                     for shard in range(self.shard_count):
                         if shard not in placed and not self._leaving:
                             leader = await self.leaders.take(shard, self.broker_id)

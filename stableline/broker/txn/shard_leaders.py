@@ -315,12 +315,16 @@ class RecordedShardLeaders:
             try:
                 async for notification in watch:
                     shard = int(notification.path.rpartition("/")[2])
-                    records.forget(shard)
                     result = notification.result
-                    leader = (
-                        "" if result is None else OwnershipRecord.from_json(result.value).leader
-                    )
-                    on_change(shard, leader)
+                    if result is None:
+                        records.forget(shard)
+                        on_change(shard, "")
+                        continue
+                    # Cached as reported: a broker that has closed its store (it is
+                    # stopping) still names a shard's new leader.
+                    record = OwnershipRecord.from_json(result.value)
+                    records.seen(shard, record, result.stat.version)
+                    on_change(shard, record.leader)
                 return  # the store closed
             except WatchOverflow:
                 watch = await records.store.watch(directory)

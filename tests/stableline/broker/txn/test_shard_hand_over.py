@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from managed_ledger import LocalStore, TxnId
-from stableline.broker.txn.coordinator_errors import CoordinatorNotLeaderError
+from stableline.broker.txn.coordinator_errors import (
+    CoordinatorLeavingError,
+    CoordinatorNotLeaderError,
+)
 from stableline.broker.txn.coordinator_shards import ShardRecords, cluster_shard_count
 from stableline.broker.txn.coordinators import Coordinators
 from stableline.broker.txn.shard_leaders import RecordedShardLeaders
@@ -166,4 +169,29 @@ async def test_with_no_other_live_broker_the_shard_stays_with_its_leader(tmp_pat
     await first.hand_over(5.0)
     assert await _leader(first, txn.most_bits) == "h:1"
     assert (await first.leading(txn)).get(txn).state is TxnState.OPEN
+    await first.close()
+
+
+async def test_once_its_store_is_closed_a_stopping_broker_still_names_the_new_leader(
+    tmp_path, cluster_store
+):
+    """A stopping broker closes its metadata store as it leaves the cluster, before
+    its last calls are answered: the shard it handed over is named from the record it
+    wrote, and a call needing the store is sent to another broker (BrokerUnavailable),
+    not failed with the store's own error."""
+    live = Live("h:1", "h:2")
+    first = await _broker(tmp_path, cluster_store, "h:1", live)
+    second = await _broker(tmp_path, cluster_store, "h:2", live)
+    txn = (await first.open(60_000, "", "", "")).txn_id
+    await first.hand_over(5.0)
+    await _until(lambda: txn.most_bits in second.local)
+    await second.close()
+    await cluster_store.close()
+    with pytest.raises(CoordinatorNotLeaderError) as refused:
+        await first.leading(txn)
+    assert refused.value.leader_address == "h:2"
+    unplaced = TxnId((txn.most_bits + 1) % SHARDS, 1)
+    with pytest.raises(CoordinatorLeavingError) as leaving:
+        await first.leading(unplaced)
+    assert leaving.value.code == "BrokerUnavailable"
     await first.close()
