@@ -19,6 +19,7 @@ the whole entry), written "ledger:entry".
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stableline._aborted_filter import AbortedFilter
+from stableline._errors import BrokerUnavailable, NotOwner, TopicUnavailable
 from stableline._proto import broker_pb2 as pb
 from stableline._proto import broker_pb2_grpc
 from stableline._types import (
@@ -57,6 +59,10 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.string())
 # Entries per Fetch: a client batch of 1,000 small messages is ~100 KB an entry.
 FETCH_MAX_ENTRIES = 64
+# A range's owner may change while it is read (a move, a failover): it is looked up
+# again at most this many times, pausing (n x this) when the owner was not reached.
+MAX_OWNER_MOVES = 5
+OWNER_RETRY_PAUSE_S = 0.5
 MIN_PARTITION_BYTES = 4 * 1024 * 1024
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)]
 
@@ -188,11 +194,33 @@ def read_range(part: LedgerRange, fields: Sequence[str] = FIELDS) -> Iterator:
 
 
 def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
-    """The partition's entries that the isolation level delivers, in log order."""
+    """The partition's entries that the isolation level delivers, in log order. A
+    topic that moved while it is read (its owner stopped, was killed, or handed it
+    over) is looked up again and read on from where it was, on its new owner: a
+    replicated topic's entries keep their positions wherever it is served."""
     aborted = AbortedFilter()
-    committed_only = part.isolation == pb.ISOLATION_LEVEL_READ_COMMITTED
-    next_entry = part.first_entry
+    read_from = [part.first_entry]  # where the next read starts, past what was given
     connection = part.connection
+    for attempt in range(MAX_OWNER_MOVES + 1):
+        try:
+            yield from _entries_on(part, connection, read_from, aborted)
+            return
+        except (NotOwner, BrokerUnavailable, TopicUnavailable) as error:
+            if attempt == MAX_OWNER_MOVES:
+                raise
+            if not isinstance(error, NotOwner):
+                # A retry's backoff while another broker takes the topic over.
+                time.sleep(OWNER_RETRY_PAUSE_S * (attempt + 1))
+            connection = part.connection.lookup(part.topic)
+
+
+def _entries_on(
+    part: LedgerRange, connection: Connection, read_from: list[int], aborted: AbortedFilter
+) -> Iterator[pb.EntryDelivery]:
+    """_entries on one broker from read_from[0] on, which it moves past each entry it
+    has given (or that the isolation level drops)."""
+    committed_only = part.isolation == pb.ISOLATION_LEVEL_READ_COMMITTED
+    next_entry = read_from[0]
     with connection.channel(CHANNEL_OPTIONS) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
 
@@ -212,6 +240,7 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
             following = response.next_position
             if following.ledger_id != part.ledger_id:
                 pending = None  # the ledger ended (the rest of the range were markers)
+                ends_at = part.last_entry + 1
             elif following.entry_id <= next_entry:
                 raise RuntimeError(
                     f"{part.topic}: the broker's bound is behind the planned range at "
@@ -219,6 +248,7 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
                 )
             else:
                 next_entry = following.entry_id
+                ends_at = next_entry
                 pending = fetch(next_entry) if next_entry <= part.last_entry else None
             if committed_only:
                 aborted.add(response.aborted)
@@ -228,6 +258,8 @@ def _entries(part: LedgerRange) -> Iterator[pb.EntryDelivery]:
                 if committed_only and aborted.is_aborted(entry):
                     continue
                 yield entry
+            # Every entry before it is given: a read elsewhere starts there.
+            read_from[0] = ends_at
 
 
 def _slice_plain(payloads: list[bytes], layout: tuple[int, int]):
