@@ -176,8 +176,11 @@ async def bench(args, brokers: list[BrokerProcess], etcd_url: str, cluster: str)
     sent = producer.payloads
     progress(f"reading back {len(sent)} acknowledged payloads")
     read = await read_back(brokers, topic, len(sent))
-    # A window as long as a move's median, over the baseline's receipts.
-    window = statistics.median(gaps) if gaps else 0.1
+    # A window as long as a move's median, over the baseline's receipts (at most half
+    # of their span, so a short baseline still gives windows: a toy run's moves on a
+    # loaded machine can take longer than its whole baseline).
+    span = baseline_times[-1] - baseline_times[0] if baseline_times else 0.0
+    window = min(statistics.median(gaps) if gaps else 0.1, span / 2)
     baseline_gaps = [
         longest_gap(baseline_times, t, t + window)
         for t in baseline_times[:: max(1, len(baseline_times) // 50)]
