@@ -37,6 +37,7 @@ from pathlib import Path
 
 from bench_cluster import brokers_running, seeds
 from bench_metadata import start_etcd  # scripts/ is on the path of a script
+from bench_replication import percentiles_ms
 from results_file import finish
 
 from stableline import MessageId
@@ -52,20 +53,6 @@ _STARTED = time.perf_counter()
 
 def progress(message: str) -> None:
     print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def percentiles_ms(samples: list[float]) -> dict:
-    """p50/p99/max of durations in seconds, in ms (p99: the sample at or above 99%)."""
-    ordered = sorted(samples)
-    if not ordered:
-        return {"count": 0}
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return {
-        "count": len(ordered),
-        "p50_ms": round(statistics.median(ordered) * 1e3, 1),
-        "p99_ms": round(p99 * 1e3, 1),
-        "max_ms": round(ordered[-1] * 1e3, 1),
-    }
 
 
 def longest_gap(times: list[float], started: float, ended: float) -> float:
