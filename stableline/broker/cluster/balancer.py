@@ -15,6 +15,16 @@ Promises (Pulsar's ThresholdShedder, Cruise Control's goals, in small):
   mean. A move is made only if it narrows the gap between the two brokers
   (traffic < source - target) and leaves the target at or under the overload line:
   a move never makes a new hot spot, so nothing is moved back by the next decision.
+- When no member of a topic's ensemble can take it, the least-loaded live broker
+  outside it that can (by the same test) is sent a copy first: a copy move
+  (`Move.leaving` set: the member to leave once the copy is whole, the most loaded
+  non-leader member holding its copy; ensemble_swaps.py). That is how a broker that
+  joins takes existing load. It counts against the per-minute cap, but the topic is
+  not cooled down: once its reports name the new member (its copy whole) a later
+  decision transfers the topic to it. At most `max_copies_per_broker` copies are
+  being made to one broker at once; a copy not whole within `copy_timeout_s`, or whose
+  target is gone, is forgotten (the writer abandons it, ensemble_swaps.py). A topic
+  of one copy, or one already being swapped, is sent no copy.
 - A topic moved is not moved again for `move_cooldown_s`; at most
   `max_moves_per_minute` moves are made in any 60 s. An even cluster moves nothing.
 """
@@ -35,11 +45,14 @@ class BalancerSettings:
     consecutive_reports: int = 3
     max_moves_per_minute: int = 6
     move_cooldown_s: float = 300.0
+    max_copies_per_broker: int = 2
+    copy_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         assert self.threshold >= 0 and self.min_excess >= 0, self
         assert self.consecutive_reports >= 1 and self.max_moves_per_minute >= 1, self
         assert self.move_cooldown_s >= 0, self
+        assert self.max_copies_per_broker >= 0 and self.copy_timeout_s > 0, self
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +63,7 @@ class TopicLoad:
     leader: str
     members: tuple[str, ...]  # its ensemble, the leader among them
     score: float
+    swapping: bool = False  # a copy is being made to a broker outside its ensemble
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,9 @@ class Move:
     source: str
     target: str
     score: float
+    # Set: not a transfer but a copy to `target`, outside the ensemble, in place of
+    # this member (the topic is transferred once the copy is whole).
+    leaving: str = ""
 
 
 class Balancer:
@@ -72,6 +89,8 @@ class Balancer:
         self._moved_at: dict[str, float] = {}  # topic -> when it was last moved
         # When the last moves were made, for the per-minute cap (bounded by it).
         self._recent: deque[float] = deque(maxlen=settings.max_moves_per_minute)
+        # Copies being made: topic -> (its target, when the copy was asked for).
+        self._copying: dict[str, tuple[str, float]] = {}
 
     def decide(
         self,
@@ -79,14 +98,17 @@ class Balancer:
         topics: Iterable[TopicLoad],
         now: float,
         report_ids: Mapping[str, float] | None = None,
+        no_copies_to: frozenset[str] = frozenset(),
     ) -> list[Move]:
         """The moves to make now: `scores` is every live broker's reported load score,
         `topics` the topics brokers reported with theirs, `now` in seconds.
         `report_ids`: what tells each broker's reports apart (when it was made); a
         report seen before is not counted again. None: every decision is on new
-        reports."""
+        reports. `no_copies_to`: brokers to send no copy to (draining)."""
         settings = self.settings
+        topics = list(topics)
         self._forget_before(now)
+        self._forget_copies(topics, scores, now)
         if len(scores) < 2:
             self._overloaded_for.clear()
             return []
@@ -134,15 +156,23 @@ class Balancer:
                 if budget <= 0 or projected[source] <= mean:
                     break
                 target = self._target(topic, source, projected, line)
-                if target is None:
-                    continue
-                moves.append(Move(topic.name, source, target, topic.score))
+                if target is not None:
+                    moves.append(Move(topic.name, source, target, topic.score))
+                    self._moved_at[topic.name] = now
+                    moved_here = True
+                else:
+                    copy = self._copy(topic, source, scores, projected, line, no_copies_to)
+                    if copy is None:
+                        continue
+                    # The source stays hot in its reports until the transfer: it is
+                    # not made to wait for more of them.
+                    moves.append(copy)
+                    target = copy.target
+                    self._copying[topic.name] = (target, now)
                 projected[source] -= topic.score
                 projected[target] += topic.score
-                self._moved_at[topic.name] = now
                 self._recent.append(now)
                 budget -= 1
-                moved_here = True
             if moved_here:
                 # Its next reports must show the moves before it counts as hot again.
                 self._overloaded_for.pop(source, None)
@@ -162,6 +192,54 @@ class Balancer:
             if topic.score < projected[source] - projected[member] and after <= line:
                 return member
         return None
+
+    def _copy(
+        self,
+        topic: TopicLoad,
+        source: str,
+        scores: Mapping[str, float],
+        projected: Mapping[str, float],
+        line: float,
+        no_copies_to: frozenset[str],
+    ) -> Move | None:
+        """A copy of the topic to the least-loaded live broker outside its ensemble
+        that could then take it (as _target), in place of its most loaded non-leader
+        member holding a copy; None if there is none."""
+        if topic.swapping or topic.name in self._copying:
+            return None
+        others = [member for member in topic.members if member != source]
+        if not others:
+            return None  # one copy: no member to swap
+        copies_to: dict[str, int] = {}
+        for target, _ in self._copying.values():
+            copies_to[target] = copies_to.get(target, 0) + 1
+        outside = sorted(
+            (
+                broker
+                for broker in projected
+                if broker not in topic.members
+                and broker not in no_copies_to
+                and copies_to.get(broker, 0) < self.settings.max_copies_per_broker
+            ),
+            key=lambda broker: (projected[broker], broker),
+        )
+        for broker in outside:
+            after = projected[broker] + topic.score
+            if topic.score < projected[source] - projected[broker] and after <= line:
+                leaving = max(others, key=lambda member: (scores.get(member, 0.0), member))
+                return Move(topic.name, source, broker, topic.score, leaving)
+        return None
+
+    def _forget_copies(
+        self, topics: Iterable[TopicLoad], scores: Mapping[str, float], now: float
+    ) -> None:
+        """Copies whole (the topic's reports name the target a member), timed out, or
+        to a broker gone are no longer being made."""
+        members = {topic.name: topic.members for topic in topics}
+        for name, (target, since) in list(self._copying.items()):
+            whole = target in members.get(name, ())
+            if whole or target not in scores or now - since >= self.settings.copy_timeout_s:
+                del self._copying[name]
 
     def _forget_before(self, now: float) -> None:
         cooldown = self.settings.move_cooldown_s

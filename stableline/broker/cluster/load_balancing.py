@@ -19,6 +19,10 @@ Promises:
   served (ForwardingMover: here, or asked of its server); one that fails is logged
   and counts against the per-minute cap all the same (what fails now is not retried
   at once). With no mover the decisions are only logged.
+- A copy move (`Move.leaving` set: the best target holds no copy of the topic) is
+  the record's compare-and-set made here (ensemble_swaps.start_copy); the topic's
+  writer makes the copy and takes the swap's next steps, and a later decision
+  transfers the topic once its copy is whole. Draining brokers are sent no copy.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from stableline.broker.cluster.balancer import Balancer, BalancerSettings, Move, TopicLoad
+from stableline.broker.cluster.ensemble_swaps import start_copy
 from stableline.broker.cluster.ownership import TopicOwnership
 from stableline.broker.errors import BrokerError
 from stableline.broker.topics.registry import TopicNotFoundError
@@ -171,7 +176,10 @@ class LoadBalancing:
                 loaded = await self._topic_load(topic, info.broker_id, score)
                 if loaded is not None:
                     topics.append(loaded)
-        for move in self._balancer.decide(scores, topics, time.monotonic(), report_ids):
+        moves = self._balancer.decide(
+            scores, topics, time.monotonic(), report_ids, self._ownership.draining
+        )
+        for move in moves:
             await self._make(move)
         self.rounds += 1
 
@@ -191,13 +199,16 @@ class LoadBalancing:
             for member in record.ensemble
             if member == reporter or self._ownership.holds_its_copy(record, member)
         )
-        return TopicLoad(topic, reporter, members, float(score))
+        return TopicLoad(topic, reporter, members, float(score), swapping=bool(record.leaving))
 
     async def _make(self, move: Move) -> None:
         what = (
             f"topic {move.topic} ({move.score:.0f} units/s) from broker {move.source} "
             f"to {move.target}"
         )
+        if move.leaving:
+            await self._start_copy(move)
+            return
         if self._mover is None:
             log.info("load balancer would move %s (topic moves are not available)", what)
             return
@@ -206,3 +217,16 @@ class LoadBalancing:
             await self._mover.transfer(TopicName.parse(move.topic), move.target)
         except Exception as error:
             log.warning("load balancer could not move %s: %s", what, error)
+
+    async def _start_copy(self, move: Move) -> None:
+        what = (
+            f"topic {move.topic} ({move.score:.0f} units/s, led by {move.source}): a copy "
+            f"to broker {move.target} in place of member {move.leaving}"
+        )
+        log.info("load balancer starts %s", what)
+        try:
+            await start_copy(
+                self._ownership, TopicName.parse(move.topic), move.target, move.leaving
+            )
+        except Exception as error:
+            log.warning("load balancer could not start %s: %s", what, error)

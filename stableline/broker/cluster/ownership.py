@@ -134,9 +134,14 @@ class OwnershipRecord:
     # Member -> the data dir id its copy is on (its registration's when it was placed
     # or last caught up): a member registered with another holds no copy that counts.
     data_dirs: dict[str, str] = field(default_factory=dict, hash=False)
+    # A member to leave the ensemble once every other member holds its copy: a broker
+    # outside the ensemble is being sent its copy in its place (ensemble_swaps.py), the
+    # ensemble one larger meanwhile. "": none.
+    leaving: str = ""
 
     def __post_init__(self) -> None:
         assert self.leader in self.ensemble, self
+        assert not self.leaving or self.leaving in self.ensemble, self
         assert len(set(self.ensemble)) == len(self.ensemble), self
         assert self.epoch >= 0, self
         assert 1 <= self.ack_quorum <= self.write_quorum <= len(self.ensemble), self
@@ -163,6 +168,8 @@ class OwnershipRecord:
             value["current_ledger"] = self.current_ledger
             value["closed_ledgers"] = {str(k): v for k, v in self.closed_ledgers.items()}
             value["data_dirs"] = dict(self.data_dirs)
+            if self.leaving:
+                value["leaving"] = self.leaving
         return json.dumps(value, separators=(",", ":")).encode()
 
     @classmethod
@@ -180,6 +187,7 @@ class OwnershipRecord:
             value.get("current_ledger", -1),
             {int(k): v for k, v in value.get("closed_ledgers", {}).items()},
             dict(value.get("data_dirs", {})),
+            value.get("leaving", ""),
         )
 
 

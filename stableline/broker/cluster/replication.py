@@ -34,7 +34,7 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from managed_ledger import Position, SnapshotCopy
@@ -590,6 +590,32 @@ class EnsembleReplication:
                 new.start_catching_up()
             log.info("%s: replica %s replaces %s; making its copy", self.topic, member, gone)
             return
+
+    def follow(self, members: Iterable[str]) -> None:
+        """The record's ensemble (at this epoch) now names `members` besides this
+        broker (ensemble_swaps.py): one no longer named is called no more, and one
+        new is sent every ledger it lacks, counting toward the quorum only once it
+        holds everything confirmed (`on_remade`)."""
+        wanted = list(members)
+        for link in list(self.links):
+            if link.address in wanted:
+                continue
+            link.close()
+            self.links.remove(link)
+            self.snapshot_senders.pop(link.address).close()
+            log.info("%s: replica %s left the ensemble", self.topic, link.address)
+        known = set(self.members)
+        for address in wanted:
+            if address in known:
+                continue
+            new = self._link(address, None, self._on_remade)
+            self.links.append(new)
+            self.snapshot_senders[address] = SnapshotSender(
+                address, self.topic, self.epoch, self._peers, self._snapshot_whole, self._fenced_by
+            )
+            if not self._retired and self._fenced is None:
+                new.start_catching_up()
+            log.info("%s: replica %s joined the ensemble; making its copy", self.topic, address)
 
     @property
     def members(self) -> list[str]:

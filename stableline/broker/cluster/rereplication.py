@@ -25,6 +25,10 @@ ledger_recovery.py), which then replaces the lost member like any writer. A drai
 broker hands the topics it leads to another member of their ensembles
 (`move_away`: topic_moves.py's transfer), MOVES_PER_PASS a pass, so their new
 leaders replace it in turn; a topic with no other member holding its copy stays.
+
+A topic whose record names a member `leaving` (a broker outside the ensemble is being
+sent its copy in its place, ensemble_swaps.py) has its swap's next step taken here by
+its writer on each pass, and the writer's links follow the record's ensemble.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from stableline.broker.cluster.ensemble_swaps import take_next_step
 from stableline.broker.cluster.ownership import OwnershipRecord, TopicOwnership
 from stableline.broker.cluster.replication import EnsembleReplication
 from stableline.topic_name import TopicName
@@ -135,7 +140,7 @@ class Rereplication:
                 await self._move_away(name)
                 continue
             lost = [m for m in record.ensemble if m != me and self.lost(m, now_ms)]
-            if not lost and not self._copy_unfinished(record):
+            if not lost and not record.leaving and not self._copy_unfinished(record):
                 continue
             if writers is None:
                 writers = self.writers()
@@ -153,11 +158,46 @@ class Rereplication:
                 continue  # its writer is looked at on the next pass
             if writer.epoch != record.epoch:
                 continue  # taken again meanwhile: the next pass sees the new writer
+            if record.leaving:
+                record = await self._swap_step(name, writer, record)
+                lost = [m for m in record.ensemble if m != me and self.lost(m, now_ms)]
+            # A member added or taken out by a swap (ensemble_swaps.py): the writer's
+            # links follow the record.
+            writer.follow(m for m in record.ensemble if m != me)
             for member in lost:
                 if await self._replace(name, writer, member, chosen):
                     replaced += 1
         self.replaced += replaced
         return replaced
+
+    async def _swap_step(
+        self, name: TopicName, writer: EnsembleReplication, record: OwnershipRecord
+    ) -> OwnershipRecord:
+        """Take the next step of the topic's ensemble swap, if any: the record then."""
+        me = self.ownership.broker_id
+        try:
+            new = await take_next_step(self.ownership, name, writer.epoch)
+        except Exception as error:
+            log.warning("topic %s: its ensemble swap not advanced: %r", name, error)
+            return record
+        if new is None:
+            if record.leaving == me and self.move_away is not None and self._swap_done(record):
+                # This broker is the member to leave: another member leads, then drops it.
+                await self._move_away(name, "this broker leaves its ensemble")
+            return record
+        log.info(
+            "topic %s: ensemble %s -> %s at epoch %d",
+            name,
+            list(record.ensemble),
+            list(new.ensemble),
+            writer.epoch,
+        )
+        return new
+
+    def _swap_done(self, record: OwnershipRecord) -> bool:
+        return all(
+            self.ownership.holds_its_copy(record, m) for m in record.ensemble if m != record.leaving
+        )
 
     def _copy_unfinished(self, record: OwnershipRecord) -> bool:
         """Whether a live member's copy is still to be made (it replaced another, or is
@@ -178,14 +218,14 @@ class Rereplication:
             for m in record.ensemble
         )
 
-    async def _move_away(self, name: TopicName) -> None:
+    async def _move_away(self, name: TopicName, why: str = "this broker is draining") -> None:
         assert self.move_away is not None
         try:
             to = await self.move_away(name)
         except Exception as error:
-            log.warning("topic %s: not handed over (this broker is draining): %r", name, error)
+            log.warning("topic %s: not handed over (%s): %r", name, why, error)
             return
-        log.info("topic %s: handed over to %s (this broker is draining)", name, to)
+        log.info("topic %s: handed over to %s (%s)", name, to, why)
 
     async def _replace(
         self, name: TopicName, writer: EnsembleReplication, gone: str, chosen: dict[str, int]

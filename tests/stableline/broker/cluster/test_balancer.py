@@ -31,13 +31,19 @@ def decide_until_moves(balancer: Balancer, scores, topics, now: float = 0.0) -> 
 
 
 def apply(moves: list[Move], scores: dict[str, float], topics: list[TopicLoad]):
-    """The cluster after the moves, as the next reports show it."""
+    """The cluster after the moves, as the next reports show it (a copy made whole at
+    once, its leaving member gone from the ensemble)."""
     scores = dict(scores)
     moved = {move.topic: move for move in moves}
     after = []
     for topic in topics:
         move = moved.get(topic.name)
-        if move is not None:
+        if move is not None and move.leaving:
+            assert move.target not in topic.members and move.leaving in topic.members
+            assert move.leaving != topic.leader
+            members = (*(m for m in topic.members if m != move.leaving), move.target)
+            topic = TopicLoad(topic.name, topic.leader, members, topic.score)
+        elif move is not None:
             scores[move.source] -= topic.score
             scores[move.target] += topic.score
             topic = TopicLoad(topic.name, move.target, topic.members, topic.score)
@@ -157,6 +163,8 @@ def test_random_clusters_converge_without_any_topic_moving_twice_in_its_cooldown
                 scores[topic.leader] += topic.score
             moves = balancer.decide(scores, topics, now)
             for move in moves:
+                if move.leaving:
+                    continue  # a copy, checked by apply; the transfer comes later
                 assert move.target in next(t.members for t in topics if t.name == move.topic)
                 assert now - moved_at.get(move.topic, -1e9) >= settings.move_cooldown_s
                 moved_at[move.topic] = now

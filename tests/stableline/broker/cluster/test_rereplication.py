@@ -74,9 +74,13 @@ class FakeWriter:
     def __init__(self, epoch: int):
         self.epoch = epoch
         self.replaced: list[tuple[str, str]] = []
+        self.followed: list[tuple[str, ...]] = []
 
     def replace_member(self, gone, member):
         self.replaced.append((gone, member))
+
+    def follow(self, members):
+        self.followed.append(tuple(members))
 
 
 def record(ensemble, epoch=3) -> OwnershipRecord:
