@@ -193,3 +193,67 @@ def test_a_report_is_counted_once_however_often_it_is_read():
     remaining = [topic for topic in topics if topic.name not in {m.topic for m in moves}]
     assert balancer.decide(scores, remaining, 13.0, {"a": 4.0, "b": 4.0, "c": 4.0}) == []
     assert balancer.decide(scores, remaining, 14.0, {"a": 5.0, "b": 5.0, "c": 5.0}) == []
+
+
+def test_a_broker_that_joins_is_sent_a_copy_then_the_topic():
+    """Three even brokers, every topic on all three: a fourth, outside every ensemble,
+    is sent a copy of a topic in place of its most loaded non-leader member; once its
+    copy is whole (its reports name it a member) the topic is transferred to it."""
+    balancer = Balancer(SETTINGS)
+    topics = [TopicLoad(f"t{i}", broker, ABC, 150.0) for i, broker in enumerate(ABC * 2)]
+    scores = {"a": 300.0, "b": 310.0, "c": 290.0, "d": 0.0}
+    moves = decide_until_moves(balancer, scores, topics)
+    assert moves, "no copy to the new broker"
+    assert all(move.leaving and move.target == "d" for move in moves)
+    copy = moves[0]
+    topic = next(t for t in topics if t.name == copy.topic)
+    others = [m for m in topic.members if m != topic.leader]
+    assert copy.leaving == max(others, key=lambda m: scores[m])
+    # Not asked again while it is being made.
+    for step in range(5):
+        again = balancer.decide(scores, topics, 10.0 + step)
+        assert copy.topic not in {move.topic for move in again}
+    # Whole: the topic's members name d; the next decision transfers it there.
+    scores, topics = apply(moves, scores, topics)
+    transfers = decide_until_moves(balancer, scores, topics, now=20.0)
+    assert Move(copy.topic, copy.source, "d", copy.score) in transfers
+
+
+def test_copies_to_one_broker_are_bounded_and_draining_brokers_get_none():
+    settings = BalancerSettings(
+        min_excess=50.0, consecutive_reports=1, max_moves_per_minute=100, max_copies_per_broker=2
+    )
+    balancer = Balancer(settings)
+    topics = [TopicLoad(f"t{i}", "a", ("a", "b"), 10.0) for i in range(20)]
+    scores = {"a": 200.0, "b": 200.0, "d": 0.0, "e": 0.0}
+    moves = balancer.decide(scores, topics, 0.0, no_copies_to=frozenset({"e"}))
+    assert [move.target for move in moves] == ["d", "d"]
+    assert all(move.leaving == "b" for move in moves)
+    assert balancer.decide(scores, topics, 1.0, no_copies_to=frozenset({"e"})) == []
+
+
+def test_a_copy_not_whole_in_time_or_to_a_broker_gone_is_forgotten():
+    settings = BalancerSettings(
+        min_excess=50.0, consecutive_reports=1, max_copies_per_broker=1, copy_timeout_s=60.0
+    )
+    balancer = Balancer(settings)
+    topics = [TopicLoad("t", "a", ("a", "b"), 100.0), TopicLoad("u", "b", ("a", "b"), 100.0)]
+    scores = {"a": 300.0, "b": 300.0, "d": 0.0}
+    [first] = balancer.decide(scores, topics, 0.0)
+    assert first.target == "d"
+    assert balancer.decide(scores, topics, 30.0) == []  # one copy to d at a time
+    assert [move.target for move in balancer.decide(scores, topics, 61.0)] == ["d"]
+    gone = {"a": 300.0, "b": 300.0}
+    assert balancer.decide(gone, topics, 62.0) == []
+    assert [move.target for move in balancer.decide(scores, topics, 63.0)] == ["d"]
+
+
+def test_a_topic_of_one_copy_or_being_swapped_is_sent_no_copy():
+    balancer = Balancer(SETTINGS)
+    topics = [
+        TopicLoad("alone", "a", ("a",), 200.0),
+        TopicLoad("swapping", "a", ("a", "b"), 200.0, swapping=True),
+    ]
+    scores = {"a": 400.0, "b": 400.0, "d": 0.0}
+    for step in range(5):
+        assert balancer.decide(scores, topics, float(step)) == []

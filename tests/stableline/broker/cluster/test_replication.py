@@ -504,3 +504,32 @@ async def test_a_member_replaced_is_called_no_more_and_its_replacement_gets_ever
     await _wait(lambda: peers.copies["d"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 2}, "d gets it")
     assert peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 2}
     await ledger.close()
+
+
+async def test_a_member_that_joins_gets_every_ledger_while_the_others_keep_theirs(tmp_path):
+    """An ensemble swap (ensemble_swaps.py): the record names d besides b and c; d is
+    sent every ledger while b and c go on taking every entry (the quorum never counts
+    on d's partial copy), then c leaves and is called no more."""
+    peers = InProcessPeers(tmp_path, ["b", "c"])
+    remade: list[str] = []
+    ledger, replication, _ = await _writer(tmp_path, peers, on_remade=remade.append)
+    for i in range(6):  # ledgers of 4 and 2 entries
+        await ledger.append(header(i), b"m%d" % i)
+    peers.copies["d"] = InProcessPeers(tmp_path, ["d"]).copies["d"]
+    replication.follow(["b", "c", "d"])
+    assert replication.members == ["b", "c", "d"]
+    assert replication.describe()["replicas"]["d"]["beingRemade"]
+    for i in range(6, 9):
+        await ledger.append(header(i), b"m%d" % i)
+    await _wait(lambda: remade == ["d"], "the new member holds every ledger")
+    await _wait(lambda: replication.members_up == 4, "and counts toward the quorum")
+    await _wait(
+        lambda: peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 1}, "c kept up all along"
+    )
+    replication.follow(["b", "d"])
+    assert replication.members == ["b", "d"]
+    await ledger.append(header(9), b"m9")
+    await _wait(lambda: peers.copies["d"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 2}, "d gets it")
+    await _wait(lambda: peers.copies["b"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 2}, "b gets it")
+    assert peers.copies["c"].ledgers(STORAGE) == {0: 4, 1: 4, 2: 1}  # called no more
+    await ledger.close()

@@ -69,6 +69,10 @@ class FakeOwnership:
             data_dirs={member: COPYING_PREFIX},
         )
 
+    async def change_record(self, name, change):
+        self.records[str(name)] = change(self.records[str(name)])
+        return self.records[str(name)]
+
 
 class FakeWriter:
     def __init__(self, epoch: int):
@@ -211,3 +215,33 @@ def test_a_copy_left_unfinished_gets_its_topic_opened_so_a_writer_finishes_it():
         == 0
     )
     assert writer.replaced == [] and opened == [TopicName.parse(TOPIC)]
+
+
+def swapping(d_dir: str) -> OwnershipRecord:
+    """c is to leave once d, the member joining, holds its copy."""
+    return replace(record([ME, "b:1", "c:1", "d:1"]), data_dirs={"d:1": d_dir}, leaving="c:1")
+
+
+def test_a_swap_whose_new_copy_is_whole_drops_the_leaving_member():
+    ownership, writer, rereplication, _ = setup()
+    ownership.records[TOPIC] = swapping(COPYING_PREFIX + "dd")
+    asyncio.run(rereplication.check())
+    assert ownership.records[TOPIC].ensemble == (ME, "b:1", "c:1", "d:1")  # d not whole
+    assert writer.followed[-1] == ("b:1", "c:1", "d:1")
+    ownership.records[TOPIC] = swapping("dd")
+    asyncio.run(rereplication.check())
+    assert ownership.records[TOPIC].ensemble == (ME, "b:1", "d:1")
+    assert ownership.records[TOPIC].leaving == ""
+    assert writer.followed[-1] == ("b:1", "d:1")
+    assert writer.replaced == []
+
+
+def test_a_swap_whose_new_member_is_gone_is_abandoned():
+    ownership, writer, rereplication, _ = setup()
+    ownership.records[TOPIC] = swapping(COPYING_PREFIX + "dd")
+    ownership.live.discard("d:1")
+    asyncio.run(rereplication.check())
+    assert ownership.records[TOPIC].ensemble == (ME, "b:1", "c:1")
+    assert ownership.records[TOPIC].leaving == ""
+    assert writer.followed[-1] == ("b:1", "c:1")
+    assert writer.replaced == []  # d is not replaced by another: the copy is let go
