@@ -96,8 +96,10 @@ class LedgerRecovery:
         storage = name.storage_name
         needed = fence_needed(len(record.ensemble), ack_quorum)
         answers = await self._fence(name, record, needed)
-        # A member back on another data dir answers, but holds nothing it is counted on.
-        counted = [a for a in answers if self.ownership.holds_its_copy(record, a)]
+        # A member back on another data dir answers, but holds nothing it is counted on;
+        # one being sent its copy (on the data dir it was chosen with) tells all it
+        # can have acknowledged, and is fenced, so it counts here.
+        counted = [a for a in answers if self.ownership.answers_for_its_copy(record, a)]
         if len(counted) < needed:
             raise NotEnoughReplicasError(
                 f"topic {name} cannot be served now: {len(counted)} of its "
@@ -202,7 +204,7 @@ class LedgerRecovery:
         deadline = loop.time() + FENCE_TIMEOUT_S
         pending = set(calls)
         while pending:
-            counted = sum(1 for a in answers if self.ownership.holds_its_copy(record, a))
+            counted = sum(1 for a in answers if self.ownership.answers_for_its_copy(record, a))
             if counted >= needed:
                 deadline = min(deadline, loop.time() + FENCE_GRACE_S)
             timeout = deadline - loop.time()
@@ -244,7 +246,7 @@ class LedgerRecovery:
         me = self.ownership.broker_id
         storage = name.storage_name
         mine = self.replicas.cursor_states(storage)
-        others = [a for a in answers if a != me and self.ownership.holds_its_copy(record, a)]
+        others = [a for a in answers if a != me and self.ownership.answers_for_its_copy(record, a)]
         results = await asyncio.gather(
             *(self.peers.read_replica_cursors(a, str(name)) for a in others),
             return_exceptions=True,

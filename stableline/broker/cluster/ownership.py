@@ -769,6 +769,21 @@ class TopicOwnership:
         known = record.data_dirs.get(member)
         return not known or info.data_dir_id == known
 
+    def answers_for_its_copy(self, record: OwnershipRecord, member: str) -> bool:
+        """Whether `member`'s answer to a fence tells what it acknowledged: it holds its
+        copy (holds_its_copy), or it is being sent one on the data dir it is still
+        registered with (a new member's partial copy is what the writer sent it, all
+        it can have acknowledged; one back on another data dir says nothing)."""
+        if self.holds_its_copy(record, member):
+            return True
+        info = self._live.get(member)
+        known = record.data_dirs.get(member, "")
+        return (
+            info is not None
+            and bool(info.data_dir_id)
+            and known == COPYING_PREFIX + info.data_dir_id
+        )
+
     def serving_id(self, record: OwnershipRecord) -> str:
         """The broker that serves (or is to serve) the topic: its leader while that is
         live (on the data dir the record knows, when replicated) or this broker; else,

@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from stableline.broker.cluster.ensemble_swaps import take_next_step
+from stableline.broker.cluster.ensemble_swaps import next_step, take_next_step
 from stableline.broker.cluster.ownership import OwnershipRecord, TopicOwnership
 from stableline.broker.cluster.replication import EnsembleReplication
 from stableline.topic_name import TopicName
@@ -175,6 +175,17 @@ class Rereplication:
     ) -> OwnershipRecord:
         """Take the next step of the topic's ensemble swap, if any: the record then."""
         me = self.ownership.broker_id
+        ownership = self.ownership
+        preview = next_step(
+            record,
+            lambda member: ownership.live_broker(member) is not None,
+            lambda member: ownership.holds_its_copy(record, member),
+        )
+        if preview is not None:
+            # The member to go stops counting toward the writer's quorum before the
+            # record stops naming it: a failover fences only those the record names,
+            # so no entry may be confirmed by a member outside them.
+            writer.follow(m for m in preview.ensemble if m != me)
         try:
             new = await take_next_step(self.ownership, name, writer.epoch)
         except Exception as error:

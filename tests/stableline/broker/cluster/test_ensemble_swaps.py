@@ -14,7 +14,9 @@ from stableline.broker.cluster.ownership import (
     COPYING_PREFIX,
     OwnershipRecord,
     RecordChangedError,
+    TopicOwnership,
 )
+from stableline.metadata import BrokerInfo
 
 ABC = ("a", "b", "c")
 
@@ -97,3 +99,31 @@ def test_a_leader_that_is_to_leave_hands_the_topic_over_first():
     record = started()
     taken = replace(record, leader="c", epoch=5)
     assert next_step(taken, everyone_live, lambda member: True) is None
+
+
+def _info(broker_id: str, data_dir_id: str) -> BrokerInfo:
+    address = f"{broker_id}.test:1"  # a registration's id is its HOST:PORT
+    url = f"http://{broker_id}.test:2"
+    return BrokerInfo(address, address, url, "", 0, "", 0, "run", data_dir_id=data_dir_id)
+
+
+def test_a_new_member_on_the_data_dir_it_was_chosen_with_counts_for_a_fence():
+    """Mid-swap the ensemble is one larger: a failover must still find E - Qa + 1
+    fenced answers, so the new member's (its partial copy is all it can have
+    acknowledged) counts; one back on another data dir does not."""
+    ownership = TopicOwnership(store=None, cluster="c")  # no store: nothing is read
+    record = started()
+    ownership._live = {
+        "b": _info("b", "db"),
+        "c": _info("c", "dc"),
+        "d": _info("d", "dd"),
+    }
+    assert not ownership.holds_its_copy(record, "d")
+    assert ownership.answers_for_its_copy(record, "d")
+    assert ownership.answers_for_its_copy(record, "b")
+    ownership._live["d"] = _info("d", "another")
+    assert not ownership.answers_for_its_copy(record, "d")
+    ownership._live["c"] = _info("c", "another")
+    assert not ownership.answers_for_its_copy(record, "c")
+    del ownership._live["b"]
+    assert not ownership.answers_for_its_copy(record, "b")
