@@ -673,6 +673,9 @@ class EnsembleReplication:
             )
         batch = _Batch(ledger_id, first_entry_id, frames, last_add_confirmed)
         pending = {link.send(batch) for link in self.links}
+        # The links it went to: one taken out meanwhile (follow) fails its batch, and
+        # must not count twice against the quorum.
+        sent_to = len(pending)
         held = 0
         failed = 0
         try:
@@ -685,10 +688,10 @@ class EnsembleReplication:
                         else:
                             failed += 1
                     self._check_not_fenced()
-                    if len(self.links) - failed < needed:
+                    if sent_to - failed < needed:
                         self._refuse(
-                            f"only {len(self.links) - failed + 1} of its "
-                            f"{len(self.links) + 1} replicas can take writes"
+                            f"only {sent_to - failed + 1} of its "
+                            f"{sent_to + 1} replicas can take writes"
                         )
         except NotEnoughReplicasError:
             for link in self.links:
