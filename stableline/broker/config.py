@@ -241,7 +241,10 @@ class BrokerConfig:
     # load_balancer_consecutive_reports reports, moves its busiest topics to the
     # least-loaded members of their ensembles: at most
     # load_balancer_max_moves_per_minute, never a topic moved in the last
-    # load_balancer_move_cooldown_s [Pulsar's loadBalancerEnabled,
+    # load_balancer_move_cooldown_s. Where no member can take a topic, a broker
+    # outside its ensemble is sent a copy first (cluster/ensemble_swaps.py), at most
+    # load_balancer_max_copies_per_broker at once to one broker
+    # [Pulsar's loadBalancerEnabled,
     # loadBalancerReportUpdateMinIntervalMillis, ThresholdShedder's
     # loadBalancerBrokerThresholdShedderPercentage].
     load_report_interval_s: float = 5.0
@@ -251,6 +254,7 @@ class BrokerConfig:
     load_balancer_consecutive_reports: int = 3
     load_balancer_max_moves_per_minute: int = 6
     load_balancer_move_cooldown_s: float = 300.0
+    load_balancer_max_copies_per_broker: int = 2
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property
@@ -458,6 +462,10 @@ KEY_DESCRIPTIONS: dict[str, str] = {
     "load_balancer_max_moves_per_minute": "Topic moves the balancer starts in any minute.",
     "load_balancer_move_cooldown_s": "A topic the balancer moved is not moved again for "
     "this long (no ping-pong).",
+    "load_balancer_max_copies_per_broker": "Copies the balancer has made to one broker at "
+    "once, of topics whose ensembles do not name it (how a broker that joins takes existing "
+    "topics: sent a copy in place of a member, then the topic). 0: none, a topic moves only "
+    "to a member of its ensemble.",
 }
 
 # The ledger's keys (managed_ledger/config.py), set at the top level or under [ledger].
@@ -571,6 +579,7 @@ def load_config(
         ("load_balancer_threshold", config.load_balancer_threshold),
         ("load_balancer_min_excess", config.load_balancer_min_excess),
         ("load_balancer_move_cooldown_s", config.load_balancer_move_cooldown_s),
+        ("load_balancer_max_copies_per_broker", config.load_balancer_max_copies_per_broker),
         ("replication_grace_period_s", config.replication_grace_period_s),
     ):
         if value < 0:

@@ -364,6 +364,7 @@ class InCluster:
             consecutive_reports=config.load_balancer_consecutive_reports,
             max_moves_per_minute=config.load_balancer_max_moves_per_minute,
             move_cooldown_s=config.load_balancer_move_cooldown_s,
+            max_copies_per_broker=config.load_balancer_max_copies_per_broker,
         )
         self.balancing = LoadBalancing(
             self._store,
