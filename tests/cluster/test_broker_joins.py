@@ -2,7 +2,8 @@
 existing load by itself, through the balancer: it is sent copies of topics whose
 ensembles it was not in (each ensemble grows by it and shrinks by a member once its
 copy is whole), then leads at least one; the producers see no failed send, and every
-topic read back from the start holds exactly what was acknowledged, in order."""
+topic read back from the start holds exactly what was acknowledged, in order. A
+joiner killed while its copies are being made leaves the ensembles as they were."""
 
 from __future__ import annotations
 
@@ -103,6 +104,25 @@ def _read_back(brokers: list[BrokerProcess], topic: str, count: int) -> list[byt
         return received
 
 
+def _whole_ensembles(cluster: Cluster, without: str = "") -> bool:
+    """Every topic on three members, none leaving, none of them `without`."""
+    records = [_record(cluster, topic) for topic in TOPICS]
+    return all(
+        len(record["ensemble"]) == 3
+        and "leaving" not in record
+        and without not in record["ensemble"]
+        for record in records
+    )
+
+
+def _check_read_back(brokers: list[BrokerProcess], producers: Producers) -> None:
+    for topic in TOPICS:
+        acked = producers.acked[topic]
+        assert acked, topic
+        # Unique payloads in send order: nothing lost, duplicated or reordered.
+        assert _read_back(brokers, topic, len(acked)) == acked, topic
+
+
 def _joiner(cluster: Cluster, root: Path) -> BrokerProcess:
     return BrokerProcess(
         root / "broker-joiner" / "data",
@@ -145,14 +165,10 @@ def test_a_fourth_broker_joins_and_takes_topics_by_itself(cluster_etcd: EtcdServ
             wait_until(takes_load, TAKES_LOAD_WITHIN_S, "the fourth broker to lead a topic")
             took_after = time.monotonic() - started
 
-            def swaps_done() -> bool:
-                records = [_record(cluster, topic) for topic in TOPICS]
-                return all(
-                    len(record["ensemble"]) == 3 and "leaving" not in record for record in records
-                )
-
             # Each ensemble shrank again by the member its new one replaced.
-            wait_until(swaps_done, TAKES_LOAD_WITHIN_S, "every ensemble back to three")
+            wait_until(
+                lambda: _whole_ensembles(cluster), TAKES_LOAD_WITHIN_S, "ensembles back to three"
+            )
             # Some more traffic through the new leader before the producers stop.
             sent_now = {topic: len(sent) for topic, sent in producers.acked.items()}
             wait_until(
@@ -168,8 +184,44 @@ def test_a_fourth_broker_joins_and_takes_topics_by_itself(cluster_etcd: EtcdServ
         records = {topic: _record(cluster, topic) for topic in TOPICS}
         print("ensembles after:", {t: (r["leader"], r["ensemble"]) for t, r in records.items()})
         assert sum(1 for record in records.values() if new in record["ensemble"]) >= 1
-        for topic in TOPICS:
-            acked = producers.acked[topic]
-            assert acked, topic
-            # Unique payloads in send order: nothing lost, duplicated or reordered.
-            assert _read_back(cluster.brokers, topic, len(acked)) == acked, topic
+        _check_read_back(cluster.brokers, producers)
+
+
+def test_a_joiner_killed_while_its_copies_are_made_leaves_the_ensembles_as_they_were(
+    cluster_etcd: EtcdServer, tmp_path: Path
+):
+    # Old entries reach a new member slowly, so its copies are still being made when
+    # it is killed.
+    slow_copies = {**BALANCER_ON, "STABLELINE_REREPLICATION_RATE_BYTES_PER_S": "20000"}
+    with running_cluster(cluster_etcd, tmp_path, env=slow_copies) as cluster:
+        with stableline.Client(_service(cluster.brokers)) as client:
+            for topic in TOPICS:
+                client.lookup_topic(topic)
+        with Producers(cluster.brokers) as producers:
+            wait_until(
+                lambda: (
+                    all(len(sent) >= 300 for sent in producers.acked.values()) or producers.failures
+                ),
+                OPERATION_TIMEOUT_S * 2,
+                "every topic holding some 300 KiB",
+            )
+            joiner = _joiner(cluster, tmp_path)
+            joiner.start()
+            new = _id(joiner)
+
+            def copying_to_it() -> bool:
+                return any(
+                    _record(cluster, topic)["data_dirs"].get(new, "").startswith("copying:")
+                    for topic in TOPICS
+                ) or bool(producers.failures)
+
+            wait_until(copying_to_it, TAKES_LOAD_WITHIN_S, "a copy being made to the joiner")
+            joiner.kill()
+            # Its session lapses; each writer takes it out of the ensemble again.
+            wait_until(
+                lambda: _whole_ensembles(cluster, without=new),
+                TAKES_LOAD_WITHIN_S,
+                "the ensembles as they were, without the killed joiner",
+            )
+        assert producers.failures == []
+        _check_read_back(cluster.brokers, producers)
