@@ -99,6 +99,11 @@ def test_a_leader_that_is_to_leave_hands_the_topic_over_first():
     record = started()
     taken = replace(record, leader="c", epoch=5)
     assert next_step(taken, everyone_live, lambda member: True) is None
+    # Its old leader gone (why c took it): that one leaves instead.
+    after = next_step(taken, lambda member: member != "a", lambda member: member != "a")
+    assert after is not None and after.leaving == "a" and after.ensemble == record.ensemble
+    after = next_step(after, lambda member: member != "a", lambda member: member != "a")
+    assert after is not None and after.ensemble == ("b", "c", "d") and after.leaving == ""
 
 
 def _info(broker_id: str, data_dir_id: str) -> BrokerInfo:
