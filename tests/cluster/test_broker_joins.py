@@ -225,3 +225,65 @@ def test_a_joiner_killed_while_its_copies_are_made_leaves_the_ensembles_as_they_
             )
         assert producers.failures == []
         _check_read_back(cluster.brokers, producers)
+
+
+def test_a_leader_killed_while_a_copy_of_its_topic_is_made_fails_over_and_the_swap_ends(
+    cluster_etcd: EtcdServer, tmp_path: Path
+):
+    """Mid-swap the ensemble is one larger (four members, one copy being made): a
+    failover still finds enough fenced members to serve the topic, the producers see
+    no failed send, and the swap ends with every acknowledged message kept."""
+    slow_copies = {**BALANCER_ON, "STABLELINE_REREPLICATION_RATE_BYTES_PER_S": "20000"}
+    with running_cluster(cluster_etcd, tmp_path, env=slow_copies) as cluster:
+        with stableline.Client(_service(cluster.brokers)) as client:
+            for topic in TOPICS:
+                client.lookup_topic(topic)
+        with Producers(cluster.brokers) as producers:
+            wait_until(
+                lambda: (
+                    all(len(sent) >= 300 for sent in producers.acked.values()) or producers.failures
+                ),
+                OPERATION_TIMEOUT_S * 2,
+                "every topic holding some 300 KiB",
+            )
+            joiner = _joiner(cluster, tmp_path)
+            joiner.start()
+            cluster.brokers.append(joiner)  # stopped with the others
+            new = _id(joiner)
+            swapped: list[str] = []
+
+            def copying_to_it() -> bool:
+                swapped[:] = [
+                    topic
+                    for topic in TOPICS
+                    if _record(cluster, topic)["data_dirs"].get(new, "").startswith("copying:")
+                ]
+                return bool(swapped) or bool(producers.failures)
+
+            wait_until(copying_to_it, TAKES_LOAD_WITHIN_S, "a copy being made to the joiner")
+            topic = swapped[0]
+            killed = cluster.by_id(_record(cluster, topic)["leader"])
+            killed.kill()
+            gone = _id(killed)
+            survivors = [broker for broker in cluster.brokers if broker is not killed]
+
+            def taken_and_swapped() -> bool:
+                record = _record(cluster, topic)
+                return (
+                    record["leader"] != gone
+                    and "leaving" not in record
+                    and not record["data_dirs"].get(new, "").startswith("copying:")
+                ) or bool(producers.failures)
+
+            wait_until(taken_and_swapped, TAKES_LOAD_WITHIN_S, "the topic taken, its swap done")
+            sent_now = {t: len(sent) for t, sent in producers.acked.items()}
+            wait_until(
+                lambda: (
+                    all(len(producers.acked[t]) > sent_now[t] + 10 for t in TOPICS)
+                    or producers.failures
+                ),
+                OPERATION_TIMEOUT_S,
+                "every producer sending on",
+            )
+        assert producers.failures == []
+        _check_read_back(survivors, producers)

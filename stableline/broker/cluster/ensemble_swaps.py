@@ -17,8 +17,9 @@ Promises:
   leaving broker drops its copy when it sees the record).
 - A copy that cannot complete (the new member gone) is abandoned: the new member
   is taken out and the ensemble is as before. A leaving member gone meanwhile
-  leaves at once (its copy was to go anyway); a leaving member that took the topic
-  (a failover) has a member gone leave in its place, or hands the topic over.
+  leaves at once (its copy was to go anyway); another member gone (the leader that
+  made the swap, after a failover) leaves in its place. A leaving member that took
+  the topic hands it over to another member first.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ def next_step(
     holds_its_copy: Callable[[str], bool],
 ) -> OwnershipRecord | None:
     """The record after the swap's next step, or None while there is none to take
-    (no swap, the new copy not whole yet, or the leader itself leaving with no member
-    gone to leave instead: it hands the topic over first). `live(member)`: registered now; `holds_its_copy(member)`: live
+    (no swap, the new copy not whole yet, or the leader itself leaving: it hands the
+    topic over first). `live(member)`: registered now; `holds_its_copy(member)`: live
     on the data dir the record knows it by."""
     leaving = record.leaving
     if not leaving:
@@ -87,13 +88,15 @@ def next_step(
     gone = [m for m in joining if m != leaving and not live(m)]
     if gone:
         return _without(record, gone[0])  # abandoned: the ensemble as before
-    if leaving == record.leader:
-        # Taken by the member that was to leave (a failover): a member gone leaves in
-        # its place, else the leader hands the topic over first.
-        lost = [m for m in record.ensemble if m != leaving and m not in joining and not live(m)]
-        return replace(record, leaving=lost[0]) if lost else None
     if not live(leaving):
         return _without(record, leaving)
+    # Another member gone (its copy, or the leader that made the swap): it leaves in
+    # place of the live one, so every copy left is on a live broker.
+    lost = [m for m in record.ensemble if m != leaving and m not in joining and not live(m)]
+    if lost:
+        return replace(record, leaving=lost[0])
+    if leaving == record.leader:
+        return None
     if all(holds_its_copy(m) for m in record.ensemble if m != leaving):
         return _without(record, leaving)
     return None

@@ -95,6 +95,15 @@ def test_a_leaving_member_gone_meanwhile_leaves_at_once():
     assert copying(after) == ["d"]  # still being made, as a replaced member's
 
 
+def test_another_member_gone_leaves_in_place_of_the_live_leaving_one():
+    record = started()
+    after = next_step(record, lambda member: member != "b", lambda member: member != "b")
+    assert after is not None and after.leaving == "b" and after.ensemble == record.ensemble
+    after = next_step(after, lambda member: member != "b", lambda member: member != "b")
+    assert after is not None and after.ensemble == ("a", "c", "d") and after.leaving == ""
+    assert copying(after) == ["d"]
+
+
 def test_a_leader_that_is_to_leave_hands_the_topic_over_first():
     record = started()
     taken = replace(record, leader="c", epoch=5)
