@@ -121,26 +121,26 @@ async def take_next_step(
     """Take the swap's next step as the topic's writer at `epoch` (RecordChangedError
     if it is not that any more): the new record, or None if there was none to take."""
 
+    def step_of(record: OwnershipRecord) -> OwnershipRecord | None:
+        return next_step(
+            record,
+            lambda member: ownership.live_broker(member) is not None,
+            lambda member: ownership.holds_its_copy(record, member),
+        )
+
+    cached = await ownership.record(name)
+    if cached is None or step_of(cached) is None:
+        return None  # nothing to write (the record is read again to write it)
+
     def step(record: OwnershipRecord) -> OwnershipRecord:
         if record.leader != ownership.broker_id or record.epoch != epoch:
             raise RecordChangedError(
                 f"topic {name} is led by broker {record.leader} at epoch {record.epoch}, "
                 f"not by this one at epoch {epoch}"
             )
-        new = next_step(
-            record,
-            lambda member: ownership.live_broker(member) is not None,
-            lambda member: ownership.holds_its_copy(record, member),
-        )
+        new = step_of(record)
         if new is None:
-            raise _NoStep
+            raise RecordChangedError(f"topic {name}: its ensemble swap changed meanwhile")
         return new
 
-    try:
-        return await ownership.change_record(name, step)
-    except _NoStep:
-        return None
-
-
-class _NoStep(Exception):
-    """The swap has no step to take now (change_record writes nothing)."""
+    return await ownership.change_record(name, step)
