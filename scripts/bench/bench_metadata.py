@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import socket
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -61,6 +63,25 @@ def start_etcd(directory: Path) -> tuple[subprocess.Popen, str] | None:
             time.sleep(0.05)
     process.kill()
     raise RuntimeError("etcd did not become healthy")
+
+
+@contextlib.contextmanager
+def etcd_in_scratch(directory: Path, prefix: str) -> Iterator[tuple[Path, int, str] | None]:
+    """A scratch directory under `directory` with an etcd started in it: (the directory,
+    etcd's pid, its URL), or None when there is no etcd on PATH. etcd is stopped and
+    the directory removed after."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=directory) as scratch:
+        root = Path(scratch)
+        etcd = start_etcd(root)
+        if etcd is None:
+            yield None
+            return
+        process, url = etcd
+        try:
+            yield root, process.pid, url
+        finally:
+            process.terminate()
+            process.wait()
 
 
 def _latency_us(samples: list[float]) -> dict:

@@ -30,13 +30,12 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 from bench_cluster import brokers_running, seeds
-from bench_metadata import start_etcd  # scripts/ is on the path of a script
+from bench_metadata import etcd_in_scratch  # scripts/ is on the path of a script
 from bench_replication import percentiles_ms
 from results_file import finish
 
@@ -197,21 +196,15 @@ def main() -> int:
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     result: dict = {"brokers": BROKERS, "policy": "3/3/2", "load_before": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="bench-moves-", dir=args.dir) as scratch:
-        root = Path(scratch)
-        etcd = start_etcd(root)
+    with etcd_in_scratch(args.dir, "bench-moves-") as etcd:
         result["etcd"] = etcd is not None
         if etcd is None:
             progress("no etcd on PATH (Debian: etcd-server): nothing to measure")
             return finish(result, _STARTED, args.json)
-        process, etcd_url = etcd
+        root, _etcd_pid, etcd_url = etcd
         cluster = f"moves-{os.getpid()}"
-        try:
-            with brokers_running(root, BROKERS, etcd_url, cluster) as brokers:
-                result.update(asyncio.run(bench(args, brokers, etcd_url, cluster)))
-        finally:
-            process.terminate()
-            process.wait()
+        with brokers_running(root, BROKERS, etcd_url, cluster) as brokers:
+            result.update(asyncio.run(bench(args, brokers, etcd_url, cluster)))
     result["load_after"] = os.getloadavg()
     unavailable = result.get("unavailability", {})
     if unavailable.get("count"):

@@ -28,14 +28,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
 from bench_cluster import brokers_running, place_topics, seeds
-from bench_metadata import start_etcd  # scripts/ is on the path of a script
+from bench_metadata import etcd_in_scratch  # scripts/ is on the path of a script
 from bench_replication import Policy, set_persistence
 from results_file import finish
 
@@ -116,22 +115,16 @@ def main() -> int:
         "load_before": os.getloadavg(),
     }
     args.dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bench-rereplication-", dir=args.dir) as scratch:
-        root = Path(scratch)
-        etcd = start_etcd(root)
+    with etcd_in_scratch(args.dir, "bench-rereplication-") as etcd:
         result["etcd"] = etcd is not None
         if etcd is None:
             progress("no etcd on PATH (Debian: etcd-server): nothing to measure")
             return finish(result, _STARTED, args.json)
-        process, etcd_url = etcd
+        root, _etcd_pid, etcd_url = etcd
         cluster = f"rereplication-{os.getpid()}"
         env = {"STABLELINE_REREPLICATION_RATE_BYTES_PER_S": str(rate)}
-        try:
-            with brokers_running(root, BROKERS, etcd_url, cluster, env) as brokers:
-                result.update(measure(args, brokers, etcd_url, cluster))
-        finally:
-            process.terminate()
-            process.wait()
+        with brokers_running(root, BROKERS, etcd_url, cluster, env) as brokers:
+            result.update(measure(args, brokers, etcd_url, cluster))
     result["load_after"] = os.getloadavg()
     return finish(result, _STARTED, args.json)
 
